@@ -1,0 +1,77 @@
+"""kcore's exception hierarchy: the bases the generated Kafka error classes hang from, and kcore's
+own errors (configuration, corrupt bytes, timeouts)."""
+
+from __future__ import annotations
+
+
+class KcoreError(Exception):
+    """Base of every exception kcore raises on purpose."""
+
+
+class KafkaError(KcoreError):
+    """An error code returned by a Kafka broker. One subclass per code lives in ``kcore.errors``,
+    generated from the Java client's ``Errors`` enum; ``code``, ``name`` and ``retriable`` match it."""
+
+    code: int = -1
+    name: str = "UNKNOWN_SERVER_ERROR"
+    retriable: bool = False
+    default_message: str = ""
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or self.default_message or self.name
+        super().__init__(f"[{self.name} ({self.code})] {self.message}")
+
+
+class ConfigError(KcoreError, ValueError):
+    """A configuration key that does not exist, or a value that is not allowed for it."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+class KcoreTimeoutError(KcoreError, TimeoutError):
+    """An operation did not finish within its configured timeout."""
+
+
+class ProtocolError(KcoreError):
+    """Bytes from a broker that do not parse as the response they claim to be, or a response
+    that does not match any request in flight."""
+
+
+class CorruptRecordError(KcoreError):
+    """Record bytes that cannot be decoded. ``position`` is the byte offset in the input where
+    the problem was found (-1 when unknown); subclasses name the case."""
+
+    def __init__(self, message: str, position: int = -1) -> None:
+        self.position = position
+        where = f" at byte {position}" if position >= 0 else ""
+        super().__init__(f"{message}{where}")
+
+
+class TruncatedDataError(CorruptRecordError):
+    """The input ends before the structure it starts is complete."""
+
+
+class InvalidLengthError(CorruptRecordError):
+    """A length field is negative (where that is not allowed) or points past the end."""
+
+
+class CrcMismatchError(CorruptRecordError):
+    """A batch's stored CRC does not match the CRC of its bytes."""
+
+
+class UnsupportedMagicError(CorruptRecordError):
+    """A record batch or message set with a magic byte kcore does not know."""
+
+
+class UnsupportedCodecError(CorruptRecordError):
+    """A compression codec id that is not none, gzip, snappy, lz4 or zstd."""
+
+
+class VarintOverflowError(CorruptRecordError):
+    """A varint longer than its type allows."""
+
+
+class DecompressionLimitError(CorruptRecordError):
+    """A compressed batch that expands past the allowed size (a decompression bomb)."""
