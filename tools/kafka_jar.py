@@ -19,7 +19,10 @@ def kafka_clients_jar(version: str) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             [
-                "mvn", "-q", "-B", "dependency:copy",
+                "mvn",
+                "-q",
+                "-B",
+                "dependency:copy",
                 f"-Dartifact=org.apache.kafka:kafka-clients:{version}",
                 f"-DoutputDirectory={out}",
             ],

@@ -9,8 +9,9 @@ class KcoreError(Exception):
 
 
 class KafkaError(KcoreError):
-    """An error code returned by a Kafka broker. One subclass per code lives in ``kcore.errors``,
-    generated from the Java client's ``Errors`` enum; ``code``, ``name`` and ``retriable`` match it."""
+    """An error code returned by a Kafka broker. One subclass per code lives in
+    ``kcore.errors``, generated from the Java client's ``Errors`` enum; ``code``, ``name`` and
+    ``retriable`` match it."""
 
     code: int = -1
     name: str = "UNKNOWN_SERVER_ERROR"

@@ -1,0 +1,158 @@
+"""The codec primitives the foundation relies on: known vectors from Kafka and the CRC32C
+standard, varint edge cases, and v2 batch round trips. (The codec issue adds the rest.)"""
+
+import struct
+
+import pytest
+
+from kcore import _codec
+from kcore.codec import (
+    RecordBatchBuilder,
+    crc32c,
+    decode_batches,
+    decode_uvarint,
+    decode_varint,
+    decode_varlong,
+    encode_uvarint,
+    encode_varint,
+    encode_varlong,
+    murmur2,
+    partition_for_key,
+)
+from kcore.errors import (
+    CorruptRecordError,
+    CrcMismatchError,
+    TruncatedDataError,
+    UnsupportedMagicError,
+    VarintOverflowError,
+)
+
+
+def test_extension_is_compiled():
+    # A silently missing extension would leave a slow path; the codec must be the .so.
+    assert _codec.__file__.endswith(".so")
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (b"", 0x00000000),
+        (b"123456789", 0xE3069283),  # the standard CRC-32C check value
+        (bytes(32), 0x8A9136AA),  # RFC 3720 B.4: 32 bytes of zeros
+        (b"\xff" * 32, 0x62A8AB43),  # RFC 3720 B.4: 32 bytes of 0xff
+        (bytes(range(32)), 0x46DD794E),  # RFC 3720 B.4: incrementing
+        (bytes(range(31, -1, -1)), 0x113FDB5C),  # RFC 3720 B.4: decrementing
+    ],
+)
+def test_crc32c_vectors(data, expected):
+    assert crc32c(data) == expected
+    assert crc32c(bytearray(data)) == expected
+    assert crc32c(memoryview(data)) == expected
+
+
+def test_crc32c_continues_and_handles_large_buffers():
+    data = bytes(range(256)) * 1000
+    assert crc32c(data[1000:], crc32c(data[:1000])) == crc32c(data)
+
+
+@pytest.mark.parametrize(
+    "key, expected",
+    [
+        # Values the Java client's UtilsTest asserts for Utils.murmur2.
+        (b"21", -973932308),
+        (b"foobar", -790332482),
+        (b"a-little-bit-long-string", -985981536),
+        (b"a-little-bit-longer-string", -1486304829),
+        (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        (bytes([ord("a"), ord("b"), ord("c")]), 479470107),
+    ],
+)
+def test_murmur2_matches_java(key, expected):
+    assert murmur2(key) == expected
+
+
+def test_partition_for_key_is_java_to_positive_modulo():
+    for key in (b"21", b"foobar", b"x" * 17):
+        assert partition_for_key(key, 12) == (murmur2(key) & 0x7FFFFFFF) % 12
+
+
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16383, 16384, 2**31 - 1, 2**32 - 1])
+def test_uvarint_round_trip(value):
+    enc = encode_uvarint(value)
+    assert decode_uvarint(enc) == (value, len(enc))
+    assert decode_uvarint(b"\x00" + enc, 1) == (value, len(enc) + 1)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1, -64, 63, 64, -(2**31), 2**31 - 1])
+def test_varint_zigzag_round_trip(value):
+    enc = encode_varint(value)
+    assert decode_varint(enc) == (value, len(enc))
+
+
+@pytest.mark.parametrize("value", [0, -1, 1, 2**40, -(2**63), 2**63 - 1])
+def test_varlong_zigzag_round_trip(value):
+    enc = encode_varlong(value)
+    assert decode_varlong(enc) == (value, len(enc))
+
+
+def test_varint_known_encodings():
+    assert encode_uvarint(300) == b"\xac\x02"
+    assert encode_varint(-1) == b"\x01"
+    assert encode_varint(1) == b"\x02"
+
+
+def test_truncated_and_overflowing_varints_raise():
+    with pytest.raises(TruncatedDataError) as exc:
+        decode_uvarint(b"\x80\x80", 0)
+    assert exc.value.position == 0
+    with pytest.raises(VarintOverflowError):
+        decode_uvarint(b"\xff\xff\xff\xff\x7f")
+    with pytest.raises(VarintOverflowError):
+        decode_varlong(b"\xff" * 10 + b"\x01")
+    with pytest.raises(CorruptRecordError):
+        decode_uvarint(b"", 0)
+
+
+def test_batch_round_trip_keys_values_headers():
+    b = RecordBatchBuilder(base_offset=100, producer_id=7, producer_epoch=1, base_sequence=3)
+    b.append(b"k1", b"v1", 1_000, [("h1", b"x"), ("h2", None)])
+    b.append(None, b"", 1_005)
+    b.append(b"", None, 999)
+    data = b.build()
+    [batch] = decode_batches(data)
+    assert (batch.base_offset, batch.last_offset, batch.record_count) == (100, 102, 3)
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (7, 1, 3)
+    assert (batch.base_timestamp, batch.max_timestamp) == (1_000, 1_005)
+    assert batch.records() == [
+        (100, 1_000, b"k1", b"v1", [("h1", b"x"), ("h2", None)]),
+        (101, 1_005, None, b"", []),
+        (102, 999, b"", None, []),
+    ]
+
+
+def test_batch_header_layout():
+    b = RecordBatchBuilder(transactional=True)
+    b.append(b"k", b"v", 5)
+    data = b.build()
+    base_offset, length, epoch, magic, crc, attrs = struct.unpack_from(">qiibIh", data)
+    assert (base_offset, length, epoch, magic) == (0, len(data) - 12, -1, 2)
+    assert attrs & 0x10  # transactional bit
+    assert crc == crc32c(data[21:])
+
+
+def test_corrupt_batches_raise_named_errors():
+    b = RecordBatchBuilder()
+    b.append(b"k", b"v", 5)
+    data = b.build()
+    with pytest.raises(TruncatedDataError):
+        decode_batches(data[:-1])
+    assert decode_batches(data + data[:30], allow_partial=True)[0].record_count == 1
+    flipped = bytearray(data)
+    flipped[-1] ^= 0xFF
+    with pytest.raises(CrcMismatchError):
+        decode_batches(bytes(flipped))
+    wrong_magic = bytearray(data)
+    wrong_magic[16] = 7
+    with pytest.raises(UnsupportedMagicError) as exc:
+        decode_batches(bytes(wrong_magic))
+    assert exc.value.position == 0

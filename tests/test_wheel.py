@@ -1,0 +1,43 @@
+"""The documented wheel build produces a wheel that installs into a fresh virtual environment
+and loads the compiled codec from there (not from the source tree)."""
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_builds_installs_and_imports_compiled_codec(tmp_path):
+    out = tmp_path / "dist"
+    subprocess.run(["bash", str(ROOT / "wheels" / "build.sh"), str(out)], check=True)
+    [wheel] = list(out.glob("kcore-*.whl"))
+    names = subprocess.run(
+        [sys.executable, "-m", "zipfile", "-l", str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "kcore/_codec" in names and ".so" in names
+    assert "_codec.pyi" in names
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = env_dir / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    code = (
+        "import kcore, kcore._codec as c, kcore.codec as pub;"
+        "assert c.__file__.endswith('.so'), c.__file__;"
+        "assert pub.crc32c(b'123456789') == 0xE3069283;"
+        "print(c.__file__)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    res = subprocess.run(
+        [str(py), "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert str(env_dir) in res.stdout
