@@ -1,8 +1,11 @@
 """Every exception kcore raises.
 
 ``KafkaError`` subclasses, one per broker error code, are generated from the Java client's
-``Errors`` enum (``tools/generate_errors.py``); the rest are kcore's own."""
+``Errors`` enum (``tools/generate_errors.py``); the rest are kcore's own. ``error_for_code``
+turns a response's error code into an exception instance (``None`` for 0); ``ERRORS_BY_CODE``,
+``ERRORS_BY_NAME`` and ``RETRIABLE_CODES`` are the tables behind it."""
 
+from . import _codes
 from ._base import (
     ConfigError,
     CorruptRecordError,
@@ -18,6 +21,12 @@ from ._base import (
     UnsupportedMagicError,
     VarintOverflowError,
 )
+from ._codes import *  # noqa: F403  (the per-code classes and tables; see _codes.__all__)
+from ._codes import ERRORS_BY_CODE as ERRORS_BY_CODE
+from ._codes import ERRORS_BY_NAME as ERRORS_BY_NAME
+from ._codes import RETRIABLE_CODES as RETRIABLE_CODES
+from ._codes import UnknownKafkaErrorCode as UnknownKafkaErrorCode
+from ._codes import error_for_code as error_for_code
 
 __all__ = [
     "ConfigError",
@@ -34,3 +43,4 @@ __all__ = [
     "UnsupportedMagicError",
     "VarintOverflowError",
 ]
+__all__ += _codes.__all__

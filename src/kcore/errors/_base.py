@@ -3,6 +3,8 @@ own errors (configuration, corrupt bytes, timeouts)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KcoreError(Exception):
     """Base of every exception kcore raises on purpose."""
@@ -22,13 +24,23 @@ class KafkaError(KcoreError):
         self.message = message or self.default_message or self.name
         super().__init__(f"[{self.name} ({self.code})] {self.message}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuild from the message, not from ``args`` (the formatted text, which __init__ would
+        # wrap a second time); ``__dict__`` carries any other attributes (e.g. ``__notes__``).
+        return type(self), (self.message,), self.__dict__
+
 
 class ConfigError(KcoreError, ValueError):
     """A configuration key that does not exist, or a value that is not allowed for it."""
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key
+        self.message = message
         super().__init__(f"{key}: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # ``args`` holds one formatted string, which would not fit __init__'s two parameters.
+        return type(self), (self.key, self.message), self.__dict__
 
 
 class KcoreTimeoutError(KcoreError, TimeoutError):
