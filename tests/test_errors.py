@@ -76,8 +76,15 @@ def test_exports() -> None:
     assert len(errors.__all__) == len(set(errors.__all__))
     for name in errors.__all__:
         assert hasattr(errors, name), name
-    for name in ("KafkaError", "ConfigError", "error_for_code", "ERRORS_BY_CODE",
-                 "ERRORS_BY_NAME", "RETRIABLE_CODES", "UnknownKafkaErrorCode"):
+    for name in (
+        "KafkaError",
+        "ConfigError",
+        "error_for_code",
+        "ERRORS_BY_CODE",
+        "ERRORS_BY_NAME",
+        "RETRIABLE_CODES",
+        "UnknownKafkaErrorCode",
+    ):
         assert name in errors.__all__
     namespace: dict[str, object] = {}
     exec("from kcore.errors import *", namespace)
@@ -263,8 +270,13 @@ def _listing(*rows: dict[str, object]) -> str:
 
 
 def _row(code: int, name: str, message: str = "m", retriable: bool = False) -> dict[str, object]:
-    return {"code": code, "name": name, "retriable": retriable, "message": message,
-            "exception": "SomeException"}
+    return {
+        "code": code,
+        "name": name,
+        "retriable": retriable,
+        "message": message,
+        "exception": "SomeException",
+    }
 
 
 def _load(source: str) -> ModuleType:

@@ -106,7 +106,10 @@ def maven_jar(group: str, artifact: str, version: str) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             [
-                "mvn", "-q", "-B", "dependency:copy",
+                "mvn",
+                "-q",
+                "-B",
+                "dependency:copy",
                 f"-Dartifact={group}:{artifact}:{version}",
                 f"-DoutputDirectory={out}",
             ],
@@ -379,16 +382,19 @@ def generate(jar: Path, slf4j_jar: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
-        "--jar", type=Path,
+        "--jar",
+        type=Path,
         help="kafka-clients jar (default: fetch PROTOCOL_SOURCE_VERSION's with Maven)",
     )
     parser.add_argument(
-        "--slf4j-jar", type=Path,
+        "--slf4j-jar",
+        type=Path,
         help="slf4j-api jar (default: fetch kcore.testing.versions.SLF4J_VERSION's with Maven)",
     )
     parser.add_argument("--output", type=Path, default=OUTPUT, help="default: %(default)s")
     parser.add_argument(
-        "--check", action="store_true",
+        "--check",
+        action="store_true",
         help="write nothing; exit 1 if the output file differs from what would be generated",
     )
     args = parser.parse_args(argv)

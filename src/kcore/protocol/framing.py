@@ -1,0 +1,314 @@
+"""Sans-IO request/response framing for the Kafka wire protocol (in the manner of h11).
+
+:class:`KafkaProtocol` owns no socket. The caller hands it request objects and gets bytes to
+write; it hands it whatever bytes arrived and gets the decoded responses back::
+
+    proto = KafkaProtocol(client_id="my-app")
+    correlation_id, data = proto.send_request(MetadataRequest(topics=None), 12)
+    sock.sendall(data)
+    for response in proto.receive_data(sock.recv(65536)):
+        print(response.correlation_id, response.body)
+
+Framing: every request and response is an int32 size followed by that many bytes. A request is
+a request header (v2 when the request's version is flexible, v1 otherwise; the client id is
+always an int16-length string) then the body. A response is a response header (v1 when the
+response's version is flexible, v0 otherwise, and v0 for every ``ApiVersionsResponse``, so that
+a client can read the answer of a broker that does not know the version it asked for) then the
+body. Responses carry only the correlation id; the API key and version come from the matching
+request in flight.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from kcore.errors import KcoreError, ProtocolError, UnsupportedVersionError
+from kcore.protocol.messages import APIS, response_class
+from kcore.protocol.messages.response_header import ResponseHeader
+from kcore.protocol.types import Message, check_version
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "InFlight",
+    "KafkaProtocol",
+    "Response",
+    "broker_versions",
+    "choose_version",
+    "negotiate_versions",
+    "request_header_version",
+    "response_header_version",
+]
+
+API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
+# A corrupt size field must not make us buffer gigabytes; real responses are far smaller (the
+# broker's fetch.max.bytes defaults to 55 MiB).
+DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
+
+_SIZE = struct.Struct(">i")
+_HEADER_V1 = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+_INT32_MAX = 0x7FFFFFFF
+
+
+def _is_flexible(api_key: int, version: int) -> bool:
+    first = APIS[api_key].flexible_versions
+    return first is not None and version >= first
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """Request header version for a request: 2 (with tagged fields) when flexible, else 1."""
+    return 2 if _is_flexible(api_key, api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """Response header version: 1 when flexible, else 0; always 0 for ApiVersions (KIP-511:
+    the client must be able to read the reply of a broker that rejects the version)."""
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    return 1 if _is_flexible(api_key, api_version) else 0
+
+
+class Response(NamedTuple):
+    """A decoded response, matched to the request that asked for it."""
+
+    correlation_id: int
+    api_key: int
+    api_version: int  # the version the body was decoded with
+    body: Any  # the generated response class instance, e.g. MetadataResponse
+
+
+class InFlight(NamedTuple):
+    """What the protocol remembers about a request that is waiting for its response."""
+
+    api_key: int
+    api_version: int
+    response_class: type[Message]
+
+
+class KafkaProtocol:
+    """One connection's request/response state: correlation ids, the requests in flight and
+    the receive buffer. Not thread-safe; use one per connection.
+
+    After :meth:`receive_data` raises :class:`~kcore.errors.ProtocolError` the byte stream can
+    no longer be trusted: close the connection and fail the requests in :attr:`in_flight`.
+    """
+
+    def __init__(
+        self, client_id: str | None = None, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    ) -> None:
+        self.client_id = client_id
+        self.max_frame_size = max_frame_size
+        self._next_correlation_id = 0
+        self._in_flight: dict[int, InFlight] = {}
+        self._buffer = bytearray()
+        self._pending_error: ProtocolError | None = None
+        # The request header after (api key, version, correlation id) never changes: the
+        # client id as an int16-length nullable string, always non-compact (even in header v2).
+        if client_id is None:
+            self._client_id_bytes = b""
+            self._client_id_len = -1
+        else:
+            self._client_id_bytes = client_id.encode("utf-8")
+            self._client_id_len = len(self._client_id_bytes)
+            if self._client_id_len > 0x7FFF:
+                raise ValueError("client_id is longer than 32767 bytes")
+
+    # -- sending --------------------------------------------------------------------------------
+
+    def send_request(
+        self, request: Message, api_version: int, *, expect_response: bool | None = None
+    ) -> tuple[int, bytes]:
+        """Frame ``request`` at ``api_version``; return ``(correlation_id, bytes to send)``.
+
+        ``expect_response``: whether the broker will answer. By default it does, except for a
+        ProduceRequest with ``acks == 0``. Requests that get no answer are not kept in flight.
+        Raises ``UnsupportedVersionError`` if the request class lacks ``api_version``.
+        """
+        api_key = request.API_KEY
+        info = APIS.get(api_key) if api_key is not None else None
+        if api_key is None or info is None or info.request != request.NAME:  # e.g. a response
+            raise TypeError(f"{type(request).__name__} is not a request message")
+        check_version(type(request), api_version)
+        if expect_response is None:
+            expect_response = not (api_key == PRODUCE_KEY and getattr(request, "acks", 1) == 0)
+        correlation_id = self._next_correlation_id
+        out = bytearray(4)  # the size, filled in below
+        out += _HEADER_V1.pack(api_key, api_version, correlation_id, self._client_id_len)
+        out += self._client_id_bytes
+        if request_header_version(api_key, api_version) >= 2:
+            out.append(0)  # no tagged fields in the header
+        request.encode_into(out, api_version)  # raises before any state changes
+        _SIZE.pack_into(out, 0, len(out) - 4)
+        self._next_correlation_id = 0 if correlation_id == _INT32_MAX else correlation_id + 1
+        if expect_response:
+            self._in_flight[correlation_id] = InFlight(
+                api_key, api_version, response_class(api_key)
+            )
+        return correlation_id, bytes(out)
+
+    @property
+    def in_flight(self) -> Mapping[int, InFlight]:
+        """Requests sent and not yet answered, by correlation id (read-only view)."""
+        return dict(self._in_flight)
+
+    def forget(self, correlation_id: int) -> None:
+        """Stop waiting for a response (e.g. the request timed out). A response that arrives
+        for it later is a ``ProtocolError``, like any unknown correlation id."""
+        self._in_flight.pop(correlation_id, None)
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Response]:
+        """Buffer ``data`` and return every response it completes, in arrival order.
+
+        Raises ``ProtocolError`` for a bad frame size, a correlation id that is not in flight,
+        or a body that does not parse. If good responses precede the bad frame in the same
+        call they are returned first and the error is raised by the next call.
+        """
+        if self._pending_error is not None:
+            raise self._pending_error
+        if data:
+            self._buffer += data
+        responses: list[Response] = []
+        try:
+            while (frame := self._next_frame()) is not None:
+                responses.append(self._decode_frame(frame))
+        except ProtocolError as exc:
+            self._pending_error = exc  # the stream is out of step from here on
+            if not responses:
+                raise
+        return responses
+
+    def _next_frame(self) -> bytes | memoryview | None:
+        """Take the next complete frame (without its size) off the receive buffer."""
+        buf = self._buffer
+        if len(buf) < 4:
+            return None
+        (size,) = _SIZE.unpack_from(buf, 0)
+        if size < 4 or size > self.max_frame_size:
+            raise ProtocolError(f"response frame size {size} is out of range")
+        end = 4 + size
+        if end > len(buf):
+            return None
+        if end == len(buf):
+            # The buffer holds exactly this frame (typical of a big fetch response): hand the
+            # buffer itself over instead of copying it, and start a new one.
+            self._buffer = bytearray()
+            return memoryview(buf)[4:]
+        # Copy the frame out: records decode as views into it, so it must outlive the buffer
+        # (and a buffer with live views could not be resized).
+        with memoryview(buf) as view:
+            frame = bytes(view[4:end])
+        del buf[:end]
+        return frame
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete response."""
+        return len(self._buffer)
+
+    def _decode_frame(self, frame: bytes | memoryview) -> Response:
+        (correlation_id,) = _SIZE.unpack_from(frame, 0)
+        request = self._in_flight.pop(correlation_id, None)
+        if request is None:
+            raise ProtocolError(
+                f"response with correlation id {correlation_id} matches no request in flight"
+            )
+        api_key, version, cls = request
+        try:
+            header_version = response_header_version(api_key, version)
+            _, pos = ResponseHeader.decode(frame, header_version, 0)
+            body, version = self._decode_body(cls, frame, pos, api_key, version)
+        except ProtocolError:
+            raise
+        except (KcoreError, ValueError) as exc:
+            raise ProtocolError(
+                f"{cls.NAME} v{version} (correlation id {correlation_id}) does not parse: {exc}"
+            ) from exc
+        return Response(correlation_id, api_key, version, body)
+
+    @staticmethod
+    def _decode_body(
+        cls: type[Message], frame: bytes | memoryview, pos: int, api_key: int, version: int
+    ) -> tuple[Any, int]:
+        try:
+            body, end = cls.decode(frame, version, pos)  # type: ignore[attr-defined]
+            if end != len(frame):
+                raise ProtocolError(f"{len(frame) - end} unread bytes after {cls.NAME}")
+            return body, version
+        except (KcoreError, ValueError):
+            if api_key != API_VERSIONS_KEY or version == 0:
+                raise
+        # A broker that does not support our ApiVersionsRequest version answers with an
+        # UNSUPPORTED_VERSION ApiVersionsResponse v0 listing the versions it does support.
+        body, end = cls.decode(frame, 0, pos)  # type: ignore[attr-defined]
+        if end != len(frame):
+            raise ProtocolError(f"{len(frame) - end} unread bytes after {cls.NAME} v0")
+        return body, 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Version negotiation
+
+
+def broker_versions(api_versions_response: Any) -> dict[int, tuple[int, int]]:
+    """``{api_key: (min_version, max_version)}`` from an ``ApiVersionsResponse``."""
+    return {k.api_key: (k.min_version, k.max_version) for k in api_versions_response.api_keys}
+
+
+def choose_version(
+    api_key: int,
+    broker: Mapping[int, tuple[int, int]] | Any,
+    *,
+    min_version: int | None = None,
+    max_version: int | None = None,
+    allow_unstable: bool = False,
+) -> int:
+    """The highest version of ``api_key`` that both kcore and the broker support.
+
+    ``broker``: an ``ApiVersionsResponse`` or the mapping :func:`broker_versions` makes of one.
+    ``min_version``/``max_version`` narrow kcore's side further (e.g. a feature needs v3+).
+    Unless ``allow_unstable``, a version Kafka marks as still in development is not used.
+    Raises ``UnsupportedVersionError`` when the ranges do not overlap.
+    """
+    if not isinstance(broker, Mapping):
+        broker = broker_versions(broker)
+    info = APIS.get(api_key)
+    if info is None or info.valid_versions is None:
+        raise UnsupportedVersionError(f"kcore supports no version of API key {api_key}")
+    lo, hi = info.valid_versions
+    if not allow_unstable:
+        hi = info.max_stable_version  # type: ignore[assignment]
+    if min_version is not None:
+        lo = max(lo, min_version)
+    if max_version is not None:
+        hi = min(hi, max_version)
+    theirs = broker.get(api_key)
+    if theirs is None:
+        raise UnsupportedVersionError(f"the broker does not support {info.name} (key {api_key})")
+    best = min(hi, theirs[1])
+    if best < max(lo, theirs[0]):
+        raise UnsupportedVersionError(
+            f"no common version of {info.name}: kcore supports {lo}-{hi}, "
+            f"the broker {theirs[0]}-{theirs[1]}"
+        )
+    return best
+
+
+def negotiate_versions(
+    broker: Mapping[int, tuple[int, int]] | Any, api_keys: Iterable[int] | None = None
+) -> dict[int, int]:
+    """:func:`choose_version` for many APIs at once, leaving out those with no common version.
+    ``api_keys`` defaults to every API the broker lists."""
+    if not isinstance(broker, Mapping):
+        broker = broker_versions(broker)
+    keys = broker.keys() if api_keys is None else api_keys
+    chosen = {}
+    for key in keys:
+        try:
+            chosen[key] = choose_version(key, broker)
+        except UnsupportedVersionError:
+            continue
+    return chosen
