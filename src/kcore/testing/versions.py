@@ -9,3 +9,5 @@ LOG4J2_VERSION = "2.25.3"
 SLF4J_VERSION = "1.7.36"
 # The version the committed generated protocol modules come from; regenerate when bumping.
 PROTOCOL_SOURCE_VERSION = "4.3.1"
+# Pinned so `mvn dependency:copy-dependencies` behaves the same whatever Maven's default is.
+MAVEN_DEPENDENCY_PLUGIN_VERSION = "3.8.1"

@@ -1,0 +1,133 @@
+"""pytest plugin (entry point ``kcore``): Kafka cluster fixtures for real-broker tests.
+
+* ``kafka_cluster`` — one node, session scope; ``kafka_cluster3`` — three nodes, session scope.
+  Each starts on first use, under pytest's ``tmp_path_factory`` (logs stay there after the run).
+* ``KCORE_BOOTSTRAP=host:port`` — both fixtures are that existing cluster (ExternalCluster).
+* ``KCORE_TEST_BROKER=docker`` — started with testcontainers (DockerKafkaCluster, one node).
+* A cluster that cannot start makes the tests that use it error; they are never skipped.
+* When a test using a cluster fails, the tail of every node's log is added to its report.
+
+Importing this module does no JVM or Maven work; everything happens in the fixtures. pytest
+loads it through the ``pytest11`` entry point named ``kcore`` (``-p no:kcore`` disables it);
+with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` load it with ``-p kcore.testing.pytest_plugin``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from kcore.testing.cluster import BaseCluster
+
+CLUSTER_FIXTURES = ("kafka_cluster", "kafka_cluster3")
+LOG_TAIL_LINES = 30
+
+_clusters: list[BaseCluster] = []  # every cluster a fixture started this session
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not any(line.split(":")[0].strip() == "broker" for line in config.getini("markers")):
+        config.addinivalue_line(
+            "markers", "broker: needs a real Kafka cluster (kcore.testing fixtures)"
+        )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if set(getattr(item, "fixturenames", ())) & set(CLUSTER_FIXTURES):
+            item.add_marker("broker")
+
+
+def make_cluster(brokers: int, tmp_path_factory: pytest.TempPathFactory) -> BaseCluster:
+    """The cluster the fixtures use, chosen by KCORE_BOOTSTRAP / KCORE_TEST_BROKER (unstarted)."""
+    from kcore.testing.cluster import ExternalCluster, KafkaCluster
+    from kcore.testing.errors import ClusterError
+
+    bootstrap = os.environ.get("KCORE_BOOTSTRAP", "").strip()
+    if bootstrap:
+        return ExternalCluster(bootstrap)
+    kind = os.environ.get("KCORE_TEST_BROKER", "").strip().lower()
+    if kind == "docker":
+        from kcore.testing.docker import DockerKafkaCluster
+
+        return DockerKafkaCluster(brokers)
+    if kind not in ("", "local", "jars"):
+        raise ClusterError(f"KCORE_TEST_BROKER={kind!r}: expected 'docker', 'local' or unset")
+    work_dir = tmp_path_factory.mktemp(f"kafka{brokers}-", numbered=True)
+    return KafkaCluster(brokers, work_dir=work_dir, keep_logs=True)
+
+
+def _session_cluster(brokers: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    cluster = make_cluster(brokers, tmp_path_factory)
+    cluster.start()  # a failure errors every test that uses the fixture (pytest caches it)
+    _clusters.append(cluster)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A one-node Kafka cluster (KRaft) shared by the whole session."""
+    yield from _session_cluster(1, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A three-node Kafka cluster (KRaft, every node a voter) shared by the whole session."""
+    yield from _session_cluster(3, tmp_path_factory)
+
+
+def _clusters_of(item: pytest.Item) -> list[BaseCluster]:
+    if not _clusters:
+        return []
+    from kcore.testing.cluster import BaseCluster
+
+    funcargs = getattr(item, "funcargs", None) or {}
+    found: list[BaseCluster] = []
+    for value in funcargs.values():
+        if isinstance(value, BaseCluster) and all(value is not c for c in found):
+            found.append(value)
+    return found
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome: Any = yield
+    report = outcome.get_result()
+    if report.failed:
+        for cluster in _clusters_of(item):
+            cluster.mark_failed()
+            for title, text in _log_sections(cluster):
+                report.sections.append((title, text))
+
+
+def _log_sections(cluster: BaseCluster) -> list[tuple[str, str]]:
+    from kcore.testing.errors import ClusterError
+
+    sections = []
+    for node_id in cluster.node_ids:
+        try:
+            tail = cluster.log_tail(node_id, LOG_TAIL_LINES)
+        except ClusterError:
+            continue
+        except OSError as exc:
+            tail = f"(cannot read it: {exc})"
+        try:
+            where = f" of {cluster.log_path(node_id)}"
+        except ClusterError:
+            where = ""
+        title = f"kafka node {node_id} log (last {LOG_TAIL_LINES} lines{where})"
+        sections.append((title, tail))
+    return sections
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for cluster in _clusters:
+        if cluster.failed and cluster.work_dir is not None:
+            terminalreporter.write_line(f"kcore: Kafka logs kept in {cluster.work_dir}")
