@@ -2,6 +2,7 @@
 missing the build fails, rather than shipping a wheel that silently runs slow Python."""
 
 import os
+from pathlib import Path
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -14,6 +15,8 @@ extensions = [
     Extension(
         "kcore._codec",
         ["src/kcore/_codec.pyx"],
+        include_dirs=["src/kcore/_native"],
+        depends=[str(p) for p in Path("src/kcore/_native").glob("*")],
         extra_compile_args=compile_args,
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )

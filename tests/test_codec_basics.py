@@ -124,9 +124,9 @@ def test_batch_round_trip_keys_values_headers():
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (7, 1, 3)
     assert (batch.base_timestamp, batch.max_timestamp) == (1_000, 1_005)
     assert batch.records() == [
-        (100, 1_000, b"k1", b"v1", [("h1", b"x"), ("h2", None)]),
-        (101, 1_005, None, b"", []),
-        (102, 999, b"", None, []),
+        (100, 1_000, b"k1", b"v1", (("h1", b"x"), ("h2", None))),
+        (101, 1_005, None, b"", ()),
+        (102, 999, b"", None, ()),
     ]
 
 

@@ -193,7 +193,7 @@ def test_produce_then_fetch_returns_the_records(kafka_cluster):
         records = [r for b in decode_batches(pd.records) for r in b.records()]
         assert [(r[2], r[3], r[1]) for r in records] == sent
         assert [r[0] for r in records] == list(range(100))
-        assert all(r[4] == [("h", r[2])] for r in records)
+        assert all(r[4] == (("h", r[2]),) for r in records)
 
 
 def test_three_node_metadata_shows_every_broker_and_replica(kafka_cluster3):

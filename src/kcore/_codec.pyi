@@ -1,15 +1,17 @@
-"""Type stubs for the compiled codec (src/kcore/_codec.pyx)."""
+"""Type stubs for the compiled codec (src/kcore/_codec.pyx and src/kcore/_native/*.pxi)."""
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from typing_extensions import Buffer
 
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 Header = tuple[str | bytes, Buffer | None]
-Record = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
 
 COMPRESSION_CODECS: dict[str, int]
+DEFAULT_MAX_DECOMPRESSED_SIZE: int
+XERIAL_MAGIC: bytes
 
 def decode_uvarint(buf: Buffer, pos: int = 0) -> tuple[int, int]: ...
 def decode_varint(buf: Buffer, pos: int = 0) -> tuple[int, int]: ...
@@ -18,8 +20,17 @@ def encode_uvarint(value: int) -> bytes: ...
 def encode_varint(value: int) -> bytes: ...
 def encode_varlong(value: int) -> bytes: ...
 def crc32c(data: Buffer, value: int = 0) -> int: ...
+def crc32c_software(data: Buffer, value: int = 0) -> int: ...
+def crc32c_implementation() -> Literal["hardware", "software"]: ...
+def xxhash32(data: Buffer, seed: int = 0) -> int: ...
 def murmur2(data: Buffer) -> int: ...
 def partition_for_key(key: Buffer, num_partitions: int) -> int: ...
+def compress(codec: Compression, data: Buffer, level: int = -1) -> bytes: ...
+def decompress(codec: Compression, data: Buffer, max_size: int = ...) -> bytes: ...
+
+class ColumnBuffer(Buffer):
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
 
 class RecordBatchBuilder:
     record_count: int
@@ -28,6 +39,7 @@ class RecordBatchBuilder:
     producer_epoch: int
     base_sequence: int
     transactional: bool
+    is_control: bool
     codec: int
     def __init__(
         self,
@@ -38,10 +50,16 @@ class RecordBatchBuilder:
         producer_epoch: int = -1,
         base_sequence: int = -1,
         transactional: bool = False,
+        is_control: bool = False,
+        compression_level: int = -1,
+        partition_leader_epoch: int = -1,
+        log_append_time: bool = False,
     ) -> None: ...
     def __len__(self) -> int: ...
     @property
     def size_in_bytes(self) -> int: ...
+    @property
+    def compression(self) -> Compression: ...
     def append(
         self,
         key: Buffer | None,
@@ -49,6 +67,7 @@ class RecordBatchBuilder:
         timestamp_ms: int,
         headers: Sequence[Header] | None = None,
     ) -> None: ...
+    def append_many(self, keys: Any, values: Any, timestamp_ms: int | Any) -> None: ...
     def build(self) -> bytes: ...
 
 class RecordBatch:
@@ -64,6 +83,8 @@ class RecordBatch:
     producer_epoch: int
     base_sequence: int
     record_count: int
+    position: int
+    size_in_bytes: int
     @property
     def compression(self) -> str: ...
     @property
@@ -74,6 +95,79 @@ class RecordBatch:
     def is_control(self) -> bool: ...
     @property
     def last_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    def control_type(self) -> str | None: ...
     def records(self) -> list[Record]: ...
 
-def decode_batches(buf: Buffer, allow_partial: bool = False) -> list[RecordBatch]: ...
+class LegacyBatch:
+    last_offset: int
+    magic: int
+    crc: int
+    attributes: int
+    timestamp: int
+    position: int
+    size_in_bytes: int
+    @property
+    def compression(self) -> str: ...
+    @property
+    def timestamp_type(self) -> int: ...
+    @property
+    def is_control(self) -> bool: ...
+    @property
+    def is_transactional(self) -> bool: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    def records(self) -> list[Record]: ...
+
+class ColumnarRecords:
+    num_rows: int
+    offset: ColumnBuffer
+    timestamp: ColumnBuffer
+    timestamp_type: ColumnBuffer
+    key_offsets: ColumnBuffer
+    key_data: ColumnBuffer
+    key_validity: ColumnBuffer
+    value_offsets: ColumnBuffer
+    value_data: ColumnBuffer
+    value_validity: ColumnBuffer
+    header_offsets: ColumnBuffer
+    header_key_offsets: ColumnBuffer
+    header_key_data: ColumnBuffer
+    header_value_offsets: ColumnBuffer
+    header_value_data: ColumnBuffer
+    header_value_validity: ColumnBuffer
+    key_nulls: int
+    value_nulls: int
+    header_value_nulls: int
+    num_headers: int
+    include_headers: bool
+    def to_arrow(self) -> Any: ...
+
+def decode_batches(
+    buf: Buffer,
+    allow_partial: bool = False,
+    *,
+    check_crcs: bool = True,
+    max_decompressed_size: int = ...,
+) -> list[RecordBatch | LegacyBatch]: ...
+def decode_records(
+    buf: Buffer,
+    allow_partial: bool = True,
+    min_offset: int = -1,
+    skip_control: bool = True,
+    max_decompressed_size: int = ...,
+) -> list[Record]: ...
+def decode_columns(
+    buf: Buffer,
+    *,
+    min_offset: int = -1,
+    skip_control: bool = True,
+    include_headers: bool = True,
+    allow_partial: bool = True,
+    timestamp_unit: Literal["ms", "us"] = "ms",
+    max_decompressed_size: int = ...,
+) -> ColumnarRecords: ...
+def decode_to_arrow(buf: Buffer, **options: Any) -> Any: ...

@@ -1,0 +1,441 @@
+# Record batch v2 (magic 2) encoding. Records are written straight into a C buffer: appending
+# makes no Python object per record, and the bulk path reads keys and values from lists,
+# numpy or pyarrow arrays without touching Python objects at all for the array cases.
+
+DEF BATCH_HEADER_SIZE = 61
+DEF CRC_OFFSET = 17
+DEF ATTRIBUTES_OFFSET = 21
+DEF ATTR_TIMESTAMP_TYPE = 0x08
+DEF ATTR_TRANSACTIONAL = 0x10
+DEF ATTR_CONTROL = 0x20
+
+# Kinds of column append_many reads.
+DEF COL_NULL = 0      # None: every value null
+DEF COL_OBJECTS = 1   # a sequence of bytes-like objects or None
+DEF COL_ARROW32 = 2   # pyarrow binary/string (int32 offsets)
+DEF COL_ARROW64 = 3   # pyarrow large_binary/large_string (int64 offsets)
+DEF COL_FIXED = 4     # numpy fixed-width bytes ('S'): trailing NULs dropped, as numpy does
+
+
+cdef struct Column:
+    int kind
+    Py_ssize_t length
+    PyObject** items          # COL_OBJECTS (borrowed from `holder`)
+    const uint8_t* validity   # arrow validity bitmap, or NULL
+    const int32_t* offsets32
+    const int64_t* offsets64
+    const uint8_t* data
+    Py_ssize_t itemsize       # COL_FIXED
+    Py_ssize_t array_offset   # arrow slice offset
+
+
+cdef class _ColumnHolder:
+    """Keeps the Python objects and buffers a Column points into alive for one call."""
+    cdef object seq
+    cdef list views
+
+    def __cinit__(self):
+        self.views = []
+
+
+cdef object _buffer_of(object buf, _ColumnHolder holder):
+    if buf is None:
+        return None
+    mv = memoryview(buf)
+    holder.views.append(mv)
+    return mv
+
+
+cdef int column_open(object values, Column* col, _ColumnHolder holder) except -1:
+    cdef Py_buffer* pb
+    col.validity = NULL
+    col.offsets32 = NULL
+    col.offsets64 = NULL
+    col.data = NULL
+    col.items = NULL
+    col.array_offset = 0
+    col.itemsize = 0
+    if values is None:
+        col.kind = COL_NULL
+        col.length = -1
+        return 0
+    module = type(values).__module__ or ""
+    if module.startswith("pyarrow"):
+        if hasattr(values, "combine_chunks"):  # ChunkedArray: one contiguous array
+            values = values.combine_chunks()
+        type_name = str(values.type)
+        if type_name in ("binary", "string"):
+            col.kind = COL_ARROW32
+        elif type_name in ("large_binary", "large_string"):
+            col.kind = COL_ARROW64
+        else:
+            raise TypeError(f"append_many takes binary or string arrays, not {type_name}")
+        holder.views.append(values)
+        validity, offsets, data = values.buffers()[:3]
+        col.length = len(values)
+        col.array_offset = values.offset
+        mv = _buffer_of(validity, holder)
+        if mv is not None and values.null_count:
+            col.validity = <const uint8_t*><Py_ssize_t>_address_of(mv)
+        mv = _buffer_of(offsets, holder)
+        if col.kind == COL_ARROW32:
+            col.offsets32 = <const int32_t*><Py_ssize_t>_address_of(mv)
+        else:
+            col.offsets64 = <const int64_t*><Py_ssize_t>_address_of(mv)
+        mv = _buffer_of(data, holder)
+        col.data = <const uint8_t*><Py_ssize_t>_address_of(mv) if mv is not None else NULL
+        return 0
+    dtype = getattr(values, "dtype", None)
+    if dtype is not None and dtype.kind == "S":
+        contiguous = values if values.flags.c_contiguous else values.copy()
+        mv = _buffer_of(contiguous, holder)
+        col.kind = COL_FIXED
+        col.length = len(values)
+        col.itemsize = dtype.itemsize
+        col.data = <const uint8_t*><Py_ssize_t>_address_of(mv)
+        return 0
+    holder.seq = PySequence_Fast(values, "append_many takes a sequence of bytes")
+    col.kind = COL_OBJECTS
+    col.length = PySequence_Fast_GET_SIZE(holder.seq)
+    col.items = PySequence_Fast_ITEMS(holder.seq)
+    return 0
+
+
+cdef Py_ssize_t _address_of(memoryview mv) except? -1:
+    cdef Py_buffer* pb = PyMemoryView_GET_BUFFER(mv)
+    return <Py_ssize_t>pb.buf
+
+
+cdef inline int column_get(Column* col, Py_ssize_t i, const uint8_t** ptr, Py_ssize_t* n,
+                           Py_buffer* pybuf, bint* acquired) except -1:
+    cdef object item
+    cdef Py_ssize_t j, start, end
+    acquired[0] = False
+    if col.kind == COL_NULL:
+        n[0] = -1
+        return 0
+    if col.kind == COL_ARROW32 or col.kind == COL_ARROW64:
+        j = i + col.array_offset
+        if col.validity != NULL and not (col.validity[j >> 3] & (1 << (j & 7))):
+            n[0] = -1
+            return 0
+        if col.kind == COL_ARROW32:
+            start = col.offsets32[j]
+            end = col.offsets32[j + 1]
+        else:
+            start = <Py_ssize_t>col.offsets64[j]
+            end = <Py_ssize_t>col.offsets64[j + 1]
+        ptr[0] = col.data + start
+        n[0] = end - start
+        return 0
+    if col.kind == COL_FIXED:
+        ptr[0] = col.data + i * col.itemsize
+        end = col.itemsize
+        while end > 0 and ptr[0][end - 1] == 0:
+            end -= 1
+        n[0] = end
+        return 0
+    item = <object>col.items[i]
+    if item is None:
+        n[0] = -1
+        return 0
+    if PyBytes_Check(item):
+        ptr[0] = <const uint8_t*>PyBytes_AS_STRING(item)
+        n[0] = PyBytes_GET_SIZE(item)
+        return 0
+    PyObject_GetBuffer(item, pybuf, PyBUF_SIMPLE)
+    acquired[0] = True
+    ptr[0] = <const uint8_t*>pybuf.buf
+    n[0] = pybuf.len
+    return 0
+
+
+cdef class RecordBatchBuilder:
+    """Builds one v2 record batch.
+
+    ``append`` copies a record's key, value and headers straight into a C buffer;
+    ``append_many`` does the same for whole columns; ``build`` compresses (if asked), fills in
+    the header and CRC32C, and returns the batch's bytes.
+    """
+
+    cdef OutBuf out
+    cdef readonly int32_t record_count
+    cdef int64_t base_timestamp
+    cdef int64_t max_timestamp
+    cdef readonly int64_t base_offset
+    cdef readonly int64_t producer_id
+    cdef readonly int16_t producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly bint transactional
+    cdef readonly bint is_control
+    cdef readonly int codec
+    cdef int level
+    cdef int partition_leader_epoch
+    cdef int timestamp_type
+
+    def __cinit__(self, str compression="none", *, int64_t base_offset=0,
+                  int64_t producer_id=-1, int producer_epoch=-1, int32_t base_sequence=-1,
+                  bint transactional=False, bint is_control=False, int compression_level=-1,
+                  int partition_leader_epoch=-1, bint log_append_time=False):
+        self.codec = codec_id(compression)
+        self.level = compression_level
+        self.out.data = NULL
+        self.out.size = 0
+        self.out.cap = 0
+        out_reserve(&self.out, 4096)
+        self.out.size = BATCH_HEADER_SIZE
+        self.record_count = 0
+        self.base_offset = base_offset
+        self.producer_id = producer_id
+        self.producer_epoch = <int16_t>producer_epoch
+        self.base_sequence = base_sequence
+        self.transactional = transactional
+        self.is_control = is_control
+        self.partition_leader_epoch = partition_leader_epoch
+        self.timestamp_type = 1 if log_append_time else 0
+        self.base_timestamp = 0
+        self.max_timestamp = -1
+
+    def __dealloc__(self):
+        free(self.out.data)
+
+    def __len__(self):
+        return self.record_count
+
+    @property
+    def size_in_bytes(self):
+        """Bytes written so far, uncompressed, header included."""
+        return self.out.size
+
+    @property
+    def compression(self):
+        return _CODEC_NAMES[self.codec]
+
+    cdef inline int write_record(self, const uint8_t* key, Py_ssize_t klen,
+                                 const uint8_t* value, Py_ssize_t vlen, int64_t ts,
+                                 object headers, Py_ssize_t headers_size,
+                                 int32_t header_count) except -1:
+        cdef int64_t ts_delta
+        cdef int32_t offset_delta = self.record_count
+        cdef Py_ssize_t body
+        cdef uint8_t* p
+        if klen > 0x7FFFFFFF or vlen > 0x7FFFFFFF:
+            raise ValueError("a record's key or value is larger than 2 GiB")
+        if self.record_count == 0:
+            self.base_timestamp = ts
+        ts_delta = ts - self.base_timestamp
+        body = (1 + uvarint_size(zigzag64(ts_delta)) + uvarint_size(zigzag32(offset_delta))
+                + uvarint_size(zigzag32(<int32_t>klen)) + (klen if klen > 0 else 0)
+                + uvarint_size(zigzag32(<int32_t>vlen)) + (vlen if vlen > 0 else 0)
+                + uvarint_size(zigzag32(header_count)) + headers_size)
+        out_reserve(&self.out, body + 5)
+        p = self.out.data + self.out.size
+        p += put_uvarint64(p, zigzag32(<int32_t>body))
+        p[0] = 0  # record attributes: unused
+        p += 1
+        p += put_uvarint64(p, zigzag64(ts_delta))
+        p += put_uvarint64(p, zigzag32(offset_delta))
+        p += put_uvarint64(p, zigzag32(<int32_t>klen))
+        if klen > 0:
+            memcpy(p, key, klen)
+            p += klen
+        p += put_uvarint64(p, zigzag32(<int32_t>vlen))
+        if vlen > 0:
+            memcpy(p, value, vlen)
+            p += vlen
+        p += put_uvarint64(p, zigzag32(header_count))
+        if header_count:
+            p = write_headers(p, headers)
+        self.out.size = p - self.out.data
+        self.record_count += 1
+        if ts > self.max_timestamp:
+            self.max_timestamp = ts
+        return 0
+
+    def append(self, object key, object value, int64_t timestamp_ms, object headers=None):
+        """Add one record. ``key`` and ``value`` are bytes-like or None (None and b"" differ);
+        ``headers`` a sequence of ``(str | bytes, bytes | None)`` pairs."""
+        cdef ByteView kv, vv
+        cdef Py_buffer kb, vb
+        cdef Py_ssize_t klen = -1, vlen = -1, hsize = 0
+        cdef int32_t hcount = 0
+        cdef const uint8_t* kp = NULL
+        cdef const uint8_t* vp = NULL
+        kv.acquired = False
+        vv.acquired = False
+        if headers:
+            headers = normalise_headers(headers)
+            hcount = <int32_t>len(headers)
+            hsize = headers_size(headers)
+        try:
+            if key is not None:
+                view_open(key, &kv, &kb)
+                kp = kv.data
+                klen = kv.size
+            if value is not None:
+                view_open(value, &vv, &vb)
+                vp = vv.data
+                vlen = vv.size
+            self.write_record(kp, klen, vp, vlen, timestamp_ms, headers, hsize, hcount)
+        finally:
+            view_close(&kv, &kb)
+            view_close(&vv, &vb)
+
+    def append_many(self, object keys, object values, object timestamp_ms):
+        """Add many records in one call. ``values`` (and ``keys``, or None for no keys) are
+        sequences of bytes-like objects or None, numpy fixed-width bytes arrays, or pyarrow
+        binary/string arrays; ``timestamp_ms`` one int for all, or a sequence/int64 array."""
+        cdef Column kc, vc
+        cdef _ColumnHolder kh = _ColumnHolder(), vh = _ColumnHolder()
+        cdef Py_ssize_t i, n, klen, vlen
+        cdef const uint8_t* kp = NULL
+        cdef const uint8_t* vp = NULL
+        cdef Py_buffer kb, vb
+        cdef bint kacq = False, vacq = False
+        cdef int64_t ts = 0
+        cdef const int64_t* ts_array = NULL
+        cdef object ts_seq = None
+        cdef object ts_view = None
+        column_open(values, &vc, vh)
+        column_open(keys, &kc, kh)
+        if vc.kind == COL_NULL:
+            raise TypeError("values must be a sequence or array (use [None] * n for nulls)")
+        n = vc.length
+        if kc.kind != COL_NULL and kc.length != n:
+            raise ValueError(f"{kc.length} keys for {n} values")
+        if isinstance(timestamp_ms, int):
+            ts = timestamp_ms
+        else:
+            ts_view = _int64_view(timestamp_ms)
+            if ts_view is not None:
+                if len(ts_view) != n:
+                    raise ValueError(f"{len(ts_view)} timestamps for {n} values")
+                ts_array = <const int64_t*><Py_ssize_t>_address_of(ts_view)
+            else:
+                ts_seq = PySequence_Fast(timestamp_ms, "timestamp_ms: an int or a sequence")
+                if PySequence_Fast_GET_SIZE(ts_seq) != n:
+                    raise ValueError(f"{PySequence_Fast_GET_SIZE(ts_seq)} timestamps for {n} values")
+        for i in range(n):
+            if ts_array != NULL:
+                ts = ts_array[i]
+            elif ts_seq is not None:
+                ts = <object>PySequence_Fast_ITEMS(ts_seq)[i]
+            column_get(&kc, i, &kp, &klen, &kb, &kacq)
+            try:
+                column_get(&vc, i, &vp, &vlen, &vb, &vacq)
+                try:
+                    self.write_record(kp, klen, vp, vlen, ts, None, 0, 0)
+                finally:
+                    if vacq:
+                        PyBuffer_Release(&vb)
+                        vacq = False
+            finally:
+                if kacq:
+                    PyBuffer_Release(&kb)
+                    kacq = False
+
+    def build(self):
+        """Finish the batch: compress the records if asked, fill in the header and CRC."""
+        cdef Py_ssize_t records_size = self.out.size - BATCH_HEADER_SIZE
+        cdef bytes payload = None
+        cdef Py_ssize_t payload_size = records_size
+        cdef int16_t attributes = <int16_t>self.codec
+        cdef bytes result
+        cdef uint8_t* p
+        if self.codec != CODEC_NONE and self.record_count > 0:
+            payload = compress_payload(
+                self.codec,
+                PyBytes_FromStringAndSize(<char*>self.out.data + BATCH_HEADER_SIZE, records_size),
+                self.level)
+            payload_size = len(payload)
+        if self.timestamp_type:
+            attributes |= ATTR_TIMESTAMP_TYPE
+        if self.transactional:
+            attributes |= ATTR_TRANSACTIONAL
+        if self.is_control:
+            attributes |= ATTR_CONTROL
+        result = PyBytes_FromStringAndSize(NULL, BATCH_HEADER_SIZE + payload_size)
+        p = <uint8_t*>PyBytes_AS_STRING(result)
+        put_i64(p, self.base_offset)
+        put_i32(p + 8, <int32_t>(BATCH_HEADER_SIZE + payload_size - 12))
+        put_i32(p + 12, self.partition_leader_epoch)
+        p[16] = 2
+        put_i16(p + 21, attributes)
+        put_i32(p + 23, self.record_count - 1 if self.record_count > 0 else -1)
+        put_i64(p + 27, self.base_timestamp if self.record_count > 0 else -1)
+        put_i64(p + 35, self.max_timestamp)
+        put_i64(p + 43, self.producer_id)
+        put_i16(p + 51, self.producer_epoch)
+        put_i32(p + 53, self.base_sequence)
+        put_i32(p + 57, self.record_count)
+        if payload is None:
+            memcpy(p + BATCH_HEADER_SIZE, self.out.data + BATCH_HEADER_SIZE, records_size)
+        else:
+            memcpy(p + BATCH_HEADER_SIZE, PyBytes_AS_STRING(payload), payload_size)
+        put_i32(p + CRC_OFFSET, <int32_t>kcore_crc32c(0, p + ATTRIBUTES_OFFSET,
+                                                        BATCH_HEADER_SIZE + payload_size
+                                                        - ATTRIBUTES_OFFSET))
+        return result
+
+
+cdef object _int64_view(object values):
+    """A 1-d int64 memoryview of ``values`` if it exposes one (numpy, pyarrow), else None."""
+    if isinstance(values, (list, tuple)):
+        return None
+    try:
+        mv = memoryview(values)
+    except TypeError:
+        if type(values).__module__.startswith("pyarrow") and hasattr(values, "to_numpy"):
+            return _int64_view(values.to_numpy(zero_copy_only=False))
+        return None
+    if mv.ndim != 1 or mv.format not in ("q", "l", "<q", "<l", "=q", "=l") or mv.itemsize != 8:
+        return None
+    if not mv.c_contiguous:
+        return None
+    return mv
+
+
+cdef list normalise_headers(object headers):
+    cdef list out = []
+    for item in headers:
+        hkey, hval = item
+        if isinstance(hkey, str):
+            hkey = (<str>hkey).encode("utf-8")
+        elif not isinstance(hkey, bytes):
+            hkey = bytes(hkey)
+        if hval is not None and not isinstance(hval, bytes):
+            if isinstance(hval, str):
+                raise TypeError("header values are bytes or None, not str")
+            hval = bytes(hval)
+        out.append((hkey, hval))
+    return out
+
+
+cdef Py_ssize_t headers_size(list headers) except -1:
+    cdef Py_ssize_t size = 0, n
+    for hkey, hval in headers:
+        n = PyBytes_GET_SIZE(hkey)
+        size += uvarint_size(zigzag32(<int32_t>n)) + n
+        if hval is None:
+            size += 1
+        else:
+            n = PyBytes_GET_SIZE(hval)
+            size += uvarint_size(zigzag32(<int32_t>n)) + n
+    return size
+
+
+cdef uint8_t* write_headers(uint8_t* p, list headers) except NULL:
+    cdef Py_ssize_t n
+    for hkey, hval in headers:
+        n = PyBytes_GET_SIZE(hkey)
+        p += put_uvarint64(p, zigzag32(<int32_t>n))
+        memcpy(p, PyBytes_AS_STRING(hkey), n)
+        p += n
+        if hval is None:
+            p += put_uvarint64(p, zigzag32(-1))
+        else:
+            n = PyBytes_GET_SIZE(hval)
+            p += put_uvarint64(p, zigzag32(<int32_t>n))
+            memcpy(p, PyBytes_AS_STRING(hval), n)
+            p += n
+    return p

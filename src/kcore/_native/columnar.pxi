@@ -1,0 +1,222 @@
+# Columnar decode: records straight into contiguous column buffers (offsets, timestamps, key and
+# value offsets + data, validity bitmaps, headers), which pyarrow wraps without copying. No
+# Python object is made per record.
+
+cdef inline int bitmap_append(OutBuf* bm, Py_ssize_t index, bint valid) except -1:
+    if (index & 7) == 0:
+        out_reserve(bm, 1)
+        bm.data[bm.size] = 0
+        bm.size += 1
+    if valid:
+        bm.data[index >> 3] |= <uint8_t>(1 << (index & 7))
+    return 0
+
+
+cdef inline int binary_append(OutBuf* offs, OutBuf* data, OutBuf* bm, Py_ssize_t index,
+                              const uint8_t* p, Py_ssize_t n, Py_ssize_t* nulls) except -1:
+    cdef int32_t end
+    bitmap_append(bm, index, n >= 0)
+    if n < 0:
+        nulls[0] += 1
+    else:
+        out_write(data, p, n)
+    if data.size > 0x7FFFFFFF:
+        raise ValueError("a column's data passed 2 GiB; decode fewer batches at a time")
+    end = <int32_t>data.size
+    out_write(offs, &end, 4)
+    return 0
+
+
+cdef class ColumnarRecords:
+    """The records of one or more batches, column by column. Every buffer exposes the buffer
+    protocol; :meth:`to_arrow` wraps them in a ``pyarrow.RecordBatch`` without copying."""
+
+    cdef readonly Py_ssize_t num_rows
+    cdef readonly ColumnBuffer offset, timestamp, timestamp_type
+    cdef readonly ColumnBuffer key_offsets, key_data, key_validity
+    cdef readonly ColumnBuffer value_offsets, value_data, value_validity
+    cdef readonly ColumnBuffer header_offsets, header_key_offsets, header_key_data
+    cdef readonly ColumnBuffer header_value_offsets, header_value_data, header_value_validity
+    cdef readonly Py_ssize_t key_nulls, value_nulls, header_value_nulls, num_headers
+    cdef readonly bint include_headers
+    cdef int64_t ts_scale
+
+    def __cinit__(self):
+        self.offset = ColumnBuffer()
+        self.timestamp = ColumnBuffer()
+        self.timestamp_type = ColumnBuffer()
+        self.key_offsets = ColumnBuffer()
+        self.key_data = ColumnBuffer()
+        self.key_validity = ColumnBuffer()
+        self.value_offsets = ColumnBuffer()
+        self.value_data = ColumnBuffer()
+        self.value_validity = ColumnBuffer()
+        self.header_offsets = ColumnBuffer()
+        self.header_key_offsets = ColumnBuffer()
+        self.header_key_data = ColumnBuffer()
+        self.header_value_offsets = ColumnBuffer()
+        self.header_value_data = ColumnBuffer()
+        self.header_value_validity = ColumnBuffer()
+        cdef int32_t zero = 0
+        out_write(&self.key_offsets.buf, &zero, 4)
+        out_write(&self.value_offsets.buf, &zero, 4)
+        out_write(&self.header_offsets.buf, &zero, 4)
+        out_write(&self.header_key_offsets.buf, &zero, 4)
+        out_write(&self.header_value_offsets.buf, &zero, 4)
+        self.ts_scale = 1
+
+    cdef int add(self, int64_t offset, int64_t ts, int32_t ts_type, const uint8_t* key,
+                 Py_ssize_t klen, const uint8_t* value, Py_ssize_t vlen) except -1:
+        cdef int64_t scaled = ts * self.ts_scale if ts >= 0 else ts
+        out_write(&self.offset.buf, &offset, 8)
+        out_write(&self.timestamp.buf, &scaled, 8)
+        out_write(&self.timestamp_type.buf, &ts_type, 4)
+        binary_append(&self.key_offsets.buf, &self.key_data.buf, &self.key_validity.buf,
+                      self.num_rows, key, klen, &self.key_nulls)
+        binary_append(&self.value_offsets.buf, &self.value_data.buf, &self.value_validity.buf,
+                      self.num_rows, value, vlen, &self.value_nulls)
+        self.num_rows += 1
+        return 0
+
+    cdef int add_headers(self, const uint8_t* p, RecordView* r, Py_ssize_t base) except -1:
+        cdef Py_ssize_t pos = r.headers_pos, hklen, hvlen, ignored = 0
+        cdef const uint8_t* hk
+        cdef const uint8_t* hv
+        cdef int32_t j, end
+        for j in range(r.header_count):
+            parse_header(p, r.end, &pos, &hk, &hklen, &hv, &hvlen, base)
+            out_write(&self.header_key_data.buf, hk, hklen)
+            end = <int32_t>self.header_key_data.buf.size
+            out_write(&self.header_key_offsets.buf, &end, 4)
+            binary_append(&self.header_value_offsets.buf, &self.header_value_data.buf,
+                          &self.header_value_validity.buf, self.num_headers, hv, hvlen,
+                          &self.header_value_nulls)
+            self.num_headers += 1
+        end = <int32_t>self.num_headers
+        out_write(&self.header_offsets.buf, &end, 4)
+        return 0
+
+    cdef int add_header_objects(self, object headers) except -1:
+        cdef int32_t end
+        for hkey, hval in headers:
+            hk = hkey.encode("utf-8")
+            out_write(&self.header_key_data.buf, PyBytes_AS_STRING(hk), len(hk))
+            end = <int32_t>self.header_key_data.buf.size
+            out_write(&self.header_key_offsets.buf, &end, 4)
+            if hval is None:
+                binary_append(&self.header_value_offsets.buf, &self.header_value_data.buf,
+                              &self.header_value_validity.buf, self.num_headers, NULL, -1,
+                              &self.header_value_nulls)
+            else:
+                binary_append(&self.header_value_offsets.buf, &self.header_value_data.buf,
+                              &self.header_value_validity.buf, self.num_headers,
+                              <const uint8_t*>PyBytes_AS_STRING(hval), len(hval),
+                              &self.header_value_nulls)
+            self.num_headers += 1
+        end = <int32_t>self.num_headers
+        out_write(&self.header_offsets.buf, &end, 4)
+        return 0
+
+    def to_arrow(self):
+        """A ``pyarrow.RecordBatch`` with the columns of Spark's Kafka source that the records
+        themselves carry: key, value, offset, timestamp, timestampType (and headers)."""
+        import pyarrow as pa
+
+        n = self.num_rows
+        ts_unit = "ms" if self.ts_scale == 1 else "us"
+        key = pa.Array.from_buffers(
+            pa.binary(), n,
+            [pa.py_buffer(self.key_validity) if self.key_nulls else None,
+             pa.py_buffer(self.key_offsets), pa.py_buffer(self.key_data)],
+            null_count=self.key_nulls)
+        value = pa.Array.from_buffers(
+            pa.binary(), n,
+            [pa.py_buffer(self.value_validity) if self.value_nulls else None,
+             pa.py_buffer(self.value_offsets), pa.py_buffer(self.value_data)],
+            null_count=self.value_nulls)
+        offset = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.offset)])
+        timestamp = pa.Array.from_buffers(pa.timestamp(ts_unit, tz="UTC"), n,
+                                          [None, pa.py_buffer(self.timestamp)])
+        ts_type = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(self.timestamp_type)])
+        arrays = [key, value, offset, timestamp, ts_type]
+        names = ["key", "value", "offset", "timestamp", "timestampType"]
+        if self.include_headers:
+            h = self.num_headers
+            hkey = pa.Array.from_buffers(
+                pa.string(), h,
+                [None, pa.py_buffer(self.header_key_offsets), pa.py_buffer(self.header_key_data)])
+            hval = pa.Array.from_buffers(
+                pa.binary(), h,
+                [pa.py_buffer(self.header_value_validity) if self.header_value_nulls else None,
+                 pa.py_buffer(self.header_value_offsets), pa.py_buffer(self.header_value_data)],
+                null_count=self.header_value_nulls)
+            pairs = pa.StructArray.from_arrays([hkey, hval], names=["key", "value"])
+            headers = pa.ListArray.from_arrays(
+                pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(self.header_offsets)]),
+                pairs)
+            arrays.append(headers)
+            names.append("headers")
+        return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
+                   bint include_headers=True, bint allow_partial=True, str timestamp_unit="ms",
+                   Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
+    """Decode every record in ``buf`` into a :class:`ColumnarRecords` (no Python object per
+    record). Records before ``min_offset`` and, by default, control batches are skipped."""
+    cdef ColumnarRecords cols = ColumnarRecords()
+    cdef RecordBatch batch
+    cdef ByteView v
+    cdef Py_buffer pybuf
+    cdef Py_ssize_t pos, base
+    cdef int32_t i, ts_type
+    cdef int64_t ts, offset
+    cdef RecordView r
+    cdef bint log_append
+    if timestamp_unit not in ("ms", "us"):
+        raise ValueError("timestamp_unit is 'ms' or 'us'")
+    cols.ts_scale = 1 if timestamp_unit == "ms" else 1000
+    cols.include_headers = include_headers
+    for b in decode_batches(buf, allow_partial, max_decompressed_size=max_decompressed_size):
+        if skip_control and b.is_control:
+            continue
+        if b.next_offset <= min_offset:
+            continue
+        if isinstance(b, LegacyBatch):
+            ts_type = b.timestamp_type if b.timestamp_type >= 0 else 0
+            for offset, ts, key, value, headers in b.records():
+                if offset < min_offset:
+                    continue
+                cols.add(offset, ts, ts_type,
+                         NULL if key is None else <const uint8_t*>PyBytes_AS_STRING(key),
+                         -1 if key is None else len(key),
+                         NULL if value is None else <const uint8_t*>PyBytes_AS_STRING(value),
+                         -1 if value is None else len(value))
+                if include_headers:
+                    cols.add_header_objects(())
+            continue
+        batch = <RecordBatch>b
+        payload = batch.payload()
+        base = batch.position + BATCH_HEADER_SIZE
+        log_append = batch.attributes & ATTR_TIMESTAMP_TYPE
+        ts_type = 1 if log_append else 0
+        pos = 0
+        view_open(payload, &v, &pybuf)
+        try:
+            for i in range(batch.record_count):
+                parse_record(v.data, v.size, &pos, &r, base)
+                offset = batch.base_offset + r.offset_delta
+                if offset < min_offset:
+                    continue
+                ts = batch.max_timestamp if log_append else batch.base_timestamp + r.ts_delta
+                cols.add(offset, ts, ts_type, r.key, r.klen, r.value, r.vlen)
+                if include_headers:
+                    cols.add_headers(v.data, &r, base)
+        finally:
+            view_close(&v, &pybuf)
+    return cols
+
+
+def decode_to_arrow(object buf, **options):
+    """:func:`decode_columns` as a ``pyarrow.RecordBatch`` (needs pyarrow)."""
+    return decode_columns(buf, **options).to_arrow()

@@ -1,0 +1,251 @@
+# Kafka's compression framing around the codecs cramjam provides (it releases the GIL):
+# gzip streams, snappy in Java's xerial framing (raw snappy is read too), LZ4 frames written as
+# Java writes them (64 KiB independent blocks), zstd streams (several frames, or frames without
+# a content size, decode as one stream). Decompression is bounded: a batch may not expand past
+# ``max_decompressed_size`` bytes.
+
+import cramjam as _cramjam
+
+DEF CODEC_NONE = 0
+DEF CODEC_GZIP = 1
+DEF CODEC_SNAPPY = 2
+DEF CODEC_LZ4 = 3
+DEF CODEC_ZSTD = 4
+
+COMPRESSION_CODECS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY,
+                      "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}
+_CODEC_NAMES = {v: k for k, v in COMPRESSION_CODECS.items()}
+
+# The default cap on how far one compressed batch may expand.
+DEFAULT_MAX_DECOMPRESSED_SIZE = 256 * 1024 * 1024
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+cdef const char* XERIAL_MAGIC_C = b"\x82SNAPPY\x00"
+DEF XERIAL_HEADER_SIZE = 16
+DEF XERIAL_BLOCK_SIZE = 32768
+DEF LZ4_BLOCK_SIZE = 65536
+DEF LZ4_MAGIC = 0x184D2204
+# FLG: version 01, independent blocks, no checksums, no content size. BD: 64 KiB blocks.
+DEF LZ4_FLG = 0x60
+DEF LZ4_BD = 0x40
+
+_DecompressionError = _cramjam.DecompressionError
+
+
+cdef int codec_id(str name) except -1:
+    try:
+        return COMPRESSION_CODECS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown compression {name!r}; one of {', '.join(COMPRESSION_CODECS)}") from None
+
+
+def compress(str codec, object data, int level=-1):
+    """Compress ``data`` with Kafka's framing for ``codec``; ``level`` -1 is the codec default
+    (gzip 6 and zstd 3, as the Java producer uses)."""
+    return compress_payload(codec_id(codec), data, level)
+
+
+def decompress(str codec, object data, Py_ssize_t max_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
+    """Undo :func:`compress` (or what Java, librdkafka and other producers write)."""
+    return bytes(decompress_payload(codec_id(codec), data, max_size, 0, False))
+
+
+cdef bytes compress_payload(int codec, object data, int level):
+    if codec == CODEC_NONE:
+        return bytes(data)
+    if codec == CODEC_GZIP:
+        return bytes(_cramjam.gzip.compress(data, level=6 if level < 0 else level))
+    if codec == CODEC_SNAPPY:
+        return xerial_compress(data)
+    if codec == CODEC_LZ4:
+        return lz4_frame_compress(data)
+    if codec == CODEC_ZSTD:
+        return bytes(_cramjam.zstd.compress(data, level=3 if level < 0 else level))
+    raise UnsupportedCodecError(f"compression codec {codec} is not known")
+
+
+cdef bytes xerial_compress(object data):
+    cdef ByteView v
+    cdef Py_buffer pybuf
+    cdef OutBuf out
+    cdef Py_ssize_t pos = 0, n
+    cdef uint8_t header[8]
+    out.data = NULL
+    out.size = 0
+    out.cap = 0
+    view_open(data, &v, &pybuf)
+    try:
+        mem = memoryview(data).cast("B") if not PyBytes_Check(data) else data
+        out_write(&out, XERIAL_MAGIC_C, 8)
+        put_i32(header, 1)  # version
+        put_i32(header + 4, 1)  # minimum compatible version
+        out_write(&out, header, 8)
+        while pos < v.size:
+            n = min(XERIAL_BLOCK_SIZE, v.size - pos)
+            block = bytes(_cramjam.snappy.compress_raw(mem[pos:pos + n]))
+            put_i32(header, <int32_t>len(block))
+            out_write(&out, header, 4)
+            out_write(&out, PyBytes_AS_STRING(block), len(block))
+            pos += n
+        return PyBytes_FromStringAndSize(<char*>out.data, out.size)
+    finally:
+        view_close(&v, &pybuf)
+        free(out.data)
+
+
+cdef bytes lz4_frame_compress(object data):
+    cdef ByteView v
+    cdef Py_buffer pybuf
+    cdef OutBuf out
+    cdef Py_ssize_t pos = 0, n, clen
+    cdef uint8_t header[7]
+    cdef uint32_t word
+    out.data = NULL
+    out.size = 0
+    out.cap = 0
+    view_open(data, &v, &pybuf)
+    try:
+        mem = memoryview(data).cast("B") if not PyBytes_Check(data) else data
+        header[0] = 0x04
+        header[1] = 0x22
+        header[2] = 0x4D
+        header[3] = 0x18
+        header[4] = LZ4_FLG
+        header[5] = LZ4_BD
+        header[6] = <uint8_t>((kcore_xxh32(header + 4, 2, 0) >> 8) & 0xFF)
+        out_write(&out, header, 7)
+        while pos < v.size:
+            n = min(LZ4_BLOCK_SIZE, v.size - pos)
+            block = bytes(_cramjam.lz4.compress_block(mem[pos:pos + n], store_size=False))
+            clen = len(block)
+            out_reserve(&out, 4 + n)
+            if clen >= n:  # incompressible: store the block as is, flagged by the high bit
+                word = <uint32_t>n | 0x80000000u
+                put_le32(out.data + out.size, word)
+                out.size += 4
+                out_write(&out, v.data + pos, n)
+            else:
+                put_le32(out.data + out.size, <uint32_t>clen)
+                out.size += 4
+                out_write(&out, PyBytes_AS_STRING(block), clen)
+            pos += n
+        out_reserve(&out, 4)
+        put_le32(out.data + out.size, 0)  # end mark
+        out.size += 4
+        return PyBytes_FromStringAndSize(<char*>out.data, out.size)
+    finally:
+        view_close(&v, &pybuf)
+        free(out.data)
+
+
+cdef inline void put_le32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>v
+    p[1] = <uint8_t>(v >> 8)
+    p[2] = <uint8_t>(v >> 16)
+    p[3] = <uint8_t>(v >> 24)
+
+
+cdef object decompress_payload(int codec, object data, Py_ssize_t limit, Py_ssize_t position,
+                               bint legacy_lz4):
+    """Decompress one batch's payload; errors name ``position`` (the batch's start)."""
+    try:
+        if codec == CODEC_GZIP:
+            return decompress_bounded(_cramjam.gzip.decompress_into, data, limit, position)
+        if codec == CODEC_SNAPPY:
+            return snappy_decompress(data, limit, position)
+        if codec == CODEC_LZ4:
+            if legacy_lz4:
+                data = fix_legacy_lz4_header(data)
+            return decompress_bounded(_cramjam.lz4.decompress_into, data, limit, position)
+        if codec == CODEC_ZSTD:
+            return decompress_bounded(_cramjam.zstd.decompress_into, data, limit, position)
+    except _DecompressionError as exc:
+        raise CorruptRecordError(
+            f"{_CODEC_NAMES[codec]} data does not decompress: {exc}", position) from None
+    raise UnsupportedCodecError(f"compression codec {codec} is not known", position)
+
+
+cdef object decompress_bounded(object decompress_into, object data, Py_ssize_t limit,
+                               Py_ssize_t position):
+    # The codecs fail rather than write past the output buffer, so grow the buffer (4x a
+    # step) up to the limit; most batches fit the first guess.
+    cdef Py_ssize_t size = min(limit, max(len(data) * 4, 65536))
+    cdef Py_ssize_t n
+    while True:
+        out = bytearray(size)
+        try:
+            n = decompress_into(data, out)
+        except _DecompressionError as exc:
+            if "whole buffer" not in str(exc):
+                raise
+            if size >= limit:
+                raise DecompressionLimitError(
+                    f"a compressed batch expands past the limit of {limit} bytes", position
+                ) from None
+            size = min(limit, size * 4)
+            continue
+        del out[n:]
+        return out
+
+
+cdef object snappy_decompress(object data, Py_ssize_t limit, Py_ssize_t position):
+    cdef ByteView v
+    cdef Py_buffer pybuf
+    cdef Py_ssize_t pos, blen, total = 0, n
+    cdef list blocks = []
+    view_open(data, &v, &pybuf)
+    try:
+        mem = memoryview(data).cast("B") if not PyBytes_Check(data) else data
+        # Xerial framing: only the magic is checked (producers write different versions).
+        if v.size >= XERIAL_HEADER_SIZE and memcmp(v.data, XERIAL_MAGIC_C, 8) == 0:
+            pos = XERIAL_HEADER_SIZE
+            while pos < v.size:
+                if v.size - pos < 4:
+                    raise TruncatedDataError("xerial snappy block length is truncated", position)
+                blen = get_i32(v.data + pos)
+                pos += 4
+                if blen < 0 or blen > v.size - pos:
+                    raise InvalidLengthError("xerial snappy block length is out of range",
+                                             position)
+                blocks.append(mem[pos:pos + blen])
+                pos += blen
+        else:
+            blocks.append(mem)
+        sizes = []
+        for block in blocks:
+            n = _cramjam.snappy.decompress_raw_len(block)
+            total += n
+            if total > limit:
+                raise DecompressionLimitError(
+                    f"a compressed batch expands past the limit of {limit} bytes", position)
+            sizes.append(n)
+        out = bytearray(total)
+        view = memoryview(out)
+        pos = 0
+        for block, n in zip(blocks, sizes):
+            if _cramjam.snappy.decompress_raw_into(block, view[pos:pos + n]) != n:
+                raise CorruptRecordError("snappy block decompressed to an unexpected size",
+                                         position)
+            pos += n
+        view.release()
+        return out
+    finally:
+        view_close(&v, &pybuf)
+
+
+cdef object fix_legacy_lz4_header(object data):
+    # Magic v0 messages were written with the LZ4 header checksum computed over the magic
+    # number too (KAFKA-3160); recompute it over the descriptor so a standard reader accepts it.
+    cdef bytearray fixed = bytearray(data)
+    cdef Py_ssize_t hc_pos
+    cdef uint8_t flg
+    cdef uint8_t* p
+    if len(fixed) < 7:
+        return fixed
+    p = <uint8_t*>PyByteArray_AS_STRING(fixed)
+    flg = p[4]
+    hc_pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    if hc_pos < len(fixed):
+        p[hc_pos] = <uint8_t>((kcore_xxh32(p + 4, hc_pos - 4, 0) >> 8) & 0xFF)
+    return fixed

@@ -1,0 +1,453 @@
+# Decoding record batches: v2 (magic 2) batches, control batches, and the legacy message sets
+# of magic 0 and 1 (with their compressed wrapper messages).
+
+DEF LEGACY_HEADER_SIZE = 12  # offset int64 + message size int32
+DEF V0_MIN_MESSAGE = 14      # crc, magic, attributes, key length, value length
+DEF V1_MIN_MESSAGE = 22      # ... plus the timestamp
+
+
+cdef struct RecordView:
+    int64_t ts_delta
+    int32_t offset_delta
+    const uint8_t* key
+    Py_ssize_t klen
+    const uint8_t* value
+    Py_ssize_t vlen
+    Py_ssize_t headers_pos
+    int32_t header_count
+    Py_ssize_t end
+
+
+cdef inline int parse_record(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
+                             RecordView* r, Py_ssize_t base) except -1:
+    """Parse the record at p[pos] (headers are skipped, their position kept)."""
+    cdef int32_t body, hlen
+    cdef uint64_t u64
+    cdef Py_ssize_t end, i
+    read_varint32(p, size, pos, &body)
+    if body < 0 or body > size - pos[0]:
+        raise TruncatedDataError("record length points past the end of the batch", base + pos[0])
+    end = pos[0] + body
+    pos[0] += 1  # record attributes: unused
+    read_uvarint64(p, end, pos, &u64)
+    r.ts_delta = unzigzag64(u64)
+    read_varint32(p, end, pos, &r.offset_delta)
+    read_varint32(p, end, pos, &hlen)
+    if hlen < -1 or hlen > end - pos[0]:
+        raise InvalidLengthError("record key length is out of range", base + pos[0])
+    r.key = p + pos[0]
+    r.klen = hlen
+    if hlen > 0:
+        pos[0] += hlen
+    read_varint32(p, end, pos, &hlen)
+    if hlen < -1 or hlen > end - pos[0]:
+        raise InvalidLengthError("record value length is out of range", base + pos[0])
+    r.value = p + pos[0]
+    r.vlen = hlen
+    if hlen > 0:
+        pos[0] += hlen
+    read_varint32(p, end, pos, &r.header_count)
+    if r.header_count < 0:
+        raise InvalidLengthError("negative header count", base + pos[0])
+    r.headers_pos = pos[0]
+    r.end = end
+    pos[0] = end
+    return 0
+
+
+cdef inline int parse_header(const uint8_t* p, Py_ssize_t end, Py_ssize_t* pos,
+                             const uint8_t** hk, Py_ssize_t* hklen, const uint8_t** hv,
+                             Py_ssize_t* hvlen, Py_ssize_t base) except -1:
+    cdef int32_t n
+    read_varint32(p, end, pos, &n)
+    if n < 0 or n > end - pos[0]:
+        raise InvalidLengthError("header key length is out of range", base + pos[0])
+    hk[0] = p + pos[0]
+    hklen[0] = n
+    pos[0] += n
+    read_varint32(p, end, pos, &n)
+    if n < -1 or n > end - pos[0]:
+        raise InvalidLengthError("header value length is out of range", base + pos[0])
+    hv[0] = p + pos[0]
+    hvlen[0] = n
+    if n > 0:
+        pos[0] += n
+    return 0
+
+
+cdef object headers_tuple(const uint8_t* p, RecordView* r, Py_ssize_t base):
+    cdef Py_ssize_t pos = r.headers_pos, hklen, hvlen
+    cdef const uint8_t* hk
+    cdef const uint8_t* hv
+    cdef int32_t j
+    if r.header_count == 0:
+        return ()
+    out = PyTuple_New(r.header_count)
+    for j in range(r.header_count):
+        parse_header(p, r.end, &pos, &hk, &hklen, &hv, &hvlen, base)
+        try:
+            hkey = PyUnicode_DecodeUTF8(<const char*>hk, hklen, NULL)
+        except UnicodeDecodeError:
+            raise CorruptRecordError("header key is not UTF-8", base + pos) from None
+        hval = None if hvlen < 0 else PyBytes_FromStringAndSize(<const char*>hv, hvlen)
+        pair = (hkey, hval)
+        Py_INCREF(pair)
+        PyTuple_SET_ITEM(out, j, pair)
+    return out
+
+
+cdef class RecordBatch:
+    """One v2 record batch: its header fields, and ``records()``."""
+
+    cdef readonly int64_t base_offset
+    cdef readonly int32_t partition_leader_epoch
+    cdef readonly int8_t magic
+    cdef readonly uint32_t crc
+    cdef readonly int16_t attributes
+    cdef readonly int32_t last_offset_delta
+    cdef readonly int64_t base_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef readonly int64_t producer_id
+    cdef readonly int16_t producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly int32_t record_count
+    cdef readonly Py_ssize_t position   # where the batch starts in the decoded buffer
+    cdef readonly Py_ssize_t size_in_bytes
+    cdef object _source                 # the buffer the batch lives in (not copied)
+    cdef Py_ssize_t _max_decompressed
+
+    def __repr__(self):
+        return (f"RecordBatch(base_offset={self.base_offset}, records={self.record_count}, "
+                f"compression={self.compression!r}, control={self.is_control})")
+
+    @property
+    def compression(self):
+        return _CODEC_NAMES.get(self.attributes & 0x07, "unknown")
+
+    @property
+    def timestamp_type(self):
+        """0 for CreateTime, 1 for LogAppendTime."""
+        return (self.attributes >> 3) & 1
+
+    @property
+    def is_transactional(self):
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self):
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def last_offset(self):
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self):
+        return self.base_offset + self.last_offset_delta + 1
+
+    def control_type(self):
+        """For a control batch, ``"abort"`` or ``"commit"`` (from its marker's key); else None."""
+        if not self.is_control:
+            return None
+        for _, _, key, _, _ in self.records():
+            if key is None or len(key) < 4:
+                raise CorruptRecordError("control record key is too short", self.position)
+            kind = get_i16(<const uint8_t*>PyBytes_AS_STRING(key) + 2)
+            return {0: "abort", 1: "commit"}.get(kind, f"unknown({kind})")
+        return None
+
+    cdef object payload(self):
+        """The records section, decompressed if need be."""
+        cdef Py_ssize_t start = self.position + BATCH_HEADER_SIZE
+        cdef Py_ssize_t end = self.position + self.size_in_bytes
+        cdef int codec = self.attributes & 0x07
+        src = memoryview(self._source)[start:end]
+        if codec == CODEC_NONE:
+            return src
+        if codec > CODEC_ZSTD:
+            raise UnsupportedCodecError(f"compression codec {codec} is not known", self.position)
+        return decompress_payload(codec, src, self._max_decompressed, self.position, False)
+
+    def records(self):
+        """The records as ``(offset, timestamp_ms, key, value, headers)`` tuples; ``headers``
+        is a tuple of ``(str, bytes | None)`` pairs."""
+        cdef ByteView v
+        cdef Py_buffer pybuf
+        cdef Py_ssize_t pos = 0, base
+        cdef int32_t i
+        cdef RecordView r
+        cdef list out = PyList_New(self.record_count) if self.record_count > 0 else []
+        cdef bint log_append = self.attributes & ATTR_TIMESTAMP_TYPE
+        cdef int64_t ts
+        payload = self.payload()
+        base = self.position + BATCH_HEADER_SIZE
+        view_open(payload, &v, &pybuf)
+        try:
+            for i in range(self.record_count):
+                parse_record(v.data, v.size, &pos, &r, base)
+                ts = self.max_timestamp if log_append else self.base_timestamp + r.ts_delta
+                key = None if r.klen < 0 else PyBytes_FromStringAndSize(<const char*>r.key, r.klen)
+                value = (None if r.vlen < 0
+                         else PyBytes_FromStringAndSize(<const char*>r.value, r.vlen))
+                record = (self.base_offset + r.offset_delta, ts, key, value,
+                          headers_tuple(v.data, &r, base))
+                Py_INCREF(record)
+                PyList_SET_ITEM(out, i, record)
+            if pos != v.size:
+                raise CorruptRecordError(
+                    f"{v.size - pos} bytes left after the batch's {self.record_count} records",
+                    base + pos)
+        finally:
+            view_close(&v, &pybuf)
+        return out
+
+
+cdef class LegacyBatch:
+    """One top-level message of a magic 0 or 1 message set: a single record, or a compressed
+    wrapper whose value holds an inner message set. ``last_offset`` is the wrapper's offset."""
+
+    cdef readonly int64_t last_offset
+    cdef readonly int8_t magic
+    cdef readonly uint32_t crc
+    cdef readonly int8_t attributes
+    cdef readonly int64_t timestamp
+    cdef readonly Py_ssize_t position
+    cdef readonly Py_ssize_t size_in_bytes
+    cdef object _source
+    cdef Py_ssize_t _max_decompressed
+
+    def __repr__(self):
+        return (f"LegacyBatch(magic={self.magic}, last_offset={self.last_offset}, "
+                f"compression={self.compression!r})")
+
+    @property
+    def compression(self):
+        return _CODEC_NAMES.get(self.attributes & 0x07, "unknown")
+
+    @property
+    def timestamp_type(self):
+        return (self.attributes >> 3) & 1 if self.magic > 0 else -1
+
+    @property
+    def is_control(self):
+        return False
+
+    @property
+    def is_transactional(self):
+        return False
+
+    @property
+    def producer_id(self):
+        return -1
+
+    @property
+    def next_offset(self):
+        return self.last_offset + 1
+
+    def records(self):
+        """The records as ``(offset, timestamp_ms, key, value, headers)`` tuples (no headers
+        in these formats: always ``()``)."""
+        cdef list out = []
+        cdef int codec = self.attributes & 0x07
+        cdef Py_ssize_t n
+        cdef int64_t shift, ts
+        cdef bint log_append
+        message = decode_legacy_message(self._source, self.position)
+        if codec == CODEC_NONE:
+            offset, ts, key, value, _ = message
+            return [(offset, ts, key, value, ())]
+        if codec > CODEC_LZ4:
+            raise UnsupportedCodecError(
+                f"compression codec {codec} is not allowed in magic {self.magic} messages",
+                self.position)
+        value = message[3]
+        if value is None:
+            raise CorruptRecordError("compressed wrapper message has no value", self.position)
+        inner = decompress_payload(codec, value, self._max_decompressed, self.position,
+                                   self.magic == 0)
+        pos = 0
+        n = len(inner)
+        while pos < n:
+            if n - pos < LEGACY_HEADER_SIZE:
+                raise TruncatedDataError("inner message is truncated", self.position)
+            record = decode_legacy_message(inner, pos)
+            out.append(record)
+            pos += LEGACY_HEADER_SIZE + get_i32(
+                <const uint8_t*>PyByteArray_AS_STRING(inner) + pos + 8)
+        if not out:
+            return out
+        log_append = self.magic == 1 and (self.attributes & ATTR_TIMESTAMP_TYPE)
+        if self.magic == 1:
+            # Inner offsets are relative; the wrapper carries the last one's absolute offset.
+            shift = self.last_offset - out[len(out) - 1][0]
+        else:
+            shift = 0
+        return [(o + shift, self.timestamp if log_append else t, k, v, ())
+                for o, t, k, v, _ in out]
+
+
+cdef tuple decode_legacy_message(object source, Py_ssize_t position):
+    """(offset, timestamp, key, value, attributes) of the message at ``position``, its CRC
+    checked; bounds were checked by the caller for the top level and here for the inside."""
+    cdef ByteView v
+    cdef Py_buffer pybuf
+    cdef const uint8_t* p
+    cdef int32_t size, klen, vlen
+    cdef Py_ssize_t pos, end
+    cdef int8_t magic
+    cdef int64_t ts = -1
+    cdef uint32_t crc, computed
+    view_open(source, &v, &pybuf)
+    try:
+        p = v.data + position
+        size = get_i32(p + 8)
+        if size < V0_MIN_MESSAGE or size > v.size - position - LEGACY_HEADER_SIZE:
+            raise InvalidLengthError(f"message size {size} is out of range", position)
+        end = position + LEGACY_HEADER_SIZE + size
+        magic = <int8_t>p[16]
+        if magic > 1 or magic < 0:
+            raise UnsupportedMagicError(f"message magic {magic} inside a legacy message set",
+                                        position)
+        if magic == 1 and size < V1_MIN_MESSAGE:
+            raise InvalidLengthError(f"message size {size} is too small for magic 1", position)
+        crc = <uint32_t>get_i32(p + 12)
+        computed = kcore_crc32_ieee(0, p + 16, size - 4)
+        if crc != computed:
+            raise CrcMismatchError(
+                f"message CRC is {crc:#010x} but its bytes give {computed:#010x}", position)
+        pos = position + 18
+        if magic == 1:
+            ts = get_i64(v.data + pos)
+            pos += 8
+        klen = get_i32(v.data + pos)
+        pos += 4
+        if klen < -1 or klen > end - pos:
+            raise InvalidLengthError("message key length is out of range", pos - 4)
+        key = None if klen < 0 else PyBytes_FromStringAndSize(<const char*>v.data + pos, klen)
+        if klen > 0:
+            pos += klen
+        if end - pos < 4:
+            raise TruncatedDataError("message value length is truncated", pos)
+        vlen = get_i32(v.data + pos)
+        pos += 4
+        if vlen < -1 or vlen > end - pos:
+            raise InvalidLengthError("message value length is out of range", pos - 4)
+        value = None if vlen < 0 else PyBytes_FromStringAndSize(<const char*>v.data + pos, vlen)
+        return (get_i64(p), ts, key, value, p[17])
+    finally:
+        view_close(&v, &pybuf)
+
+
+cdef Py_ssize_t check_batch_at(const uint8_t* data, Py_ssize_t size, Py_ssize_t pos,
+                               bint allow_partial, bint check_crc) except -2:
+    """The length of the batch or message starting at ``pos``, validated (CRC included);
+    -1 for a partial trailing one when ``allow_partial``."""
+    cdef const uint8_t* p = data + pos
+    cdef int32_t length
+    cdef uint32_t stored, computed
+    cdef int magic
+    if size - pos < 17:
+        if allow_partial:
+            return -1
+        raise TruncatedDataError("record batch header is truncated", pos)
+    length = get_i32(p + 8)
+    magic = p[16]
+    if magic == 2:
+        if length < BATCH_HEADER_SIZE - 12:
+            raise InvalidLengthError(f"record batch length {length} is too small", pos)
+    elif magic == 0 or magic == 1:
+        if length < (V0_MIN_MESSAGE if magic == 0 else V1_MIN_MESSAGE):
+            raise InvalidLengthError(f"message size {length} is too small", pos)
+    else:
+        raise UnsupportedMagicError(f"record batch magic {magic} is not supported", pos)
+    if length > size - pos - 12:
+        if allow_partial:
+            return -1
+        raise TruncatedDataError(
+            f"record batch of {length + 12} bytes runs past the end of the buffer", pos)
+    if magic == 2 and check_crc:
+        stored = <uint32_t>get_i32(p + CRC_OFFSET)
+        computed = kcore_crc32c(0, p + ATTRIBUTES_OFFSET, length + 12 - ATTRIBUTES_OFFSET)
+        if stored != computed:
+            raise CrcMismatchError(
+                f"record batch CRC is {stored:#010x} but its bytes give {computed:#010x}", pos)
+    return length + 12
+
+
+def decode_batches(object buf, bint allow_partial=False, *, bint check_crcs=True,
+                   Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
+    """Decode every batch in ``buf`` (v2 batches and magic 0/1 messages, as a Fetch response's
+    records hold them). A trailing partial batch (which Fetch responses may end with) is
+    ignored when ``allow_partial`` is true and raises otherwise. The batches refer to ``buf``
+    without copying it. ``check_crcs`` (Java's check.crcs) verifies each v2 batch's CRC32C;
+    legacy messages' CRCs are checked when their records are read."""
+    cdef ByteView v
+    cdef Py_buffer pybuf
+    cdef Py_ssize_t pos = 0, length
+    cdef const uint8_t* p
+    cdef RecordBatch batch
+    cdef LegacyBatch legacy
+    cdef list out = []
+    view_open(buf, &v, &pybuf)
+    try:
+        while pos < v.size:
+            length = check_batch_at(v.data, v.size, pos, allow_partial, check_crcs)
+            if length < 0:
+                break
+            p = v.data + pos
+            if p[16] == 2:
+                batch = RecordBatch.__new__(RecordBatch)
+                batch.base_offset = get_i64(p)
+                batch.partition_leader_epoch = get_i32(p + 12)
+                batch.magic = 2
+                batch.crc = <uint32_t>get_i32(p + CRC_OFFSET)
+                batch.attributes = get_i16(p + 21)
+                batch.last_offset_delta = get_i32(p + 23)
+                batch.base_timestamp = get_i64(p + 27)
+                batch.max_timestamp = get_i64(p + 35)
+                batch.producer_id = get_i64(p + 43)
+                batch.producer_epoch = get_i16(p + 51)
+                batch.base_sequence = get_i32(p + 53)
+                batch.record_count = get_i32(p + 57)
+                if batch.record_count < 0:
+                    raise InvalidLengthError("negative record count", pos + 57)
+                batch.position = pos
+                batch.size_in_bytes = length
+                batch._source = buf
+                batch._max_decompressed = max_decompressed_size
+                out.append(batch)
+            else:
+                legacy = LegacyBatch.__new__(LegacyBatch)
+                legacy.last_offset = get_i64(p)
+                legacy.crc = <uint32_t>get_i32(p + 12)
+                legacy.magic = <int8_t>p[16]
+                legacy.attributes = <int8_t>p[17]
+                legacy.timestamp = get_i64(p + 18) if legacy.magic == 1 else -1
+                legacy.position = pos
+                legacy.size_in_bytes = length
+                legacy._source = buf
+                legacy._max_decompressed = max_decompressed_size
+                out.append(legacy)
+            pos += length
+    finally:
+        view_close(&v, &pybuf)
+    return out
+
+
+def decode_records(object buf, bint allow_partial=True, int64_t min_offset=-1,
+                   bint skip_control=True,
+                   Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
+    """Every record in ``buf`` as ``(offset, timestamp_ms, key, value, headers)``, skipping
+    records before ``min_offset`` and (by default) control batches."""
+    cdef list out = []
+    for batch in decode_batches(buf, allow_partial,
+                                max_decompressed_size=max_decompressed_size):
+        if skip_control and batch.is_control:
+            continue
+        if batch.next_offset <= min_offset:
+            continue
+        records = batch.records()
+        if min_offset > 0 and records and records[0][0] < min_offset:
+            records = [r for r in records if r[0] >= min_offset]
+        out.extend(records)
+    return out
