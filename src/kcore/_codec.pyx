@@ -18,6 +18,9 @@ from cpython.bytes cimport (
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from cpython.object cimport PyObject
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void* op)
 from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM

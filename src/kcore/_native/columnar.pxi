@@ -27,6 +27,23 @@ cdef inline int binary_append(OutBuf* offs, OutBuf* data, OutBuf* bm, Py_ssize_t
     return 0
 
 
+cdef inline void reserved_binary(OutBuf* offs, OutBuf* data, OutBuf* bm, Py_ssize_t index,
+                                 const uint8_t* p, Py_ssize_t n, Py_ssize_t* nulls) noexcept:
+    # The caller reserved room (ColumnarRecords.reserve); only the bitmap may need a new byte,
+    # and reserve counted that too.
+    if (index & 7) == 0:
+        bm.data[bm.size] = 0
+        bm.size += 1
+    if n >= 0:
+        bm.data[index >> 3] |= <uint8_t>(1 << (index & 7))
+        memcpy(data.data + data.size, p, n)
+        data.size += n
+    else:
+        nulls[0] += 1
+    (<int32_t*>(offs.data + offs.size))[0] = <int32_t>data.size
+    offs.size += 4
+
+
 cdef class ColumnarRecords:
     """The records of one or more batches, column by column. Every buffer exposes the buffer
     protocol; :meth:`to_arrow` wraps them in a ``pyarrow.RecordBatch`` without copying."""
@@ -65,6 +82,24 @@ cdef class ColumnarRecords:
         out_write(&self.header_value_offsets.buf, &zero, 4)
         self.ts_scale = 1
 
+    cdef int reserve(self, Py_ssize_t records, Py_ssize_t payload_size) except -1:
+        """Grow every buffer once for a batch, so the per-record appends do not reallocate:
+        keys and values together are no larger than the batch's records section."""
+        if max(self.key_data.buf.size, self.value_data.buf.size) + payload_size > 0x7FFFFFFF:
+            raise ValueError("a column's data passed 2 GiB; decode fewer batches at a time")
+        out_reserve(&self.offset.buf, records * 8)
+        out_reserve(&self.timestamp.buf, records * 8)
+        out_reserve(&self.timestamp_type.buf, records * 4)
+        out_reserve(&self.key_offsets.buf, records * 4)
+        out_reserve(&self.value_offsets.buf, records * 4)
+        out_reserve(&self.key_validity.buf, records // 8 + 1)
+        out_reserve(&self.value_validity.buf, records // 8 + 1)
+        out_reserve(&self.value_data.buf, payload_size)
+        out_reserve(&self.key_data.buf, payload_size)
+        if self.include_headers:
+            out_reserve(&self.header_offsets.buf, records * 4)
+        return 0
+
     cdef int add(self, int64_t offset, int64_t ts, int32_t ts_type, const uint8_t* key,
                  Py_ssize_t klen, const uint8_t* value, Py_ssize_t vlen) except -1:
         cdef int64_t scaled = ts * self.ts_scale if ts >= 0 else ts
@@ -77,6 +112,24 @@ cdef class ColumnarRecords:
                       self.num_rows, value, vlen, &self.value_nulls)
         self.num_rows += 1
         return 0
+
+    cdef inline void add_reserved(self, int64_t offset, int64_t ts, int32_t ts_type,
+                                  const uint8_t* key, Py_ssize_t klen, const uint8_t* value,
+                                  Py_ssize_t vlen) noexcept:
+        """``add`` for a record of a batch that ``reserve`` has made room for: plain stores,
+        no capacity checks (keys and values fit the reserved records-section size)."""
+        cdef Py_ssize_t row = self.num_rows
+        (<int64_t*>self.offset.buf.data)[row] = offset
+        (<int64_t*>self.timestamp.buf.data)[row] = ts * self.ts_scale if ts >= 0 else ts
+        (<int32_t*>self.timestamp_type.buf.data)[row] = ts_type
+        self.offset.buf.size += 8
+        self.timestamp.buf.size += 8
+        self.timestamp_type.buf.size += 4
+        reserved_binary(&self.key_offsets.buf, &self.key_data.buf, &self.key_validity.buf, row,
+                        key, klen, &self.key_nulls)
+        reserved_binary(&self.value_offsets.buf, &self.value_data.buf, &self.value_validity.buf,
+                        row, value, vlen, &self.value_nulls)
+        self.num_rows = row + 1
 
     cdef int add_headers(self, const uint8_t* p, RecordView* r, Py_ssize_t base) except -1:
         cdef Py_ssize_t pos = r.headers_pos, hklen, hvlen, ignored = 0
@@ -203,13 +256,14 @@ def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
         pos = 0
         view_open(payload, &v, &pybuf)
         try:
+            cols.reserve(batch.record_count, v.size)
             for i in range(batch.record_count):
                 parse_record(v.data, v.size, &pos, &r, base)
                 offset = batch.base_offset + r.offset_delta
                 if offset < min_offset:
                     continue
                 ts = batch.max_timestamp if log_append else batch.base_timestamp + r.ts_delta
-                cols.add(offset, ts, ts_type, r.key, r.klen, r.value, r.vlen)
+                cols.add_reserved(offset, ts, ts_type, r.key, r.klen, r.value, r.vlen)
                 if include_headers:
                     cols.add_headers(v.data, &r, base)
         finally:

@@ -22,15 +22,13 @@ cdef inline int parse_record(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
                              RecordView* r, Py_ssize_t base) except -1:
     """Parse the record at p[pos] (headers are skipped, their position kept)."""
     cdef int32_t body, hlen
-    cdef uint64_t u64
-    cdef Py_ssize_t end, i
+    cdef Py_ssize_t end
     read_varint32(p, size, pos, &body)
     if body < 0 or body > size - pos[0]:
         raise TruncatedDataError("record length points past the end of the batch", base + pos[0])
     end = pos[0] + body
     pos[0] += 1  # record attributes: unused
-    read_uvarint64(p, end, pos, &u64)
-    r.ts_delta = unzigzag64(u64)
+    read_varlong64(p, end, pos, &r.ts_delta)
     read_varint32(p, end, pos, &r.offset_delta)
     read_varint32(p, end, pos, &hlen)
     if hlen < -1 or hlen > end - pos[0]:
@@ -91,8 +89,10 @@ cdef object headers_tuple(const uint8_t* p, RecordView* r, Py_ssize_t base):
             raise CorruptRecordError("header key is not UTF-8", base + pos) from None
         hval = None if hvlen < 0 else PyBytes_FromStringAndSize(<const char*>hv, hvlen)
         pair = (hkey, hval)
+        PyObject_GC_UnTrack(<void*>pair)
         Py_INCREF(pair)
         PyTuple_SET_ITEM(out, j, pair)
+    PyObject_GC_UnTrack(<void*>out)
     return out
 
 
@@ -169,28 +169,21 @@ cdef class RecordBatch:
         return decompress_payload(codec, src, self._max_decompressed, self.position, False)
 
     def records(self):
-        """The records as ``(offset, timestamp_ms, key, value, headers)`` tuples; ``headers``
-        is a tuple of ``(str, bytes | None)`` pairs."""
+        """The records as a list of ``(offset, timestamp_ms, key, value, headers)`` tuples;
+        ``headers`` is a tuple of ``(str, bytes | None)`` pairs."""
         cdef ByteView v
         cdef Py_buffer pybuf
         cdef Py_ssize_t pos = 0, base
         cdef int32_t i
         cdef RecordView r
         cdef list out = PyList_New(self.record_count) if self.record_count > 0 else []
-        cdef bint log_append = self.attributes & ATTR_TIMESTAMP_TYPE
-        cdef int64_t ts
         payload = self.payload()
         base = self.position + BATCH_HEADER_SIZE
         view_open(payload, &v, &pybuf)
         try:
             for i in range(self.record_count):
                 parse_record(v.data, v.size, &pos, &r, base)
-                ts = self.max_timestamp if log_append else self.base_timestamp + r.ts_delta
-                key = None if r.klen < 0 else PyBytes_FromStringAndSize(<const char*>r.key, r.klen)
-                value = (None if r.vlen < 0
-                         else PyBytes_FromStringAndSize(<const char*>r.value, r.vlen))
-                record = (self.base_offset + r.offset_delta, ts, key, value,
-                          headers_tuple(v.data, &r, base))
+                record = self.make_record(v.data, &r, base)
                 Py_INCREF(record)
                 PyList_SET_ITEM(out, i, record)
             if pos != v.size:
@@ -200,6 +193,58 @@ cdef class RecordBatch:
         finally:
             view_close(&v, &pybuf)
         return out
+
+    def __iter__(self):
+        """Iterate the records one at a time (memory stays flat for large batches)."""
+        return RecordIterator(self)
+
+    cdef object make_record(self, const uint8_t* data, RecordView* r, Py_ssize_t base):
+        cdef int64_t ts
+        if self.attributes & ATTR_TIMESTAMP_TYPE:  # LogAppendTime: the batch's max timestamp
+            ts = self.max_timestamp
+        else:
+            ts = self.base_timestamp + r.ts_delta
+        key = None if r.klen < 0 else PyBytes_FromStringAndSize(<const char*>r.key, r.klen)
+        value = None if r.vlen < 0 else PyBytes_FromStringAndSize(<const char*>r.value, r.vlen)
+        record = (self.base_offset + r.offset_delta, ts, key, value,
+                  headers_tuple(data, r, base))
+        # Only ints, bytes, None and tuples of str/bytes: it can never be part of a cycle, so
+        # keep the garbage collector from walking (and re-walking) every record.
+        PyObject_GC_UnTrack(<void*>record)
+        return record
+
+
+cdef class RecordIterator:
+    """Iterates one batch's records, decoding each as it is asked for."""
+
+    cdef RecordBatch batch
+    cdef object payload
+    cdef ByteView view
+    cdef Py_buffer pybuf
+    cdef Py_ssize_t pos
+    cdef Py_ssize_t base
+    cdef int32_t index
+
+    def __cinit__(self, RecordBatch batch):
+        self.view.acquired = False
+        self.batch = batch
+        self.payload = batch.payload()
+        self.base = batch.position + BATCH_HEADER_SIZE
+        view_open(self.payload, &self.view, &self.pybuf)
+
+    def __dealloc__(self):
+        view_close(&self.view, &self.pybuf)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef RecordView r
+        if self.index >= self.batch.record_count:
+            raise StopIteration
+        parse_record(self.view.data, self.view.size, &self.pos, &r, self.base)
+        self.index += 1
+        return self.batch.make_record(self.view.data, &r, self.base)
 
 
 cdef class LegacyBatch:

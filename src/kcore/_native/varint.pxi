@@ -1,7 +1,7 @@
 # Varints. Kafka's unsigned varint is at most 5 bytes (32 bits), its varlong at most 10; the
 # record format uses their zigzag (signed) forms.
 
-cdef inline int read_uvarint32(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
+cdef int read_uvarint32(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
                                uint32_t* out) except -1:
     cdef uint32_t value = 0
     cdef int shift = 0
@@ -21,7 +21,7 @@ cdef inline int read_uvarint32(const uint8_t* p, Py_ssize_t size, Py_ssize_t* po
         shift += 7
 
 
-cdef inline int read_uvarint64(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
+cdef int read_uvarint64(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
                                uint64_t* out) except -1:
     cdef uint64_t value = 0
     cdef int shift = 0
@@ -43,17 +43,43 @@ cdef inline int read_uvarint64(const uint8_t* p, Py_ssize_t size, Py_ssize_t* po
 
 cdef inline int read_varint32(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
                               int32_t* out) except -1:
-    cdef uint32_t u
+    # Inlined loop for well-formed input; anything odd (truncation, overflow) goes to the
+    # out-of-line reader, which raises the right error.
+    cdef uint32_t value = 0
+    cdef int shift = 0
+    cdef Py_ssize_t i = pos[0]
     cdef uint8_t b
-    # Fast path: most record fields are single-byte varints.
-    if pos[0] < size:
-        b = p[pos[0]]
+    while i < size and shift < 28:
+        b = p[i]
+        i += 1
+        value |= (<uint32_t>(b & 0x7F)) << shift
         if not (b & 0x80):
-            pos[0] += 1
-            out[0] = <int32_t>((b >> 1) ^ (-(<int32_t>(b & 1))))
+            pos[0] = i
+            out[0] = unzigzag32(value)
             return 0
-    read_uvarint32(p, size, pos, &u)
-    out[0] = unzigzag32(u)
+        shift += 7
+    read_uvarint32(p, size, pos, &value)
+    out[0] = unzigzag32(value)
+    return 0
+
+
+cdef inline int read_varlong64(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
+                               int64_t* out) except -1:
+    cdef uint64_t value = 0
+    cdef int shift = 0
+    cdef Py_ssize_t i = pos[0]
+    cdef uint8_t b
+    while i < size and shift < 63:
+        b = p[i]
+        i += 1
+        value |= (<uint64_t>(b & 0x7F)) << shift
+        if not (b & 0x80):
+            pos[0] = i
+            out[0] = unzigzag64(value)
+            return 0
+        shift += 7
+    read_uvarint64(p, size, pos, &value)
+    out[0] = unzigzag64(value)
     return 0
 
 
