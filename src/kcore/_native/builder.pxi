@@ -3,6 +3,8 @@
 # numpy or pyarrow arrays without touching Python objects at all for the array cases.
 
 DEF BATCH_HEADER_SIZE = 61
+
+from numbers import Integral as _Integral
 DEF CRC_OFFSET = 17
 DEF ATTRIBUTES_OFFSET = 21
 DEF ATTR_TIMESTAMP_TYPE = 0x08
@@ -86,6 +88,9 @@ cdef int column_open(object values, Column* col, _ColumnHolder holder) except -1
         col.data = <const uint8_t*><Py_ssize_t>_address_of(mv) if mv is not None else NULL
         return 0
     dtype = getattr(values, "dtype", None)
+    if dtype is not None and dtype.kind == "U":  # numpy str arrays: UTF-8, like pyarrow strings
+        values = values.astype(object)
+        dtype = values.dtype
     if dtype is not None and dtype.kind == "S":
         contiguous = values if values.flags.c_contiguous else values.copy()
         mv = _buffer_of(contiguous, holder)
@@ -142,6 +147,9 @@ cdef inline int column_get(Column* col, Py_ssize_t i, const uint8_t** ptr, Py_ss
     if PyBytes_Check(item):
         ptr[0] = <const uint8_t*>PyBytes_AS_STRING(item)
         n[0] = PyBytes_GET_SIZE(item)
+        return 0
+    if PyUnicode_Check(item):  # str: its UTF-8 form (cached in the str object, not copied)
+        ptr[0] = <const uint8_t*>PyUnicode_AsUTF8AndSize(item, n)
         return 0
     PyObject_GetBuffer(item, pybuf, PyBUF_SIMPLE)
     acquired[0] = True
@@ -283,8 +291,9 @@ cdef class RecordBatchBuilder:
 
     def append_many(self, object keys, object values, object timestamp_ms):
         """Add many records in one call. ``values`` (and ``keys``, or None for no keys) are
-        sequences of bytes-like objects or None, numpy fixed-width bytes arrays, or pyarrow
-        binary/string arrays; ``timestamp_ms`` one int for all, or a sequence/int64 array."""
+        sequences of bytes-like objects, str (written as UTF-8) or None, numpy fixed-width
+        bytes or str arrays, or pyarrow binary/string arrays; ``timestamp_ms`` one int for
+        all, or a sequence/int64 array."""
         cdef Column kc, vc
         cdef _ColumnHolder kh = _ColumnHolder(), vh = _ColumnHolder()
         cdef Py_ssize_t i, n, klen, vlen
@@ -303,8 +312,8 @@ cdef class RecordBatchBuilder:
         n = vc.length
         if kc.kind != COL_NULL and kc.length != n:
             raise ValueError(f"{kc.length} keys for {n} values")
-        if isinstance(timestamp_ms, int):
-            ts = timestamp_ms
+        if isinstance(timestamp_ms, _Integral):
+            ts = timestamp_ms  # an int, or a numpy integer scalar
         else:
             ts_view = _int64_view(timestamp_ms)
             if ts_view is not None:

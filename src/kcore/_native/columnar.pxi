@@ -236,7 +236,7 @@ def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
         if b.next_offset <= min_offset:
             continue
         if isinstance(b, LegacyBatch):
-            ts_type = b.timestamp_type if b.timestamp_type >= 0 else 0
+            ts_type = b.timestamp_type  # -1 for magic 0 (no timestamp), as Java and Spark
             for offset, ts, key, value, headers in b.records():
                 if offset < min_offset:
                     continue

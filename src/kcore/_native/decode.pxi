@@ -161,6 +161,8 @@ cdef class RecordBatch:
         cdef Py_ssize_t start = self.position + BATCH_HEADER_SIZE
         cdef Py_ssize_t end = self.position + self.size_in_bytes
         cdef int codec = self.attributes & 0x07
+        if self.record_count == 0:  # as Java: an empty batch has no records to decompress
+            return b""
         src = memoryview(self._source)[start:end]
         if codec == CODEC_NONE:
             return src
@@ -294,7 +296,7 @@ cdef class LegacyBatch:
         in these formats: always ``()``)."""
         cdef list out = []
         cdef int codec = self.attributes & 0x07
-        cdef Py_ssize_t n
+        cdef Py_ssize_t n, pos
         cdef int64_t shift, ts
         cdef bint log_append
         message = decode_legacy_message(self._source, self.position)

@@ -1,0 +1,1061 @@
+"""kcore's codec against the Python Kafka clients installed as oracles (no broker).
+
+* v2 record batches: kcore's uncompressed batch is byte-for-byte what kafka-python and
+  aiokafka (its compiled and its pure builder) write for the same records, producer state and
+  flags; every codec decodes both ways, and where the peer's compressor is deterministic and
+  frames as kcore does the compressed bytes are equal too (snappy and zstd).
+* Legacy message sets (magic 0 and 1, plain and gzip/snappy/lz4 wrappers) built by the peers'
+  LegacyRecordBatchBuilder decode to the right offsets, timestamps, keys and values; broken
+  CRCs raise CrcMismatchError.
+* Compression framing that other producers write: xerial snappy with any version fields, raw
+  snappy, several zstd frames, zstd frames without a content size, LZ4 frames with other flags,
+  and the decompression limit.
+* CRC32C, murmur2 and the default partitioner against the crc32c / google_crc32c packages and
+  kafka-python; ``append_many`` against the equivalent ``append`` loop for every input kind;
+  ``decode_to_arrow`` against ``decode_records`` row for row.
+
+Where kafka-python's own codecs need packages that kcore's dev extras do not pull in
+(python-snappy, lz4, zstandard, xxhash), those cases are skipped, not failed: aiokafka (whose
+codecs are cramjam, like kcore's) covers every codec regardless.
+"""
+
+from __future__ import annotations
+
+import array
+import gzip
+import importlib.metadata
+import random
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import cramjam
+import crc32c as crc32c_pkg
+import google_crc32c
+import kafka.codec
+import numpy as np
+import pyarrow as pa
+import pytest
+from aiokafka import codec as aiokafka_codec
+from aiokafka.record import default_records as aio_default
+from aiokafka.record import legacy_records as aio_legacy
+from aiokafka.record import memory_records as aio_memory
+from kafka.partitioner.default import DefaultPartitioner
+from kafka.partitioner.default import murmur2 as kafka_murmur2
+from kafka.record import default_records as kp_default
+from kafka.record import legacy_records as kp_legacy
+from kafka.record.memory_records import MemoryRecords as KafkaPythonMemoryRecords
+
+from kcore import _codec
+from kcore.codec import (
+    LegacyBatch,
+    RecordBatch,
+    RecordBatchBuilder,
+    compress,
+    crc32c,
+    decode_batches,
+    decode_records,
+    decode_to_arrow,
+    decompress,
+    murmur2,
+    partition_for_key,
+)
+from kcore.errors import CrcMismatchError, DecompressionLimitError
+
+CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+COMPRESSED = ["gzip", "snappy", "lz4", "zstd"]
+HEADER_SIZE = 61  # v2 batch header
+LENGTH, LEADER_EPOCH, CRC, ATTRIBUTES = slice(8, 12), slice(12, 16), slice(17, 21), 21
+
+try:
+    from aiokafka.record import _crecords as aio_c
+except ImportError:  # pragma: no cover - aiokafka built without its extension
+    aio_c = None
+
+
+# -- the peers ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    builder: Any  # v2 DefaultRecordBatchBuilder
+    batch: Any  # v2 DefaultRecordBatch (reader)
+    legacy_builder: Any
+    legacy_batch: Any
+    memory_records: Any
+    codecs: Any  # module with has_snappy() etc.
+    # kafka-python writes 0 as the partition leader epoch; aiokafka and Java write -1
+    # (RecordBatch.NO_PARTITION_LEADER_EPOCH). The broker overwrites the field either way.
+    leader_epoch: int
+
+    def has(self, codec: str) -> bool:
+        return codec == "none" or getattr(self.codecs, f"has_{codec}")()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+PEERS = [
+    Peer(
+        "kafka-python",
+        kp_default.DefaultRecordBatchBuilder,
+        kp_default.DefaultRecordBatch,
+        kp_legacy.LegacyRecordBatchBuilder,
+        kp_legacy.LegacyRecordBatch,
+        KafkaPythonMemoryRecords,
+        kafka.codec,
+        0,
+    ),
+    Peer(
+        "aiokafka-py",
+        aio_default._DefaultRecordBatchBuilderPy,
+        aio_default._DefaultRecordBatchPy,
+        aio_legacy._LegacyRecordBatchBuilderPy,
+        aio_legacy._LegacyRecordBatchPy,
+        aio_memory._MemoryRecordsPy,
+        aiokafka_codec,
+        -1,
+    ),
+]
+if aio_c is not None:
+    PEERS.append(
+        Peer(
+            "aiokafka-c",
+            aio_c.DefaultRecordBatchBuilder,
+            aio_c.DefaultRecordBatch,
+            aio_c.LegacyRecordBatchBuilder,
+            aio_c.LegacyRecordBatch,
+            aio_c.MemoryRecords,
+            aiokafka_codec,
+            -1,
+        )
+    )
+
+
+def need(peer: Peer, codec: str) -> None:
+    if not peer.has(codec):
+        pytest.skip(f"{peer} has no {codec} codec here (kafka-python needs an extra package)")
+
+
+# -- records -----------------------------------------------------------------------------------
+
+BASE_TS = 1_700_000_000_000
+
+# (key, value, timestamp, headers): None and b"" keys, values and header values, a header name
+# that is empty and one that is not ASCII, timestamps that go backwards (negative deltas) and
+# far forwards, and sizes that need multi-byte varints.
+RECORDS: list[tuple[bytes | None, bytes | None, int, list]] = [
+    (b"k0", b"v0", BASE_TS, [("a", b"1"), ("b", None)]),
+    (None, b"v1", BASE_TS + 5, []),
+    (b"", None, BASE_TS - 10, [("", b"")]),
+    (b"k3", b"", BASE_TS + 3_600_000, [("é€", b"x" * 200)]),
+    (None, None, BASE_TS + 1, [("n", None), ("n", None)]),
+    (b"k" * 300, b"v" * 70_000, BASE_TS + 50, []),
+    (
+        b"k6",
+        bytes(range(256)) * 3,
+        BASE_TS - 100_000,
+        [(f"h{i}", str(i).encode()) for i in range(20)],
+    ),
+]
+
+# Repetitive enough that every peer's compressor shrinks it: the peers send a batch
+# uncompressed when compression does not pay, and these tests need it compressed.
+COMPRESSIBLE = [
+    (
+        None if i % 7 == 3 else b"" if i % 11 == 5 else b"key-%d" % i,
+        None if i % 5 == 4 else b"" if i % 9 == 8 else b"value %d " % i + b"kafka " * (i * 5),
+        BASE_TS + i * 13 - (400 if i % 6 == 2 else 0),
+        [("trace", b"t-%d" % i)] + ([("null", None)] if i % 4 == 1 else []),
+    )
+    for i in range(60)
+]
+
+PRODUCER_STATES = {
+    "plain": dict(producer_id=-1, producer_epoch=-1, base_sequence=-1, transactional=False),
+    "idempotent": dict(
+        producer_id=123_456_789_012, producer_epoch=7, base_sequence=42, transactional=False
+    ),
+    "transactional": dict(
+        producer_id=2**62 + 5, producer_epoch=32_000, base_sequence=2**31 - 10, transactional=True
+    ),
+}
+
+
+def expected(records, base_offset: int = 0) -> list[tuple]:
+    return [(base_offset + i, ts, k, v, tuple(h)) for i, (k, v, ts, h) in enumerate(records)]
+
+
+def kcore_batch(records, codec: str = "none", **kwargs) -> bytes:
+    builder = RecordBatchBuilder(codec, **kwargs)
+    for k, v, ts, h in records:
+        builder.append(k, v, ts, h)
+    return builder.build()
+
+
+def peer_batch(peer: Peer, records, codec: str = "none", state: str = "plain") -> bytes:
+    s = PRODUCER_STATES[state]
+    builder = peer.builder(
+        magic=2,
+        compression_type=CODEC_IDS[codec],
+        is_transactional=s["transactional"],
+        producer_id=s["producer_id"],
+        producer_epoch=s["producer_epoch"],
+        base_sequence=s["base_sequence"],
+        batch_size=1 << 30,
+    )
+    for i, (k, v, ts, h) in enumerate(records):
+        assert builder.append(i, timestamp=ts, key=k, value=v, headers=h) is not None
+    return bytes(builder.build())
+
+
+def peer_batches(peer: Peer, buf: bytes) -> list:
+    """The batches of ``buf`` as the peer's MemoryRecords splits it."""
+    records = peer.memory_records(bytes(buf))
+    out = []
+    while records.has_next():
+        out.append(records.next_batch())
+    return out
+
+
+def peer_records(peer: Peer, buf: bytes) -> list[tuple]:
+    """Every record of ``buf`` as the peer decodes it (headers as a tuple)."""
+    out = []
+    for batch in peer_batches(peer, buf):
+        for r in batch:
+            out.append((r.offset, r.timestamp, r.key, r.value, tuple(r.headers)))
+    return out
+
+
+def with_crc(batch: bytes | bytearray) -> bytes:
+    """A v2 batch with its CRC recomputed (by the crc32c package, not by kcore)."""
+    out = bytearray(batch)
+    out[CRC] = struct.pack(">I", crc32c_pkg.crc32c(bytes(out[ATTRIBUTES:])))
+    return bytes(out)
+
+
+def with_payload(batch: bytes, payload: bytes) -> bytes:
+    """``batch`` with its records section replaced by ``payload`` (length and CRC fixed)."""
+    out = bytearray(batch[:HEADER_SIZE] + payload)
+    out[LENGTH] = struct.pack(">i", len(out) - 12)
+    return with_crc(out)
+
+
+def records_section(records) -> bytes:
+    return kcore_batch(records)[HEADER_SIZE:]
+
+
+# -- v2 batches: bytes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", list(PRODUCER_STATES))
+@pytest.mark.parametrize("peer", PEERS, ids=str)
+@pytest.mark.parametrize(
+    "records", [RECORDS, RECORDS[:1], COMPRESSIBLE], ids=["mixed", "one", "many"]
+)
+def test_uncompressed_batch_bytes_equal_peer(peer, state, records):
+    s = PRODUCER_STATES[state]
+    theirs = peer_batch(peer, records, state=state)
+    # Same as the peer once the peer's partition leader epoch is used (the CRC does not
+    # cover it)...
+    assert kcore_batch(records, partition_leader_epoch=peer.leader_epoch, **s) == theirs
+    # ... and kcore's default is Java's -1: only those four bytes can differ.
+    ours = kcore_batch(records, **s)
+    assert ours[LEADER_EPOCH] == b"\xff\xff\xff\xff"
+    assert ours[:12] + ours[16:] == theirs[:12] + theirs[16:]
+
+
+def test_batch_header_fields_are_javas():
+    """What Java's MemoryRecordsBuilder writes: base timestamp = the first record's, max
+    timestamp = the largest, last offset delta, producer fields, attributes."""
+    ours = kcore_batch(RECORDS, base_offset=1000, **PRODUCER_STATES["transactional"])
+    (
+        base_offset,
+        length,
+        leader_epoch,
+        magic,
+        crc,
+        attributes,
+        last_delta,
+        base_ts,
+        max_ts,
+        pid,
+        epoch,
+        seq,
+        count,
+    ) = struct.unpack(">qiibIhiqqqhii", ours[:HEADER_SIZE])
+    assert (base_offset, length, leader_epoch, magic) == (1000, len(ours) - 12, -1, 2)
+    assert crc == crc32c_pkg.crc32c(ours[ATTRIBUTES:])
+    assert attributes == 0x10  # transactional, CreateTime, no compression, not control
+    assert (last_delta, count) == (len(RECORDS) - 1, len(RECORDS))
+    assert base_ts == RECORDS[0][2] and max_ts == max(r[2] for r in RECORDS)
+    assert (pid, epoch, seq) == (2**62 + 5, 32_000, 2**31 - 10)
+
+
+@pytest.mark.parametrize("peer", PEERS, ids=str)
+def test_peer_reads_kcore_batch_header(peer):
+    batch = peer.batch(kcore_batch(RECORDS, base_offset=77, **PRODUCER_STATES["idempotent"]))
+    assert batch.validate_crc()
+    assert (batch.base_offset, batch.first_timestamp, batch.max_timestamp) == (
+        77,
+        RECORDS[0][2],
+        max(r[2] for r in RECORDS),
+    )
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (
+        123_456_789_012,
+        7,
+        42,
+    )
+    assert not batch.is_transactional and batch.timestamp_type == 0
+
+
+# -- v2 batches: every codec, both ways ------------------------------------------------------
+
+
+def byte_equal(peer: Peer, codec: str) -> bool:
+    """Whether the peer's compressed batch is byte-for-byte kcore's: both sides run the same
+    compressor with the same framing. snappy: xerial framing, 32 KiB blocks, cramjam's snappy
+    (kafka-python's python-snappy is cramjam from 0.7 on); zstd: one frame at level 3 with its
+    content size (cramjam, or zstandard's libzstd for kafka-python). gzip never is (the peers
+    use Python's zlib at level 9 with the current time in the header, kcore cramjam's deflate at
+    Java's level 6), nor lz4 (the peers' frames carry a content size or block checksums; kcore
+    writes Java's flags: independent 64 KiB blocks, nothing else)."""
+    if codec == "zstd":
+        return True
+    if codec == "snappy":
+        if peer.name != "kafka-python":
+            return True
+        version = importlib.metadata.version("python-snappy").split(".")
+        return tuple(int(p) for p in version[:2]) >= (0, 7)
+    return False
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+@pytest.mark.parametrize("peer", PEERS, ids=str)
+def test_compressed_batches_cross_decode(peer, codec):
+    need(peer, codec)
+    want = expected(COMPRESSIBLE)
+    theirs = peer_batch(peer, COMPRESSIBLE, codec, state="idempotent")
+    ours = kcore_batch(COMPRESSIBLE, codec, **PRODUCER_STATES["idempotent"])
+
+    # kcore reads the peer's batch...
+    [batch] = decode_batches(theirs)
+    assert batch.compression == codec  # the peer did compress it
+    assert batch.records() == want
+    assert decode_records(theirs) == want
+    # ... the peer reads kcore's...
+    assert peer.batch(ours).validate_crc()
+    assert peer_records(peer, ours) == want
+    # ... the records inside are the same bytes, and so is the rest of the header.
+    assert decompress(codec, theirs[HEADER_SIZE:]) == decompress(codec, ours[HEADER_SIZE:])
+    assert decompress(codec, ours[HEADER_SIZE:]) == records_section(COMPRESSIBLE)
+    assert theirs[:8] + theirs[16:17] + theirs[ATTRIBUTES:HEADER_SIZE] == (
+        ours[:8] + ours[16:17] + ours[ATTRIBUTES:HEADER_SIZE]
+    )
+    if byte_equal(peer, codec):
+        assert ours[:12] + ours[16:] == theirs[:12] + theirs[16:]
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_compressed_batch_of_large_records_round_trips(codec):
+    """Past one compression block (xerial 32 KiB, LZ4 64 KiB) and with incompressible data."""
+    rng = random.Random(codec)
+    records = [
+        (b"k%d" % i, rng.randbytes(100_000) if i % 2 else b"z" * 150_000, BASE_TS + i, [])
+        for i in range(6)
+    ]
+    ours = kcore_batch(records, codec)
+    assert decode_records(ours) == expected(records)
+    peer = PEERS[-1]  # aiokafka: every codec is there
+    assert peer_records(peer, ours) == expected(records)
+    assert peer_records(peer, peer_batch(peer, records, codec)) == expected(records)
+
+
+def test_empty_batch():
+    raw = RecordBatchBuilder().build()
+    [empty] = decode_batches(raw)
+    assert (empty.record_count, empty.records(), decode_records(raw)) == (0, [], [])
+    assert decode_to_arrow(raw).num_rows == 0
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_empty_compressed_batch(codec):
+    raw = RecordBatchBuilder(codec).build()
+    [empty] = decode_batches(raw)
+    assert empty.record_count == 0
+    assert empty.records() == []
+
+
+def test_log_append_time_batch():
+    lat = kcore_batch(RECORDS, log_append_time=True)
+    [batch] = decode_batches(lat)
+    assert batch.timestamp_type == 1
+    # LogAppendTime: every record's timestamp is the batch's max timestamp (as Java reads it).
+    want = [(o, batch.max_timestamp, k, v, h) for o, _, k, v, h in expected(RECORDS)]
+    assert batch.records() == want
+    for peer in PEERS:
+        assert peer_records(peer, lat) == want
+
+
+# -- legacy message sets (magic 0 and 1) -----------------------------------------------------
+
+LEGACY = [
+    (b"k0", b"v0" * 50, 1_600_000_000_000),
+    (None, b"v1" * 50, 1_600_000_000_010),
+    (b"", None, 1_600_000_000_005),
+    (b"k3", b"", 1_600_000_000_020),
+    (b"k4", b"value " * 300, 1_600_000_000_001),
+]
+BASE = 100  # where the message set starts in the log
+
+
+def legacy_set(peer: Peer, magic: int, codec: str, records=LEGACY, base: int = BASE) -> bytes:
+    """A message set as the broker stores it: plain messages carry absolute offsets; a
+    compressed wrapper carries the last inner offset, and its inner messages absolute offsets
+    (magic 0) or relative ones 0..n-1 (magic 1, as the producer wrote them)."""
+    builder = peer.legacy_builder(
+        magic=magic, compression_type=CODEC_IDS[codec], batch_size=1 << 30
+    )
+    for i, (k, v, ts) in enumerate(records):
+        offset = i if codec != "none" and magic == 1 else base + i
+        assert builder.append(offset, timestamp=ts, key=k, value=v) is not None
+    raw = bytes(builder.build())
+    if codec != "none":  # the wrapper's offset is not under its CRC
+        raw = struct.pack(">q", base + len(records) - 1) + raw[8:]
+    return raw
+
+
+def legacy_expected(magic: int, records=LEGACY, base: int = BASE) -> list[tuple]:
+    return [(base + i, ts if magic else -1, k, v, ()) for i, (k, v, ts) in enumerate(records)]
+
+
+def peer_legacy_records(peer: Peer, raw: bytes) -> list[tuple]:
+    return [
+        (r.offset, -1 if r.timestamp is None else r.timestamp, r.key, r.value, ())
+        for batch in peer_batches(peer, raw)
+        for r in batch
+    ]
+
+
+def legacy_cases():
+    for peer in PEERS:
+        for magic in (0, 1):
+            for codec in ("none", "gzip", "snappy", "lz4"):
+                if codec == "lz4" and magic == 0 and peer.name != "kafka-python":
+                    continue  # aiokafka refuses LZ4 in magic 0 (KAFKA-3160's broken checksum)
+                marks: list = []
+                yield pytest.param(peer, magic, codec, marks=marks, id=f"{peer}-v{magic}-{codec}")
+
+
+def need_legacy(peer: Peer, magic: int, codec: str) -> None:
+    need(peer, codec)
+    if codec == "lz4" and magic == 0 and kafka.codec.xxhash is None:
+        pytest.skip("kafka-python writes magic 0 LZ4 only with the xxhash package")
+
+
+@pytest.mark.parametrize("peer, magic, codec", list(legacy_cases()))
+def test_legacy_message_set_decodes(peer, magic, codec):
+    need_legacy(peer, magic, codec)
+    raw = legacy_set(peer, magic, codec)
+    want = legacy_expected(magic)
+    batches = decode_batches(raw)
+    assert all(isinstance(b, LegacyBatch) and b.magic == magic for b in batches)
+    assert [b.compression for b in batches] == [codec] * len(batches)
+    assert len(batches) == (len(LEGACY) if codec == "none" else 1)
+    assert batches[-1].last_offset == BASE + len(LEGACY) - 1
+    assert {b.timestamp_type for b in batches} == {0 if magic else -1}
+    assert peer_legacy_records(peer, raw) == want  # the oracle agrees with the expectation
+    assert [r for b in batches for r in b.records()] == want
+    assert decode_records(raw) == want
+    assert arrow_rows(decode_to_arrow(raw)) == want
+    assert decode_records(raw, min_offset=BASE + 2) == want[2:]
+
+
+def test_legacy_v1_log_append_time_message():
+    """A plain magic 1 message flagged LogAppendTime carries the broker's time itself."""
+    raw = bytearray(legacy_set(PEERS[0], 1, "none", LEGACY[:1]))
+    raw[17] |= 0x08  # attributes
+    raw[18:26] = struct.pack(">q", 1_650_000_000_000)
+    raw[12:16] = struct.pack(">I", zlib.crc32(raw[16:]))
+    [batch] = decode_batches(bytes(raw))
+    assert batch.timestamp_type == 1
+    assert decode_records(bytes(raw)) == [(BASE, 1_650_000_000_000, b"k0", b"v0" * 50, ())]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4"])
+def test_legacy_v1_log_append_time_wrapper(codec):
+    """A LogAppendTime wrapper: every inner record takes the wrapper's timestamp."""
+    raw = bytearray(legacy_set(PEERS[-1], 1, codec))
+    raw[17] |= 0x08
+    raw[18:26] = struct.pack(">q", 1_650_000_000_000)
+    raw[12:16] = struct.pack(">I", zlib.crc32(raw[16:]))
+    [batch] = decode_batches(bytes(raw))
+    assert batch.timestamp_type == 1
+    want = [(o, 1_650_000_000_000, k, v, h) for o, _, k, v, h in legacy_expected(1)]
+    assert peer_legacy_records(PEERS[-1], bytes(raw)) == want
+    assert batch.records() == want
+
+
+def test_legacy_and_v2_mixed_in_one_fetch():
+    """A log upgraded across formats: v0 then v1 message sets then v2 batches, in one buffer."""
+    peer = PEERS[-1]
+    v0 = legacy_set(peer, 0, "none", LEGACY[:2], base=0)
+    v1 = legacy_set(peer, 1, "none", LEGACY[2:], base=2)
+    v2 = kcore_batch(RECORDS, base_offset=len(LEGACY))
+    raw = v0 + v1 + v2
+    want = legacy_expected(0, LEGACY[:2], 0) + legacy_expected(1, LEGACY[2:], 2)
+    want += expected(RECORDS, len(LEGACY))
+    assert [type(b) for b in decode_batches(raw)] == [LegacyBatch] * len(LEGACY) + [RecordBatch]
+    assert decode_records(raw) == want
+    assert arrow_rows(decode_to_arrow(raw)) == want
+
+
+def test_legacy_compressed_and_v2_mixed_in_one_fetch():
+    peer = PEERS[-1]
+    raw = legacy_set(peer, 0, "gzip", LEGACY[:2], base=0)
+    raw += legacy_set(peer, 1, "snappy", LEGACY[2:], base=2)
+    raw += kcore_batch(RECORDS, "lz4", base_offset=len(LEGACY))
+    want = legacy_expected(0, LEGACY[:2], 0) + legacy_expected(1, LEGACY[2:], 2)
+    want += expected(RECORDS, len(LEGACY))
+    assert decode_records(raw) == want
+
+
+def test_legacy_corrupt_crc_raises():
+    raw = bytearray(legacy_set(PEERS[0], 1, "none"))
+    second = 12 + struct.unpack(">i", raw[8:12])[0]  # where the second message starts
+    raw[second + 40] ^= 0x01  # a byte of its value
+    raw = bytes(raw)
+    batches = decode_batches(raw)  # legacy CRCs are checked when the records are read
+    assert batches[0].records() == legacy_expected(1)[:1]
+    with pytest.raises(CrcMismatchError):
+        batches[1].records()
+    with pytest.raises(CrcMismatchError):
+        decode_records(raw)
+    with pytest.raises(CrcMismatchError):
+        decode_to_arrow(raw)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_legacy_corrupt_wrapper_crc_raises(magic):
+    raw = bytearray(legacy_set(PEERS[-1], magic, "gzip"))
+    raw[-3] ^= 0x40  # inside the compressed value
+    with pytest.raises(CrcMismatchError):
+        decode_batches(bytes(raw))[0].records()
+
+
+def test_legacy_corrupt_inner_crc_raises():
+    inner = bytearray(legacy_set(PEERS[-1], 1, "none", base=0))
+    second = 12 + struct.unpack(">i", inner[8:12])[0]
+    inner[second + 40] ^= 0x01
+    # Wrap the damaged inner set ourselves: a magic 1 gzip message, CRC made by zlib.
+    value = gzip.compress(bytes(inner))
+    body = struct.pack(">bbqii", 1, 1, 0, -1, len(value)) + value
+    raw = struct.pack(">qiI", len(LEGACY) - 1, len(body) + 4, zlib.crc32(body)) + body
+    [batch] = decode_batches(raw)
+    with pytest.raises(CrcMismatchError):
+        batch.records()
+
+
+def test_v2_corrupt_crc_raises():
+    raw = bytearray(kcore_batch(RECORDS, "zstd"))
+    raw[-1] ^= 0x01
+    with pytest.raises(CrcMismatchError):
+        decode_batches(bytes(raw))
+    with pytest.raises(CrcMismatchError):
+        decode_records(bytes(raw))
+    assert decode_batches(bytes(raw), check_crcs=False)[0].record_count == len(RECORDS)
+
+
+# -- compression framing other producers write -----------------------------------------------
+
+SECTION = records_section(COMPRESSIBLE)
+
+
+def decodes_with_payload(codec: str, payload: bytes) -> None:
+    raw = with_payload(kcore_batch(COMPRESSIBLE, codec), payload)
+    assert decode_records(raw) == expected(COMPRESSIBLE)
+    assert arrow_rows(decode_to_arrow(raw)) == expected(COMPRESSIBLE)
+
+
+@pytest.mark.parametrize(
+    "version_fields",
+    [
+        struct.pack(">ii", 1, 1),
+        struct.pack(">ii", 0, 0),
+        struct.pack(">ii", 7, 3),
+        struct.pack("<ii", 1, 1),  # little-endian, as some non-Java producers write
+    ],
+    ids=["1-1", "0-0", "7-3", "little-endian"],
+)
+def test_xerial_snappy_version_fields_are_ignored(version_fields):
+    framed = compress("snappy", SECTION)
+    assert framed[:8] == b"\x82SNAPPY\x00" and framed[8:16] == struct.pack(">ii", 1, 1)
+    payload = framed[:8] + version_fields + framed[16:]
+    assert decompress("snappy", payload) == SECTION
+    decodes_with_payload("snappy", payload)
+
+
+def test_raw_snappy_decodes():
+    payload = bytes(cramjam.snappy.compress_raw(SECTION))
+    decodes_with_payload("snappy", payload)
+
+
+def test_xerial_snappy_many_blocks_of_any_size():
+    big = SECTION * 20  # kcore cuts 32 KiB blocks; another producer may cut any size
+    blocks = [big[i : i + 10_000] for i in range(0, len(big), 10_000)]
+    payload = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    for block in blocks:
+        c = bytes(cramjam.snappy.compress_raw(block))
+        payload += struct.pack(">i", len(c)) + c
+    assert decompress("snappy", payload) == big
+
+
+def zstd_has_content_size(frame: bytes) -> bool:
+    descriptor = frame[4]
+    return bool(descriptor >> 6) or bool(descriptor & 0x20)  # FCS flag, or single segment
+
+
+def zstd_payloads():
+    yield (
+        "two-frames",
+        bytes(cramjam.zstd.compress(SECTION[:1000])) + bytes(cramjam.zstd.compress(SECTION[1000:])),
+    )
+    stream = cramjam.zstd.Compressor()
+    stream.compress(SECTION)
+    yield "cramjam-stream-no-size", bytes(stream.finish())
+    try:
+        import zstandard
+    except ImportError:
+        return
+    yield "zstandard-no-size", zstandard.ZstdCompressor(write_content_size=False).compress(SECTION)
+    yield "zstandard-checksum", zstandard.ZstdCompressor(write_checksum=True).compress(SECTION)
+    out = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    yield "zstandard-chunks", out.compress(SECTION) + out.flush()
+
+
+@pytest.mark.parametrize("name", [n for n, _ in zstd_payloads()])
+def test_zstd_framing_variants_decode(name):
+    payload = dict(zstd_payloads())[name]
+    if "no-size" in name:
+        assert not zstd_has_content_size(payload)
+    if name == "two-frames":
+        assert payload.count(b"\x28\xb5\x2f\xfd") >= 2
+    assert decompress("zstd", payload) == SECTION
+    decodes_with_payload("zstd", payload)
+
+
+def lz4_payloads():
+    yield "cramjam-frame", bytes(cramjam.lz4.compress(SECTION))
+    c = cramjam.lz4.Compressor(content_checksum=True, block_linked=False)
+    c.compress(SECTION)
+    yield "cramjam-checksums", bytes(c.finish())
+    try:
+        import lz4.frame
+    except ImportError:
+        return
+    yield "python-lz4-content-size", lz4.frame.compress(SECTION, block_linked=False)
+    yield (
+        "python-lz4-4mb-checksums",
+        lz4.frame.compress(
+            SECTION,
+            block_linked=False,
+            block_size=lz4.frame.BLOCKSIZE_MAX4MB,
+            content_checksum=True,
+            block_checksum=True,
+        ),
+    )
+
+
+@pytest.mark.parametrize("name", [n for n, _ in lz4_payloads()])
+def test_lz4_frames_with_other_flags_decode(name):
+    payload = dict(lz4_payloads())[name]
+    assert payload[4:6] != compress("lz4", SECTION)[4:6]  # other FLG/BD than kcore writes
+    assert decompress("lz4", payload) == SECTION
+    decodes_with_payload("lz4", payload)
+
+
+def test_gzip_from_python_zlib_decodes():
+    payload = gzip.compress(SECTION, compresslevel=9, mtime=1_234_567)
+    decodes_with_payload("gzip", payload)
+    two_members = gzip.compress(SECTION[:500]) + gzip.compress(SECTION[500:])
+    decodes_with_payload("gzip", two_members)
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_decompression_limit(codec):
+    records = [(None, b"\x00" * 1_000_000, BASE_TS, [])]
+    raw = kcore_batch(records, codec)
+    size = len(records_section(records))
+    assert len(raw) < 100_000  # highly compressible
+    [batch] = decode_batches(raw, max_decompressed_size=size)
+    assert batch.records()[0][3] == records[0][1]  # exactly at the limit is fine
+    for limit in (size - 1, 65_536, 100):
+        [batch] = decode_batches(raw, max_decompressed_size=limit)
+        with pytest.raises(DecompressionLimitError):
+            batch.records()
+    with pytest.raises(DecompressionLimitError):
+        decode_records(raw, max_decompressed_size=10_000)
+    with pytest.raises(DecompressionLimitError):
+        decode_to_arrow(raw, max_decompressed_size=10_000)
+    with pytest.raises(DecompressionLimitError):
+        decompress(codec, raw[HEADER_SIZE:], 10_000)
+
+
+# -- CRC32C, murmur2, partitioner ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data, want",
+    [
+        (b"123456789", 0xE3069283),
+        (bytes(32), 0x8A9136AA),  # RFC 3720 B.4
+        (b"\xff" * 32, 0x62A8AB43),
+        (bytes(range(32)), 0x46DD794E),
+        (bytes(range(31, -1, -1)), 0x113FDB5C),
+        (  # RFC 3720 B.4: an iSCSI read command PDU
+            bytes.fromhex(
+                "01c00000000000000000000000000000"
+                "14000000000004000000001400000018"
+                "28000000000000000200000000000000"
+            ),
+            0xD9963A56,
+        ),
+    ],
+    ids=["check", "zeros", "ones", "incrementing", "decrementing", "iscsi-read"],
+)
+def test_crc32c_known_vectors_on_every_buffer_kind(data, want):
+    assert crc32c_pkg.crc32c(data) == want and google_crc32c.value(data) == want
+    kinds = [
+        data,
+        bytearray(data),
+        memoryview(data),
+        np.frombuffer(data, dtype=np.uint8),
+        array.array("B", data),
+        memoryview(b"\x00" + data)[1:],  # an odd address
+    ]
+    for buf in kinds:
+        assert crc32c(buf) == want, type(buf)
+        assert _codec.crc32c_software(buf) == want, type(buf)
+
+
+def test_crc32c_multibyte_arrays_are_their_bytes():
+    arr = np.arange(1000, dtype=np.uint32)
+    assert crc32c(arr) == crc32c_pkg.crc32c(arr.tobytes())
+    assert crc32c(arr.reshape(10, 100)) == crc32c_pkg.crc32c(arr.tobytes())
+
+
+def test_crc32c_strided_buffers_are_refused():
+    # Non-contiguous memory has no single byte string to checksum: an error, never a guess.
+    with pytest.raises((BufferError, ValueError, TypeError)):
+        crc32c(memoryview(b"0123456789")[::2])
+    with pytest.raises((BufferError, ValueError, TypeError)):
+        crc32c(np.arange(100, dtype=np.uint8)[::3])
+
+
+def test_crc32c_matches_packages_at_odd_offsets_and_lengths():
+    rng = random.Random(3720)
+    blob = rng.randbytes(300_000)
+    view = memoryview(blob)
+    cases = [(o, n) for o in range(17) for n in range(70)]
+    cases += [(rng.randrange(64), rng.randrange(100_001)) for _ in range(200)]
+    for offset, n in cases:
+        piece = view[offset : offset + n]
+        want = crc32c_pkg.crc32c(bytes(piece))
+        assert crc32c(piece) == want, (offset, n)
+        assert _codec.crc32c_software(piece) == want, (offset, n)
+        seed = rng.getrandbits(32)
+        assert crc32c(piece, seed) == google_crc32c.extend(seed, bytes(piece)), (offset, n)
+
+
+def test_crc32c_large_input_and_continuation():
+    big = random.Random(1).randbytes(8 << 20)
+    want = crc32c_pkg.crc32c(big)
+    assert crc32c(big) == want == google_crc32c.value(big)
+    assert _codec.crc32c_software(big) == want
+    assert crc32c(big[3_000_001:], crc32c(memoryview(big)[:3_000_001])) == want
+    assert crc32c_pkg.crc32c(big[5:], value=crc32c(big[:5])) == want
+
+
+def test_crc32c_implementation_is_known():
+    assert _codec.crc32c_implementation() in ("hardware", "software")
+
+
+def test_murmur2_and_partitioner_match_kafka_python():
+    class Cluster:  # what kafka-python's DefaultPartitioner asks of its cluster metadata
+        def __init__(self, n):
+            self.n = n
+
+        def topics(self):
+            return {"t"}
+
+        def partitions_for_topic(self, topic):
+            return set(range(self.n))
+
+        def available_partitions_for_topic(self, topic):
+            return set(range(self.n))
+
+    rng = random.Random(2)
+    partitioner = DefaultPartitioner()
+    keys = [rng.randbytes(rng.randrange(0, 100)) for _ in range(3000)]
+    keys += [b"", b"\x00", b"\xff" * 4, "ключ".encode(), b"a-little-bit-long-string"]
+    for key in keys:
+        assert murmur2(key) & 0xFFFFFFFF == kafka_murmur2(key), key
+        assert -(2**31) <= murmur2(key) < 2**31
+        assert murmur2(bytearray(key)) == murmur2(memoryview(key)) == murmur2(key)
+        n = rng.choice([1, 2, 3, 7, 12, 100, 1000])
+        assert partition_for_key(key, n) == partitioner.partition(
+            "t", key, key, None, None, Cluster(n)
+        ), (key, n)
+
+
+# -- append_many == the append loop ----------------------------------------------------------
+
+VALUES = [b"a", None, b"", b"xyz" * 40, None, b"q", b"\x00tail\x00", b"v" * 200]
+KEYS = [None, b"k1", b"", b"k3", b"k4", None, b"k6", b"k7"]
+TIMESTAMPS = [BASE_TS + d for d in (0, 5, -3, 100_000, 7, 7, -50_000, 1)]
+
+
+def loop_batch(keys, values, timestamps, codec: str = "none") -> bytes:
+    builder = RecordBatchBuilder(codec, base_offset=9, producer_id=4, producer_epoch=1)
+    for i, value in enumerate(values):
+        ts = timestamps if isinstance(timestamps, int) else int(timestamps[i])
+        builder.append(None if keys is None else keys[i], value, ts)
+    return builder.build()
+
+
+def many_batch(keys, values, timestamps, codec: str = "none") -> bytes:
+    builder = RecordBatchBuilder(codec, base_offset=9, producer_id=4, producer_epoch=1)
+    builder.append_many(keys, values, timestamps)
+    return builder.build()
+
+
+def arrow(values, type_):
+    return pa.array(values, type_)
+
+
+def strs(values):
+    return [None if v is None else v.decode("latin-1") for v in values]
+
+
+def fixed(values):
+    return np.array([b"" if v is None else v for v in values], dtype="S200")
+
+
+APPEND_MANY_CASES = {
+    # name: (keys, values, equivalent keys, equivalent values)
+    "lists": (KEYS, VALUES, KEYS, VALUES),
+    "tuples-bytearray-memoryview": (
+        tuple(None if k is None else bytearray(k) for k in KEYS),
+        tuple(None if v is None else memoryview(v) for v in VALUES),
+        KEYS,
+        VALUES,
+    ),
+    "no-keys": (None, VALUES, None, VALUES),
+    "numpy-S": (
+        fixed(KEYS),
+        fixed(VALUES),
+        [bytes(x) for x in fixed(KEYS)],  # numpy drops trailing NULs, and so does kcore
+        [bytes(x) for x in fixed(VALUES)],
+    ),
+    "numpy-S-strided": (
+        None,
+        fixed([v for v in VALUES for _ in (0, 1)])[::2],
+        None,
+        [bytes(x) for x in fixed(VALUES)],
+    ),
+    "numpy-object": (np.array(KEYS, dtype=object), np.array(VALUES, dtype=object), KEYS, VALUES),
+    "arrow-binary": (arrow(KEYS, pa.binary()), arrow(VALUES, pa.binary()), KEYS, VALUES),
+    "arrow-large-binary": (
+        arrow(KEYS, pa.large_binary()),
+        arrow(VALUES, pa.large_binary()),
+        KEYS,
+        VALUES,
+    ),
+    "arrow-string": (
+        arrow(strs(KEYS), pa.string()),
+        arrow(strs(VALUES), pa.string()),
+        [None if k is None else k.decode("latin-1").encode() for k in KEYS],
+        [None if v is None else v.decode("latin-1").encode() for v in VALUES],
+    ),
+    "arrow-large-string": (
+        None,
+        arrow(["é", None, "", "日本"] * 2, pa.large_string()),
+        None,
+        [b"\xc3\xa9", None, b"", "日本".encode()] * 2,
+    ),
+    "arrow-sliced": (
+        arrow([b"pad", None, *KEYS, b"pad"], pa.binary()).slice(2, len(KEYS)),
+        arrow([None, b"pad", *VALUES, None], pa.binary()).slice(2, len(VALUES)),
+        KEYS,
+        VALUES,
+    ),
+    "arrow-sliced-past-nulls": (
+        None,
+        arrow([None] * 9 + [b"a", b"b", b"", b"c", b"d", b"e", b"f", b"g"], pa.binary()).slice(9),
+        None,
+        [b"a", b"b", b"", b"c", b"d", b"e", b"f", b"g"],
+    ),
+    "arrow-chunked": (
+        pa.chunked_array([arrow(KEYS[:3], pa.binary()), arrow(KEYS[3:], pa.binary())]),
+        pa.chunked_array([arrow(VALUES[:5], pa.binary()), arrow(VALUES[5:], pa.binary())]),
+        KEYS,
+        VALUES,
+    ),
+    "arrow-all-empty": (None, arrow([b""] * 8, pa.binary()), None, [b""] * 8),
+    "arrow-all-null": (None, arrow([None] * 8, pa.binary()), None, [None] * 8),
+}
+
+TIMESTAMP_CASES = {
+    "int": BASE_TS,
+    "list": TIMESTAMPS,
+    "numpy-int64": np.array(TIMESTAMPS, dtype=np.int64),
+    "numpy-int64-strided": np.array([t for t in TIMESTAMPS for _ in (0, 1)], dtype=np.int64)[::2],
+    "numpy-big-endian": np.array(TIMESTAMPS, dtype=">i8"),
+    "arrow-int64": pa.array(TIMESTAMPS, pa.int64()),
+}
+
+
+@pytest.mark.parametrize("ts_case", list(TIMESTAMP_CASES))
+@pytest.mark.parametrize("case", list(APPEND_MANY_CASES))
+def test_append_many_equals_append_loop(case, ts_case):
+    keys, values, want_keys, want_values = APPEND_MANY_CASES[case]
+    timestamps = TIMESTAMP_CASES[ts_case]
+    want = loop_batch(want_keys, want_values, timestamps)
+    assert many_batch(keys, values, timestamps) == want
+    assert len(decode_records(want)) == len(want_values)
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_append_many_compressed_equals_append_loop(codec):
+    keys, values, want_keys, want_values = APPEND_MANY_CASES["arrow-sliced"]
+    assert many_batch(keys, values, TIMESTAMPS, codec) == loop_batch(
+        want_keys, want_values, TIMESTAMPS, codec
+    )
+
+
+def test_append_many_after_append_continues_the_batch():
+    builder = RecordBatchBuilder()
+    builder.append(b"first", b"x", BASE_TS + 10)
+    builder.append_many(KEYS, VALUES, TIMESTAMPS)
+    builder.append(None, b"last", BASE_TS - 1, [("h", None)])
+    want = RecordBatchBuilder()
+    want.append(b"first", b"x", BASE_TS + 10)
+    for k, v, ts in zip(KEYS, VALUES, TIMESTAMPS, strict=True):
+        want.append(k, v, ts)
+    want.append(None, b"last", BASE_TS - 1, [("h", None)])
+    assert builder.build() == want.build()
+
+
+def test_append_many_numpy_unicode_is_not_written_as_ucs4():
+    builder = RecordBatchBuilder()
+    try:
+        builder.append_many(None, np.array(["ab", "c"]), BASE_TS)
+    except TypeError:
+        return  # refusing it is fine
+    assert [r[3] for r in decode_records(builder.build())] == [b"ab", b"c"]
+
+
+def test_append_many_takes_numpy_scalar_timestamp():
+    builder = RecordBatchBuilder()
+    builder.append_many(None, [b"a", b"b"], np.int64(BASE_TS))
+    assert [r[1] for r in decode_records(builder.build())] == [BASE_TS, BASE_TS]
+
+
+# -- decode_to_arrow == decode_records -------------------------------------------------------
+
+
+def arrow_rows(table) -> list[tuple]:
+    """Arrow rows as decode_records tuples: timestamps back to epoch milliseconds."""
+    cols = table.to_pydict()
+    ts = table.column("timestamp").cast(pa.int64()).to_pylist()
+    headers = cols.get("headers", [[]] * table.num_rows)
+    return [
+        (
+            cols["offset"][i],
+            ts[i],
+            cols["key"][i],
+            cols["value"][i],
+            tuple((h["key"], h["value"]) for h in headers[i]),
+        )
+        for i in range(table.num_rows)
+    ]
+
+
+def control_batch(base_offset: int, commit: bool = True) -> bytes:
+    """A transaction marker as the broker writes it: control key (version 0, type), value
+    (version 0, coordinator epoch)."""
+    builder = RecordBatchBuilder(
+        base_offset=base_offset,
+        producer_id=99,
+        producer_epoch=3,
+        transactional=True,
+        is_control=True,
+    )
+    builder.append(struct.pack(">hh", 0, 1 if commit else 0), struct.pack(">hi", 0, 5), BASE_TS)
+    return builder.build()
+
+
+def arrow_buffers():
+    yield "plain", kcore_batch(RECORDS)
+    for codec in COMPRESSED:
+        yield codec, kcore_batch(COMPRESSIBLE, codec, base_offset=10)
+    yield "log-append-time", kcore_batch(RECORDS, log_append_time=True)
+    yield (
+        "transaction",
+        kcore_batch(COMPRESSIBLE[:5], "lz4", base_offset=0, **PRODUCER_STATES["transactional"])
+        + control_batch(5)
+        + kcore_batch(RECORDS, "snappy", base_offset=6)
+        + control_batch(13, commit=False),
+    )
+    yield "legacy-v0", legacy_set(PEERS[-1], 0, "none")
+    yield "legacy-v1", legacy_set(PEERS[-1], 1, "none")
+    yield "empty", b""
+
+
+@pytest.mark.parametrize("name", [n for n, _ in arrow_buffers()])
+def test_decode_to_arrow_equals_decode_records(name):
+    buf = dict(arrow_buffers())[name]
+    records = decode_records(buf)
+    table = decode_to_arrow(buf)
+    assert arrow_rows(table) == records
+    assert table.schema.names == ["key", "value", "offset", "timestamp", "timestampType", "headers"]
+    assert table.column("timestamp").type == pa.timestamp("ms", tz="UTC")
+    # min_offset in the middle of a batch, and past every record
+    offsets = [r[0] for r in records]
+    for cut in sorted({*offsets[:: max(1, len(offsets) // 5)], (offsets or [0])[-1] + 1}):
+        assert arrow_rows(decode_to_arrow(buf, min_offset=cut)) == decode_records(
+            buf, min_offset=cut
+        )
+        assert [r[0] for r in decode_records(buf, min_offset=cut)] == [
+            o for o in offsets if o >= cut
+        ]
+    # microseconds and no headers
+    us = decode_to_arrow(buf, timestamp_unit="us", include_headers=False)
+    assert "headers" not in us.schema.names
+    assert us.column("timestamp").cast(pa.int64()).to_pylist() == [
+        r[1] * 1000 if r[1] >= 0 else r[1] for r in records
+    ]
+
+
+def test_decode_to_arrow_control_batches():
+    buf = dict(arrow_buffers())["transaction"]
+    data = decode_records(buf)
+    assert [r[0] for r in data] == list(range(5)) + list(range(6, 13))
+    with_control = decode_records(buf, skip_control=False)
+    assert [r[0] for r in with_control] == list(range(14))
+    assert arrow_rows(decode_to_arrow(buf, skip_control=False)) == with_control
+    assert [b.control_type() for b in decode_batches(buf)] == [None, "commit", None, "abort"]
+
+
+def test_decode_to_arrow_timestamp_type_column():
+    buf = kcore_batch(RECORDS[:2]) + kcore_batch(RECORDS[:2], base_offset=2, log_append_time=True)
+    buf += legacy_set(PEERS[-1], 1, "none", LEGACY[:2], base=4)
+    assert decode_to_arrow(buf).column("timestampType").to_pylist() == [0, 0, 1, 1, 0, 0]
+
+
+def test_decode_to_arrow_magic0_timestamp_type_is_none():
+    buf = legacy_set(PEERS[-1], 0, "none", LEGACY[:2])
+    assert {b.timestamp_type for b in decode_batches(buf)} == {-1}
+    assert decode_to_arrow(buf).column("timestampType").to_pylist() == [-1, -1]
