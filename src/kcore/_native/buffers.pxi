@@ -87,15 +87,110 @@ cdef inline int out_write(OutBuf* b, const void* src, Py_ssize_t n) except -1:
     return 0
 
 
+# A small pool of large blocks, so that a consumer decoding fetch after fetch reuses memory it
+# has already touched instead of faulting in fresh pages every call (on some VMs a page fault
+# costs microseconds: more than parsing the records in it). Only the GIL guards it: every
+# caller holds the GIL.
+DEF POOL_SLOTS = 32
+DEF POOL_MIN_BLOCK = 65536
+cdef uint8_t* pool_blocks[POOL_SLOTS]
+cdef Py_ssize_t pool_caps[POOL_SLOTS]
+cdef Py_ssize_t pool_bytes = 0
+cdef Py_ssize_t pool_limit = 256 * 1024 * 1024
+
+
+cdef uint8_t* pool_take(Py_ssize_t want, Py_ssize_t* cap):
+    """The smallest pooled block of at least ``want`` bytes, or a new one (NULL: no memory)."""
+    global pool_bytes
+    cdef int i, best = -1
+    for i in range(POOL_SLOTS):
+        if pool_blocks[i] != NULL and pool_caps[i] >= want:
+            if best < 0 or pool_caps[i] < pool_caps[best]:
+                best = i
+    if best >= 0:
+        block = pool_blocks[best]
+        cap[0] = pool_caps[best]
+        pool_blocks[best] = NULL
+        pool_bytes -= cap[0]
+        return block
+    cap[0] = want
+    return <uint8_t*>malloc(want if want > 0 else 1)
+
+
+cdef void pool_give(uint8_t* block, Py_ssize_t cap):
+    global pool_bytes
+    cdef int i, smallest = -1
+    if block == NULL:
+        return
+    if cap < POOL_MIN_BLOCK or cap > pool_limit:
+        free(block)
+        return
+    for i in range(POOL_SLOTS):
+        if pool_blocks[i] == NULL:
+            smallest = i
+            break
+        if smallest < 0 or pool_caps[i] < pool_caps[smallest]:
+            smallest = i
+    if pool_blocks[smallest] != NULL:  # full: drop the smallest block if this one is larger
+        if pool_caps[smallest] >= cap:
+            free(block)
+            return
+        pool_bytes -= pool_caps[smallest]
+        free(pool_blocks[smallest])
+    pool_blocks[smallest] = block
+    pool_caps[smallest] = cap
+    pool_bytes += cap
+    while pool_bytes > pool_limit:  # over budget: free the smallest blocks first
+        smallest = -1
+        for i in range(POOL_SLOTS):
+            if pool_blocks[i] != NULL and (smallest < 0 or pool_caps[i] < pool_caps[smallest]):
+                smallest = i
+        pool_bytes -= pool_caps[smallest]
+        free(pool_blocks[smallest])
+        pool_blocks[smallest] = NULL
+
+
+def set_buffer_pool_limit(Py_ssize_t limit_bytes):
+    """How many bytes of freed decode buffers kcore keeps for reuse (default 256 MiB; 0: none)."""
+    global pool_limit, pool_bytes
+    cdef int i
+    pool_limit = max(0, limit_bytes)
+    for i in range(POOL_SLOTS):
+        if pool_bytes <= pool_limit:
+            break
+        if pool_blocks[i] != NULL:
+            pool_bytes -= pool_caps[i]
+            free(pool_blocks[i])
+            pool_blocks[i] = NULL
+
+
+cdef inline int buf_presize(OutBuf* b, Py_ssize_t capacity) except -1:
+    """Give an empty buffer at least ``capacity`` bytes, from the pool when it has a block."""
+    cdef Py_ssize_t cap
+    cdef uint8_t* block
+    if capacity <= b.cap:
+        return 0
+    block = pool_take(capacity, &cap)
+    if block == NULL:
+        raise MemoryError()
+    if b.data != NULL:
+        memcpy(block, b.data, b.size)
+        pool_give(b.data, b.cap)
+    b.data = block
+    b.cap = cap
+    return 0
+
+
 cdef class ColumnBuffer:
     """A C buffer that exposes the buffer protocol, so pyarrow and numpy wrap it without
-    copying (and keep it alive as long as they use it)."""
+    copying (and keep it alive as long as they use it). Its memory goes back to the pool."""
 
     cdef OutBuf buf
     cdef Py_ssize_t exports
+    cdef bint writable
 
     def __dealloc__(self):
-        free(self.buf.data)
+        pool_give(self.buf.data, self.buf.cap)
 
     def __len__(self):
         return self.buf.size
@@ -104,8 +199,26 @@ cdef class ColumnBuffer:
         # A valid pointer even for an empty buffer (pyarrow dislikes NULL).
         if self.buf.data == NULL:
             out_reserve(&self.buf, 8)
-        PyBuffer_FillInfo(view, self, self.buf.data, self.buf.size, 1, flags)
+        PyBuffer_FillInfo(view, self, self.buf.data, self.buf.size, 0 if self.writable else 1,
+                          flags)
         self.exports += 1
 
     def __releasebuffer__(self, Py_buffer* view):
         self.exports -= 1
+
+
+cdef ColumnBuffer scratch_buffer(Py_ssize_t size):
+    """A writable, uninitialised buffer of ``size`` bytes (from the pool): decompression
+    writes into it without the zero-filling a bytearray would cost."""
+    cdef ColumnBuffer b = ColumnBuffer.__new__(ColumnBuffer)
+    buf_presize(&b.buf, size)
+    b.buf.size = size
+    b.writable = True
+    return b
+
+
+cdef inline int buf_grow(OutBuf* b, Py_ssize_t extra) except -1:
+    """``out_reserve`` for column buffers: grow (at least doubling) through the pool."""
+    if b.size + extra <= b.cap:
+        return 0
+    return buf_presize(b, max(b.size + extra, 2 * b.cap))

@@ -82,22 +82,43 @@ cdef class ColumnarRecords:
         out_write(&self.header_value_offsets.buf, &zero, 4)
         self.ts_scale = 1
 
+    cdef int presize(self, list batches) except -1:
+        """One (pooled) allocation per column for all of ``batches``, sized from their headers
+        (uncompressed sizes are known; compressed batches grow the buffers later)."""
+        cdef Py_ssize_t records = 0, data = 0
+        for b in batches:
+            if isinstance(b, RecordBatch):
+                records += (<RecordBatch>b).record_count
+                data += (<RecordBatch>b).size_in_bytes
+            else:
+                records += 1
+                data += (<LegacyBatch>b).size_in_bytes
+        buf_presize(&self.offset.buf, records * 8)
+        buf_presize(&self.timestamp.buf, records * 8)
+        buf_presize(&self.timestamp_type.buf, records * 4)
+        buf_presize(&self.key_offsets.buf, records * 4 + 4)
+        buf_presize(&self.value_offsets.buf, records * 4 + 4)
+        buf_presize(&self.key_validity.buf, records // 8 + 1)
+        buf_presize(&self.value_validity.buf, records // 8 + 1)
+        buf_presize(&self.value_data.buf, data)
+        return 0
+
     cdef int reserve(self, Py_ssize_t records, Py_ssize_t payload_size) except -1:
         """Grow every buffer once for a batch, so the per-record appends do not reallocate:
         keys and values together are no larger than the batch's records section."""
         if max(self.key_data.buf.size, self.value_data.buf.size) + payload_size > 0x7FFFFFFF:
             raise ValueError("a column's data passed 2 GiB; decode fewer batches at a time")
-        out_reserve(&self.offset.buf, records * 8)
-        out_reserve(&self.timestamp.buf, records * 8)
-        out_reserve(&self.timestamp_type.buf, records * 4)
-        out_reserve(&self.key_offsets.buf, records * 4)
-        out_reserve(&self.value_offsets.buf, records * 4)
-        out_reserve(&self.key_validity.buf, records // 8 + 1)
-        out_reserve(&self.value_validity.buf, records // 8 + 1)
-        out_reserve(&self.value_data.buf, payload_size)
-        out_reserve(&self.key_data.buf, payload_size)
+        buf_grow(&self.offset.buf, records * 8)
+        buf_grow(&self.timestamp.buf, records * 8)
+        buf_grow(&self.timestamp_type.buf, records * 4)
+        buf_grow(&self.key_offsets.buf, records * 4)
+        buf_grow(&self.value_offsets.buf, records * 4)
+        buf_grow(&self.key_validity.buf, records // 8 + 1)
+        buf_grow(&self.value_validity.buf, records // 8 + 1)
+        buf_grow(&self.value_data.buf, payload_size)
+        buf_grow(&self.key_data.buf, payload_size)
         if self.include_headers:
-            out_reserve(&self.header_offsets.buf, records * 4)
+            buf_grow(&self.header_offsets.buf, records * 4)
         return 0
 
     cdef int add(self, int64_t offset, int64_t ts, int32_t ts_type, const uint8_t* key,
@@ -230,7 +251,9 @@ def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
         raise ValueError("timestamp_unit is 'ms' or 'us'")
     cols.ts_scale = 1 if timestamp_unit == "ms" else 1000
     cols.include_headers = include_headers
-    for b in decode_batches(buf, allow_partial, max_decompressed_size=max_decompressed_size):
+    batches = decode_batches(buf, allow_partial, max_decompressed_size=max_decompressed_size)
+    cols.presize(batches)
+    for b in batches:
         if skip_control and b.is_control:
             continue
         if b.next_offset <= min_offset:

@@ -172,8 +172,9 @@ cdef object decompress_bounded(object decompress_into, object data, Py_ssize_t l
     # step) up to the limit; most batches fit the first guess.
     cdef Py_ssize_t size = min(limit, max(len(data) * 4, 65536))
     cdef Py_ssize_t n
+    cdef ColumnBuffer out
     while True:
-        out = bytearray(size)
+        out = scratch_buffer(size)
         try:
             n = decompress_into(data, out)
         except _DecompressionError as exc:
@@ -185,7 +186,8 @@ cdef object decompress_bounded(object decompress_into, object data, Py_ssize_t l
                 ) from None
             size = min(limit, size * 4)
             continue
-        del out[n:]
+        out.buf.size = n
+        out.writable = False
         return out
 
 

@@ -115,6 +115,8 @@ cdef class RecordBatch:
     cdef readonly Py_ssize_t size_in_bytes
     cdef object _source                 # the buffer the batch lives in (not copied)
     cdef Py_ssize_t _max_decompressed
+    cdef int64_t _ts                    # the last record timestamp made, and its int object
+    cdef object _ts_obj
 
     def __repr__(self):
         return (f"RecordBatch(base_offset={self.base_offset}, records={self.record_count}, "
@@ -206,9 +208,13 @@ cdef class RecordBatch:
             ts = self.max_timestamp
         else:
             ts = self.base_timestamp + r.ts_delta
+        # Records of a batch often share a timestamp: reuse its int instead of making another.
+        if self._ts_obj is None or ts != self._ts:
+            self._ts = ts
+            self._ts_obj = ts
         key = None if r.klen < 0 else PyBytes_FromStringAndSize(<const char*>r.key, r.klen)
         value = None if r.vlen < 0 else PyBytes_FromStringAndSize(<const char*>r.value, r.vlen)
-        record = (self.base_offset + r.offset_delta, ts, key, value,
+        record = (self.base_offset + r.offset_delta, self._ts_obj, key, value,
                   headers_tuple(data, r, base))
         # Only ints, bytes, None and tuples of str/bytes: it can never be part of a cycle, so
         # keep the garbage collector from walking (and re-walking) every record.
@@ -314,13 +320,14 @@ cdef class LegacyBatch:
                                    self.magic == 0)
         pos = 0
         n = len(inner)
+        inner_view = memoryview(inner)
         while pos < n:
             if n - pos < LEGACY_HEADER_SIZE:
                 raise TruncatedDataError("inner message is truncated", self.position)
             record = decode_legacy_message(inner, pos)
             out.append(record)
-            pos += LEGACY_HEADER_SIZE + get_i32(
-                <const uint8_t*>PyByteArray_AS_STRING(inner) + pos + 8)
+            pos += LEGACY_HEADER_SIZE + int.from_bytes(inner_view[pos + 8:pos + 12], "big",
+                                                       signed=True)
         if not out:
             return out
         log_append = self.magic == 1 and (self.attributes & ATTR_TIMESTAMP_TYPE)
