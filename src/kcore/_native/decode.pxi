@@ -18,6 +18,17 @@ cdef struct RecordView:
     Py_ssize_t end
 
 
+cdef int record_error(int kind, Py_ssize_t position) except -1:
+    # Out of line, so that parse_record stays small enough for the compiler to inline.
+    if kind == 0:
+        raise TruncatedDataError("record length points past the end of the batch", position)
+    if kind == 1:
+        raise InvalidLengthError("record key length is out of range", position)
+    if kind == 2:
+        raise InvalidLengthError("record value length is out of range", position)
+    raise InvalidLengthError("negative header count", position)
+
+
 cdef inline int parse_record(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
                              RecordView* r, Py_ssize_t base) except -1:
     """Parse the record at p[pos] (headers are skipped, their position kept)."""
@@ -25,28 +36,28 @@ cdef inline int parse_record(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
     cdef Py_ssize_t end
     read_varint32(p, size, pos, &body)
     if body < 0 or body > size - pos[0]:
-        raise TruncatedDataError("record length points past the end of the batch", base + pos[0])
+        return record_error(0, base + pos[0])
     end = pos[0] + body
     pos[0] += 1  # record attributes: unused
     read_varlong64(p, end, pos, &r.ts_delta)
     read_varint32(p, end, pos, &r.offset_delta)
     read_varint32(p, end, pos, &hlen)
     if hlen < -1 or hlen > end - pos[0]:
-        raise InvalidLengthError("record key length is out of range", base + pos[0])
+        return record_error(1, base + pos[0])
     r.key = p + pos[0]
     r.klen = hlen
     if hlen > 0:
         pos[0] += hlen
     read_varint32(p, end, pos, &hlen)
     if hlen < -1 or hlen > end - pos[0]:
-        raise InvalidLengthError("record value length is out of range", base + pos[0])
+        return record_error(2, base + pos[0])
     r.value = p + pos[0]
     r.vlen = hlen
     if hlen > 0:
         pos[0] += hlen
     read_varint32(p, end, pos, &r.header_count)
     if r.header_count < 0:
-        raise InvalidLengthError("negative header count", base + pos[0])
+        return record_error(3, base + pos[0])
     r.headers_pos = pos[0]
     r.end = end
     pos[0] = end
