@@ -4,6 +4,7 @@
 
 DEF BATCH_HEADER_SIZE = 61
 
+from array import array as _array
 from numbers import Integral as _Integral
 DEF CRC_OFFSET = 17
 DEF ATTRIBUTES_OFFSET = 21
@@ -99,7 +100,9 @@ cdef int column_open(object values, Column* col, _ColumnHolder holder) except -1
         col.itemsize = dtype.itemsize
         col.data = <const uint8_t*><Py_ssize_t>_address_of(mv)
         return 0
-    holder.seq = PySequence_Fast(values, "append_many takes a sequence of bytes")
+    # A tuple: its items cannot move while we hold pointers to them (a list could be resized
+    # by Python code that runs during the call).
+    holder.seq = values if isinstance(values, tuple) else tuple(values)
     col.kind = COL_OBJECTS
     col.length = PySequence_Fast_GET_SIZE(holder.seq)
     col.items = PySequence_Fast_ITEMS(holder.seq)
@@ -321,14 +324,14 @@ cdef class RecordBatchBuilder:
                     raise ValueError(f"{len(ts_view)} timestamps for {n} values")
                 ts_array = <const int64_t*><Py_ssize_t>_address_of(ts_view)
             else:
-                ts_seq = PySequence_Fast(timestamp_ms, "timestamp_ms: an int or a sequence")
-                if PySequence_Fast_GET_SIZE(ts_seq) != n:
-                    raise ValueError(f"{PySequence_Fast_GET_SIZE(ts_seq)} timestamps for {n} values")
+                # Convert up front: no Python code may run once the loop holds item pointers.
+                ts_view = memoryview(_array("q", timestamp_ms))
+                if len(ts_view) != n:
+                    raise ValueError(f"{len(ts_view)} timestamps for {n} values")
+                ts_array = <const int64_t*><Py_ssize_t>_address_of(ts_view)
         for i in range(n):
             if ts_array != NULL:
                 ts = ts_array[i]
-            elif ts_seq is not None:
-                ts = <object>PySequence_Fast_ITEMS(ts_seq)[i]
             column_get(&kc, i, &kp, &klen, &kb, &kacq)
             try:
                 column_get(&vc, i, &vp, &vlen, &vb, &vacq)

@@ -44,6 +44,19 @@ cdef inline void reserved_binary(OutBuf* offs, OutBuf* data, OutBuf* bm, Py_ssiz
     offs.size += 4
 
 
+cdef inline int check_utf8(const uint8_t* p, Py_ssize_t n, Py_ssize_t position) except -1:
+    """Header keys are strings: ASCII passes at once; anything else must decode as UTF-8."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] & 0x80:
+            try:
+                PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+            except UnicodeDecodeError:
+                raise CorruptRecordError("header key is not UTF-8", position) from None
+            return 0
+    return 0
+
+
 cdef class ColumnarRecords:
     """The records of one or more batches, column by column. Every buffer exposes the buffer
     protocol; :meth:`to_arrow` wraps them in a ``pyarrow.RecordBatch`` without copying."""
@@ -88,7 +101,9 @@ cdef class ColumnarRecords:
         cdef Py_ssize_t records = 0, data = 0
         for b in batches:
             if isinstance(b, RecordBatch):
-                records += (<RecordBatch>b).record_count
+                # Counts are checked against the bytes later; do not pre-allocate for a lie.
+                records += min((<RecordBatch>b).record_count,
+                               (<RecordBatch>b).size_in_bytes // MIN_RECORD_SIZE)
                 data += (<RecordBatch>b).size_in_bytes
             else:
                 records += 1
@@ -159,6 +174,7 @@ cdef class ColumnarRecords:
         cdef int32_t j, end
         for j in range(r.header_count):
             parse_header(p, r.end, &pos, &hk, &hklen, &hv, &hvlen, base)
+            check_utf8(hk, hklen, base + pos)
             out_write(&self.header_key_data.buf, hk, hklen)
             end = <int32_t>self.header_key_data.buf.size
             out_write(&self.header_key_offsets.buf, &end, 4)
@@ -256,12 +272,12 @@ def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
     for b in batches:
         if skip_control and b.is_control:
             continue
-        if b.next_offset <= min_offset:
+        if min_offset >= 0 and b.next_offset <= min_offset:
             continue
         if isinstance(b, LegacyBatch):
             ts_type = b.timestamp_type  # -1 for magic 0 (no timestamp), as Java and Spark
             for offset, ts, key, value, headers in b.records():
-                if offset < min_offset:
+                if min_offset >= 0 and offset < min_offset:
                     continue
                 cols.add(offset, ts, ts_type,
                          NULL if key is None else <const uint8_t*>PyBytes_AS_STRING(key),
@@ -279,16 +295,21 @@ def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
         pos = 0
         view_open(payload, &v, &pybuf)
         try:
+            check_record_count(batch.record_count, v.size, batch.position)
             cols.reserve(batch.record_count, v.size)
             for i in range(batch.record_count):
                 parse_record(v.data, v.size, &pos, &r, base)
                 offset = batch.base_offset + r.offset_delta
-                if offset < min_offset:
+                if min_offset >= 0 and offset < min_offset:
                     continue
                 ts = batch.max_timestamp if log_append else batch.base_timestamp + r.ts_delta
                 cols.add_reserved(offset, ts, ts_type, r.key, r.klen, r.value, r.vlen)
                 if include_headers:
                     cols.add_headers(v.data, &r, base)
+            if pos != v.size:
+                raise CorruptRecordError(
+                    f"{v.size - pos} bytes left after the batch's {batch.record_count} records",
+                    base + pos)
         finally:
             view_close(&v, &pybuf)
     return cols

@@ -48,7 +48,12 @@ def compress(str codec, object data, int level=-1):
 
 def decompress(str codec, object data, Py_ssize_t max_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
     """Undo :func:`compress` (or what Java, librdkafka and other producers write)."""
-    return bytes(decompress_payload(codec_id(codec), data, max_size, 0, False))
+    cdef int cid = codec_id(codec)
+    if max_size < 0:
+        raise ValueError("max_size must not be negative")
+    if cid == CODEC_NONE:
+        return bytes(data)
+    return bytes(decompress_payload(cid, data, max_size, 0, False))
 
 
 cdef bytes compress_payload(int codec, object data, int level):
@@ -170,7 +175,10 @@ cdef object decompress_bounded(object decompress_into, object data, Py_ssize_t l
                                Py_ssize_t position):
     # The codecs fail rather than write past the output buffer, so grow the buffer (4x a
     # step) up to the limit; most batches fit the first guess.
-    cdef Py_ssize_t size = min(limit, max(len(data) * 4, 65536))
+    cdef Py_ssize_t size
+    if limit < 0:
+        raise ValueError("the decompression limit must not be negative")
+    size = min(limit, max(len(data) * 4, 65536))
     cdef Py_ssize_t n
     cdef ColumnBuffer out
     while True:

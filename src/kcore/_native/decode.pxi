@@ -18,6 +18,28 @@ cdef struct RecordView:
     Py_ssize_t end
 
 
+cdef object _byte_view(object source):
+    """A memoryview of ``source`` in bytes (a buffer of wider items would slice by item)."""
+    mv = memoryview(source)
+    if mv.itemsize != 1 or mv.ndim != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+# A v2 record takes at least 7 bytes (length, attributes, timestamp and offset deltas, key
+# and value lengths, header count), so a record count above size / 7 is a lie.
+DEF MIN_RECORD_SIZE = 7
+
+
+cdef int check_record_count(int32_t count, Py_ssize_t payload_size,
+                            Py_ssize_t position) except -1:
+    if count > payload_size // MIN_RECORD_SIZE:
+        raise InvalidLengthError(
+            f"batch claims {count} records but its {payload_size} bytes hold at most "
+            f"{payload_size // MIN_RECORD_SIZE}", position + 57)
+    return 0
+
+
 cdef int record_error(int kind, Py_ssize_t position) except -1:
     # Out of line, so that parse_record stays small enough for the compiler to inline.
     if kind == 0:
@@ -26,7 +48,7 @@ cdef int record_error(int kind, Py_ssize_t position) except -1:
         raise InvalidLengthError("record key length is out of range", position)
     if kind == 2:
         raise InvalidLengthError("record value length is out of range", position)
-    raise InvalidLengthError("negative header count", position)
+    raise InvalidLengthError("header count is negative or more than the record holds", position)
 
 
 cdef inline int parse_record(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
@@ -34,29 +56,29 @@ cdef inline int parse_record(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
     """Parse the record at p[pos] (headers are skipped, their position kept)."""
     cdef int32_t body, hlen
     cdef Py_ssize_t end
-    read_varint32(p, size, pos, &body)
+    read_varint32(p, size, pos, &body, base)
     if body < 0 or body > size - pos[0]:
         return record_error(0, base + pos[0])
     end = pos[0] + body
     pos[0] += 1  # record attributes: unused
-    read_varlong64(p, end, pos, &r.ts_delta)
-    read_varint32(p, end, pos, &r.offset_delta)
-    read_varint32(p, end, pos, &hlen)
+    read_varlong64(p, end, pos, &r.ts_delta, base)
+    read_varint32(p, end, pos, &r.offset_delta, base)
+    read_varint32(p, end, pos, &hlen, base)
     if hlen < -1 or hlen > end - pos[0]:
         return record_error(1, base + pos[0])
     r.key = p + pos[0]
     r.klen = hlen
     if hlen > 0:
         pos[0] += hlen
-    read_varint32(p, end, pos, &hlen)
+    read_varint32(p, end, pos, &hlen, base)
     if hlen < -1 or hlen > end - pos[0]:
         return record_error(2, base + pos[0])
     r.value = p + pos[0]
     r.vlen = hlen
     if hlen > 0:
         pos[0] += hlen
-    read_varint32(p, end, pos, &r.header_count)
-    if r.header_count < 0:
+    read_varint32(p, end, pos, &r.header_count, base)
+    if r.header_count < 0 or r.header_count > (end - pos[0]) // 2:
         return record_error(3, base + pos[0])
     r.headers_pos = pos[0]
     r.end = end
@@ -68,13 +90,13 @@ cdef inline int parse_header(const uint8_t* p, Py_ssize_t end, Py_ssize_t* pos,
                              const uint8_t** hk, Py_ssize_t* hklen, const uint8_t** hv,
                              Py_ssize_t* hvlen, Py_ssize_t base) except -1:
     cdef int32_t n
-    read_varint32(p, end, pos, &n)
+    read_varint32(p, end, pos, &n, base)
     if n < 0 or n > end - pos[0]:
         raise InvalidLengthError("header key length is out of range", base + pos[0])
     hk[0] = p + pos[0]
     hklen[0] = n
     pos[0] += n
-    read_varint32(p, end, pos, &n)
+    read_varint32(p, end, pos, &n, base)
     if n < -1 or n > end - pos[0]:
         raise InvalidLengthError("header value length is out of range", base + pos[0])
     hv[0] = p + pos[0]
@@ -176,7 +198,7 @@ cdef class RecordBatch:
         cdef int codec = self.attributes & 0x07
         if self.record_count == 0:  # as Java: an empty batch has no records to decompress
             return b""
-        src = memoryview(self._source)[start:end]
+        src = _byte_view(self._source)[start:end]
         if codec == CODEC_NONE:
             return src
         if codec > CODEC_ZSTD:
@@ -191,11 +213,13 @@ cdef class RecordBatch:
         cdef Py_ssize_t pos = 0, base
         cdef int32_t i
         cdef RecordView r
-        cdef list out = PyList_New(self.record_count) if self.record_count > 0 else []
+        cdef list out
         payload = self.payload()
         base = self.position + BATCH_HEADER_SIZE
         view_open(payload, &v, &pybuf)
         try:
+            check_record_count(self.record_count, v.size, self.position)
+            out = PyList_New(self.record_count) if self.record_count > 0 else []
             for i in range(self.record_count):
                 parse_record(v.data, v.size, &pos, &r, base)
                 record = self.make_record(v.data, &r, base)
@@ -250,6 +274,7 @@ cdef class RecordIterator:
         self.payload = batch.payload()
         self.base = batch.position + BATCH_HEADER_SIZE
         view_open(self.payload, &self.view, &self.pybuf)
+        check_record_count(batch.record_count, self.view.size, batch.position)
 
     def __dealloc__(self):
         view_close(&self.view, &self.pybuf)
@@ -260,6 +285,10 @@ cdef class RecordIterator:
     def __next__(self):
         cdef RecordView r
         if self.index >= self.batch.record_count:
+            if self.pos != self.view.size:
+                raise CorruptRecordError(
+                    f"{self.view.size - self.pos} bytes left after the batch's "
+                    f"{self.batch.record_count} records", self.base + self.pos)
             raise StopIteration
         parse_record(self.view.data, self.view.size, &self.pos, &r, self.base)
         self.index += 1
@@ -364,6 +393,8 @@ cdef tuple decode_legacy_message(object source, Py_ssize_t position):
     cdef uint32_t crc, computed
     view_open(source, &v, &pybuf)
     try:
+        if position < 0 or v.size - position < LEGACY_HEADER_SIZE + V0_MIN_MESSAGE:
+            raise TruncatedDataError("message runs past the end of the buffer", position)
         p = v.data + position
         size = get_i32(p + 8)
         if size < V0_MIN_MESSAGE or size > v.size - position - LEGACY_HEADER_SIZE:
@@ -453,6 +484,8 @@ def decode_batches(object buf, bint allow_partial=False, *, bint check_crcs=True
     cdef RecordBatch batch
     cdef LegacyBatch legacy
     cdef list out = []
+    if max_decompressed_size < 0:
+        raise ValueError("max_decompressed_size must not be negative")
     view_open(buf, &v, &pybuf)
     try:
         while pos < v.size:
@@ -509,10 +542,10 @@ def decode_records(object buf, bint allow_partial=True, int64_t min_offset=-1,
                                 max_decompressed_size=max_decompressed_size):
         if skip_control and batch.is_control:
             continue
-        if batch.next_offset <= min_offset:
+        if min_offset >= 0 and batch.next_offset <= min_offset:
             continue
         records = batch.records()
-        if min_offset > 0 and records and records[0][0] < min_offset:
+        if min_offset >= 0 and records and records[0][0] < min_offset:
             records = [r for r in records if r[0] >= min_offset]
         out.extend(records)
     return out

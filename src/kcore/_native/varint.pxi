@@ -2,18 +2,18 @@
 # record format uses their zigzag (signed) forms.
 
 cdef int read_uvarint32(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
-                               uint32_t* out) except -1:
+                        uint32_t* out, Py_ssize_t base=0) except -1:
     cdef uint32_t value = 0
     cdef int shift = 0
     cdef uint8_t b
     cdef Py_ssize_t start = pos[0]
     while True:
         if pos[0] >= size:
-            raise TruncatedDataError("varint runs past the end of the buffer", start)
+            raise TruncatedDataError("varint runs past the end of the buffer", base + start)
         b = p[pos[0]]
         pos[0] += 1
         if shift == 28 and (b & 0xF0):
-            raise VarintOverflowError("varint longer than 5 bytes or over 32 bits", start)
+            raise VarintOverflowError("varint longer than 5 bytes or over 32 bits", base + start)
         value |= (<uint32_t>(b & 0x7F)) << shift
         if not (b & 0x80):
             out[0] = value
@@ -22,18 +22,18 @@ cdef int read_uvarint32(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
 
 
 cdef int read_uvarint64(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
-                               uint64_t* out) except -1:
+                        uint64_t* out, Py_ssize_t base=0) except -1:
     cdef uint64_t value = 0
     cdef int shift = 0
     cdef uint8_t b
     cdef Py_ssize_t start = pos[0]
     while True:
         if pos[0] >= size:
-            raise TruncatedDataError("varlong runs past the end of the buffer", start)
+            raise TruncatedDataError("varlong runs past the end of the buffer", base + start)
         b = p[pos[0]]
         pos[0] += 1
         if shift == 63 and (b & 0xFE):
-            raise VarintOverflowError("varlong longer than 10 bytes or over 64 bits", start)
+            raise VarintOverflowError("varlong longer than 10 bytes or over 64 bits", base + start)
         value |= (<uint64_t>(b & 0x7F)) << shift
         if not (b & 0x80):
             out[0] = value
@@ -42,7 +42,7 @@ cdef int read_uvarint64(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
 
 
 cdef inline int read_varint32(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
-                              int32_t* out) except -1:
+                              int32_t* out, Py_ssize_t base) except -1:
     # Inlined loop for well-formed input; anything odd (truncation, overflow) goes to the
     # out-of-line reader, which raises the right error.
     cdef uint32_t value = 0
@@ -58,13 +58,13 @@ cdef inline int read_varint32(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos
             out[0] = unzigzag32(value)
             return 0
         shift += 7
-    read_uvarint32(p, size, pos, &value)
+    read_uvarint32(p, size, pos, &value, base)
     out[0] = unzigzag32(value)
     return 0
 
 
 cdef inline int read_varlong64(const uint8_t* p, Py_ssize_t size, Py_ssize_t* pos,
-                               int64_t* out) except -1:
+                               int64_t* out, Py_ssize_t base) except -1:
     cdef uint64_t value = 0
     cdef int shift = 0
     cdef Py_ssize_t i = pos[0]
@@ -78,7 +78,7 @@ cdef inline int read_varlong64(const uint8_t* p, Py_ssize_t size, Py_ssize_t* po
             out[0] = unzigzag64(value)
             return 0
         shift += 7
-    read_uvarint64(p, size, pos, &value)
+    read_uvarint64(p, size, pos, &value, base)
     out[0] = unzigzag64(value)
     return 0
 

@@ -1,0 +1,177 @@
+"""Fixtures, seed data and pytest-benchmark settings for the codec benchmarks.
+
+Run on its own (``pyproject.toml``'s ``testpaths = ["tests"]`` keeps it out of plain ``pytest``):
+
+    pytest bench/test_codec_bench.py --benchmark-json=out.json
+    python bench/report.py out.json
+
+Every data set is built once per session from a fixed seed, outside any timed region.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+from importlib import metadata
+
+import numpy as np
+import pytest
+from _workload import CODECS, CRC_BUFFER_SIZE, KEY_SIZE, N_RECORDS, SEED, VALUE_SIZE, Workload
+from _workload import build as build_workload
+
+from kcore.codec import RecordBatchBuilder, crc32c_implementation
+
+# pytest-benchmark settings that keep the suite to a few minutes on a 2-core machine: at least
+# 5 rounds of everything, and no more than ~0.5 s of rounds for the fast ones. Each applies
+# only when the command line (or PYTEST_ADDOPTS) does not set it.
+BENCH_DEFAULTS = {
+    "benchmark_min_rounds": ("--benchmark-min-rounds", 5),
+    "benchmark_max_time": ("--benchmark-max-time", 0.5),
+    "benchmark_sort": ("--benchmark-sort", "name"),
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Apply BENCH_DEFAULTS before pytest-benchmark reads its options."""
+    given = list(config.invocation_params.args) + shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    for dest, (flag, value) in BENCH_DEFAULTS.items():
+        if not hasattr(config.option, dest):
+            continue  # pytest-benchmark is not loaded
+        if any(arg == flag or arg.startswith(flag + "=") for arg in given):
+            continue
+        setattr(config.option, dest, value)
+    # kafka-python's protocol schemas use importlib.resources' deprecated read_text/open_text.
+    config.addinivalue_line(
+        "filterwarnings", r"ignore:(read|open)_text is deprecated:DeprecationWarning"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run each benchmark group's members back to back (groups in file order), so what the
+    report compares was measured minutes apart at most, not across the whole session."""
+    first_seen: dict[str, int] = {}
+
+    def group_of(item: pytest.Item) -> str:
+        marker = item.get_closest_marker("benchmark")
+        return marker.kwargs.get("group", "") if marker is not None else ""
+
+    for item in items:
+        first_seen.setdefault(group_of(item), len(first_seen))
+    items.sort(key=lambda item: first_seen[group_of(item)])  # stable: file order within a group
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    """Record what report.py prints about the machine and the implementations measured."""
+    try:
+        import aiokafka.record.default_records as aiokafka_records
+
+        aiokafka_builder = aiokafka_records.DefaultRecordBatchBuilder.__module__
+    except ImportError:
+        aiokafka_builder = "not installed"
+    try:
+        import kafka.codec as kafka_codec
+
+        kafka_codecs = [c for c in CODECS[1:] if getattr(kafka_codec, f"has_{c}")()]
+    except ImportError:
+        kafka_codecs = []
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    machine_info["kcore_bench"] = {
+        "nproc": len(affinity) if affinity is not None else os.cpu_count(),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "python": sys.version.split()[0],
+        "python_implementation": platform.python_implementation(),
+        "kcore_crc32c": crc32c_implementation(),
+        "aiokafka_builder_module": aiokafka_builder,
+        "kafka_python_codecs": ["none", *kafka_codecs],
+        "versions": {
+            dist: _version(dist)
+            for dist in (
+                "kcore",
+                "aiokafka",
+                "kafka-python",
+                "cramjam",
+                "lz4",
+                "python-snappy",
+                "zstandard",
+                "crc32c",
+                "google-crc32c",
+                "numpy",
+                "pyarrow",
+                "pytest-benchmark",
+            )
+        },
+        "workload": {
+            "records": N_RECORDS,
+            "key_size": KEY_SIZE,
+            "value_size": VALUE_SIZE,
+            "crc_buffer_bytes": CRC_BUFFER_SIZE,
+            "seed": SEED,
+        },
+    }
+
+
+@pytest.fixture(scope="session")
+def workload() -> Workload:
+    return build_workload()
+
+
+@pytest.fixture(scope="session")
+def batches(workload: Workload) -> dict[str, bytes]:
+    """One v2 batch per codec holding the whole workload, built by kcore and checked against
+    aiokafka's decoder: the input every decode benchmark reads."""
+    from _checks import check_encoded
+
+    out = {}
+    for codec in CODECS:
+        builder = RecordBatchBuilder(codec)
+        builder.append_many(workload.keys, workload.values, workload.timestamps)
+        buf = builder.build()
+        check_encoded(buf, codec, workload)
+        out[codec] = buf
+    return out
+
+
+@pytest.fixture(scope="session")
+def crc_buffer() -> bytes:
+    return np.random.default_rng(SEED + 1).bytes(CRC_BUFFER_SIZE)
+
+
+@pytest.fixture(scope="session")
+def crc_expected(crc_buffer: bytes) -> int:
+    """CRC32C of the buffer by google-crc32c (an independent implementation), itself checked
+    against the standard check value."""
+    import google_crc32c
+
+    assert google_crc32c.value(b"123456789") == 0xE3069283
+    return google_crc32c.value(crc_buffer)
+
+
+@pytest.fixture(scope="session")
+def murmur2_expected(workload: Workload) -> list[int]:
+    """murmur2 of every key as an unsigned 32-bit int, by kafka-python's pure-Python port of
+    the Java client's Utils.murmur2 (independent of kcore)."""
+    from kafka.partitioner import murmur2
+
+    return [murmur2(k) & 0xFFFFFFFF for k in workload.keys]

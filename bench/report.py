@@ -1,0 +1,342 @@
+"""Markdown report of a codec benchmark run: per group, each implementation's median time and
+throughput and kcore's ratio against every peer (peer median / kcore median: above 1 means
+kcore is faster), then the issue's goals as pass/fail rows.
+
+    pytest bench/test_codec_bench.py --benchmark-json=out.json
+    python bench/report.py out.json [more.json ...]
+
+With several files, each run gets its report, then one table puts the goal ratios side by side
+(the spread between runs is the noise of the machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CODEC_ORDER = ("none", "gzip", "snappy", "lz4", "zstd")
+PEER_ORDER = ("aiokafka", "kafka-python", "crc32c", "google-crc32c", "aiokafka-py")
+
+
+@dataclass(frozen=True)
+class Goal:
+    text: str
+    group: str
+    kcore: tuple[str, ...]  # extra_info keys of the kcore benchmarks held to it
+    peer: str | None  # the peer's key; None: the fastest of the group's ``package`` benchmarks
+    target: float
+
+
+GOALS = (
+    Goal(
+        "record-by-record append >= 1.5x aiokafka's append (uncompressed)",
+        "encode:none",
+        ("kcore.append",),
+        "aiokafka.append",
+        1.5,
+    ),
+    Goal(
+        "bulk append (one call) >= 5x aiokafka's append (uncompressed)",
+        "encode:none",
+        ("kcore.append_many.lists", "kcore.append_many.pyarrow", "kcore.append_many.numpy"),
+        "aiokafka.append",
+        5.0,
+    ),
+    Goal(
+        "decode to records >= 2x aiokafka's decode (uncompressed)",
+        "decode:none",
+        ("kcore.decode_batches", "kcore.decode_records", "kcore.decode_batches.no_crc"),
+        "aiokafka.decode",
+        2.0,
+    ),
+    Goal(
+        "columnar decode >= 10x aiokafka's decode (uncompressed)",
+        "decode:none",
+        ("kcore.decode_to_arrow", "kcore.decode_columns"),
+        "aiokafka.decode",
+        10.0,
+    ),
+    Goal(
+        "CRC32C >= 0.9x the fastest CRC package (64 MiB)",
+        "crc32c:64MiB",
+        ("kcore.crc32c",),
+        None,
+        0.9,
+    ),
+)
+
+
+@dataclass
+class Bench:
+    group: str
+    name: str
+    key: str
+    label: str
+    impl: str
+    median: float  # seconds
+    min: float
+    iqr: float
+    rounds: int
+    items: int | None
+    unit: str
+    nbytes: int | None
+    output_bytes: int | None
+    package: bool
+
+
+def load(path: Path) -> tuple[dict[str, Any], dict[str, list[Bench]]]:
+    data = json.loads(path.read_text())
+    groups: dict[str, list[Bench]] = {}
+    for b in data["benchmarks"]:
+        info, stats = b.get("extra_info", {}), b["stats"]
+        bench = Bench(
+            group=b.get("group") or "(no group)",
+            name=b["name"],
+            key=info.get("key", b["name"]),
+            label=info.get("label", b["name"]),
+            impl=info.get("impl", "?"),
+            median=stats["median"],
+            min=stats["min"],
+            iqr=stats["iqr"],
+            rounds=stats["rounds"],
+            items=info.get("items"),
+            unit=info.get("unit", "records"),
+            nbytes=info.get("nbytes"),
+            output_bytes=info.get("output_bytes"),
+            package=bool(info.get("package")),
+        )
+        groups.setdefault(bench.group, []).append(bench)
+    return data, groups
+
+
+def group_order(name: str) -> tuple[int, int, str]:
+    kind, _, codec = name.partition(":")
+    kinds = ("encode", "decode", "crc32c", "murmur2")
+    k = kinds.index(kind) if kind in kinds else len(kinds)
+    c = CODEC_ORDER.index(codec) if codec in CODEC_ORDER else len(CODEC_ORDER)
+    return (k, c, name)
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def fmt_rate(b: Bench) -> str:
+    if b.nbytes:
+        return f"{b.nbytes / b.median / 1e9:.2f} GB/s"
+    if b.items:
+        short = {"records": "rec", "keys": "keys"}.get(b.unit, b.unit)
+        return f"{b.items / b.median / 1e6:.2f} M {short}/s"
+    return ""
+
+
+def fmt_per_item(b: Bench) -> str:
+    if b.items:
+        short = {"records": "rec", "keys": "key"}.get(b.unit, b.unit)
+        return f"{b.median / b.items * 1e9:.0f} ns/{short}"
+    return ""
+
+
+def fmt_ratio(r: float) -> str:
+    return f"{r:.2f}x"
+
+
+def is_kcore(b: Bench) -> bool:
+    return b.impl == "kcore"
+
+
+def peer_order(b: Bench) -> tuple[int, str]:
+    return (PEER_ORDER.index(b.impl) if b.impl in PEER_ORDER else len(PEER_ORDER), b.impl)
+
+
+def group_table(name: str, benches: list[Bench]) -> list[str]:
+    kcore = sorted((b for b in benches if is_kcore(b)), key=lambda b: b.median)
+    peers = sorted((b for b in benches if not is_kcore(b)), key=peer_order)
+    show_output = any(b.output_bytes for b in benches)
+    head = ["implementation", "median", "min", "IQR/median", "per item", "throughput"]
+    if show_output:
+        head.append("batch bytes")
+    head += [f"vs {p.impl}" for p in peers]
+    lines = [f"### {name}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for b in kcore + peers:
+        row = [
+            f"**{b.label}**" if is_kcore(b) else b.label,
+            fmt_time(b.median),
+            fmt_time(b.min),
+            f"{b.iqr / b.median * 100:.0f}%" if b.median else "",
+            fmt_per_item(b),
+            fmt_rate(b),
+        ]
+        if show_output:
+            row.append(f"{b.output_bytes:,}" if b.output_bytes else "")
+        for p in peers:
+            row.append(fmt_ratio(p.median / b.median) if is_kcore(b) else "")
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    return lines
+
+
+@dataclass
+class GoalResult:
+    goal: Goal
+    kcore: Bench | None
+    kcore_key: str
+    peer: Bench | None
+    ratio: float | None
+    ratio_min: float | None
+
+    @property
+    def verdict(self) -> str:
+        if self.ratio is None:
+            return "n/a (not run)"
+        return "PASS" if self.ratio >= self.goal.target else "FAIL"
+
+
+def evaluate(groups: dict[str, list[Bench]]) -> list[GoalResult]:
+    out = []
+    for goal in GOALS:
+        benches = {b.key: b for b in groups.get(goal.group, [])}
+        if goal.peer is None:
+            packages = [b for b in benches.values() if b.package]
+            peer = min(packages, key=lambda b: b.median) if packages else None
+        else:
+            peer = benches.get(goal.peer)
+        for key in goal.kcore:
+            k = benches.get(key)
+            if k is not None and peer is not None:
+                out.append(GoalResult(goal, k, key, peer, peer.median / k.median, peer.min / k.min))
+            else:
+                out.append(GoalResult(goal, k, key, peer, None, None))
+    return out
+
+
+def goals_table(results: list[GoalResult]) -> list[str]:
+    head = [
+        "goal",
+        "kcore",
+        "kcore median",
+        "peer",
+        "peer median",
+        "ratio",
+        "target",
+        "result",
+        "ratio of mins",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        k, p = r.kcore, r.peer
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r.goal.text,
+                    k.label if k else r.kcore_key,
+                    f"{fmt_time(k.median)} ({fmt_per_item(k) or fmt_rate(k)})" if k else "-",
+                    p.label if p else "-",
+                    f"{fmt_time(p.median)} ({fmt_per_item(p) or fmt_rate(p)})" if p else "-",
+                    fmt_ratio(r.ratio) if r.ratio is not None else "-",
+                    f">= {r.goal.target:g}x",
+                    f"**{r.verdict}**",
+                    fmt_ratio(r.ratio_min) if r.ratio_min is not None else "-",
+                ]
+            )
+            + " |"
+        )
+    lines.append("")
+    return lines
+
+
+def machine_lines(data: dict[str, Any]) -> list[str]:
+    mi = data.get("machine_info", {})
+    kb = mi.get("kcore_bench", {})
+    cpu = kb.get("cpu_model") or mi.get("cpu", {}).get("brand_raw", "?")
+    commit = data.get("commit_info", {})
+    lines = [
+        f"- when: {data.get('datetime', '?')}; commit {str(commit.get('id', '?'))[:12]}"
+        + (" (dirty)" if commit.get("dirty") else ""),
+        f"- machine: {cpu}, nproc {kb.get('nproc', '?')}, {mi.get('system', '')} "
+        f"{mi.get('release', '')}; {kb.get('python_implementation', '')} "
+        f"{kb.get('python', mi.get('python_version', '?'))}",
+    ]
+    if kb:
+        versions = ", ".join(f"{k} {v}" for k, v in kb.get("versions", {}).items())
+        lines += [
+            f"- versions: {versions}",
+            f"- kcore CRC32C: {kb.get('kcore_crc32c')}; aiokafka builder: "
+            f"{kb.get('aiokafka_builder_module')}; kafka-python codecs: "
+            f"{', '.join(kb.get('kafka_python_codecs', []))}",
+        ]
+    opts = next(iter(data.get("benchmarks", [])), {}).get("options", {})
+    if opts:
+        lines.append(
+            f"- pytest-benchmark: min_rounds {opts.get('min_rounds')}, max_time "
+            f"{opts.get('max_time')} s, timer {opts.get('timer')}, gc disabled: "
+            f"{opts.get('disable_gc')}"
+        )
+    return lines
+
+
+def report(path: Path) -> tuple[list[str], list[GoalResult]]:
+    data, groups = load(path)
+    results = evaluate(groups)
+    lines = [f"## Codec benchmarks: {path.name}", "", *machine_lines(data), ""]
+    lines += [
+        "Ratios are peer median / kcore median: above 1 means kcore is faster. Results use the"
+        " median ratio; the ratio of the minimum times is shown for judging noise.",
+        "",
+        "### Goals",
+        "",
+        *goals_table(results),
+    ]
+    for name in sorted(groups, key=group_order):
+        lines += group_table(name, groups[name])
+    return lines, results
+
+
+def across_runs(paths: list[Path], runs: list[list[GoalResult]]) -> list[str]:
+    head = ["goal", "kcore", "target", *[p.name for p in paths]]
+    lines = [
+        "## Goals across runs (ratio, result)",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for i, first in enumerate(runs[0]):
+        cells = []
+        for results in runs:
+            r = results[i]
+            cells.append(f"{fmt_ratio(r.ratio)} {r.verdict}" if r.ratio is not None else r.verdict)
+        label = first.kcore.label if first.kcore else first.kcore_key
+        lines.append(
+            "| " + " | ".join([first.goal.text, label, f">= {first.goal.target:g}x", *cells]) + " |"
+        )
+    lines.append("")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", nargs="+", type=Path, help="pytest --benchmark-json output")
+    args = parser.parse_args(argv)
+    out: list[str] = []
+    runs = []
+    for path in args.json:
+        lines, results = report(path)
+        out += lines
+        runs.append(results)
+    if len(runs) > 1:
+        out += across_runs(args.json, runs)
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
