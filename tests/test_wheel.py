@@ -29,11 +29,13 @@ def test_wheel_builds_installs_and_imports_compiled_codec(tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    # With its runtime dependencies (cramjam), as a user's `pip install` would.
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True)
     code = (
         "import kcore, kcore._codec as c, kcore.codec as pub;"
         "assert c.__file__.endswith('.so'), c.__file__;"
         "assert pub.crc32c(b'123456789') == 0xE3069283;"
+        "assert pub.decompress('zstd', pub.compress('zstd', b'x' * 100)) == b'x' * 100;"
         "print(c.__file__)"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
