@@ -8,7 +8,7 @@
 # build in src/kcore/ is never touched. Then every target runs under atheris' ASan+libFuzzer
 # runtime (LD_PRELOAD). Corpora and findings go to $KCORE_FUZZ_DIR/out/TARGET/; the summary line
 # of each run (executions, coverage) is printed at the end. Set KCORE_FUZZ_NO_BUILD=1 to reuse
-# the last build, KCORE_FUZZ_ARGS for extra harness/libFuzzer flags (e.g. --no-known-guards).
+# the last build, KCORE_FUZZ_ARGS for extra harness/libFuzzer flags.
 set -euo pipefail
 
 SECONDS_PER_TARGET=${1:-60}
