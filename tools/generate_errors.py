@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: make ``tools`` importable
     sys.path.insert(0, str(REPO))
 
-from tools.kafka_jar import cache_root, kafka_clients_jar  # noqa: E402
+from tools.kafka_jar import kafka_clients_jar, maven_jar  # noqa: E402
 
 LISTER = REPO / "tools" / "ListKafkaErrors.java"
 BASE = REPO / "src" / "kcore" / "errors" / "_base.py"
@@ -96,26 +96,6 @@ def _module_constant(path: Path, name: str) -> str:
         ):
             return node.value.value
     raise GeneratorError(f"{path}: no string constant {name}")
-
-
-def maven_jar(group: str, artifact: str, version: str) -> Path:
-    """Fetch ``group:artifact:version`` with Maven into kcore's jar cache (reused across runs)."""
-    out = cache_root() / "jars" / f"{artifact}-{version}"
-    jar = out / f"{artifact}-{version}.jar"
-    if not jar.exists():
-        out.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                "mvn",
-                "-q",
-                "-B",
-                "dependency:copy",
-                f"-Dartifact={group}:{artifact}:{version}",
-                f"-DoutputDirectory={out}",
-            ],
-            check=True,
-        )
-    return jar
 
 
 def jar_kafka_version(jar: Path) -> str:

@@ -1,5 +1,5 @@
-"""Fetch the kafka-clients jar (message JSON definitions, the Errors enum) with Maven into a
-cache that later runs reuse."""
+"""Fetch jars (kafka-clients: the message JSON definitions and the Errors enum; slf4j-api) with
+Maven into a cache that later runs reuse."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ def cache_root() -> Path:
     return Path(os.environ.get("KCORE_CACHE_DIR", Path.home() / ".cache" / "kcore"))
 
 
-def kafka_clients_jar(version: str) -> Path:
-    out = cache_root() / "jars" / f"kafka-clients-{version}"
-    jar = out / f"kafka-clients-{version}.jar"
+def maven_jar(group: str, artifact: str, version: str) -> Path:
+    """Fetch ``group:artifact:version`` with Maven into kcore's jar cache (reused across runs)."""
+    out = cache_root() / "jars" / f"{artifact}-{version}"
+    jar = out / f"{artifact}-{version}.jar"
     if not jar.exists():
         out.mkdir(parents=True, exist_ok=True)
         subprocess.run(
@@ -23,9 +24,13 @@ def kafka_clients_jar(version: str) -> Path:
                 "-q",
                 "-B",
                 "dependency:copy",
-                f"-Dartifact=org.apache.kafka:kafka-clients:{version}",
+                f"-Dartifact={group}:{artifact}:{version}",
                 f"-DoutputDirectory={out}",
             ],
             check=True,
         )
     return jar
+
+
+def kafka_clients_jar(version: str) -> Path:
+    return maven_jar("org.apache.kafka", "kafka-clients", version)
