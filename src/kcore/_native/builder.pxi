@@ -23,7 +23,9 @@ DEF COL_FIXED = 4     # numpy fixed-width bytes ('S'): trailing NULs dropped, as
 cdef struct Column:
     int kind
     Py_ssize_t length
-    PyObject** items          # COL_OBJECTS (borrowed from `holder`)
+    PyObject** items          # COL_OBJECTS over a tuple (borrowed from `holder`)
+    PyObject* seq             # COL_OBJECTS: the sequence itself (borrowed from `holder`)
+    bint is_list
     const uint8_t* validity   # arrow validity bitmap, or NULL
     const int32_t* offsets32
     const int64_t* offsets64
@@ -56,6 +58,8 @@ cdef int column_open(object values, Column* col, _ColumnHolder holder) except -1
     col.offsets64 = NULL
     col.data = NULL
     col.items = NULL
+    col.seq = NULL
+    col.is_list = False
     col.array_offset = 0
     col.itemsize = 0
     if values is None:
@@ -100,11 +104,17 @@ cdef int column_open(object values, Column* col, _ColumnHolder holder) except -1
         col.itemsize = dtype.itemsize
         col.data = <const uint8_t*><Py_ssize_t>_address_of(mv)
         return 0
-    # A tuple: its items cannot move while we hold pointers to them (a list could be resized
-    # by Python code that runs during the call).
-    holder.seq = values if isinstance(values, tuple) else tuple(values)
+    # A caller's list is read item by item through the list itself (never a saved pointer to
+    # its item array, which a resize would free), with its size checked each time; anything
+    # else that is not a tuple becomes a private list first.
+    if isinstance(values, (list, tuple)):
+        holder.seq = values
+    else:
+        holder.seq = PySequence_Fast(values, "append_many takes a sequence")
     col.kind = COL_OBJECTS
+    col.is_list = isinstance(values, list)
     col.length = PySequence_Fast_GET_SIZE(holder.seq)
+    col.seq = <PyObject*>holder.seq
     col.items = PySequence_Fast_ITEMS(holder.seq)
     return 0
 
@@ -143,7 +153,12 @@ cdef inline int column_get(Column* col, Py_ssize_t i, const uint8_t** ptr, Py_ss
             end -= 1
         n[0] = end
         return 0
-    item = <object>col.items[i]
+    if col.is_list:
+        if i >= PyList_GET_SIZE(<object>col.seq):
+            raise RuntimeError("the list changed size during append_many")
+        item = <object>PyList_GET_ITEM(<object>col.seq, i)
+    else:
+        item = <object>col.items[i]
     if item is None:
         n[0] = -1
         return 0
