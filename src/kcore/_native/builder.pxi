@@ -321,7 +321,7 @@ cdef class RecordBatchBuilder:
         cdef bint kacq = False, vacq = False
         cdef int64_t ts = 0
         cdef const int64_t* ts_array = NULL
-        cdef object ts_seq = None
+        cdef object ts_list = None
         cdef object ts_view = None
         column_open(values, &vc, vh)
         column_open(keys, &kc, kh)
@@ -338,8 +338,13 @@ cdef class RecordBatchBuilder:
                 if len(ts_view) != n:
                     raise ValueError(f"{len(ts_view)} timestamps for {n} values")
                 ts_array = <const int64_t*><Py_ssize_t>_address_of(ts_view)
+            elif isinstance(timestamp_ms, list) and _exact_ints(timestamp_ms):
+                # Plain ints convert in C with no Python code running: read them in the loop.
+                if PyList_GET_SIZE(timestamp_ms) != n:
+                    raise ValueError(f"{PyList_GET_SIZE(timestamp_ms)} timestamps for {n} values")
+                ts_list = timestamp_ms
             else:
-                # Convert up front: no Python code may run once the loop holds item pointers.
+                # Anything else converts up front: no Python code may run inside the loop.
                 ts_view = memoryview(_array("q", timestamp_ms))
                 if len(ts_view) != n:
                     raise ValueError(f"{len(ts_view)} timestamps for {n} values")
@@ -347,6 +352,10 @@ cdef class RecordBatchBuilder:
         for i in range(n):
             if ts_array != NULL:
                 ts = ts_array[i]
+            elif ts_list is not None:
+                if i >= PyList_GET_SIZE(ts_list):
+                    raise RuntimeError("the timestamp list changed size during append_many")
+                ts = PyLong_AsLongLong(<object>PyList_GET_ITEM(ts_list, i))
             column_get(&kc, i, &kp, &klen, &kb, &kacq)
             try:
                 column_get(&vc, i, &vp, &vlen, &vb, &vacq)
@@ -403,6 +412,14 @@ cdef class RecordBatchBuilder:
                                                         BATCH_HEADER_SIZE + payload_size
                                                         - ATTRIBUTES_OFFSET))
         return result
+
+
+cdef bint _exact_ints(list values):
+    cdef Py_ssize_t i
+    for i in range(PyList_GET_SIZE(values)):
+        if not PyLong_CheckExact(<object>PyList_GET_ITEM(values, i)):
+            return False
+    return True
 
 
 cdef object _int64_view(object values):
