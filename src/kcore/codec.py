@@ -31,6 +31,7 @@ from ._codec import (
     encode_varlong,
     murmur2,
     partition_for_key,
+    set_buffer_pool_limit,
 )
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "encode_varlong",
     "murmur2",
     "partition_for_key",
+    "set_buffer_pool_limit",
 ]
 
 

@@ -52,7 +52,6 @@ cdef object _buffer_of(object buf, _ColumnHolder holder):
 
 
 cdef int column_open(object values, Column* col, _ColumnHolder holder) except -1:
-    cdef Py_buffer* pb
     col.validity = NULL
     col.offsets32 = NULL
     col.offsets64 = NULL

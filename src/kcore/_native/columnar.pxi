@@ -136,24 +136,11 @@ cdef class ColumnarRecords:
             buf_grow(&self.header_offsets.buf, records * 4)
         return 0
 
-    cdef int add(self, int64_t offset, int64_t ts, int32_t ts_type, const uint8_t* key,
-                 Py_ssize_t klen, const uint8_t* value, Py_ssize_t vlen) except -1:
-        cdef int64_t scaled = ts * self.ts_scale if ts >= 0 else ts
-        out_write(&self.offset.buf, &offset, 8)
-        out_write(&self.timestamp.buf, &scaled, 8)
-        out_write(&self.timestamp_type.buf, &ts_type, 4)
-        binary_append(&self.key_offsets.buf, &self.key_data.buf, &self.key_validity.buf,
-                      self.num_rows, key, klen, &self.key_nulls)
-        binary_append(&self.value_offsets.buf, &self.value_data.buf, &self.value_validity.buf,
-                      self.num_rows, value, vlen, &self.value_nulls)
-        self.num_rows += 1
-        return 0
-
     cdef inline void add_reserved(self, int64_t offset, int64_t ts, int32_t ts_type,
                                   const uint8_t* key, Py_ssize_t klen, const uint8_t* value,
                                   Py_ssize_t vlen) noexcept:
-        """``add`` for a record of a batch that ``reserve`` has made room for: plain stores,
-        no capacity checks (keys and values fit the reserved records-section size)."""
+        """Append one record, for which ``reserve`` has made room: plain stores, no capacity
+        checks (keys and values fit the reserved size)."""
         cdef Py_ssize_t row = self.num_rows
         (<int64_t*>self.offset.buf.data)[row] = offset
         (<int64_t*>self.timestamp.buf.data)[row] = ts * self.ts_scale if ts >= 0 else ts
@@ -168,7 +155,7 @@ cdef class ColumnarRecords:
         self.num_rows = row + 1
 
     cdef int add_headers(self, const uint8_t* p, RecordView* r, Py_ssize_t base) except -1:
-        cdef Py_ssize_t pos = r.headers_pos, hklen, hvlen, ignored = 0
+        cdef Py_ssize_t pos = r.headers_pos, hklen, hvlen
         cdef const uint8_t* hk
         cdef const uint8_t* hv
         cdef int32_t j, end
@@ -258,7 +245,7 @@ def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
     cdef RecordBatch batch
     cdef ByteView v
     cdef Py_buffer pybuf
-    cdef Py_ssize_t pos, base
+    cdef Py_ssize_t pos, base, klen, vlen
     cdef int32_t i, ts_type
     cdef int64_t ts, offset
     cdef RecordView r
@@ -279,11 +266,13 @@ def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
             for offset, ts, key, value, headers in b.records():
                 if min_offset >= 0 and offset < min_offset:
                     continue
-                cols.add(offset, ts, ts_type,
-                         NULL if key is None else <const uint8_t*>PyBytes_AS_STRING(key),
-                         -1 if key is None else len(key),
-                         NULL if value is None else <const uint8_t*>PyBytes_AS_STRING(value),
-                         -1 if value is None else len(value))
+                klen = -1 if key is None else len(key)
+                vlen = -1 if value is None else len(value)
+                cols.reserve(1, max(klen, 0) + max(vlen, 0))
+                cols.add_reserved(
+                    offset, ts, ts_type,
+                    NULL if key is None else <const uint8_t*>PyBytes_AS_STRING(key), klen,
+                    NULL if value is None else <const uint8_t*>PyBytes_AS_STRING(value), vlen)
                 if include_headers:
                     cols.add_header_objects(())
             continue
