@@ -30,8 +30,8 @@ from kcore.codec import (
     decode_to_arrow,
     decompress,
 )
-from kcore.network import BrokerConnection
-from kcore.network.connection import parse_address
+from kcore.network.blocking import BlockingBrokerConnection as BrokerConnection
+from kcore.network.address import parse_address
 from kcore.protocol.messages import (
     CreateTopicsRequest,
     FetchRequest,

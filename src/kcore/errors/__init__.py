@@ -7,6 +7,8 @@ turns a response's error code into an exception instance (``None`` for 0); ``ERR
 
 from . import _codes
 from ._base import (
+    BootstrapError,
+    BrokerConnectionError,
     ConfigError,
     CorruptRecordError,
     CrcMismatchError,
@@ -29,6 +31,8 @@ from ._codes import UnknownKafkaErrorCode as UnknownKafkaErrorCode
 from ._codes import error_for_code as error_for_code
 
 __all__ = [
+    "BootstrapError",
+    "BrokerConnectionError",
     "ConfigError",
     "CorruptRecordError",
     "CrcMismatchError",

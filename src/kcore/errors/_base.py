@@ -88,3 +88,35 @@ class VarintOverflowError(CorruptRecordError):
 
 class DecompressionLimitError(CorruptRecordError):
     """A compressed batch that expands past the allowed size (a decompression bomb)."""
+
+
+class BrokerConnectionError(KcoreError, ConnectionError):
+    """A connection to a broker could not be set up or was lost.
+
+    ``address`` is the ``host:port`` dialled, ``stage`` where it failed: ``"dns"``,
+    ``"connect"``, ``"tls"``, ``"api_versions"``, ``"authentication"`` or ``"io"`` (an
+    established connection that broke). Never carries credentials."""
+
+    def __init__(self, address: str, stage: str, reason: str) -> None:
+        self.address = address
+        self.stage = stage
+        self.reason = reason
+        super().__init__(f"{address}: {stage} failed: {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.address, self.stage, self.reason), self.__dict__
+
+
+class BootstrapError(KcoreError, ConnectionError):
+    """No bootstrap server answered. ``attempts`` lists ``(address, reason)`` for every address
+    tried, in the order tried."""
+
+    def __init__(self, attempts: list[tuple[str, str]], timeout_s: float | None = None) -> None:
+        self.attempts = list(attempts)
+        self.timeout_s = timeout_s
+        within = f" within {timeout_s:g}s" if timeout_s is not None else ""
+        lines = "; ".join(f"{a}: {r}" for a, r in self.attempts) or "no address to try"
+        super().__init__(f"no bootstrap server answered{within} ({lines})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.attempts, self.timeout_s), self.__dict__

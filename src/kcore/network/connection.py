@@ -1,164 +1,432 @@
-"""A blocking connection to one broker, driving :class:`kcore.protocol.KafkaProtocol`.
+"""One asyncio connection to one broker, driving the sans-IO :class:`KafkaProtocol`.
 
-It connects, negotiates versions with ApiVersions (retrying at the broker's highest version when
-the broker does not know ours), then sends each request at the highest version both sides
-support. Requests may be pipelined: :meth:`BrokerConnection.send` several, then
-:meth:`BrokerConnection.receive` their responses in order.
+Setting up a connection walks the same stages a broker login does, and a failure names the
+stage (:class:`~kcore.errors.BrokerConnectionError`): DNS (every address of the name with
+``client.dns.lookup=use_all_dns_ips``), TCP connect, TLS, ApiVersions (the highest version both
+sides support is used for every request after it), then SASL (SaslHandshake + SaslAuthenticate,
+KIP-152). After that, requests are pipelined up to ``max_in_flight`` and matched to responses by
+correlation id.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import ssl
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from kcore.errors import KcoreTimeoutError, NetworkError, UnsupportedVersionError
-from kcore.protocol import KafkaProtocol, Response, broker_versions, choose_version
-from kcore.protocol.messages import APIS, ApiVersionsRequest
+from kcore.errors import (
+    BrokerConnectionError,
+    KafkaError,
+    KcoreError,
+    KcoreTimeoutError,
+    ProtocolError,
+    SaslAuthenticationFailedError,
+    UnsupportedVersionError,
+    error_for_code,
+)
+from kcore.network.address import format_address, resolve
+from kcore.protocol import KafkaProtocol, broker_versions, choose_version
+from kcore.protocol.messages import (
+    APIS,
+    ApiVersionsRequest,
+    SaslAuthenticateRequest,
+    SaslHandshakeRequest,
+)
 
-__all__ = ["BrokerConnection", "parse_address"]
+__all__ = ["BrokerConnection", "ConnectionSettings", "SaslMechanismFactory"]
 
 API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
+SOFTWARE_NAME = "kcore"
+SOFTWARE_VERSION = "0.1.0"
+
+# A callable making a fresh SASL mechanism object (see kcore.network.sasl) per connection.
+SaslMechanismFactory = Callable[[], Any]
 
 
-def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
-    """``host:port`` (or ``[v6]:port``, or a bare host) to ``(host, port)``."""
-    address = address.strip()
-    if address.startswith("["):
-        host, _, rest = address[1:].partition("]")
-        port = rest.lstrip(":")
-    elif address.count(":") == 1:
-        host, port = address.split(":")
-    else:
-        host, port = address, ""
-    return host, int(port) if port else default_port
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """What every connection of a client shares (built from its config by the cluster layer)."""
+
+    client_id: str = "kcore"
+    request_timeout_s: float = 30.0
+    setup_timeout_s: float = 10.0
+    max_in_flight: int = 5
+    all_dns_ips: bool = True
+    send_buffer_bytes: int = 131072  # -1: the OS default
+    receive_buffer_bytes: int = 65536
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: str | None = None
+    sasl_factory: SaslMechanismFactory | None = None
+
+
+class _Stream(asyncio.Protocol):
+    """Bytes in and out of the transport; everything else happens in :class:`BrokerConnection`."""
+
+    def __init__(self, owner: BrokerConnection) -> None:
+        self.owner = owner
+        self.transport: asyncio.Transport | None = None
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.owner._data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._can_write.set()
+        self.owner._lost(exc)
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    async def drain(self) -> None:
+        await self._can_write.wait()
 
 
 class BrokerConnection:
-    """One TCP connection to one broker. Not thread-safe."""
+    """One connection to the broker at ``host:port`` (``node_id`` once known).
+
+    Not thread-safe: use it from the event loop that opened it."""
 
     def __init__(
-        self,
-        host: str,
-        port: int,
-        *,
-        client_id: str = "kcore",
-        timeout: float = 30.0,
-        software_name: str = "kcore",
-        software_version: str = "0.1.0",
+        self, host: str, port: int, settings: ConnectionSettings, *, node_id: int | None = None
     ) -> None:
         self.host = host
         self.port = port
-        self.timeout = timeout
-        self.client_id = client_id
-        self._software = (software_name, software_version)
-        self._sock: socket.socket | None = None
-        self._protocol = KafkaProtocol(client_id)
-        self._ready: dict[int, Response] = {}
+        self.node_id = node_id
+        self.settings = settings
         self.api_versions: dict[int, tuple[int, int]] = {}
+        self.connected_ip: str | None = None
+        self.last_active = time.monotonic()
+        self.session_lifetime_ms = 0
+        self._proto = KafkaProtocol(settings.client_id)
+        self._stream: _Stream | None = None
+        self._waiters: dict[int, asyncio.Future[Any]] = {}
+        self._slots = asyncio.Semaphore(max(1, settings.max_in_flight))
+        self._closed_error: BaseException | None = None
+        self._throttled_until = 0.0
+        self._ready = False
 
     def __repr__(self) -> str:
-        return f"BrokerConnection({self.host}:{self.port})"
+        node = f"node {self.node_id} at " if self.node_id is not None else ""
+        state = "ready" if self.is_ready else "closed" if self._closed_error else "new"
+        return f"<BrokerConnection {node}{self.address} {state}>"
 
-    # -- lifecycle --------------------------------------------------------------------------
+    @property
+    def address(self) -> str:
+        return format_address(self.host, self.port)
 
-    def open(self) -> BrokerConnection:
-        """Connect and negotiate API versions."""
+    @property
+    def is_ready(self) -> bool:
+        return self._ready and self._closed_error is None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._waiters)
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    async def open(self) -> BrokerConnection:
+        """DNS, connect, TLS, ApiVersions and SASL, within ``setup_timeout_s`` for each
+        address tried. Raises ``BrokerConnectionError`` naming the stage that failed, or
+        ``SaslAuthenticationFailedError`` for rejected credentials."""
         try:
-            self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
-        except TimeoutError as exc:
-            raise KcoreTimeoutError(
-                f"connecting to {self.host}:{self.port} took more than {self.timeout}s"
-            ) from exc
-        except OSError as exc:
-            raise NetworkError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            addresses = await asyncio.wait_for(
+                resolve(self.host, self.port, all_ips=self.settings.all_dns_ips),
+                self.settings.setup_timeout_s,
+            )
+        except (OSError, asyncio.TimeoutError) as exc:
+            reason = "timed out" if isinstance(exc, asyncio.TimeoutError) else _os_reason(exc)
+            raise BrokerConnectionError(
+                self.address, "dns", f"cannot resolve {self.host!r}: {reason}"
+            ) from None
+        last: BrokerConnectionError | None = None
+        for ip, port in addresses:
+            try:
+                await self._connect(ip, port)
+                break
+            except BrokerConnectionError as exc:
+                last = exc
+        else:
+            assert last is not None
+            raise last
         try:
-            self._negotiate()
+            await asyncio.wait_for(self._handshake(), self.settings.setup_timeout_s)
+        except asyncio.TimeoutError:
+            self.close(KcoreTimeoutError("connection setup timed out"))
+            raise BrokerConnectionError(
+                self.address,
+                "api_versions" if not self.api_versions else "authentication",
+                f"no answer within {self.settings.setup_timeout_s:g}s "
+                "(socket.connection.setup.timeout.ms); is this a Kafka listener, and does its "
+                "security.protocol match?",
+            ) from None
         except BaseException:
-            self.close()
+            self.close(KcoreError("connection setup failed"))
             raise
+        self._ready = True
         return self
 
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+    async def _connect(self, ip: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        # Name the IP only when the host is a name (one of several addresses may have failed).
+        where = "" if ip == self.host else f"{format_address(ip, port)}: "
+        ctx = self.settings.ssl_context
+        try:
+            _, stream = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _Stream(self),
+                    ip,
+                    port,
+                    ssl=ctx,
+                    server_hostname=self.host if ctx is not None else None,
+                    ssl_handshake_timeout=self.settings.setup_timeout_s if ctx else None,
+                ),
+                self.settings.setup_timeout_s,
+            )
+        except asyncio.TimeoutError:
+            raise BrokerConnectionError(
+                self.address,
+                "connect",
+                f"{where}no answer within {self.settings.setup_timeout_s:g}s "
+                "(socket.connection.setup.timeout.ms)",
+            ) from None
+        except ssl.SSLCertVerificationError as exc:
+            raise BrokerConnectionError(
+                self.address,
+                "tls",
+                f"the broker's certificate is not trusted: {exc.verify_message}",
+            ) from None
+        except ssl.SSLError as exc:
+            raise BrokerConnectionError(
+                self.address, "tls", f"TLS handshake failed: {exc.reason or exc}"
+            ) from None
+        except OSError as exc:
+            stage = "connect"
+            if ctx is not None and isinstance(exc, ConnectionResetError | BrokenPipeError):
+                stage = "tls"  # the TCP connect worked; the peer hung up during the handshake
+            raise BrokerConnectionError(self.address, stage, f"{where}{_os_reason(exc)}") from None
+        self._stream = stream
+        self.connected_ip = ip
+        sock = stream.transport.get_extra_info("socket") if stream.transport else None
+        if sock is not None:
+            for opt, size in (
+                (socket.SO_SNDBUF, self.settings.send_buffer_bytes),
+                (socket.SO_RCVBUF, self.settings.receive_buffer_bytes),
+            ):
+                if size > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, opt, size)
 
-    def __enter__(self) -> BrokerConnection:
-        return self.open() if self._sock is None else self
+    async def _handshake(self) -> None:
+        await self._negotiate_versions()
+        if self.settings.sasl_factory is not None:
+            await self._authenticate()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _negotiate(self) -> None:
-        info = APIS[API_VERSIONS_KEY]
-        version = info.max_stable_version
+    async def _negotiate_versions(self) -> None:
+        version = APIS[API_VERSIONS_KEY].max_stable_version
         assert version is not None
         request = ApiVersionsRequest(
-            client_software_name=self._software[0], client_software_version=self._software[1]
+            client_software_name=SOFTWARE_NAME, client_software_version=SOFTWARE_VERSION
         )
-        response = self.request(request, version)
-        if response.error_code == UNSUPPORTED_VERSION and response.api_keys:
-            # KIP-511: the broker answered in v0 with the ApiVersions versions it does support.
-            theirs = broker_versions(response).get(API_VERSIONS_KEY, (0, 0))
-            response = self.request(request, min(version, theirs[1]))
+        try:
+            response = await self._call(request, version)
+            if response.error_code == UNSUPPORTED_VERSION and response.api_keys:
+                # KIP-511: the broker answered in v0 with the ApiVersions versions it supports.
+                theirs = broker_versions(response).get(API_VERSIONS_KEY, (0, 0))
+                response = await self._call(request, min(version, theirs[1]))
+        except (BrokerConnectionError, ProtocolError) as exc:
+            reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
+            hint = ""
+            if self.settings.ssl_context is None:
+                hint = (
+                    " (a TLS listener drops plaintext clients like this; check security.protocol)"
+                )
+            raise BrokerConnectionError(self.address, "api_versions", reason + hint) from None
         if response.error_code != 0:
-            from kcore.errors import error_for_code
-
-            raise error_for_code(response.error_code) or UnsupportedVersionError()
+            err = error_for_code(response.error_code) or UnsupportedVersionError()
+            raise BrokerConnectionError(self.address, "api_versions", str(err))
         self.api_versions = broker_versions(response)
 
-    # -- requests ---------------------------------------------------------------------------
+    async def _authenticate(self) -> None:
+        factory = self.settings.sasl_factory
+        assert factory is not None
+        mechanism = factory()
+        name = mechanism.name
+        try:
+            handshake = await self._call(
+                SaslHandshakeRequest(mechanism=name), self.version_for(17, max_version=1)
+            )
+        except BrokerConnectionError as exc:
+            raise BrokerConnectionError(
+                self.address,
+                "authentication",
+                f"{exc.reason} (is this listener SASL? check security.protocol)",
+            ) from None
+        if handshake.error_code != 0:
+            enabled = ", ".join(handshake.mechanisms) or "none"
+            raise BrokerConnectionError(
+                self.address,
+                "authentication",
+                f"the broker does not enable SASL mechanism {name} (enabled: {enabled})",
+            )
+        version = self.version_for(36)
+        token: bytes | None = mechanism.initial_response()
+        while token is not None:
+            response = await self._call(SaslAuthenticateRequest(auth_bytes=token), version)
+            if response.error_code != 0:
+                err = error_for_code(response.error_code)
+                text = response.error_message or (err.message if err else "")
+                if isinstance(err, SaslAuthenticationFailedError) or err is None:
+                    raise SaslAuthenticationFailedError(f"{self.address}: {text}")
+                raise type(err)(f"{self.address}: SASL {name}: {text}")
+            self.session_lifetime_ms = response.session_lifetime_ms
+            if getattr(mechanism, "complete", False):
+                break
+            try:
+                token = mechanism.step(bytes(response.auth_bytes))
+            except KafkaError as exc:
+                raise type(exc)(f"{self.address}: {exc.message}") from None
+
+    # -- requests -------------------------------------------------------------------------------
 
     def version_for(self, api_key: int, **limits: Any) -> int:
         """The highest version of ``api_key`` kcore and this broker both support."""
         return choose_version(api_key, self.api_versions, **limits)
 
-    def send(self, request: Any, version: int | None = None) -> int:
-        """Write ``request`` (at ``version``, or the negotiated one); return its correlation id."""
-        if self._sock is None:
-            raise NetworkError(f"connection to {self.host}:{self.port} is not open")
+    async def request(
+        self,
+        request: Any,
+        version: int | None = None,
+        *,
+        timeout: float | None = None,
+        expect_response: bool | None = None,
+    ) -> Any:
+        """Send ``request`` (at ``version``, else the negotiated one) and return the response
+        body, or ``None`` for a request the broker does not answer (acks=0 produce).
+
+        Raises ``BrokerConnectionError`` if the connection is or goes down, and
+        ``KcoreTimeoutError`` after ``timeout`` (default: ``request.timeout.ms``), which also
+        closes the connection, as the Java client does: its byte stream is no longer trusted."""
+        if not self.is_ready:
+            raise self._down_error()
+        delay = self._throttled_until - time.monotonic()
+        if delay > 0:  # KIP-219: the broker asked us to hold back
+            await asyncio.sleep(delay)
         if version is None:
             version = self.version_for(request.API_KEY)
-        correlation_id, data = self._protocol.send_request(request, version)
-        try:
-            self._sock.sendall(data)
-        except OSError as exc:
-            self.close()
-            raise NetworkError(f"sending to {self.host}:{self.port} failed: {exc}") from exc
-        return correlation_id
+        return await self._call(request, version, timeout=timeout, expect_response=expect_response)
 
-    def receive(self, correlation_id: int, timeout: float | None = None) -> Response:
-        """Block until the response to ``correlation_id`` has arrived and return it."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        while correlation_id not in self._ready:
-            if self._sock is None:
-                raise NetworkError(f"connection to {self.host}:{self.port} is closed")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self._protocol.forget(correlation_id)
-                raise KcoreTimeoutError(
-                    f"no response from {self.host}:{self.port} to request {correlation_id}"
-                )
-            self._sock.settimeout(remaining)
-            try:
-                data = self._sock.recv(1 << 20)
-            except TimeoutError:
-                continue
-            except OSError as exc:
-                self.close()
-                raise NetworkError(f"receiving from {self.host}:{self.port} failed: {exc}") from exc
-            if not data:
-                self.close()
-                raise NetworkError(f"{self.host}:{self.port} closed the connection")
-            for response in self._protocol.receive_data(data):
-                self._ready[response.correlation_id] = response
-        return self._ready.pop(correlation_id)
-
-    def request(
-        self, request: Any, version: int | None = None, timeout: float | None = None
+    async def _call(
+        self,
+        request: Any,
+        version: int,
+        *,
+        timeout: float | None = None,
+        expect_response: bool | None = None,
     ) -> Any:
-        """Send ``request`` and return the decoded response body."""
-        return self.receive(self.send(request, version), timeout).body
+        async with self._slots:
+            stream = self._stream
+            if stream is None or stream.transport is None or self._closed_error is not None:
+                raise self._down_error()
+            correlation_id, data = self._proto.send_request(
+                request, version, expect_response=expect_response
+            )
+            waiter: asyncio.Future[Any] | None = None
+            if correlation_id in self._proto._in_flight:
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters[correlation_id] = waiter
+            self.last_active = time.monotonic()
+            stream.transport.write(data)
+            await stream.drain()
+            if waiter is None:
+                return None
+            limit = self.settings.request_timeout_s if timeout is None else timeout
+            try:
+                body = await asyncio.wait_for(waiter, limit)
+            except asyncio.TimeoutError:
+                self._proto.forget(correlation_id)
+                self._waiters.pop(correlation_id, None)
+                api = APIS[request.API_KEY].name
+                error = KcoreTimeoutError(
+                    f"{self.address}: no response to {api} within {limit:g}s "
+                    "(request.timeout.ms); the connection is closed"
+                )
+                self.close(error)
+                raise error from None
+        throttle_ms = getattr(body, "throttle_time_ms", 0) or 0
+        if throttle_ms > 0:
+            self._throttled_until = max(
+                self._throttled_until, time.monotonic() + throttle_ms / 1000
+            )
+        return body
+
+    # -- events from the stream -----------------------------------------------------------------
+
+    def _data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        try:
+            responses = self._proto.receive_data(data)
+        except ProtocolError as exc:
+            self.close(exc)
+            return
+        for response in responses:
+            waiter = self._waiters.pop(response.correlation_id, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(response.body)
+
+    def _lost(self, exc: Exception | None) -> None:
+        if self._closed_error is None:
+            reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc or "")
+            self._fail(
+                BrokerConnectionError(
+                    self.address,
+                    "io",
+                    f"the broker closed the connection{': ' + reason if reason else ''}",
+                )
+            )
+
+    def _down_error(self) -> BaseException:
+        err = self._closed_error
+        if isinstance(err, BrokerConnectionError):
+            return err
+        return BrokerConnectionError(
+            self.address, "io", f"the connection is closed{f' ({err})' if err else ''}"
+        )
+
+    def _fail(self, error: BaseException) -> None:
+        self._closed_error = error
+        self._ready = False
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
+            if not waiter.done():
+                waiter.set_exception(self._down_error())
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Close the socket; requests in flight fail with ``BrokerConnectionError``."""
+        if self._closed_error is None:
+            self._fail(error or KcoreError("closed by the client"))
+        stream, self._stream = self._stream, None
+        if stream is not None and stream.transport is not None:
+            stream.transport.abort()
+
+
+def _os_reason(exc: BaseException | None) -> str:
+    if exc is None:
+        return ""
+    if isinstance(exc, socket.gaierror):
+        return exc.strerror or str(exc)
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (nothing listens on that port)"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower() if exc.strerror[0].isupper() else exc.strerror
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,22 @@
+"""Cluster metadata and the client core every kcore client shares."""
+
+from .client import ClusterClient, connection_settings
+from .metadata import (
+    STALE_METADATA_CODES,
+    BrokerInfo,
+    ClusterMetadata,
+    MetadataCache,
+    PartitionInfo,
+    TopicInfo,
+)
+
+__all__ = [
+    "STALE_METADATA_CODES",
+    "BrokerInfo",
+    "ClusterClient",
+    "ClusterMetadata",
+    "MetadataCache",
+    "PartitionInfo",
+    "TopicInfo",
+    "connection_settings",
+]

@@ -1,0 +1,571 @@
+"""The layer the producer, consumer and admin client share: bootstrap, one connection per
+broker, the metadata lifecycle, and sending a request to a given broker or partition leader.
+
+Asyncio, single loop. The synchronous APIs run it on a :class:`~kcore.network.LoopThread`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kcore.cluster.metadata import BrokerInfo, ClusterMetadata, MetadataCache
+from kcore.errors import (
+    BootstrapError,
+    BrokerConnectionError,
+    KafkaError,
+    KcoreError,
+    KcoreTimeoutError,
+    error_for_code,
+)
+from kcore.network.address import canonical_names, format_address, parse_address
+from kcore.network.backoff import ExponentialBackoff
+from kcore.network.connection import BrokerConnection, ConnectionSettings
+from kcore.network.tls import build_ssl_context
+from kcore.protocol.messages import FindCoordinatorRequest, MetadataRequest
+from kcore.protocol.messages.metadata_request import MetadataRequestTopic
+
+__all__ = ["ClusterClient", "connection_settings"]
+
+log = logging.getLogger("kcore.cluster")
+
+REBOOTSTRAP_REQUIRED = 129  # KIP-1102: the broker tells the client to re-bootstrap
+BOOTSTRAP_ID_BASE = -1  # bootstrap connections get ids -1, -2, ... (their node ids are unknown)
+
+
+def connection_settings(config: Mapping[str, Any]) -> ConnectionSettings:
+    """The per-connection settings of a client config (a :class:`kcore.config.ClientConfig`)."""
+    protocol = str(config.get("security.protocol") or "PLAINTEXT").upper()
+    sasl_factory = None
+    mechanism = None
+    if protocol.startswith("SASL_"):
+        from kcore.network.sasl import create_mechanism
+
+        mechanism = str(config.get("sasl.mechanism") or "GSSAPI").upper()
+        credentials = config.sasl_credentials() if hasattr(config, "sasl_credentials") else None
+        if credentials is None:
+            user, password = config.get("sasl.username"), config.get("sasl.password")
+            credentials = (user, password) if user is not None else None
+        if credentials is None:
+            from kcore.errors import ConfigError
+
+            raise ConfigError(
+                "sasl.jaas.config",
+                f"security.protocol {protocol} needs credentials: set sasl.username and "
+                "sasl.password, or sasl.jaas.config",
+            )
+        user, password = credentials
+        mech_name = mechanism
+
+        def sasl_factory() -> Any:
+            return create_mechanism(mech_name, user, password)
+
+        sasl_factory()  # fail now on a mechanism kcore does not support, not at first connect
+    return ConnectionSettings(
+        client_id=str(config.get("client.id") or "kcore"),
+        request_timeout_s=int(config.get("request.timeout.ms", 30000)) / 1000,
+        setup_timeout_s=int(config.get("socket.connection.setup.timeout.ms", 10000)) / 1000,
+        max_in_flight=int(config.get("max.in.flight.requests.per.connection", 5)),
+        all_dns_ips=config.get("client.dns.lookup", "use_all_dns_ips") == "use_all_dns_ips",
+        send_buffer_bytes=int(config.get("send.buffer.bytes", 131072)),
+        receive_buffer_bytes=int(config.get("receive.buffer.bytes", 65536)),
+        ssl_context=build_ssl_context(config),
+        sasl_mechanism=mechanism,
+        sasl_factory=sasl_factory,
+    )
+
+
+class _NodeState:
+    """Reconnect bookkeeping for one broker."""
+
+    __slots__ = ("failures", "retry_at", "last_error")
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.retry_at = 0.0
+        self.last_error: BaseException | None = None
+
+
+class ClusterClient:
+    """Discovers the cluster from ``bootstrap.servers`` and keeps a connection per broker and a
+    current :class:`~kcore.cluster.metadata.ClusterMetadata`.
+
+    ``config`` is a :class:`kcore.config.ClientConfig` (or a mapping with the same keys)."""
+
+    def __init__(self, config: Mapping[str, Any], *, all_topics: bool = False) -> None:
+        self.config = config
+        self.settings = connection_settings(config)
+        servers = config.get("bootstrap.servers")
+        if isinstance(servers, str):
+            servers = [s for s in (x.strip() for x in servers.split(",")) if s]
+        self.bootstrap_servers: list[str] = list(servers or [])
+        self.cache = MetadataCache(int(config.get("metadata.max.age.ms", 300000)) / 1000)
+        self.reconnect_backoff = ExponentialBackoff(
+            int(config.get("reconnect.backoff.ms", 50)),
+            int(config.get("reconnect.backoff.max.ms", 1000)),
+        )
+        self.retry_backoff = ExponentialBackoff(
+            int(config.get("retry.backoff.ms", 100)), int(config.get("retry.backoff.max.ms", 1000))
+        )
+        self.idle_timeout_s = int(config.get("connections.max.idle.ms", 540000)) / 1000
+        self.rebootstrap = config.get("metadata.recovery.strategy", "rebootstrap") == "rebootstrap"
+        self.rebootstrap_trigger_s = (
+            int(config.get("metadata.recovery.rebootstrap.trigger.ms", 300000)) / 1000
+        )
+        self.dns_lookup = str(config.get("client.dns.lookup", "use_all_dns_ips"))
+        # Topics the periodic refresh asks about; ``all_topics`` asks for every topic.
+        self.all_topics = all_topics
+        self.topics: set[str] = set()
+        self._conns: dict[int, BrokerConnection] = {}
+        self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
+        self._nodes: dict[int, _NodeState] = {}
+        self._refresh_task: asyncio.Task[ClusterMetadata] | None = None
+        self._maintainer: asyncio.Task[None] | None = None
+        self._closed = False
+        self.bootstrapped = False
+        self.rebootstraps = 0
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self, timeout: float | None = None) -> ClusterMetadata:
+        """Bootstrap (within ``timeout`` seconds, default ``default.api.timeout.ms``) and start
+        the background refresh. Raises ``BootstrapError`` when no bootstrap server answers."""
+        metadata = await self.bootstrap(timeout)
+        if self._maintainer is None:
+            self._maintainer = asyncio.get_running_loop().create_task(self._maintain())
+        return metadata
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [t for t in (self._maintainer, self._refresh_task) if t is not None]
+        tasks += list(self._connecting.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    async def __aenter__(self) -> ClusterClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def metadata(self) -> ClusterMetadata:
+        return self.cache.current
+
+    def _default_timeout(self) -> float:
+        return int(self.config.get("default.api.timeout.ms", 60000)) / 1000
+
+    # -- bootstrap --------------------------------------------------------------------------------
+
+    async def _bootstrap_addresses(self) -> list[str]:
+        addresses = list(self.bootstrap_servers)
+        if self.dns_lookup == "resolve_canonical_bootstrap_servers_only":
+            expanded: list[str] = []
+            for address in addresses:
+                host, port = parse_address(address)
+                try:
+                    names = await canonical_names(host, port)
+                except OSError:
+                    names = [host]  # the connect attempt will report the DNS failure
+                expanded += [format_address(n, port) for n in names]
+            addresses = expanded
+        random.shuffle(addresses)  # spread clients over the list, as Java does
+        return addresses
+
+    async def bootstrap(self, timeout: float | None = None) -> ClusterMetadata:
+        """Ask the bootstrap servers, in random order, for the cluster's metadata until one
+        answers; the brokers it lists replace the bootstrap list from then on."""
+        timeout = self._default_timeout() if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        attempts: list[tuple[str, str]] = []
+        round_ = 0
+        while True:
+            for address in await self._bootstrap_addresses():
+                host, port = parse_address(address)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                conn = BrokerConnection(host, port, self.settings)
+                try:
+                    await asyncio.wait_for(conn.open(), remaining)
+                    request, version = self._metadata_request(conn)
+                    response = await conn.request(request, version, timeout=remaining)
+                except asyncio.TimeoutError:
+                    conn.close()
+                    attempts.append((address, f"no answer within {timeout:g}s"))
+                    break
+                except KafkaError as exc:  # e.g. authentication failed: no point going on
+                    conn.close()
+                    if not exc.retriable:
+                        raise
+                    attempts.append((address, str(exc)))
+                    continue
+                except (BrokerConnectionError, KcoreTimeoutError) as exc:
+                    conn.close()
+                    reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
+                    if isinstance(exc, BrokerConnectionError):
+                        reason = f"{exc.stage}: {exc.reason}"
+                    attempts.append((address, reason))
+                    log.info("bootstrap server %s failed: %s", address, reason)
+                    continue
+                conn.close()  # its node id is unknown until now; reconnect by id on demand
+                self.cache.update(response, all_topics=self.all_topics)
+                self._check_top_level_error(response)
+                self.bootstrapped = True
+                self._nodes.clear()
+                log.info("bootstrapped from %s: %s", address, self._brokers_text())
+                return self.cache.current
+            round_ += 1
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BootstrapError(_dedupe(attempts), timeout)
+            await asyncio.sleep(min(remaining, self.reconnect_backoff.backoff_s(round_)))
+
+    def _brokers_text(self) -> str:
+        return ", ".join(f"{b.node_id}@{b.address}" for b in self.cache.current.brokers.values())
+
+    def _metadata_request(
+        self, conn: BrokerConnection, topics: Iterable[str] | None = ()
+    ) -> tuple[Any, int]:
+        """A Metadata request: ``topics=None`` asks for every topic, otherwise the ones named
+        (``all_topics`` clients always ask for all)."""
+        names: list[str] | None
+        if self.all_topics or topics is None:
+            names = None
+        else:
+            names = sorted(set(topics) | self.topics)
+        version = conn.version_for(3)
+        request_topics = None if names is None else [MetadataRequestTopic(name=n) for n in names]
+        return MetadataRequest(
+            topics=request_topics,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        ), version
+
+    def _check_top_level_error(self, response: Any) -> None:
+        if getattr(response, "error_code", 0) == REBOOTSTRAP_REQUIRED:
+            self.cache.request_update()
+            self.bootstrapped = False
+
+    # -- connections ------------------------------------------------------------------------------
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        """The ready connection to ``node_id``, opening one (after any reconnect backoff) if
+        needed. Raises ``BrokerConnectionError`` if it cannot be set up."""
+        conn = self._conns.get(node_id)
+        if conn is not None and conn.is_ready:
+            return conn
+        task = self._connecting.get(node_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open(node_id))
+            self._connecting[node_id] = task
+            task.add_done_callback(lambda _t, n=node_id: self._connecting.pop(n, None))
+        return await asyncio.shield(task)
+
+    async def _open(self, node_id: int) -> BrokerConnection:
+        broker = self.cache.current.brokers.get(node_id)
+        if broker is None:
+            self.cache.request_update()
+            raise BrokerConnectionError(
+                f"node {node_id}", "connect", "the broker is not in the cluster metadata"
+            )
+        state = self._nodes.setdefault(node_id, _NodeState())
+        wait = state.retry_at - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        old = self._conns.pop(node_id, None)
+        if old is not None:
+            old.close()
+        conn = BrokerConnection(broker.host, broker.port, self.settings, node_id=node_id)
+        try:
+            await conn.open()
+        except (BrokerConnectionError, KafkaError) as exc:
+            state.failures += 1
+            state.last_error = exc
+            state.retry_at = time.monotonic() + self.reconnect_backoff.backoff_s(state.failures - 1)
+            self.cache.request_update()
+            raise
+        state.failures = 0
+        state.last_error = None
+        self._conns[node_id] = conn
+        return conn
+
+    def node_failed(self, node_id: int, error: BaseException) -> None:
+        """A request to ``node_id`` failed at the connection level: drop the connection and
+        refresh the metadata (the broker may be gone, or leadership moved)."""
+        conn = self._conns.pop(node_id, None)
+        if conn is not None:
+            conn.close(error)
+        state = self._nodes.setdefault(node_id, _NodeState())
+        state.failures += 1
+        state.last_error = error
+        state.retry_at = time.monotonic() + self.reconnect_backoff.backoff_s(state.failures - 1)
+        self.cache.request_update()
+
+    def is_blacked_out(self, node_id: int) -> bool:
+        state = self._nodes.get(node_id)
+        return state is not None and state.retry_at > time.monotonic()
+
+    def least_loaded_node(self, exclude: Iterable[int] = ()) -> int | None:
+        """The broker to send a request that any broker can answer: a connected one with the
+        fewest requests in flight, else one not in reconnect backoff, else any."""
+        excluded = set(exclude)
+        brokers = [n for n in self.cache.current.brokers if n not in excluded]
+        if not brokers:
+            return None
+        random.shuffle(brokers)
+        connected = [n for n in brokers if n in self._conns and self._conns[n].is_ready]
+        if connected:
+            return min(connected, key=lambda n: self._conns[n].in_flight)
+        ready = [n for n in brokers if not self.is_blacked_out(n)]
+        if ready:
+            return ready[0]
+        return min(brokers, key=lambda n: self._nodes[n].retry_at)
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        node_id: int,
+        request: Any,
+        version: int | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send ``request`` to broker ``node_id`` and return the response body. A connection
+        failure drops the connection, asks for a metadata refresh, and is raised."""
+        conn = await self.connection(node_id)
+        try:
+            return await conn.request(request, version, timeout=timeout)
+        except (BrokerConnectionError, KcoreTimeoutError) as exc:
+            self.node_failed(node_id, exc)
+            raise
+
+    async def send_any(self, request: Any, *, timeout: float | None = None) -> tuple[int, Any]:
+        """Send to the least loaded broker, trying the others when one cannot be reached.
+        Returns ``(node_id, response body)``."""
+        tried: list[int] = []
+        last: BaseException | None = None
+        while True:
+            node = self.least_loaded_node(exclude=tried)
+            if node is None:
+                break
+            tried.append(node)
+            try:
+                return node, await self.send(node, request, timeout=timeout)
+            except (BrokerConnectionError, KcoreTimeoutError) as exc:
+                last = exc
+        raise last or BrokerConnectionError("cluster", "connect", "no broker is known")
+
+    async def version_for(self, node_id: int, api_key: int, **limits: Any) -> int:
+        return (await self.connection(node_id)).version_for(api_key, **limits)
+
+    # -- metadata ---------------------------------------------------------------------------------
+
+    def add_topics(self, topics: Iterable[str]) -> None:
+        """Track ``topics`` from now on: they are part of every refresh."""
+        new = set(topics) - self.topics
+        if new:
+            self.topics |= new
+            self.cache.request_update()
+
+    async def refresh_metadata(self, topics: Iterable[str] | None = ()) -> ClusterMetadata:
+        """Fetch metadata now (joining a refresh already under way when no extra topics are
+        asked for). ``topics``: extra topics to include; ``None`` for all topics."""
+        if topics == () and self._refresh_task is not None and not self._refresh_task.done():
+            return await asyncio.shield(self._refresh_task)
+        task = asyncio.get_running_loop().create_task(self._refresh(topics))
+        if topics == ():
+            self._refresh_task = task
+        return await asyncio.shield(task)
+
+    async def _refresh(self, topics: Iterable[str] | None) -> ClusterMetadata:
+        """One refresh from the brokers already known; when none of them answers, and
+        ``metadata.recovery.strategy`` is ``rebootstrap``, from the bootstrap list (KIP-899)."""
+        if not self.bootstrapped:
+            await self.bootstrap()
+        tried: list[int] = []
+        while True:
+            node = self.least_loaded_node(exclude=tried)
+            if node is None:
+                break
+            tried.append(node)
+            try:
+                conn = await self.connection(node)
+                request, version = self._metadata_request(conn, topics)
+                response = await conn.request(request, version)
+            except (BrokerConnectionError, KcoreTimeoutError) as exc:
+                if node in self._conns:
+                    self.node_failed(node, exc)
+                log.debug("metadata from node %s failed: %s", node, exc)
+                continue
+            self.cache.update(response, all_topics=self.all_topics or topics is None)
+            self._check_top_level_error(response)
+            if not self.bootstrapped:
+                return await self._rebootstrap()
+            return self.cache.current
+        self.cache.refresh_failed()
+        if self.rebootstrap:
+            return await self._rebootstrap()
+        raise BrokerConnectionError(
+            "cluster", "connect", "no known broker answered a metadata request"
+        )
+
+    async def _rebootstrap(self) -> ClusterMetadata:
+        log.warning("no known broker answers; re-bootstrapping from %s", self.bootstrap_servers)
+        self.rebootstraps += 1
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+        self.bootstrapped = False
+        return await self.bootstrap()
+
+    async def wait_for_topics(
+        self, topics: Iterable[str], timeout: float | None = None
+    ) -> ClusterMetadata:
+        """Refresh until every topic in ``topics`` is in the metadata with leaders for all its
+        partitions. Raises ``KcoreTimeoutError`` naming the missing ones."""
+        names = set(topics)
+        self.add_topics(names)
+        timeout = self._default_timeout() if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            md = self.cache.current
+            missing = sorted(
+                t
+                for t in names
+                if t not in md.topics or any(p.leader < 0 for p in md.topics[t].partitions.values())
+            )
+            if not missing:
+                return md
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KcoreTimeoutError(
+                    f"topics not available within {timeout:g}s: {', '.join(missing)}"
+                )
+            if attempt:
+                await asyncio.sleep(min(remaining, self.retry_backoff.backoff_s(attempt - 1)))
+            attempt += 1
+            try:
+                await asyncio.wait_for(self.refresh_metadata(names), max(remaining, 0.001))
+            except (BrokerConnectionError, asyncio.TimeoutError):
+                continue
+
+    async def leader_for(
+        self, topic: str, partition: int, timeout: float | None = None
+    ) -> BrokerInfo:
+        """The current leader of ``topic``/``partition``, refreshing the metadata until there
+        is one (or ``timeout``)."""
+        md = await self.wait_for_topics([topic], timeout)
+        leader = md.leader_for(topic, partition)
+        if leader is None:
+            raise KcoreError(f"{topic} has no partition {partition}")
+        return leader
+
+    def handle_error_code(self, error_code: int) -> bool:
+        """Ask for a refresh if ``error_code`` means the metadata is stale; returns whether."""
+        return self.cache.handle_error(error_code)
+
+    async def find_coordinator(
+        self, key: str, key_type: int = 0, timeout: float | None = None
+    ) -> BrokerInfo:
+        """The coordinator broker of group ``key`` (``key_type`` 0) or transactional id (1),
+        retrying while the broker says it is not available yet (e.g. ``__consumer_offsets``
+        being created) until ``timeout`` (default ``default.api.timeout.ms``)."""
+        timeout = self._default_timeout() if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            try:
+                return await self._find_coordinator_once(key, key_type)
+            except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
+                if isinstance(exc, KafkaError) and not exc.retriable:
+                    raise
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                await asyncio.sleep(min(remaining, self.retry_backoff.backoff_s(attempt)))
+                attempt += 1
+
+    async def _find_coordinator_once(self, key: str, key_type: int) -> BrokerInfo:
+        node = self.least_loaded_node()
+        if node is None:
+            await self.refresh_metadata()
+            node = self.least_loaded_node()
+        assert node is not None
+        version = await self.version_for(node, 10)
+        if version >= 4:  # KIP-699: batched keys
+            request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+        else:
+            request = FindCoordinatorRequest(key_type=key_type, key=key)
+        response = await self.send(node, request, version)
+        entries = getattr(response, "coordinators", None)
+        if entries:
+            entry = entries[0]
+            code, message = entry.error_code, entry.error_message
+            node_id, host, port = entry.node_id, entry.host, entry.port
+        else:
+            code, message = response.error_code, response.error_message
+            node_id, host, port = response.node_id, response.host, response.port
+        if code != 0:
+            err = error_for_code(code)
+            assert err is not None
+            raise type(err)(f"coordinator of {key!r}: {message or err.message}")
+        return self.cache.current.brokers.get(node_id) or BrokerInfo(node_id, host, port)
+
+    # -- background upkeep ------------------------------------------------------------------------
+
+    async def _maintain(self) -> None:
+        """Refresh the metadata every ``metadata.max.age.ms`` (or at once when asked to), and
+        close connections idle for ``connections.max.idle.ms``."""
+        attempt = 0
+        while not self._closed:
+            wait = self.cache.seconds_until_update()
+            if attempt:
+                wait = max(wait, self.retry_backoff.backoff_s(attempt - 1))
+            await asyncio.sleep(min(wait, 1.0, max(self.idle_timeout_s / 4, 0.01)))
+            self._close_idle()
+            if not self.cache.needs_update():
+                continue
+            try:
+                await self.refresh_metadata()
+                attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except KcoreError as exc:
+                attempt += 1
+                log.info("metadata refresh failed: %s", exc)
+            if (
+                self.rebootstrap
+                and time.monotonic() - self.cache.last_refresh > self.rebootstrap_trigger_s
+            ):
+                try:
+                    await self._rebootstrap()
+                except KcoreError as exc:
+                    log.info("re-bootstrap failed: %s", exc)
+
+    def _close_idle(self) -> None:
+        now = time.monotonic()
+        for node_id, conn in list(self._conns.items()):
+            if conn.in_flight == 0 and now - conn.last_active > self.idle_timeout_s:
+                log.debug("closing idle connection to node %s", node_id)
+                conn.close()
+                del self._conns[node_id]
+
+
+def _dedupe(attempts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each address once, with its last reason, in first-tried order."""
+    last: dict[str, str] = {}
+    for address, reason in attempts:
+        last[address] = reason
+    return list(last.items())

@@ -1,0 +1,224 @@
+"""What the client knows about the cluster: brokers, topics, partitions, leaders, replicas, ISR
+and leader epochs. No I/O here: :class:`MetadataCache` takes Metadata responses and leader hints
+in, and answers lookups; the cluster client decides when to ask the brokers."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kcore.network.address import format_address
+
+__all__ = [
+    "STALE_METADATA_CODES",
+    "BrokerInfo",
+    "ClusterMetadata",
+    "MetadataCache",
+    "PartitionInfo",
+    "TopicInfo",
+]
+
+# Error codes that mean our map of the cluster is out of date: refresh, then retry.
+STALE_METADATA_CODES = frozenset(
+    {
+        3,  # UNKNOWN_TOPIC_OR_PARTITION
+        5,  # LEADER_NOT_AVAILABLE
+        6,  # NOT_LEADER_OR_FOLLOWER
+        9,  # REPLICA_NOT_AVAILABLE
+        19,  # NOT_ENOUGH_REPLICAS
+        41,  # NOT_CONTROLLER
+        74,  # FENCED_LEADER_EPOCH
+        75,  # UNKNOWN_LEADER_EPOCH
+        100,  # UNKNOWN_TOPIC_ID
+        103,  # OFFSET_NOT_AVAILABLE
+        110,  # INCONSISTENT_TOPIC_ID
+    }
+)
+NULL_UUID = uuid.UUID(int=0)
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    @property
+    def address(self) -> str:
+        return format_address(self.host, self.port)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int  # -1: no leader right now
+    leader_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+    error_code: int = 0
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID | None
+    partitions: Mapping[int, PartitionInfo]
+    is_internal: bool = False
+    error_code: int = 0
+
+
+@dataclass(frozen=True)
+class ClusterMetadata:
+    """One immutable view of the cluster; a refresh makes a new one."""
+
+    cluster_id: str | None = None
+    controller_id: int = -1
+    brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
+    topics: Mapping[str, TopicInfo] = field(default_factory=dict)
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo | None:
+        info = self.topics.get(topic)
+        return info.partitions.get(partition) if info is not None else None
+
+    def leader_for(self, topic: str, partition: int) -> BrokerInfo | None:
+        """The leader's broker, or None when there is no leader or it is not a known broker."""
+        part = self.partition(topic, partition)
+        if part is None or part.leader < 0:
+            return None
+        return self.brokers.get(part.leader)
+
+    def partitions_for(self, topic: str) -> list[int]:
+        info = self.topics.get(topic)
+        return sorted(info.partitions) if info is not None else []
+
+    def topic_names(self) -> list[str]:
+        return sorted(self.topics)
+
+
+class MetadataCache:
+    """The client's current :class:`ClusterMetadata` plus the bookkeeping of when to refresh.
+
+    Partition updates whose leader epoch is older than what the cache holds are ignored (the
+    broker that answered was behind), as in the Java client."""
+
+    def __init__(self, max_age_s: float = 300.0) -> None:
+        self.max_age_s = max_age_s
+        self.current = ClusterMetadata()
+        self.last_refresh = 0.0  # monotonic time of the last successful refresh
+        self.last_refresh_attempt = 0.0
+        self._update_requested = True
+
+    # -- when to refresh --------------------------------------------------------------------------
+
+    def request_update(self) -> None:
+        """Something showed the map is stale: refresh at the next opportunity."""
+        self._update_requested = True
+
+    @property
+    def update_requested(self) -> bool:
+        return self._update_requested
+
+    def needs_update(self, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        return self._update_requested or now - self.last_refresh >= self.max_age_s
+
+    def seconds_until_update(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        if self._update_requested:
+            return 0.0
+        return max(0.0, self.last_refresh + self.max_age_s - now)
+
+    def refresh_failed(self, now: float | None = None) -> None:
+        self.last_refresh_attempt = time.monotonic() if now is None else now
+
+    # -- updates ----------------------------------------------------------------------------------
+
+    def update(
+        self, response: Any, *, all_topics: bool, now: float | None = None
+    ) -> ClusterMetadata:
+        """Merge a ``MetadataResponse``. With ``all_topics`` the response is the full list and
+        topics missing from it are dropped; otherwise it updates only the topics it names."""
+        now = time.monotonic() if now is None else now
+        old = self.current
+        brokers = {
+            b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers
+        }
+        topics: dict[str, TopicInfo] = {} if all_topics else dict(old.topics)
+        for t in response.topics:
+            name = t.name
+            if name is None:  # a topic-id-only answer; kcore asks by name
+                continue
+            if t.error_code not in (0,) and not t.partitions:
+                # UNKNOWN_TOPIC_OR_PARTITION and friends: the topic is gone or not there yet.
+                topics.pop(name, None)
+                continue
+            prev = old.topics.get(name)
+            parts: dict[int, PartitionInfo] = {}
+            for p in t.partitions:
+                part = PartitionInfo(
+                    name,
+                    p.partition_index,
+                    p.leader_id,
+                    p.leader_epoch,
+                    tuple(p.replica_nodes),
+                    tuple(p.isr_nodes),
+                    tuple(p.offline_replicas),
+                    p.error_code,
+                )
+                before = prev.partitions.get(part.partition) if prev is not None else None
+                if before is not None and 0 <= part.leader_epoch < before.leader_epoch:
+                    part = before  # stale answer: keep what we know
+                parts[part.partition] = part
+            topic_id = t.topic_id if t.topic_id not in (None, NULL_UUID) else None
+            topics[name] = TopicInfo(name, topic_id, parts, bool(t.is_internal), t.error_code)
+        self.current = ClusterMetadata(
+            cluster_id=response.cluster_id,
+            controller_id=response.controller_id,
+            brokers=brokers,
+            topics=topics,
+        )
+        self.last_refresh = self.last_refresh_attempt = now
+        self._update_requested = False
+        return self.current
+
+    def update_leader(
+        self,
+        topic: str,
+        partition: int,
+        leader_id: int,
+        leader_epoch: int,
+        brokers: Iterable[BrokerInfo] = (),
+    ) -> bool:
+        """KIP-951: a Produce or Fetch response named the new leader of a partition. Apply it if
+        it is newer than what we hold; returns whether it was applied."""
+        old = self.current
+        info = old.topics.get(topic)
+        part = info.partitions.get(partition) if info is not None else None
+        if info is None or part is None or leader_id < 0 or leader_epoch <= part.leader_epoch:
+            return False
+        known = dict(old.brokers)
+        for broker in brokers:
+            known[broker.node_id] = broker
+        if leader_id not in known:
+            self.request_update()
+            return False
+        parts = dict(info.partitions)
+        parts[partition] = replace(part, leader=leader_id, leader_epoch=leader_epoch)
+        topics = dict(old.topics)
+        topics[topic] = replace(info, partitions=parts)
+        self.current = replace(old, brokers=known, topics=topics)
+        return True
+
+    def handle_error(self, error_code: int) -> bool:
+        """Request a refresh when ``error_code`` means the map is stale; returns whether it
+        did."""
+        if error_code in STALE_METADATA_CODES:
+            self.request_update()
+            return True
+        return False

@@ -1,0 +1,72 @@
+"""An asyncio event loop on its own daemon thread: what a synchronous client API runs its
+asynchronous core on (one network thread per client, as in the Java client)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from kcore.errors import KcoreError, KcoreTimeoutError
+
+__all__ = ["LoopThread"]
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """Runs coroutines on a private event loop thread and waits for them from any thread."""
+
+    def __init__(self, name: str = "kcore-network") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread.is_alive() and not self.loop.is_closed()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if not self.is_running:
+            coro.close()
+            raise KcoreError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and return its result. After ``timeout`` seconds the
+        coroutine is cancelled and ``KcoreTimeoutError`` raised."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise KcoreError("a synchronous kcore call was made from its own network thread")
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise KcoreTimeoutError(f"the operation did not finish within {timeout:g}s") from None
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the loop (after cancelling what still runs on it) and join the thread."""
+        if not self.is_running:
+            return
+
+        async def _cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel_all(), self.loop).result(timeout)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self.loop.close()
