@@ -1,4 +1,5 @@
-"""A blocking connection to one broker (for tests and tools that want no event loop), driving :class:`kcore.protocol.KafkaProtocol`.
+"""A blocking connection to one broker, driving :class:`kcore.protocol.KafkaProtocol`, for
+tests and tools that want no event loop.
 
 It connects, negotiates versions with ApiVersions (retrying at the broker's highest version when
 the broker does not know ours), then sends each request at the highest version both sides

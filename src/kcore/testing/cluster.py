@@ -124,12 +124,15 @@ class Listener:
 
     ``properties`` are added to every node's config, e.g. for ``Listener("SSL", "SSL", {...})``
     the ``listener.name.ssl.*`` keystore settings; ``advertised_host`` replaces 127.0.0.1 in
-    ``advertised.listeners`` for this listener only."""
+    ``advertised.listeners`` for this listener only. ``scram_users`` (mechanism -> user ->
+    password) are SCRAM credentials the cluster is formatted with, so that a SASL/SCRAM
+    listener brings the users it authenticates (see :mod:`kcore.testing.security`)."""
 
     name: str
     security_protocol: str = "PLAINTEXT"
     properties: Mapping[str, PropertyValue] = field(default_factory=dict)
     advertised_host: str | None = None
+    scram_users: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -242,6 +245,40 @@ def _tail_text(path: Path, lines: int) -> str:
         return f"(cannot read {path}: {exc})"
     text = data.decode(errors="replace").splitlines()
     return "\n".join(text[-lines:]) if lines > 0 else ""
+
+
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def merge_scram_users(
+    *sources: Mapping[str, Mapping[str, str]],
+) -> dict[str, dict[str, str]]:
+    """Merge mechanism -> user -> password maps; the same user with two passwords for one
+    mechanism is a ValueError (a cluster holds one credential per user and mechanism)."""
+    out: dict[str, dict[str, str]] = {}
+    for source in sources:
+        for mechanism, users in source.items():
+            if mechanism not in SCRAM_MECHANISMS:
+                raise ValueError(f"SCRAM mechanism {mechanism!r} is not one of {SCRAM_MECHANISMS}")
+            merged = out.setdefault(mechanism, {})
+            for user, password in users.items():
+                for what, text in (("user name", user), ("password", password)):
+                    # kafka-storage --add-scram splits its argument on commas, without escapes
+                    if not text or "," in text:
+                        raise ValueError(f"SCRAM {what} {text!r} must be non-empty, without ','")
+                if merged.setdefault(user, password) != password:
+                    raise ValueError(f"two different {mechanism} passwords for user {user!r}")
+    return out
+
+
+def _add_scram_args(users: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """``kafka-storage format`` arguments that create SCRAM credentials at format time (so they
+    exist before the first client connects). Values are quoted: the parser strips one pair."""
+    args: list[str] = []
+    for mechanism, by_user in users.items():
+        for user, password in by_user.items():
+            args += ["--add-scram", f'{mechanism}=[name="{user}",password="{password}"]']
+    return args
 
 
 def _tool_main(tool: str) -> str:
@@ -417,6 +454,9 @@ class KafkaCluster(BaseCluster):
         (replication and the quorum keep using 127.0.0.1); clients then get a wrong address.
     :param broker_config: extra/overriding broker properties, or a callable ``node_id -> dict``.
     :param listeners: extra :class:`Listener` s (SSL, SASL_PLAINTEXT, ...).
+    :param scram_users: SCRAM credentials to create at format time, mechanism -> user ->
+        password (``{"SCRAM-SHA-256": {"alice": "alice-secret"}}``); merged with the
+        listeners' ``scram_users``.
     :param heap: ``-Xmx`` of each node JVM (None: the JVM default).
     :param jvm_args: extra arguments for each node JVM.
     :param startup_timeout: seconds for every node to log ``Kafka Server started``.
@@ -434,6 +474,7 @@ class KafkaCluster(BaseCluster):
         advertised_host: str | None = None,
         broker_config: BrokerConfig | None = None,
         listeners: Iterable[Listener] = (),
+        scram_users: Mapping[str, Mapping[str, str]] | None = None,
         heap: str | None = "512m",
         jvm_args: Sequence[str] = (),
         startup_timeout: float = 120.0,
@@ -449,9 +490,16 @@ class KafkaCluster(BaseCluster):
         self.broker_config = broker_config
         self.listeners = tuple(listeners)
         reserved = {CLIENT_LISTENER, INTERNAL_LISTENER, CONTROLLER_LISTENER}
+        seen: set[str] = set()
         for extra in self.listeners:
             if extra.name.upper() in reserved:
                 raise ValueError(f"listener name {extra.name} is taken by kcore.testing")
+            if extra.name.upper() in seen:
+                raise ValueError(f"two listeners are named {extra.name}")
+            seen.add(extra.name.upper())
+        self.scram_users = merge_scram_users(
+            *(x.scram_users for x in self.listeners), scram_users or {}
+        )
         self.heap = heap
         self.jvm_args = tuple(jvm_args)
         self.startup_timeout = startup_timeout
@@ -715,6 +763,7 @@ class KafkaCluster(BaseCluster):
             self.cluster_id,
             "-c",
             str(node.properties_path),
+            *_add_scram_args(self.scram_users),
         ]
         if "controller.quorum.voters" not in read_properties(node.properties_path):
             cmd.append("--standalone")
