@@ -1,5 +1,31 @@
 """kcore: a Kafka client for Python whose hot path is compiled."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from . import _codec  # noqa: F401  (fail at import if the compiled codec is missing)
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from kcore.admin import AdminClient, AsyncAdminClient, NewTopic, TopicPartition
+
+# Clients load on first use, so ``import kcore`` for the codec alone stays cheap.
+_LAZY = {
+    "AdminClient": "kcore.admin",
+    "AsyncAdminClient": "kcore.admin",
+    "NewTopic": "kcore.admin",
+    "TopicPartition": "kcore.admin",
+}
+
+__all__ = ["AdminClient", "AsyncAdminClient", "NewTopic", "TopicPartition", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kcore' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

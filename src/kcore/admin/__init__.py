@@ -1,0 +1,29 @@
+"""The admin client: ``kcore.AdminClient`` (blocking) and ``kcore.admin.AsyncAdminClient``."""
+
+from .async_client import AsyncAdminClient
+from .client import AdminClient
+from .types import (
+    AdminOperationError,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    ListOffsetsResult,
+    NewTopic,
+    OffsetSpec,
+    TopicDescription,
+    TopicPartition,
+)
+
+__all__ = [
+    "AdminClient",
+    "AdminOperationError",
+    "AsyncAdminClient",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigResource",
+    "ListOffsetsResult",
+    "NewTopic",
+    "OffsetSpec",
+    "TopicDescription",
+    "TopicPartition",
+]

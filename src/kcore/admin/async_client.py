@@ -1,0 +1,762 @@
+"""The admin client's asyncio core: topics, partitions, cluster, offsets, configs, leader
+elections and reassignments, on the shared :class:`~kcore.cluster.ClusterClient`.
+
+Requests any broker can answer (KRaft brokers forward controller work) go to the least loaded
+broker; ListOffsets goes to each partition's leader, DescribeConfigs of a broker to that broker.
+Retriable errors (leader moved, controller changing, broker down) are retried after a metadata
+refresh until ``default.api.timeout.ms``; the caller sees only what does not heal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from kcore.admin.types import (
+    CONFIG_SOURCES,
+    RESOURCE_NAMES,
+    RESOURCE_TYPES,
+    AdminOperationError,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    ListOffsetsResult,
+    NewTopic,
+    OffsetSpec,
+    TopicDescription,
+    TopicPartition,
+)
+from kcore.cluster.client import ClusterClient
+from kcore.cluster.metadata import STALE_METADATA_CODES, BrokerInfo
+from kcore.errors import (
+    BrokerConnectionError,
+    KafkaError,
+    KcoreError,
+    KcoreTimeoutError,
+    error_for_code,
+)
+from kcore.protocol.messages import (
+    AlterPartitionReassignmentsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
+    ElectLeadersRequest,
+    IncrementalAlterConfigsRequest,
+    ListOffsetsRequest,
+    ListPartitionReassignmentsRequest,
+)
+from kcore.protocol.messages.alter_partition_reassignments_request import (
+    ReassignablePartition,
+    ReassignableTopic,
+)
+from kcore.protocol.messages.create_partitions_request import (
+    CreatePartitionsAssignment,
+    CreatePartitionsTopic,
+)
+from kcore.protocol.messages.create_topics_request import (
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+)
+from kcore.protocol.messages.delete_topics_request import DeleteTopicState
+from kcore.protocol.messages.describe_configs_request import DescribeConfigsResource
+from kcore.protocol.messages.elect_leaders_request import TopicPartitions
+from kcore.protocol.messages.incremental_alter_configs_request import (
+    AlterableConfig,
+    AlterConfigsResource,
+)
+from kcore.protocol.messages.list_offsets_request import ListOffsetsPartition, ListOffsetsTopic
+from kcore.protocol.messages.list_partition_reassignments_request import (
+    ListPartitionReassignmentsTopics,
+)
+
+__all__ = ["AsyncAdminClient"]
+
+T = TypeVar("T")
+
+TOPIC_ALREADY_EXISTS = 36
+ELECTION_NOT_NEEDED = 84
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
+CONFIG_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
+
+
+def _admin_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    try:
+        from kcore.config import ClientConfig
+    except ImportError:  # pragma: no cover - the config module ships with kcore
+        return config
+    return config if isinstance(config, ClientConfig) else ClientConfig(config, role="admin")
+
+
+class AsyncAdminClient:
+    """``await AsyncAdminClient(config).start()``, or ``async with``. ``config`` uses the Java
+    client's names (``bootstrap.servers``, ``request.timeout.ms``, ``security.protocol``...)."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = _admin_config(config)
+        self.cluster = ClusterClient(self.config)
+        self.default_timeout = int(self.config.get("default.api.timeout.ms", 60000)) / 1000
+
+    async def start(self) -> AsyncAdminClient:
+        await self.cluster.start()
+        return self
+
+    async def close(self) -> None:
+        await self.cluster.close()
+
+    async def __aenter__(self) -> AsyncAdminClient:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- retrying ---------------------------------------------------------------------------------
+
+    async def _retrying(
+        self, what: str, attempt_fn: Callable[[], Awaitable[T]], timeout: float | None
+    ) -> T:
+        """Run ``attempt_fn`` until it returns, retrying retriable failures with backoff and a
+        metadata refresh, until ``timeout`` (default ``default.api.timeout.ms``)."""
+        timeout = self.default_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            try:
+                return await asyncio.wait_for(attempt_fn(), max(deadline - time.monotonic(), 0))
+            except (KafkaError, BrokerConnectionError, KcoreTimeoutError, TimeoutError) as exc:
+                if isinstance(exc, KafkaError) and not exc.retriable:
+                    raise
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    if isinstance(exc, (TimeoutError, KcoreTimeoutError)):
+                        raise KcoreTimeoutError(
+                            f"{what} did not finish within {timeout:g}s"
+                        ) from exc
+                    raise
+                self.cluster.cache.request_update()
+                await asyncio.sleep(min(remaining, self.cluster.retry_backoff.backoff_s(attempt)))
+                attempt += 1
+
+    async def _send_any(self, build: Callable[[int], Any], api_key: int) -> Any:
+        node = self.cluster.least_loaded_node()
+        if node is None:
+            await self.cluster.refresh_metadata()
+            node = self.cluster.least_loaded_node()
+            if node is None:
+                raise BrokerConnectionError("cluster", "connect", "no broker is known")
+        version = await self.cluster.version_for(node, api_key)
+        return await self.cluster.send(node, build(version), version)
+
+    @staticmethod
+    def _check(code: int, message: str | None, item: Any, errors: dict[Any, KafkaError]) -> bool:
+        if code == 0:
+            return True
+        err = error_for_code(code)
+        assert err is not None
+        errors[item] = type(err)(message or err.message)
+        return False
+
+    @staticmethod
+    def _raise_retriable(errors: Mapping[Any, KafkaError]) -> None:
+        """If every failure is retriable, raise one so the whole call is retried."""
+        if errors and all(e.retriable for e in errors.values()):
+            raise next(iter(errors.values()))
+
+    # -- topics -----------------------------------------------------------------------------------
+
+    async def create_topics(
+        self,
+        new_topics: Iterable[NewTopic | str],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> dict[str, TopicDescription | None]:
+        """Create topics; returns ``{name: None}`` once the controller accepted them (the
+        topics then show up in metadata within moments; see ``describe_topics``)."""
+        topics = [t if isinstance(t, NewTopic) else NewTopic(t) for t in new_topics]
+        timeout_ms = int((self.default_timeout if timeout is None else timeout) * 1000)
+        pending = {t.name: t for t in topics}
+        done: dict[str, TopicDescription | None] = {}
+        final_errors: dict[Any, KafkaError] = {}
+
+        async def attempt() -> None:
+            def build(version: int) -> Any:
+                return CreateTopicsRequest(
+                    topics=[_creatable(t) for t in pending.values()],
+                    timeout_ms=timeout_ms,
+                    validate_only=validate_only,
+                )
+
+            response = await self._send_any(build, 19)
+            errors: dict[Any, KafkaError] = {}
+            for result in response.topics:
+                if self._check(result.error_code, result.error_message, result.name, errors):
+                    done[result.name] = None
+                    pending.pop(result.name, None)
+            retriable = {k: v for k, v in errors.items() if v.retriable}
+            for name, err in errors.items():
+                if not err.retriable:
+                    final_errors[name] = err
+                    pending.pop(name, None)
+            self._raise_retriable(retriable)
+
+        if pending:
+            await self._retrying("create_topics", attempt, timeout)
+        if final_errors:
+            raise AdminOperationError("create_topics", final_errors, done)
+        for name in done:
+            self.cluster.cache.request_update()
+        return done
+
+    async def delete_topics(self, names: Iterable[str], *, timeout: float | None = None) -> None:
+        pending = list(dict.fromkeys(names))
+        timeout_ms = int((self.default_timeout if timeout is None else timeout) * 1000)
+        final_errors: dict[Any, KafkaError] = {}
+
+        async def attempt() -> None:
+            def build(version: int) -> Any:
+                if version >= 6:
+                    states = [DeleteTopicState(name=n) for n in pending]
+                    return DeleteTopicsRequest(topics=states, timeout_ms=timeout_ms)
+                return DeleteTopicsRequest(topic_names=list(pending), timeout_ms=timeout_ms)
+
+            response = await self._send_any(build, 20)
+            errors: dict[Any, KafkaError] = {}
+            for result in response.responses:
+                if self._check(result.error_code, result.error_message, result.name, errors):
+                    pending.remove(result.name)
+            for name, err in list(errors.items()):
+                if not err.retriable:
+                    final_errors[name] = errors.pop(name)
+                    pending.remove(name)
+            self._raise_retriable(errors)
+
+        if pending:
+            await self._retrying("delete_topics", attempt, timeout)
+        self.cluster.cache.request_update()
+        if final_errors:
+            raise AdminOperationError("delete_topics", final_errors)
+
+    async def create_partitions(
+        self,
+        new_totals: Mapping[str, int],
+        *,
+        assignments: Mapping[str, list[list[int]]] | None = None,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Grow each topic to ``new_totals[topic]`` partitions."""
+        pending = dict(new_totals)
+        timeout_ms = int((self.default_timeout if timeout is None else timeout) * 1000)
+        final_errors: dict[Any, KafkaError] = {}
+
+        async def attempt() -> None:
+            def build(version: int) -> Any:
+                return CreatePartitionsRequest(
+                    topics=[
+                        CreatePartitionsTopic(
+                            name=name,
+                            count=count,
+                            assignments=(
+                                [
+                                    CreatePartitionsAssignment(broker_ids=a)
+                                    for a in assignments[name]
+                                ]
+                                if assignments and name in assignments
+                                else None
+                            ),
+                        )
+                        for name, count in pending.items()
+                    ],
+                    timeout_ms=timeout_ms,
+                    validate_only=validate_only,
+                )
+
+            response = await self._send_any(build, 37)
+            errors: dict[Any, KafkaError] = {}
+            for result in response.results:
+                if self._check(result.error_code, result.error_message, result.name, errors):
+                    pending.pop(result.name, None)
+            for name, err in list(errors.items()):
+                if not err.retriable:
+                    final_errors[name] = errors.pop(name)
+                    pending.pop(name, None)
+            self._raise_retriable(errors)
+
+        if pending:
+            await self._retrying("create_partitions", attempt, timeout)
+        self.cluster.cache.request_update()
+        if final_errors:
+            raise AdminOperationError("create_partitions", final_errors)
+
+    async def list_topics(
+        self, *, include_internal: bool = False, timeout: float | None = None
+    ) -> list[str]:
+        async def attempt() -> list[str]:
+            md = await self.cluster.refresh_metadata(None)
+            return sorted(n for n, t in md.topics.items() if include_internal or not t.is_internal)
+
+        return await self._retrying("list_topics", attempt, timeout)
+
+    async def describe_topics(
+        self, names: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, TopicDescription]:
+        """Partitions, leaders, replicas and ISR of each topic. A topic that does not exist
+        raises ``AdminOperationError`` (UNKNOWN_TOPIC_OR_PARTITION)."""
+        wanted = list(dict.fromkeys(names))
+
+        async def attempt() -> dict[str, TopicDescription]:
+            conn_node = self.cluster.least_loaded_node()
+            if conn_node is None:
+                await self.cluster.refresh_metadata()
+                conn_node = self.cluster.least_loaded_node()
+            assert conn_node is not None
+            conn = await self.cluster.connection(conn_node)
+            request, version = self.cluster._metadata_request(conn, wanted)
+            response = await self.cluster.send(conn_node, request, version)
+            out: dict[str, TopicDescription] = {}
+            errors: dict[Any, KafkaError] = {}
+            by_name = {t.name: t for t in response.topics}
+            for name in wanted:
+                t = by_name.get(name)
+                if t is None:
+                    continue
+                if not self._check(t.error_code, None, name, errors):
+                    continue
+                from kcore.cluster.metadata import PartitionInfo
+
+                parts = sorted(
+                    (
+                        PartitionInfo(
+                            name,
+                            p.partition_index,
+                            p.leader_id,
+                            p.leader_epoch,
+                            tuple(p.replica_nodes),
+                            tuple(p.isr_nodes),
+                            tuple(p.offline_replicas),
+                            p.error_code,
+                        )
+                        for p in t.partitions
+                    ),
+                    key=lambda p: p.partition,
+                )
+                topic_id = t.topic_id if t.topic_id and t.topic_id.int else None
+                out[name] = TopicDescription(name, topic_id, bool(t.is_internal), parts)
+            # Leaderless partitions right after creation heal by themselves: retry those.
+            retriable = {k: v for k, v in errors.items() if v.retriable and k != "__missing__"}
+            if errors and not retriable:
+                raise AdminOperationError("describe_topics", errors, out)
+            self._raise_retriable(
+                {k: v for k, v in errors.items() if v.code != 3}  # unknown topic is final
+            )
+            if errors:
+                raise AdminOperationError("describe_topics", errors, out)
+            return out
+
+        return await self._retrying("describe_topics", attempt, timeout)
+
+    # -- cluster ----------------------------------------------------------------------------------
+
+    async def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
+        async def attempt() -> ClusterDescription:
+            response = await self._send_any(lambda v: DescribeClusterRequest(), 60)
+            if response.error_code:
+                err = error_for_code(response.error_code)
+                assert err is not None
+                raise type(err)(response.error_message or err.message)
+            brokers = [
+                BrokerInfo(b.broker_id, b.host, b.port, b.rack)
+                for b in sorted(response.brokers, key=lambda b: b.broker_id)
+            ]
+            return ClusterDescription(response.cluster_id, response.controller_id, brokers)
+
+        return await self._retrying("describe_cluster", attempt, timeout)
+
+    # -- offsets ----------------------------------------------------------------------------------
+
+    async def list_offsets(
+        self,
+        specs: Mapping[TopicPartition | tuple[str, int], str | int],
+        *,
+        isolation_level: str = "read_uncommitted",
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, ListOffsetsResult]:
+        """The offset each spec names, asked of each partition's leader. A leader that moved
+        mid-call is found again and asked; that does not reach the caller."""
+        wanted = {TopicPartition(*tp): OffsetSpec.timestamp_for(s) for tp, s in specs.items()}
+        level = {"read_uncommitted": 0, "read_committed": 1}[isolation_level]
+        results: dict[TopicPartition, ListOffsetsResult] = {}
+        final_errors: dict[Any, KafkaError] = {}
+
+        async def attempt() -> None:
+            pending = {tp: ts for tp, ts in wanted.items() if tp not in results}
+            pending = {tp: ts for tp, ts in pending.items() if tp not in final_errors}
+            if not pending:
+                return
+            md = await self.cluster.wait_for_topics({tp.topic for tp in pending}, timeout)
+            by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
+            for tp, ts in pending.items():
+                part = md.partition(tp.topic, tp.partition)
+                if part is None:
+                    final_errors[tp] = error_for_code(3) or KafkaError()
+                    continue
+                by_leader[part.leader][tp] = ts
+            outcomes = await asyncio.gather(
+                *(self._list_offsets_at(node, parts, level) for node, parts in by_leader.items()),
+                return_exceptions=True,
+            )
+            retry: BaseException | None = None
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    if not isinstance(
+                        outcome, (BrokerConnectionError, KcoreTimeoutError, KafkaError)
+                    ):
+                        raise outcome
+                    retry = outcome
+                    continue
+                got, errors = outcome
+                results.update(got)
+                for tp, err in errors.items():
+                    if err.retriable:
+                        retry = err
+                    else:
+                        final_errors[tp] = err
+            if retry is not None:
+                raise retry
+
+        await self._retrying("list_offsets", attempt, timeout)
+        if final_errors:
+            raise AdminOperationError("list_offsets", final_errors, results)
+        return results
+
+    async def _list_offsets_at(
+        self, node: int, parts: Mapping[TopicPartition, int], level: int
+    ) -> tuple[dict[TopicPartition, ListOffsetsResult], dict[TopicPartition, KafkaError]]:
+        md = self.cluster.metadata
+        by_topic: dict[str, list[ListOffsetsPartition]] = defaultdict(list)
+        for tp, ts in parts.items():
+            info = md.partition(tp.topic, tp.partition)
+            epoch = info.leader_epoch if info is not None else -1
+            by_topic[tp.topic].append(
+                ListOffsetsPartition(
+                    partition_index=tp.partition, current_leader_epoch=epoch, timestamp=ts
+                )
+            )
+        min_version = 7 if OffsetSpec.MAX_TIMESTAMP in parts.values() else None
+        version = await self.cluster.version_for(node, 2, min_version=min_version)
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=level,
+            topics=[ListOffsetsTopic(name=t, partitions=p) for t, p in by_topic.items()],
+        )
+        response = await self.cluster.send(node, request, version)
+        got: dict[TopicPartition, ListOffsetsResult] = {}
+        errors: dict[TopicPartition, KafkaError] = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition_index)
+                if p.error_code:
+                    self.cluster.handle_error_code(p.error_code)
+                    err = error_for_code(p.error_code)
+                    assert err is not None
+                    errors[tp] = err
+                else:
+                    got[tp] = ListOffsetsResult(p.offset, p.timestamp, p.leader_epoch)
+        return got, errors
+
+    # -- configs ----------------------------------------------------------------------------------
+
+    async def describe_configs(
+        self, resources: Iterable[ConfigResource | tuple[str, str]], *, timeout: float | None = None
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Every config of each resource. Broker configs are asked of that broker (only it
+        knows its static settings); topic configs of any broker."""
+        wanted = [ConfigResource(*r) for r in resources]
+        for r in wanted:
+            if r.type not in RESOURCE_TYPES:
+                raise KcoreError(f"unknown config resource type {r.type!r}")
+        out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
+        final_errors: dict[Any, KafkaError] = {}
+
+        async def one_node(node: int | None, group: list[ConfigResource]) -> None:
+            def build(version: int) -> Any:
+                return DescribeConfigsRequest(
+                    resources=[
+                        DescribeConfigsResource(
+                            resource_type=RESOURCE_TYPES[r.type],
+                            resource_name=r.name,
+                            configuration_keys=None,
+                        )
+                        for r in group
+                    ]
+                )
+
+            if node is None:
+                response = await self._send_any(build, 32)
+            else:
+                version = await self.cluster.version_for(node, 32)
+                response = await self.cluster.send(node, build(version), version)
+            errors: dict[Any, KafkaError] = {}
+            for result in response.results:
+                resource = ConfigResource(
+                    RESOURCE_NAMES[result.resource_type], result.resource_name
+                )
+                if self._check(result.error_code, result.error_message, resource, errors):
+                    out[resource] = {
+                        c.name: ConfigEntry(
+                            c.name,
+                            c.value,
+                            CONFIG_SOURCES.get(c.config_source, "unknown"),
+                            bool(c.read_only),
+                            bool(c.is_sensitive),
+                            c.config_source == 5,
+                        )
+                        for c in result.configs
+                    }
+            for item, err in list(errors.items()):
+                if not err.retriable:
+                    final_errors[item] = errors.pop(item)
+            self._raise_retriable(errors)
+
+        async def attempt() -> None:
+            todo = [r for r in wanted if r not in out and r not in final_errors]
+            groups: dict[int | None, list[ConfigResource]] = defaultdict(list)
+            for r in todo:
+                node = int(r.name) if r.type in ("broker", "broker_logger") and r.name else None
+                groups[node].append(r)
+            await asyncio.gather(*(one_node(n, g) for n, g in groups.items()))
+
+        await self._retrying("describe_configs", attempt, timeout)
+        if final_errors:
+            raise AdminOperationError("describe_configs", final_errors, out)
+        return out
+
+    async def alter_configs(
+        self,
+        changes: Mapping[ConfigResource | tuple[str, str], Mapping[str, str | None]],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Incrementally set (or, with value None, delete) config keys of each resource
+        (IncrementalAlterConfigs; other keys keep their values)."""
+        wanted = {ConfigResource(*r): dict(c) for r, c in changes.items()}
+        final_errors: dict[Any, KafkaError] = {}
+        done: set[ConfigResource] = set()
+
+        def build_for(group: list[ConfigResource]) -> Callable[[int], Any]:
+            def build(version: int) -> Any:
+                return IncrementalAlterConfigsRequest(
+                    resources=[
+                        AlterConfigsResource(
+                            resource_type=RESOURCE_TYPES[r.type],
+                            resource_name=r.name,
+                            configs=[
+                                AlterableConfig(
+                                    name=k,
+                                    config_operation=CONFIG_OPS["delete" if v is None else "set"],
+                                    value=v,
+                                )
+                                for k, v in wanted[r].items()
+                            ],
+                        )
+                        for r in group
+                    ],
+                    validate_only=validate_only,
+                )
+
+            return build
+
+        async def one_node(node: int | None, group: list[ConfigResource]) -> None:
+            if node is None:
+                response = await self._send_any(build_for(group), 44)
+            else:
+                version = await self.cluster.version_for(node, 44)
+                response = await self.cluster.send(node, build_for(group)(version), version)
+            errors: dict[Any, KafkaError] = {}
+            for result in response.responses:
+                resource = ConfigResource(
+                    RESOURCE_NAMES[result.resource_type], result.resource_name
+                )
+                if self._check(result.error_code, result.error_message, resource, errors):
+                    done.add(resource)
+            for item, err in list(errors.items()):
+                if not err.retriable:
+                    final_errors[item] = errors.pop(item)
+            self._raise_retriable(errors)
+
+        async def attempt() -> None:
+            groups: dict[int | None, list[ConfigResource]] = defaultdict(list)
+            for r in wanted:
+                if r in done or r in final_errors:
+                    continue
+                node = int(r.name) if r.type in ("broker", "broker_logger") and r.name else None
+                groups[node].append(r)
+            await asyncio.gather(*(one_node(n, g) for n, g in groups.items()))
+
+        await self._retrying("alter_configs", attempt, timeout)
+        if final_errors:
+            raise AdminOperationError("alter_configs", final_errors)
+
+    # -- leadership -------------------------------------------------------------------------------
+
+    async def elect_leaders(
+        self,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        *,
+        election_type: str = "preferred",
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Run a leader election; ``None`` partitions means all. Returns each partition's
+        outcome: None when elected, else the error (ELECTION_NOT_NEEDED when the preferred
+        leader already leads counts as success and maps to None)."""
+        if election_type not in ELECTION_TYPES:
+            raise KcoreError(f"election_type must be preferred or unclean, got {election_type!r}")
+        tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+        timeout_ms = int((self.default_timeout if timeout is None else timeout) * 1000)
+
+        def build(version: int) -> Any:
+            grouped: dict[str, list[int]] | None = None
+            if tps is not None:
+                grouped = defaultdict(list)
+                for tp in tps:
+                    grouped[tp.topic].append(tp.partition)
+            return ElectLeadersRequest(
+                election_type=ELECTION_TYPES[election_type],
+                topic_partitions=(
+                    None
+                    if grouped is None
+                    else [TopicPartitions(topic=t, partitions=p) for t, p in grouped.items()]
+                ),
+                timeout_ms=timeout_ms,
+            )
+
+        async def attempt() -> dict[TopicPartition, KafkaError | None]:
+            response = await self._send_any(build, 43)
+            if response.error_code:
+                err = error_for_code(response.error_code)
+                assert err is not None
+                raise err
+            out: dict[TopicPartition, KafkaError | None] = {}
+            for result in response.replica_election_results:
+                for p in result.partition_result:
+                    tp = TopicPartition(result.topic, p.partition_id)
+                    if p.error_code in (0, ELECTION_NOT_NEEDED):
+                        out[tp] = None
+                    else:
+                        err = error_for_code(p.error_code)
+                        assert err is not None
+                        out[tp] = type(err)(p.error_message or err.message)
+            return out
+
+        result = await self._retrying("elect_leaders", attempt, timeout)
+        self.cluster.cache.request_update()
+        return result
+
+    async def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition | tuple[str, int], list[int] | None],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Move each partition to the given replica list (the first replica is the preferred
+        leader); ``None`` cancels an ongoing reassignment."""
+        wanted = {TopicPartition(*tp): r for tp, r in reassignments.items()}
+        timeout_ms = int((self.default_timeout if timeout is None else timeout) * 1000)
+
+        def build(version: int) -> Any:
+            grouped: dict[str, list[ReassignablePartition]] = defaultdict(list)
+            for tp, replicas in wanted.items():
+                grouped[tp.topic].append(
+                    ReassignablePartition(partition_index=tp.partition, replicas=replicas)
+                )
+            return AlterPartitionReassignmentsRequest(
+                timeout_ms=timeout_ms,
+                topics=[ReassignableTopic(name=t, partitions=p) for t, p in grouped.items()],
+            )
+
+        async def attempt() -> None:
+            response = await self._send_any(build, 45)
+            if response.error_code:
+                err = error_for_code(response.error_code)
+                assert err is not None
+                raise type(err)(response.error_message or err.message)
+            errors: dict[Any, KafkaError] = {}
+            for topic in response.responses:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.name, p.partition_index)
+                    self._check(p.error_code, p.error_message, tp, errors)
+            self._raise_retriable(errors)
+            if errors:
+                raise AdminOperationError("alter_partition_reassignments", errors)
+
+        await self._retrying("alter_partition_reassignments", attempt, timeout)
+        self.cluster.cache.request_update()
+
+    async def list_partition_reassignments(
+        self,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, dict[str, list[int]]]:
+        """Ongoing reassignments: ``{tp: {"replicas": [...], "adding": [...], "removing":
+        [...]}}``."""
+        tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+
+        def build(version: int) -> Any:
+            topics = None
+            if tps is not None:
+                grouped: dict[str, list[int]] = defaultdict(list)
+                for tp in tps:
+                    grouped[tp.topic].append(tp.partition)
+                topics = [
+                    ListPartitionReassignmentsTopics(name=t, partition_indexes=p)
+                    for t, p in grouped.items()
+                ]
+            return ListPartitionReassignmentsRequest(topics=topics)
+
+        async def attempt() -> dict[TopicPartition, dict[str, list[int]]]:
+            response = await self._send_any(build, 46)
+            if response.error_code:
+                err = error_for_code(response.error_code)
+                assert err is not None
+                raise type(err)(response.error_message or err.message)
+            return {
+                TopicPartition(t.name, p.partition_index): {
+                    "replicas": list(p.replicas),
+                    "adding": list(p.adding_replicas),
+                    "removing": list(p.removing_replicas),
+                }
+                for t in response.topics
+                for p in t.partitions
+            }
+
+        return await self._retrying("list_partition_reassignments", attempt, timeout)
+
+
+def _creatable(topic: NewTopic) -> CreatableTopic:
+    assignments = []
+    partitions, replication = topic.num_partitions, topic.replication_factor
+    if topic.replica_assignment:
+        assignments = [
+            CreatableReplicaAssignment(partition_index=p, broker_ids=list(b))
+            for p, b in sorted(topic.replica_assignment.items())
+        ]
+        partitions, replication = -1, -1  # the assignment says both
+    return CreatableTopic(
+        name=topic.name,
+        num_partitions=partitions,
+        replication_factor=replication,
+        assignments=assignments,
+        configs=[CreatableTopicConfig(name=k, value=str(v)) for k, v in topic.config.items()],
+    )
+
+
+# Codes after which describe_topics retries (the topic is being created).
+_ = STALE_METADATA_CODES

@@ -1,0 +1,168 @@
+"""The synchronous admin client: :class:`AsyncAdminClient` run on a private event loop thread
+(what scripts, tests and Spark executors use)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kcore.admin.async_client import AsyncAdminClient
+from kcore.admin.types import (
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    ListOffsetsResult,
+    NewTopic,
+    TopicDescription,
+    TopicPartition,
+)
+from kcore.errors import KafkaError
+from kcore.network.loop_thread import LoopThread
+
+__all__ = ["AdminClient"]
+
+
+class AdminClient:
+    """``kcore.AdminClient({"bootstrap.servers": "host:9092"})``: the Java AdminClient's
+    operations, blocking. Bootstraps on construction (raising ``BootstrapError`` if no server
+    answers within ``default.api.timeout.ms``); use as a context manager or call
+    :meth:`close`. Each method's ``timeout`` (seconds) defaults to ``default.api.timeout.ms``.
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._loop = LoopThread("kcore-admin")
+        try:
+            self._async = self._loop.run(_make(config))
+        except BaseException:
+            self._loop.close()
+            raise
+
+    @property
+    def cluster(self) -> Any:
+        """The shared :class:`~kcore.cluster.ClusterClient` (its metadata cache is readable)."""
+        return self._async.cluster
+
+    def close(self) -> None:
+        if self._loop.is_running:
+            try:
+                self._loop.run(self._async.close(), 10)
+            finally:
+                self._loop.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        loop = getattr(self, "_loop", None)
+        if loop is not None and loop.is_running:
+            loop.close(1.0)
+
+    def _run(self, coro: Any) -> Any:
+        return self._loop.run(coro)
+
+    def create_topics(
+        self,
+        new_topics: Iterable[NewTopic | str],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> dict[str, TopicDescription | None]:
+        return self._run(
+            self._async.create_topics(new_topics, validate_only=validate_only, timeout=timeout)
+        )
+
+    def delete_topics(self, names: Iterable[str], *, timeout: float | None = None) -> None:
+        self._run(self._async.delete_topics(names, timeout=timeout))
+
+    def create_partitions(
+        self,
+        new_totals: Mapping[str, int],
+        *,
+        assignments: Mapping[str, list[list[int]]] | None = None,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        self._run(
+            self._async.create_partitions(
+                new_totals, assignments=assignments, validate_only=validate_only, timeout=timeout
+            )
+        )
+
+    def list_topics(
+        self, *, include_internal: bool = False, timeout: float | None = None
+    ) -> list[str]:
+        return self._run(
+            self._async.list_topics(include_internal=include_internal, timeout=timeout)
+        )
+
+    def describe_topics(
+        self, names: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, TopicDescription]:
+        return self._run(self._async.describe_topics(names, timeout=timeout))
+
+    def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
+        return self._run(self._async.describe_cluster(timeout=timeout))
+
+    def list_offsets(
+        self,
+        specs: Mapping[TopicPartition | tuple[str, int], str | int],
+        *,
+        isolation_level: str = "read_uncommitted",
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, ListOffsetsResult]:
+        return self._run(
+            self._async.list_offsets(specs, isolation_level=isolation_level, timeout=timeout)
+        )
+
+    def describe_configs(
+        self, resources: Iterable[ConfigResource | tuple[str, str]], *, timeout: float | None = None
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        return self._run(self._async.describe_configs(resources, timeout=timeout))
+
+    def alter_configs(
+        self,
+        changes: Mapping[ConfigResource | tuple[str, str], Mapping[str, str | None]],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        self._run(self._async.alter_configs(changes, validate_only=validate_only, timeout=timeout))
+
+    def elect_leaders(
+        self,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        *,
+        election_type: str = "preferred",
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, KafkaError | None]:
+        return self._run(
+            self._async.elect_leaders(partitions, election_type=election_type, timeout=timeout)
+        )
+
+    def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition | tuple[str, int], list[int] | None],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        self._run(self._async.alter_partition_reassignments(reassignments, timeout=timeout))
+
+    def list_partition_reassignments(
+        self,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, dict[str, list[int]]]:
+        return self._run(self._async.list_partition_reassignments(partitions, timeout=timeout))
+
+
+async def _make(config: Mapping[str, Any]) -> AsyncAdminClient:
+    client = AsyncAdminClient(config)
+    try:
+        return await client.start()
+    except BaseException:
+        await client.close()
+        raise

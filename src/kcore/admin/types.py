@@ -1,0 +1,142 @@
+"""What the admin client takes and returns."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from kcore.cluster.metadata import BrokerInfo, PartitionInfo
+from kcore.errors import KafkaError, KcoreError
+
+__all__ = [
+    "AdminOperationError",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigResource",
+    "ListOffsetsResult",
+    "NewTopic",
+    "OffsetSpec",
+    "TopicDescription",
+    "TopicPartition",
+]
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    """A topic to create. ``num_partitions``/``replication_factor`` of -1 take the broker's
+    defaults; ``replica_assignment`` ({partition: [broker ids]}) replaces both."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    config: Mapping[str, str] = field(default_factory=dict)
+    replica_assignment: Mapping[int, list[int]] | None = None
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    topic_id: uuid.UUID | None
+    is_internal: bool
+    partitions: list[PartitionInfo]
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: list[BrokerInfo]
+
+
+class ConfigResource(NamedTuple):
+    """``type`` is ``"topic"``, ``"broker"`` or ``"broker_logger"``; a broker's name is its id."""
+
+    type: str
+    name: str
+
+
+RESOURCE_TYPES = {"topic": 2, "broker": 4, "broker_logger": 8, "group": 32}
+RESOURCE_NAMES = {v: k for k, v in RESOURCE_TYPES.items()}
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str | None  # None for a sensitive value (the broker does not return it)
+    source: str
+    is_read_only: bool
+    is_sensitive: bool
+    is_default: bool
+
+
+# Sources of a config value, as DescribeConfigs numbers them.
+CONFIG_SOURCES = {
+    -1: "unknown",
+    1: "dynamic_topic",
+    2: "dynamic_broker",
+    3: "dynamic_default_broker",
+    4: "static_broker",
+    5: "default",
+    6: "dynamic_broker_logger",
+    7: "client_metrics",
+    8: "group",
+}
+
+
+class OffsetSpec:
+    """What ``list_offsets`` asks for: ``"earliest"``, ``"latest"``, ``"max_timestamp"``, or an
+    int timestamp (ms) for the first offset at or after it."""
+
+    EARLIEST = -2
+    LATEST = -1
+    MAX_TIMESTAMP = -3
+    NAMES = {"earliest": EARLIEST, "latest": LATEST, "max_timestamp": MAX_TIMESTAMP}
+
+    @classmethod
+    def timestamp_for(cls, spec: str | int) -> int:
+        if isinstance(spec, bool):
+            raise KcoreError(f"not an offset spec: {spec!r}")
+        if isinstance(spec, int):
+            if spec < 0:
+                raise KcoreError(f"a timestamp offset spec must be >= 0, got {spec}")
+            return spec
+        try:
+            return cls.NAMES[spec]
+        except KeyError:
+            raise KcoreError(
+                f"unknown offset spec {spec!r}: use earliest, latest, max_timestamp or a timestamp"
+            ) from None
+
+
+class ListOffsetsResult(NamedTuple):
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+class AdminOperationError(KcoreError):
+    """Some items of an admin operation failed. ``errors`` maps each failed item (topic name,
+    ``TopicPartition``, ``ConfigResource``) to its ``KafkaError``; ``results`` holds what
+    succeeded."""
+
+    def __init__(self, operation: str, errors: Mapping[Any, KafkaError], results: Any = None):
+        self.operation = operation
+        self.errors = dict(errors)
+        self.results = results
+        items = "; ".join(f"{_item_text(k)}: {v}" for k, v in self.errors.items())
+        super().__init__(f"{operation} failed for {len(self.errors)} item(s): {items}")
+
+
+def _item_text(item: Any) -> str:
+    if isinstance(item, TopicPartition):
+        return f"{item.topic}-{item.partition}"
+    if isinstance(item, ConfigResource):
+        return f"{item.type} {item.name}"
+    return str(item)
