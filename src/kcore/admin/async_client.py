@@ -30,7 +30,7 @@ from kcore.admin.types import (
     TopicPartition,
 )
 from kcore.cluster.client import ClusterClient
-from kcore.cluster.metadata import STALE_METADATA_CODES, BrokerInfo
+from kcore.cluster.metadata import BrokerInfo, PartitionInfo
 from kcore.errors import (
     BrokerConnectionError,
     KafkaError,
@@ -209,7 +209,7 @@ class AsyncAdminClient:
             await self._retrying("create_topics", attempt, timeout)
         if final_errors:
             raise AdminOperationError("create_topics", final_errors, done)
-        for name in done:
+        if done:
             self.cluster.cache.request_update()
         return done
 
@@ -328,8 +328,6 @@ class AsyncAdminClient:
                     continue
                 if not self._check(t.error_code, None, name, errors):
                     continue
-                from kcore.cluster.metadata import PartitionInfo
-
                 parts = sorted(
                     (
                         PartitionInfo(
@@ -348,13 +346,9 @@ class AsyncAdminClient:
                 )
                 topic_id = t.topic_id if t.topic_id and t.topic_id.int else None
                 out[name] = TopicDescription(name, topic_id, bool(t.is_internal), parts)
-            # Leaderless partitions right after creation heal by themselves: retry those.
-            retriable = {k: v for k, v in errors.items() if v.retriable and k != "__missing__"}
-            if errors and not retriable:
-                raise AdminOperationError("describe_topics", errors, out)
-            self._raise_retriable(
-                {k: v for k, v in errors.items() if v.code != 3}  # unknown topic is final
-            )
+            # A topic being created (LEADER_NOT_AVAILABLE) heals by itself: retry it. An
+            # unknown topic is an answer, not a hiccup.
+            self._raise_retriable({k: v for k, v in errors.items() if v.code != 3})
             if errors:
                 raise AdminOperationError("describe_topics", errors, out)
             return out
@@ -756,7 +750,3 @@ def _creatable(topic: NewTopic) -> CreatableTopic:
         assignments=assignments,
         configs=[CreatableTopicConfig(name=k, value=str(v)) for k, v in topic.config.items()],
     )
-
-
-# Codes after which describe_topics retries (the topic is being created).
-_ = STALE_METADATA_CODES

@@ -4,6 +4,7 @@
 ``ExternalCluster`` wraps an existing cluster (``KCORE_BOOTSTRAP``) and ``DockerKafkaCluster``
 (``kcore.testing.docker``) one started by testcontainers. The pytest plugin
 (``kcore.testing.pytest_plugin``) provides the fixtures ``kafka_cluster`` and ``kafka_cluster3``.
+``kcore.testing.security`` makes test certificates and TLS/SASL listeners.
 """
 
 from .cluster import (
@@ -23,12 +24,22 @@ from .errors import (
     KafkaToolError,
 )
 from .jars import java_executable, kafka_libs
+from .security import (
+    CertifiedKey,
+    LocalPKI,
+    PKIError,
+    java_client_properties,
+    sasl_listener,
+    security_listeners,
+    ssl_listener,
+)
 from .versions import KAFKA_VERSION
 
 __all__ = [
     "KAFKA_TOOLS",
     "KAFKA_VERSION",
     "BaseCluster",
+    "CertifiedKey",
     "ClusterControlError",
     "ClusterError",
     "ClusterStartError",
@@ -39,6 +50,12 @@ __all__ = [
     "KafkaNode",
     "KafkaToolError",
     "Listener",
+    "LocalPKI",
+    "PKIError",
+    "java_client_properties",
     "java_executable",
     "kafka_libs",
+    "sasl_listener",
+    "security_listeners",
+    "ssl_listener",
 ]
