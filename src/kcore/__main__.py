@@ -1,0 +1,7 @@
+"""``python -m kcore``: the command line."""
+
+import sys
+
+from kcore.cli import main
+
+sys.exit(main())

@@ -1,0 +1,108 @@
+"""The ``kcore`` command line (also ``python -m kcore``): ``metadata`` and ``doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from kcore.errors import ConfigError, KcoreError
+
+__all__ = ["main"]
+
+
+def _client_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``bootstrap.servers`` from ``-b``, then ``-F`` properties files, then ``-X`` pairs."""
+    config: dict[str, Any] = {}
+    for path in args.config_file or []:
+        from kcore.testing.cluster import read_properties
+
+        config.update(read_properties(path))
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(key, "-X takes key=value")
+        config[key.strip()] = value
+    config["bootstrap.servers"] = args.bootstrap
+    return config
+
+
+def _parsed(config: dict[str, Any]) -> Any:
+    try:
+        from kcore.config import ClientConfig
+    except ImportError:  # pragma: no cover - the config module ships with kcore
+        return config
+    return ClientConfig(config, role="admin")
+
+
+def _add_connection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-b", "--bootstrap", required=True, help="bootstrap servers, HOST:PORT[,HOST:PORT...]"
+    )
+    p.add_argument(
+        "-X",
+        dest="set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a client config setting (Java names, e.g. -X security.protocol=SSL); repeatable",
+    )
+    p.add_argument(
+        "-F",
+        "--config-file",
+        action="append",
+        metavar="FILE",
+        help="a Java properties file of client settings (like --command-config)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what the client does")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kcore", description="kcore: a Kafka client")
+    sub = parser.add_subparsers(dest="command", required=True)
+    meta = sub.add_parser(
+        "metadata", help="list brokers, topics, partitions, leaders, replicas and ISR"
+    )
+    _add_connection_args(meta)
+    meta.add_argument(
+        "-t", "--topic", action="append", help="only this topic (repeatable); default: all"
+    )
+    meta.add_argument("--internal", action="store_true", help="include internal topics")
+    doctor = sub.add_parser(
+        "doctor", help="diagnose bootstrap, advertised-listener, TLS and SASL problems"
+    )
+    _add_connection_args(doctor)
+    doctor.add_argument("--group", help="also find and reach this consumer group's coordinator")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        config = _parsed(_client_config(args))
+        if args.command == "metadata":
+            from kcore.cli.metadata import run_metadata
+
+            return run_metadata(config, args.topic, args.internal, args.json)
+        from kcore.cli.doctor import render_text, run_doctor
+
+        servers = [s.strip() for s in args.bootstrap.split(",") if s.strip()]
+        report = asyncio.run(run_doctor(servers, config, args.group))
+        if args.json:
+            print(json.dumps(report.to_json(), indent=2))
+        else:
+            print(render_text(report))
+        return 0 if report.ok else 1
+    except KcoreError as exc:
+        print(f"kcore {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,89 @@
+"""``kcore metadata``: the cluster as the client sees it (what ``kcat -L`` shows)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from kcore.cluster.client import ClusterClient
+from kcore.cluster.metadata import ClusterMetadata
+
+__all__ = ["metadata_json", "render_metadata", "run_metadata"]
+
+
+async def fetch_metadata(config: Mapping[str, Any], topics: list[str] | None) -> ClusterMetadata:
+    client = ClusterClient(config, all_topics=topics is None)
+    try:
+        await client.bootstrap()
+        if topics:
+            return await client.refresh_metadata(topics)
+        return client.metadata
+    finally:
+        await client.close()
+
+
+def metadata_json(md: ClusterMetadata, include_internal: bool = True) -> dict[str, Any]:
+    return {
+        "cluster_id": md.cluster_id,
+        "controller_id": md.controller_id,
+        "brokers": [
+            {"id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in sorted(md.brokers.values(), key=lambda b: b.node_id)
+        ],
+        "topics": [
+            {
+                "name": t.name,
+                "topic_id": str(t.topic_id) if t.topic_id else None,
+                "internal": t.is_internal,
+                "error_code": t.error_code,
+                "partitions": [
+                    {
+                        "partition": p.partition,
+                        "leader": p.leader,
+                        "leader_epoch": p.leader_epoch,
+                        "replicas": list(p.replicas),
+                        "isr": list(p.isr),
+                        "offline_replicas": list(p.offline_replicas),
+                        "error_code": p.error_code,
+                    }
+                    for p in sorted(t.partitions.values(), key=lambda p: p.partition)
+                ],
+            }
+            for t in sorted(md.topics.values(), key=lambda t: t.name)
+            if include_internal or not t.is_internal
+        ],
+    }
+
+
+def render_metadata(md: ClusterMetadata, include_internal: bool = True) -> str:
+    data = metadata_json(md, include_internal)
+    lines = [f"Metadata for cluster {md.cluster_id}:", f" {len(data['brokers'])} brokers:"]
+    for b in data["brokers"]:
+        role = " (controller)" if b["id"] == md.controller_id else ""
+        rack = f" rack {b['rack']}" if b["rack"] else ""
+        lines.append(f"  broker {b['id']} at {b['host']}:{b['port']}{rack}{role}")
+    lines.append(f" {len(data['topics'])} topics:")
+    for t in data["topics"]:
+        internal = " (internal)" if t["internal"] else ""
+        lines.append(f'  topic "{t["name"]}" with {len(t["partitions"])} partitions:{internal}')
+        for p in t["partitions"]:
+            err = f", error {p['error_code']}" if p["error_code"] else ""
+            lines.append(
+                f"    partition {p['partition']}, leader {p['leader']}, "
+                f"replicas: {','.join(map(str, p['replicas']))}, "
+                f"isrs: {','.join(map(str, p['isr']))}{err}"
+            )
+    return "\n".join(lines)
+
+
+def run_metadata(
+    config: Mapping[str, Any], topics: list[str] | None, include_internal: bool, as_json: bool
+) -> int:
+    md = asyncio.run(fetch_metadata(config, topics))
+    if as_json:
+        print(json.dumps(metadata_json(md, include_internal), indent=2))
+    else:
+        print(render_metadata(md, include_internal))
+    return 0
