@@ -30,8 +30,8 @@ from kcore.codec import (
     decode_to_arrow,
     decompress,
 )
-from kcore.network.blocking import BlockingBrokerConnection as BrokerConnection
 from kcore.network.address import parse_address
+from kcore.network.blocking import BlockingBrokerConnection as BrokerConnection
 from kcore.protocol.messages import (
     CreateTopicsRequest,
     FetchRequest,

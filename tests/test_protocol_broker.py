@@ -11,8 +11,8 @@ import pytest
 
 from kcore.codec import RecordBatchBuilder, decode_batches
 from kcore.errors import UnsupportedVersionError
-from kcore.network.blocking import BlockingBrokerConnection as BrokerConnection
 from kcore.network.address import parse_address
+from kcore.network.blocking import BlockingBrokerConnection as BrokerConnection
 from kcore.protocol import APIS
 from kcore.protocol.messages import (
     ApiVersionsRequest,

@@ -11,6 +11,7 @@ import logging
 import random
 import time
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from kcore.cluster.metadata import BrokerInfo, ClusterMetadata, MetadataCache
@@ -58,7 +59,7 @@ def connection_settings(config: Mapping[str, Any]) -> ConnectionSettings:
                 f"security.protocol {protocol} needs credentials: set sasl.username and "
                 "sasl.password, or sasl.jaas.config",
             )
-        user, password = credentials
+        user, password = str(credentials[0]), str(credentials[1])
         mech_name = mechanism
 
         def sasl_factory() -> Any:
@@ -141,7 +142,9 @@ class ClusterClient:
 
     async def close(self) -> None:
         self._closed = True
-        tasks = [t for t in (self._maintainer, self._refresh_task) if t is not None]
+        tasks: list[asyncio.Task[Any]] = [
+            t for t in (self._maintainer, self._refresh_task) if t is not None
+        ]
         tasks += list(self._connecting.values())
         for task in tasks:
             task.cancel()
@@ -268,8 +271,11 @@ class ClusterClient:
         if task is None:
             task = asyncio.get_running_loop().create_task(self._open(node_id))
             self._connecting[node_id] = task
-            task.add_done_callback(lambda _t, n=node_id: self._connecting.pop(n, None))
+            task.add_done_callback(partial(self._connect_done, node_id))
         return await asyncio.shield(task)
+
+    def _connect_done(self, node_id: int, _task: asyncio.Task[BrokerConnection]) -> None:
+        self._connecting.pop(node_id, None)
 
     async def _open(self, node_id: int) -> BrokerConnection:
         broker = self.cache.current.brokers.get(node_id)
