@@ -35,7 +35,9 @@ __all__ = ["ClusterClient", "connection_settings"]
 log = logging.getLogger("kcore.cluster")
 
 REBOOTSTRAP_REQUIRED = 129  # KIP-1102: the broker tells the client to re-bootstrap
-BOOTSTRAP_ID_BASE = -1  # bootstrap connections get ids -1, -2, ... (their node ids are unknown)
+# Failures that retrying cannot fix (a certificate not trusted, a name mismatch, a TLS or
+# SASL setting the listener rejects): bootstrap reports them at once instead of at its timeout.
+FATAL_STAGES = frozenset({"tls", "authentication"})
 
 
 def connection_settings(config: Mapping[str, Any]) -> ConnectionSettings:
@@ -192,6 +194,7 @@ class ClusterClient:
         attempts: list[tuple[str, str]] = []
         round_ = 0
         while True:
+            fatal_round = True  # every failure this round was one that waiting cannot fix
             for address in await self._bootstrap_addresses():
                 host, port = parse_address(address)
                 remaining = deadline - time.monotonic()
@@ -211,12 +214,15 @@ class ClusterClient:
                     if not exc.retriable:
                         raise
                     attempts.append((address, str(exc)))
+                    fatal_round = False
                     continue
                 except (BrokerConnectionError, KcoreTimeoutError) as exc:
                     conn.close()
                     reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
                     if isinstance(exc, BrokerConnectionError):
                         reason = f"{exc.stage}: {exc.reason}"
+                    if not (isinstance(exc, BrokerConnectionError) and exc.stage in FATAL_STAGES):
+                        fatal_round = False
                     attempts.append((address, reason))
                     log.info("bootstrap server %s failed: %s", address, reason)
                     continue
@@ -229,6 +235,8 @@ class ClusterClient:
                 return self.cache.current
             round_ += 1
             remaining = deadline - time.monotonic()
+            if fatal_round and attempts:
+                raise BootstrapError(_dedupe(attempts))
             if remaining <= 0:
                 raise BootstrapError(_dedupe(attempts), timeout)
             await asyncio.sleep(min(remaining, self.reconnect_backoff.backoff_s(round_)))

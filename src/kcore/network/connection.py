@@ -246,10 +246,15 @@ class BrokerConnection:
                 response = await self._call(request, min(version, theirs[1]))
         except (BrokerConnectionError, ProtocolError) as exc:
             reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
-            hint = ""
             if self.settings.ssl_context is None:
                 hint = (
                     " (a TLS listener drops plaintext clients like this; check security.protocol)"
+                )
+            else:
+                hint = (
+                    " (after a TLS handshake this is how a broker turns away a client whose "
+                    "certificate it does not accept, e.g. none given where ssl.client.auth="
+                    "required; check ssl.keystore.location / ssl.certificate.location)"
                 )
             raise BrokerConnectionError(self.address, "api_versions", reason + hint) from None
         if response.error_code != 0:
@@ -287,7 +292,7 @@ class BrokerConnection:
                 err = error_for_code(response.error_code)
                 text = response.error_message or (err.message if err else "")
                 if isinstance(err, SaslAuthenticationFailedError) or err is None:
-                    raise SaslAuthenticationFailedError(f"{self.address}: {text}")
+                    raise SaslAuthenticationFailedError(f"{self.address}: SASL {name}: {text}")
                 raise type(err)(f"{self.address}: SASL {name}: {text}")
             self.session_lifetime_ms = response.session_lifetime_ms
             if getattr(mechanism, "complete", False):
