@@ -31,6 +31,7 @@ from kcore.admin.types import (
 )
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import BrokerInfo, PartitionInfo
+from kcore.config import ClientConfig
 from kcore.errors import (
     BrokerConnectionError,
     KafkaError,
@@ -85,11 +86,7 @@ ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 CONFIG_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
 
 
-def _admin_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    try:
-        from kcore.config import ClientConfig
-    except ImportError:  # pragma: no cover - the config module ships with kcore
-        return config
+def _admin_config(config: Mapping[str, Any]) -> ClientConfig:
     return config if isinstance(config, ClientConfig) else ClientConfig(config, role="admin")
 
 

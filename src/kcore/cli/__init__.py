@@ -32,10 +32,8 @@ def _client_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parsed(config: dict[str, Any]) -> Any:
-    try:
-        from kcore.config import ClientConfig
-    except ImportError:  # pragma: no cover - the config module ships with kcore
-        return config
+    from kcore.config import ClientConfig
+
     return ClientConfig(config, role="admin")
 
 

@@ -8,6 +8,7 @@ from .metadata import (
     MetadataCache,
     PartitionInfo,
     TopicInfo,
+    apply_leader_hints,
 )
 
 __all__ = [
@@ -18,5 +19,6 @@ __all__ = [
     "MetadataCache",
     "PartitionInfo",
     "TopicInfo",
+    "apply_leader_hints",
     "connection_settings",
 ]

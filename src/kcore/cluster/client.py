@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 from kcore.cluster.metadata import BrokerInfo, ClusterMetadata, MetadataCache
+from kcore.config import ClientConfig
 from kcore.errors import (
     BootstrapError,
     BrokerConnectionError,
@@ -100,6 +101,8 @@ class ClusterClient:
     ``config`` is a :class:`kcore.config.ClientConfig` (or a mapping with the same keys)."""
 
     def __init__(self, config: Mapping[str, Any], *, all_topics: bool = False) -> None:
+        if not isinstance(config, ClientConfig):
+            config = ClientConfig(config, role="common")
         self.config = config
         self.settings = connection_settings(config)
         servers = config.get("bootstrap.servers")
@@ -194,7 +197,8 @@ class ClusterClient:
         attempts: list[tuple[str, str]] = []
         round_ = 0
         while True:
-            fatal_round = True  # every failure this round was one that waiting cannot fix
+            # Per failure this round: whether waiting cannot fix it (TLS trust, credentials).
+            fatal: list[bool] = []
             for address in await self._bootstrap_addresses():
                 host, port = parse_address(address)
                 remaining = deadline - time.monotonic()
@@ -214,15 +218,16 @@ class ClusterClient:
                     if not exc.retriable:
                         raise
                     attempts.append((address, str(exc)))
-                    fatal_round = False
+                    fatal.append(False)
                     continue
                 except (BrokerConnectionError, KcoreTimeoutError) as exc:
                     conn.close()
                     reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
                     if isinstance(exc, BrokerConnectionError):
                         reason = f"{exc.stage}: {exc.reason}"
-                    if not (isinstance(exc, BrokerConnectionError) and exc.stage in FATAL_STAGES):
-                        fatal_round = False
+                    fatal.append(
+                        isinstance(exc, BrokerConnectionError) and exc.stage in FATAL_STAGES
+                    )
                     attempts.append((address, reason))
                     log.info("bootstrap server %s failed: %s", address, reason)
                     continue
@@ -235,7 +240,7 @@ class ClusterClient:
                 return self.cache.current
             round_ += 1
             remaining = deadline - time.monotonic()
-            if fatal_round and attempts:
+            if fatal and all(fatal):
                 raise BootstrapError(_dedupe(attempts))
             if remaining <= 0:
                 raise BootstrapError(_dedupe(attempts), timeout)

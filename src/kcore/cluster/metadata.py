@@ -19,6 +19,7 @@ __all__ = [
     "MetadataCache",
     "PartitionInfo",
     "TopicInfo",
+    "apply_leader_hints",
 ]
 
 # Error codes that mean our map of the cluster is out of date: refresh, then retry.
@@ -222,3 +223,32 @@ class MetadataCache:
             self.request_update()
             return True
         return False
+
+
+def apply_leader_hints(cache: MetadataCache, response: Any) -> int:
+    """KIP-951: apply the ``current_leader`` hints and ``node_endpoints`` of a Produce (v10+)
+    or Fetch (v16+) response to ``cache``. Topics named only by id are matched through the
+    cache's topic ids. Returns how many partitions got a new leader."""
+    brokers = [
+        BrokerInfo(n.node_id, n.host, n.port, n.rack)
+        for n in getattr(response, "node_endpoints", ())
+    ]
+    names_by_id = {t.topic_id: n for n, t in cache.current.topics.items() if t.topic_id}
+    applied = 0
+    for topic in response.responses:
+        name = getattr(topic, "name", None) or getattr(topic, "topic", None)
+        if not name and getattr(topic, "topic_id", None) is not None:
+            name = names_by_id.get(topic.topic_id)
+        if not name:
+            continue
+        partitions = getattr(topic, "partition_responses", None)
+        if partitions is None:
+            partitions = topic.partitions
+        for p in partitions:
+            leader = getattr(p, "current_leader", None)
+            if leader is None or leader.leader_id < 0:
+                continue
+            index = p.index if hasattr(p, "index") else p.partition_index
+            if cache.update_leader(name, index, leader.leader_id, leader.leader_epoch, brokers):
+                applied += 1
+    return applied

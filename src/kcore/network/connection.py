@@ -225,7 +225,10 @@ class BrokerConnection:
                 (socket.SO_RCVBUF, self.settings.receive_buffer_bytes),
             ):
                 if size > 0:
-                    sock.setsockopt(socket.SOL_SOCKET, opt, size)
+                    try:
+                        sock.setsockopt(socket.SOL_SOCKET, opt, size)
+                    except OSError:  # the peer already hung up; ApiVersions will say so
+                        break
 
     async def _handshake(self) -> None:
         await self._negotiate_versions()

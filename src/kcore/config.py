@@ -1,0 +1,1144 @@
+"""Client configuration with the Java Kafka client's names, defaults and checks.
+
+Every kcore client (admin, producer, consumer) takes its settings as one flat mapping of Java
+client keys, exactly as a ``.properties`` file or a Java ``Properties`` object would hold them::
+
+    cfg = ClientConfig({"bootstrap.servers": "a:9092,b:9092", "linger.ms": "5"}, role="producer")
+    cfg["linger.ms"]         # 5: typed, and every key of the role has a value (Java's default)
+    cfg.bootstrap_servers    # ["a:9092", "b:9092"]
+    cfg.seconds("request.timeout.ms")  # 30.0
+
+The key table is data (:data:`CONFIG_DEFS`); its defaults are those of Apache Kafka 4.3's
+``ProducerConfig``, ``ConsumerConfig`` and ``AdminClientConfig`` per role. The checks across keys
+(idempotence, SASL, group protocol, timeouts) follow what the Java client does when it builds its
+config and its client. ``docs/config.md`` lists every key; ``python -m kcore.config`` prints that
+table.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Literal, Protocol
+
+from kcore.errors import ConfigError
+
+__all__ = [
+    "ALIASES",
+    "CONFIG_DEFS",
+    "ROLES",
+    "SUPPORTED_SASL_MECHANISMS",
+    "ClientConfig",
+    "ConfigDef",
+    "HostPort",
+    "OneOf",
+    "Range",
+    "Role",
+    "markdown_table",
+    "parse_iso_duration",
+    "parse_jaas_config",
+]
+
+Role = Literal["admin", "producer", "consumer", "common"]
+# "common" is not a client: it takes only the keys every client has (for shared layers).
+ROLES: tuple[str, ...] = ("admin", "producer", "consumer")
+ConfigType = Literal["int", "long", "bool", "string", "list", "callable"]
+
+HIDDEN = "[hidden]"
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+SUPPORTED_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# Java's ConfigDef ranges for its INT and LONG types: a value outside them is a type error there.
+_TYPE_BOUNDS = {"int": (-(2**31), INT_MAX), "long": (-(2**63), LONG_MAX)}
+
+
+class _Invalid(Exception):
+    """A validator's verdict. ``allowed`` replaces the validator's own description when the
+    problem is more specific (e.g. a bad port); the caller adds the key and the value."""
+
+    def __init__(self, allowed: str = "") -> None:
+        super().__init__(allowed)
+        self.allowed = allowed
+        self.item: Any = None  # the bad item of a list value, to show instead of the whole list
+
+
+class Validator(Protocol):
+    """Checks one parsed value (one item, for list keys) and returns it, normalized."""
+
+    def __call__(self, value: Any) -> Any: ...
+
+    def describe(self) -> str: ...
+
+
+# -- validators -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Range:
+    """An int within [min, max]; ``also`` is one extra value allowed outside it."""
+
+    min: int | None = None
+    max: int | None = None
+    also: int | None = None
+
+    def __call__(self, value: int) -> int:
+        if value == self.also:
+            return value
+        if (self.min is not None and value < self.min) or (
+            self.max is not None and value > self.max
+        ):
+            raise _Invalid()
+        return value
+
+    def describe(self) -> str:
+        if self.min is not None and self.max is not None:
+            text = f"between {self.min} and {self.max}"
+        elif self.min is not None:
+            text = f">= {self.min}"
+        else:
+            text = f"<= {self.max}"
+        return text if self.also is None else f"{text}, or {self.also}"
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """One of a fixed set of spellings. ``values`` maps each listed spelling to the value stored
+    (acks: "all" -> -1); ``aliases`` are accepted but not listed (Java class names)."""
+
+    values: tuple[tuple[str, Any], ...]
+    ignore_case: bool = False
+    aliases: tuple[tuple[str, str], ...] = ()
+
+    def __call__(self, value: str) -> Any:
+        table = dict(self.values)
+        spelling = dict(self.aliases).get(value, value)
+        if spelling in table:
+            return table[spelling]
+        if self.ignore_case:
+            for name, stored in self.values:
+                if name.lower() == spelling.lower():
+                    return stored
+        raise _Invalid()
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(name for name, _ in self.values)
+
+
+def _one_of(*names: str, ignore_case: bool = False) -> OneOf:
+    return OneOf(tuple((n, n) for n in names), ignore_case=ignore_case)
+
+
+@dataclass(frozen=True)
+class NonEmpty:
+    """A string that is not empty (Java's ``NonEmptyString``)."""
+
+    def __call__(self, value: str) -> str:
+        if not value:
+            raise _Invalid()
+        return value
+
+    def describe(self) -> str:
+        return "a non-empty string"
+
+
+_HOSTNAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_])?\.?")
+
+
+@dataclass(frozen=True)
+class HostPort:
+    """``host:port`` with a port in 1..65535; IPv6 in brackets (``[::1]:9092``). A leading
+    ``SCHEME://`` (a broker listener string) is dropped, as the Java client ignores it too."""
+
+    def __call__(self, value: str) -> str:
+        value = re.sub(r"^[A-Za-z][A-Za-z0-9_+.\-]*://", "", value)
+        host, port = _split_host_port(value)
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def describe(self) -> str:
+        return "host:port entries (IPv6 as [::1]:9092)"
+
+
+def _split_host_port(value: str) -> tuple[str, int]:
+    if value.startswith("["):
+        end = value.find("]")
+        host, rest = value[1:end], value[end + 1 :] if end > 0 else ""
+        if end < 0 or not rest.startswith(":"):
+            raise _Invalid("host:port entries; an IPv6 address is written [::1]:9092")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise _Invalid("host:port entries; [...] must hold an IPv6 address") from None
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = value.rpartition(":")
+        if not sep or not host:
+            raise _Invalid("host:port entries (a port is required)")
+        if ":" in host:
+            raise _Invalid("host:port entries; write an IPv6 address in brackets: [::1]:9092")
+        if not _HOSTNAME.fullmatch(host):
+            raise _Invalid("host:port entries with a valid host name or IPv4 address")
+    if not port_text.isascii() or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise _Invalid("host:port entries with a port between 1 and 65535")
+    return host, int(port_text)
+
+
+@dataclass(frozen=True)
+class OffsetReset:
+    """auto.offset.reset: earliest, latest, none, or ``by_duration:<ISO-8601 duration>``
+    (Kafka 4.0+, KIP-1106), the duration not negative."""
+
+    def __call__(self, value: str) -> str:
+        if value in ("earliest", "latest", "none"):
+            return value
+        if value.startswith("by_duration:"):
+            try:
+                parse_iso_duration(value[len("by_duration:") :])
+            except ValueError:
+                raise _Invalid() from None
+            return value
+        raise _Invalid()
+
+    def describe(self) -> str:
+        return "one of earliest, latest, none, by_duration:<ISO-8601 duration such as PT1H>"
+
+
+@dataclass(frozen=True)
+class SaslMechanism:
+    """A mechanism kcore implements; Java's other two get their own message."""
+
+    def __call__(self, value: str) -> str:
+        if value in SUPPORTED_SASL_MECHANISMS:
+            return value
+        if value.upper() in ("GSSAPI", "OAUTHBEARER"):
+            supported = ", ".join(SUPPORTED_SASL_MECHANISMS)
+            raise _Invalid(f"one of {supported}: {value.upper()} is not supported by kcore")
+        if value.upper() in SUPPORTED_SASL_MECHANISMS:
+            # Brokers match mechanism names exactly, so a lower-case name would fail later.
+            raise _Invalid(f"one of {', '.join(SUPPORTED_SASL_MECHANISMS)} (upper case)")
+        raise _Invalid()
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(SUPPORTED_SASL_MECHANISMS)
+
+
+@dataclass(frozen=True)
+class PemOnly:
+    """A key/trust store type: kcore reads PEM only (Python's ssl module has no JKS/PKCS12)."""
+
+    def __call__(self, value: str) -> str:
+        if value.upper() == "PEM":
+            return "PEM"
+        if value.upper() in ("JKS", "PKCS12"):
+            raise _Invalid(
+                f"PEM: {value.upper()} stores are not supported by kcore; convert the store to "
+                "PEM (keytool -importkeystore to PKCS12, then openssl pkcs12) and use PEM"
+            )
+        raise _Invalid()
+
+    def describe(self) -> str:
+        return "PEM (JKS and PKCS12 are not supported)"
+
+
+@dataclass(frozen=True)
+class PemText:
+    """Inline PEM text holding at least one block of the given kind."""
+
+    kind: str  # "CERTIFICATE" or "PRIVATE KEY"
+
+    def __call__(self, value: str) -> str:
+        if not re.search(r"-----BEGIN [A-Z ]*" + self.kind + "-----", value):
+            raise _Invalid()
+        return value
+
+    def describe(self) -> str:
+        return f"inline PEM text with a {self.kind} block"
+
+
+@dataclass(frozen=True)
+class NotWithPem:
+    """Java's store passwords, which its PEM stores refuse; kcore reads PEM only."""
+
+    hint: str
+
+    def __call__(self, value: str) -> str:
+        raise _Invalid()
+
+    def describe(self) -> str:
+        return f"unset: PEM files take no store password ({self.hint})"
+
+
+@dataclass(frozen=True)
+class JaasConfig:
+    """A JAAS line with one PLAIN or SCRAM login module (parsed by :func:`parse_jaas_config`)."""
+
+    def __call__(self, value: str) -> str:
+        _parse_jaas(value)
+        return value
+
+    def describe(self) -> str:
+        return (
+            'one JAAS entry: <LoginModule> required username="..." password="..."; with '
+            "PlainLoginModule or ScramLoginModule"
+        )
+
+
+@dataclass(frozen=True)
+class EndpointIdentification:
+    """``https`` turns hostname verification on; an empty string turns it off (as in Java)."""
+
+    def __call__(self, value: str) -> str:
+        if value.lower() in ("https", ""):
+            return value.lower()
+        raise _Invalid()
+
+    def describe(self) -> str:
+        return 'https (verify the broker host name) or "" (do not)'
+
+
+# -- the key table ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    """One configuration key. ``validator`` checks a parsed value (each item, for list keys);
+    ``roles`` are the clients that take the key; ``secret`` values never appear in repr or error
+    text; ``role_defaults`` overrides ``default`` for some roles, as Java's per-client tables
+    do."""
+
+    name: str
+    type: ConfigType
+    default: Any
+    validator: Validator | None
+    roles: frozenset[str]
+    doc: str
+    secret: bool = False
+    role_defaults: tuple[tuple[str, Any], ...] = ()
+    required: bool = False
+
+    def default_for(self, role: str) -> Any:
+        return dict(self.role_defaults).get(role, self.default)
+
+    def allowed(self) -> str:
+        """What a value must be, as error messages and docs say it."""
+        v = self.validator.describe() if self.validator is not None else ""
+        if self.type in ("int", "long"):
+            return f"an int {v}" if v else "an int"
+        if self.type == "bool":
+            return "true or false"
+        if self.type == "list":
+            if v.startswith("one of"):
+                return f"a comma-separated list, each {v}"
+            return f"a comma-separated list of {v}" if v else "a comma-separated list"
+        if self.type == "callable":
+            return "a Python callable or None"
+        return v or "a string"
+
+
+_ALL = frozenset(ROLES)
+_ADMIN = frozenset({"admin"})
+_PRODUCER = frozenset({"producer"})
+_CONSUMER = frozenset({"consumer"})
+_ADMIN_CONSUMER = frozenset({"admin", "consumer"})
+_ADMIN_PRODUCER = frozenset({"admin", "producer"})
+_GE0 = Range(0)
+_GE_MINUS1 = Range(-1)
+_ASSIGNORS = "org.apache.kafka.clients.consumer."
+
+# One entry a key; aligned by hand, so the formatter leaves the table alone.
+# fmt: off
+CONFIG_DEFS: tuple[ConfigDef, ...] = (
+    # -- every client: connection and metadata -----------------------------------------------
+    ConfigDef("bootstrap.servers", "list", (), HostPort(), _ALL,
+              "Brokers to fetch cluster metadata from first.", required=True),
+    ConfigDef("client.id", "string", "", None, _ALL,
+              "Name sent with every request (logs, quotas); empty: the client picks one."),
+    ConfigDef("client.dns.lookup", "string", "use_all_dns_ips",
+              _one_of("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"), _ALL,
+              "Try every IP a host name resolves to, or canonicalize bootstrap names first."),
+    ConfigDef("request.timeout.ms", "int", 30000, _GE0, _ALL,
+              "How long to wait for a response before retrying or failing the request."),
+    ConfigDef("metadata.max.age.ms", "long", 300000, _GE0, _ALL,
+              "Refresh cluster metadata at least this often."),
+    ConfigDef("metadata.recovery.strategy", "string", "rebootstrap",
+              _one_of("none", "rebootstrap", ignore_case=True), _ALL,
+              "When no known broker is reachable: go back to bootstrap.servers, or give up."),
+    ConfigDef("metadata.recovery.rebootstrap.trigger.ms", "long", 300000, _GE0, _ALL,
+              "Rebootstrap after this long without reaching any broker."),
+    ConfigDef("reconnect.backoff.ms", "long", 50, _GE0, _ALL,
+              "First wait before reconnecting to a broker; doubles up to the max."),
+    ConfigDef("reconnect.backoff.max.ms", "long", 1000, _GE0, _ALL,
+              "Longest wait between reconnects (defaults to reconnect.backoff.ms if only that "
+              "is set)."),
+    ConfigDef("retry.backoff.ms", "long", 100, _GE0, _ALL,
+              "First wait before retrying a failed request; doubles up to the max."),
+    ConfigDef("retry.backoff.max.ms", "long", 1000, _GE0, _ALL,
+              "Longest wait between retries of a failed request."),
+    ConfigDef("socket.connection.setup.timeout.ms", "long", 10000, None, _ALL,
+              "Time allowed to set up a connection; grows per failure up to the max."),
+    ConfigDef("socket.connection.setup.timeout.max.ms", "long", 30000, None, _ALL,
+              "Longest time allowed to set up a connection."),
+    ConfigDef("connections.max.idle.ms", "long", 540000, None, _ALL,
+              "Close connections idle this long.", role_defaults=(("admin", 300000),)),
+    ConfigDef("send.buffer.bytes", "int", 131072, _GE_MINUS1, _ALL,
+              "Socket send buffer (SO_SNDBUF); -1: the OS default."),
+    ConfigDef("receive.buffer.bytes", "int", 65536, _GE_MINUS1, _ALL,
+              "Socket receive buffer (SO_RCVBUF); -1: the OS default.",
+              role_defaults=(("producer", 32768),)),
+    # -- every client: security ---------------------------------------------------------------
+    ConfigDef("security.protocol", "string", "PLAINTEXT",
+              _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", ignore_case=True), _ALL,
+              "Transport to the brokers: TLS or not, SASL or not."),
+    ConfigDef("sasl.mechanism", "string", "GSSAPI", SaslMechanism(), _ALL,
+              "SASL mechanism; Java's default GSSAPI is not supported, so SASL needs this set."),
+    ConfigDef("sasl.jaas.config", "string", None, JaasConfig(), _ALL,
+              "Java-style credentials: a PlainLoginModule or ScramLoginModule JAAS entry.",
+              secret=True),
+    ConfigDef("sasl.username", "string", None, None, _ALL,
+              "librdkafka-style SASL user name (instead of sasl.jaas.config)."),
+    ConfigDef("sasl.password", "string", None, None, _ALL,
+              "librdkafka-style SASL password (instead of sasl.jaas.config).", secret=True),
+    ConfigDef("ssl.protocol", "string", "TLSv1.3", _one_of("TLSv1.3", "TLSv1.2", "TLS"), _ALL,
+              "TLS protocol of the SSL context."),
+    ConfigDef("ssl.enabled.protocols", "list", ("TLSv1.2", "TLSv1.3"),
+              _one_of("TLSv1.2", "TLSv1.3"), _ALL, "TLS versions the client may negotiate."),
+    ConfigDef("ssl.cipher.suites", "list", (), None, _ALL,
+              "Cipher suites to allow, as OpenSSL names; empty: Python's defaults."),
+    ConfigDef("ssl.endpoint.identification.algorithm", "string", "https",
+              EndpointIdentification(), _ALL,
+              "https: check the broker's certificate matches its host name; empty: don't."),
+    ConfigDef("ssl.truststore.type", "string", "PEM", PemOnly(), _ALL,
+              "Format of the trust store: PEM only (Java's default is JKS)."),
+    ConfigDef("ssl.truststore.location", "string", None, None, _ALL,
+              "PEM file of CA certificates to trust; unset: the system's CAs."),
+    ConfigDef("ssl.truststore.certificates", "string", None, PemText("CERTIFICATE"), _ALL,
+              "CA certificates to trust, as inline PEM text.", secret=True),
+    ConfigDef("ssl.truststore.password", "string", None,
+              NotWithPem("PEM certificates need none"), _ALL,
+              "Java trust store password: not used with PEM.", secret=True),
+    ConfigDef("ssl.keystore.type", "string", "PEM", PemOnly(), _ALL,
+              "Format of the client key store: PEM only (Java's default is JKS)."),
+    ConfigDef("ssl.keystore.location", "string", None, None, _ALL,
+              "PEM file with the client's private key and certificate chain (mutual TLS)."),
+    ConfigDef("ssl.keystore.key", "string", None, PemText("PRIVATE KEY"), _ALL,
+              "The client's private key as inline PEM text.", secret=True),
+    ConfigDef("ssl.keystore.certificate.chain", "string", None, PemText("CERTIFICATE"), _ALL,
+              "The client's certificate chain as inline PEM text.", secret=True),
+    ConfigDef("ssl.keystore.password", "string", None,
+              NotWithPem("an encrypted PEM key's password goes in ssl.key.password"), _ALL,
+              "Java key store password: not used with PEM (see ssl.key.password).", secret=True),
+    ConfigDef("ssl.key.password", "string", None, None, _ALL,
+              "Password of an encrypted PEM private key.", secret=True),
+    ConfigDef("ssl.ca.location", "string", None, None, _ALL,
+              "librdkafka style: PEM file (or directory) of CA certificates to trust."),
+    ConfigDef("ssl.certificate.location", "string", None, None, _ALL,
+              "librdkafka style: PEM file of the client certificate (may hold the key too)."),
+    ConfigDef("ssl.key.location", "string", None, None, _ALL,
+              "librdkafka style: PEM file of the client's private key."),
+    # -- admin and consumer -------------------------------------------------------------------
+    ConfigDef("default.api.timeout.ms", "int", 60000, _GE0, _ADMIN_CONSUMER,
+              "Timeout of API calls that take no timeout argument."),
+    # -- admin and producer -------------------------------------------------------------------
+    ConfigDef("retries", "int", INT_MAX, Range(0, INT_MAX), _ADMIN_PRODUCER,
+              "How often to retry a failed request (bounded in time by the timeouts)."),
+    # -- producer -----------------------------------------------------------------------------
+    ConfigDef("acks", "string", -1,
+              OneOf((("all", -1), ("-1", -1), ("0", 0), ("1", 1))),
+              _PRODUCER,
+              "Replicas that must have a record before it counts as sent: 0, 1 or all (-1); "
+              "read back as an int."),
+    ConfigDef("enable.idempotence", "bool", True, None, _PRODUCER,
+              "Write each record exactly once per partition; turned off silently when acks or "
+              "retries conflict and it was not set."),
+    ConfigDef("max.in.flight.requests.per.connection", "int", 5, Range(1), _PRODUCER,
+              "Unanswered requests allowed per connection (at most 5 with idempotence)."),
+    ConfigDef("linger.ms", "long", 5, _GE0, _PRODUCER,
+              "Wait this long for more records before sending a batch that is not full."),
+    ConfigDef("batch.size", "int", 16384, _GE0, _PRODUCER,
+              "Bytes a batch for one partition may hold before it is sent."),
+    ConfigDef("buffer.memory", "long", 33554432, _GE0, _PRODUCER,
+              "Bytes of records waiting to be sent before send() blocks."),
+    ConfigDef("max.block.ms", "long", 60000, _GE0, _PRODUCER,
+              "How long send() may block waiting for metadata or buffer space."),
+    ConfigDef("delivery.timeout.ms", "int", 120000, _GE0, _PRODUCER,
+              "Upper bound on reporting a send's outcome; at least linger.ms + "
+              "request.timeout.ms."),
+    ConfigDef("max.request.size", "int", 1048576, _GE0, _PRODUCER,
+              "Largest produce request (and so record) in bytes."),
+    ConfigDef("compression.type", "string", "none",
+              _one_of("none", "gzip", "snappy", "lz4", "zstd"), _PRODUCER,
+              "Codec of produced batches."),
+    ConfigDef("compression.gzip.level", "int", -1, Range(1, 9, also=-1), _PRODUCER,
+              "gzip level; -1: the codec's default."),
+    ConfigDef("compression.lz4.level", "int", 9, Range(1, 17), _PRODUCER, "lz4 level."),
+    ConfigDef("compression.zstd.level", "int", 3, Range(-131072, 22), _PRODUCER, "zstd level."),
+    ConfigDef("metadata.max.idle.ms", "long", 300000, Range(5000), _PRODUCER,
+              "Forget metadata of a topic not produced to for this long."),
+    ConfigDef("partitioner.class", "callable", None, None, _PRODUCER,
+              "Python callable choosing a record's partition; None: the built-in partitioner."),
+    ConfigDef("partitioner.ignore.keys", "bool", False, None, _PRODUCER,
+              "Spread keyed records like unkeyed ones instead of hashing the key."),
+    ConfigDef("partitioner.adaptive.partitioning.enable", "bool", True, None, _PRODUCER,
+              "Send more unkeyed records to faster brokers."),
+    ConfigDef("partitioner.availability.timeout.ms", "long", 0, _GE0, _PRODUCER,
+              "Skip a partition whose broker has not taken a batch for this long; 0: never."),
+    ConfigDef("transactional.id", "string", None, NonEmpty(), _PRODUCER,
+              "Enables transactions under this id (needs idempotence)."),
+    ConfigDef("transaction.timeout.ms", "int", 60000, None, _PRODUCER,
+              "How long the coordinator waits for a transaction before aborting it."),
+    ConfigDef("key.serializer", "callable", None, None, _PRODUCER,
+              "Python callable turning a key into bytes; None: keys are bytes already."),
+    ConfigDef("value.serializer", "callable", None, None, _PRODUCER,
+              "Python callable turning a value into bytes; None: values are bytes already."),
+    # -- consumer -----------------------------------------------------------------------------
+    # Java's ConfigDef takes "" but its consumer then refuses it; kcore refuses it up front.
+    ConfigDef("group.id", "string", None, NonEmpty(), _CONSUMER,
+              "Consumer group to join; None: no group (no subscribe, no commits)."),
+    ConfigDef("group.instance.id", "string", None, NonEmpty(), _CONSUMER,
+              "Static membership id: survives restarts without a rebalance."),
+    ConfigDef("group.protocol", "string", "classic",
+              _one_of("classic", "consumer", ignore_case=True), _CONSUMER,
+              "Group protocol: classic (client-side assignment) or consumer (KIP-848)."),
+    ConfigDef("group.remote.assignor", "string", None, None, _CONSUMER,
+              "Server-side assignor for group.protocol=consumer; None: the broker's default."),
+    ConfigDef("partition.assignment.strategy", "list", ("range", "cooperative-sticky"),
+              OneOf(tuple((n, n) for n in ("range", "roundrobin", "sticky",
+                                           "cooperative-sticky")),
+                    aliases=((_ASSIGNORS + "RangeAssignor", "range"),
+                             (_ASSIGNORS + "RoundRobinAssignor", "roundrobin"),
+                             (_ASSIGNORS + "StickyAssignor", "sticky"),
+                             (_ASSIGNORS + "CooperativeStickyAssignor", "cooperative-sticky"))),
+              _CONSUMER,
+              "Client-side assignors in order of preference (Java class names accepted)."),
+    ConfigDef("session.timeout.ms", "int", 45000, None, _CONSUMER,
+              "Classic protocol: the broker drops a member silent for this long."),
+    ConfigDef("heartbeat.interval.ms", "int", 3000, None, _CONSUMER,
+              "Classic protocol: heartbeat period; below session.timeout.ms."),
+    ConfigDef("max.poll.interval.ms", "int", 300000, Range(1), _CONSUMER,
+              "Longest time between polls before the member leaves the group."),
+    ConfigDef("max.poll.records", "int", 500, Range(1), _CONSUMER,
+              "Most records one poll returns."),
+    ConfigDef("enable.auto.commit", "bool", True, None, _CONSUMER,
+              "Commit offsets in the background (false when group.id is not set)."),
+    ConfigDef("auto.commit.interval.ms", "int", 5000, _GE0, _CONSUMER,
+              "How often offsets are auto-committed."),
+    ConfigDef("auto.offset.reset", "string", "latest", OffsetReset(), _CONSUMER,
+              "Where to start without a valid committed offset."),
+    ConfigDef("fetch.min.bytes", "int", 1, _GE0, _CONSUMER,
+              "Bytes a fetch waits for (up to fetch.max.wait.ms)."),
+    ConfigDef("fetch.max.bytes", "int", 52428800, _GE0, _CONSUMER,
+              "Most bytes one fetch response may carry (soft limit)."),
+    ConfigDef("fetch.max.wait.ms", "int", 500, _GE0, _CONSUMER,
+              "Longest time a broker holds a fetch waiting for fetch.min.bytes."),
+    ConfigDef("max.partition.fetch.bytes", "int", 1048576, _GE0, _CONSUMER,
+              "Most bytes per partition in one fetch (soft limit)."),
+    ConfigDef("isolation.level", "string", "read_uncommitted",
+              _one_of("read_uncommitted", "read_committed"), _CONSUMER,
+              "read_committed hides records of open and aborted transactions."),
+    ConfigDef("check.crcs", "bool", True, None, _CONSUMER,
+              "Verify the CRC of fetched batches."),
+    ConfigDef("client.rack", "string", "", None, _CONSUMER,
+              "Rack of this consumer, for fetching from the closest replica."),
+    ConfigDef("allow.auto.create.topics", "bool", True, None, _CONSUMER,
+              "Let subscribing create missing topics (if the broker allows it)."),
+    ConfigDef("exclude.internal.topics", "bool", True, None, _CONSUMER,
+              "Pattern subscriptions skip internal topics."),
+    ConfigDef("key.deserializer", "callable", None, None, _CONSUMER,
+              "Python callable turning key bytes into a key; None: keep bytes."),
+    ConfigDef("value.deserializer", "callable", None, None, _CONSUMER,
+              "Python callable turning value bytes into a value; None: keep bytes."),
+)
+# fmt: on
+
+# librdkafka names whose meaning is the Java key's, so librdkafka configs carry over.
+ALIASES: Mapping[str, str] = {
+    "metadata.broker.list": "bootstrap.servers",
+    "queue.buffering.max.ms": "linger.ms",
+    "request.required.acks": "acks",
+    "compression.codec": "compression.type",
+    "max.in.flight": "max.in.flight.requests.per.connection",
+    "sasl.mechanisms": "sasl.mechanism",
+}
+
+# Java client keys kcore knows of but does not take (exact names, or prefixes ending in "."),
+# so that a config ported from Java fails with a reason rather than as a typo.
+_UNSUPPORTED_JAVA_KEYS: tuple[tuple[str, str], ...] = (
+    ("sasl.kerberos.", "Kerberos (GSSAPI) is not supported"),
+    ("sasl.oauthbearer.", "OAUTHBEARER is not supported"),
+    ("sasl.login.", "JAAS login classes are Java-only; credentials come from sasl.jaas.config"),
+    ("sasl.client.callback.handler.class", "Java callback handlers are not supported"),
+    ("metrics.", "Java metrics are not supported"),
+    ("metric.reporters", "Java metrics are not supported"),
+    ("enable.metrics.push", "client telemetry (KIP-714) is not supported"),
+    ("interceptor.classes", "Java interceptors are not supported"),
+    ("config.providers", "Java config providers are not supported"),
+    ("security.providers", "Java security providers are not supported"),
+    ("ssl.engine.factory.class", "Java SSL engine factories are not supported"),
+    ("ssl.keymanager.algorithm", "Python's ssl module has no key manager choice"),
+    ("ssl.trustmanager.algorithm", "Python's ssl module has no trust manager choice"),
+    ("ssl.provider", "Python's ssl module has no provider choice"),
+    ("ssl.secure.random.implementation", "Python's ssl module has no random choice"),
+    ("bootstrap.controllers", "kcore's admin client talks to brokers only"),
+    ("share.", "share groups are not supported yet"),
+    ("transaction.two.phase.commit.enable", "two-phase commit (KIP-939) is not supported yet"),
+    ("internal.", "Java-internal settings are not supported"),
+)
+
+_DEFS_BY_NAME: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS}
+
+
+def _defs_for(role: str) -> dict[str, ConfigDef]:
+    if role == "common":
+        return {d.name: d for d in CONFIG_DEFS if d.roles == _ALL}
+    return {d.name: d for d in CONFIG_DEFS if role in d.roles}
+
+
+_ROLE_DEFS: dict[str, dict[str, ConfigDef]] = {r: _defs_for(r) for r in (*ROLES, "common")}
+
+
+# -- parsing ----------------------------------------------------------------------------------
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _parse_int(value: Any, kind: str) -> int:
+    # bool is an int subclass, but True for a timeout is a mistake, not 1 ms.
+    if isinstance(value, bool):
+        raise _Invalid()
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        number = int(value)
+    else:
+        raise _Invalid()
+    low, high = _TYPE_BOUNDS[kind]
+    if not low <= number <= high:
+        raise _Invalid()
+    return number
+
+
+def _parse_value(d: ConfigDef, value: Any) -> Any:
+    """A caller's value (Java-properties string or Python value) as the key's Python type;
+    raises ``_Invalid``."""
+    if d.type in ("int", "long"):
+        parsed: Any = _parse_int(value, d.type)
+    elif d.type == "bool":
+        if isinstance(value, bool):
+            parsed = value
+        elif isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            parsed = value.strip().lower() == "true"
+        else:
+            raise _Invalid()
+    elif d.type == "string":
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and isinstance(d.validator, OneOf)
+        ):
+            value = str(value)  # acks=1 given as a Python int
+        if not isinstance(value, str):
+            raise _Invalid()
+        # Java trims string values, but not passwords.
+        parsed = value if d.secret else value.strip()
+    elif d.type == "list":
+        if isinstance(value, str):
+            items: list[Any] = value.split(",")
+        elif isinstance(value, (list, tuple)):
+            items = list(value)
+        else:
+            raise _Invalid()
+        if not all(isinstance(i, str) for i in items):
+            raise _Invalid()
+        parsed = tuple(i.strip() for i in items if i.strip())
+    else:  # callable
+        if isinstance(value, str):
+            raise _Invalid("a Python callable or None (Java class names are not supported)")
+        if not callable(value):
+            raise _Invalid()
+        parsed = value
+    if d.validator is None:
+        return parsed
+    if d.type == "list":
+        checked = []
+        for item in parsed:
+            try:
+                checked.append(d.validator(item))
+            except _Invalid as e:
+                e.item = item
+                raise
+        return tuple(checked)
+    return d.validator(parsed)
+
+
+def _bad_value(d: ConfigDef, value: Any, allowed: str = "") -> ConfigError:
+    text = f"must be {allowed or d.allowed()}"
+    # Secrets are never echoed, not even when they are malformed.
+    return ConfigError(d.name, text if d.secret else f"{text}, got {_show(value)}")
+
+
+def _article(role: str) -> str:
+    return "an" if role == "admin" else "a"
+
+
+def _role_phrase(roles: frozenset[str]) -> str:
+    names = [r for r in ROLES if r in roles]
+    if len(names) == len(ROLES):
+        return "a setting of every client"
+    return f"{_article(names[0])} {' and '.join(names)} setting"
+
+
+def _unknown_key(key: str, role: str) -> ConfigError:
+    known = _DEFS_BY_NAME.get(ALIASES.get(key, key))
+    if known is not None:
+        return ConfigError(key, f"{_role_phrase(known.roles)}, not {_article(role)} {role} one")
+    for name, reason in _UNSUPPORTED_JAVA_KEYS:
+        if key == name or (name.endswith(".") and key.startswith(name)):
+            return ConfigError(key, f"a Java client setting kcore does not take: {reason}")
+    own = [*_ROLE_DEFS[role], *(a for a, t in ALIASES.items() if t in _ROLE_DEFS[role])]
+    close = difflib.get_close_matches(key, own, n=1, cutoff=0.8)
+    if close:
+        return ConfigError(key, f"unknown config; did you mean {close[0]!r}?")
+    close = difflib.get_close_matches(key, [*_DEFS_BY_NAME, *ALIASES], n=1, cutoff=0.8)
+    if close:
+        other = _DEFS_BY_NAME[ALIASES.get(close[0], close[0])]
+        return ConfigError(
+            key, f"unknown config; did you mean {close[0]!r} ({_role_phrase(other.roles)})?"
+        )
+    return ConfigError(key, "unknown config")
+
+
+# -- ISO-8601 durations and JAAS --------------------------------------------------------------
+
+_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?[0-9]+)D)?"
+    r"(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?",
+    re.IGNORECASE,
+)
+
+
+def parse_iso_duration(text: str) -> float:
+    """Seconds in an ISO-8601 duration as Java's ``Duration.parse`` reads it (``PnDTnHnMn.nS``,
+    signed parts, no weeks/months/years). Raises ValueError for a malformed or negative one,
+    which ``auto.offset.reset=by_duration:`` does not allow."""
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not an ISO-8601 duration: {text!r}")
+    sign, days, t_part, hours, minutes, secs, frac = m.groups()
+    if (t_part is not None and t_part.upper() == "T") or not (days or hours or minutes or secs):
+        raise ValueError(f"not an ISO-8601 duration: {text!r}")
+    total = Decimal(0)
+    for part, scale in ((days, 86400), (hours, 3600), (minutes, 60)):
+        if part:
+            total += Decimal(int(part)) * scale
+    if secs:
+        # The fraction takes the sign of the seconds, as in Java ("PT-0.5S" is -0.5 s).
+        seconds = Decimal(f"{secs.lstrip('+-') or '0'}.{frac or '0'}")
+        total += -seconds if secs.startswith("-") else seconds
+    if sign == "-":
+        total = -total
+    if total < 0:
+        raise ValueError(f"negative duration: {text!r}")
+    return float(total)
+
+
+_JAAS_MODULES = {
+    "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+_JAAS_UNSUPPORTED = {
+    "com.sun.security.auth.module.Krb5LoginModule": "Kerberos (GSSAPI)",
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule": "OAUTHBEARER",
+}
+_JAAS_FLAGS = {"required", "requisite", "sufficient", "optional"}
+_JAAS_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+
+
+def _jaas_tokens(text: str) -> list[tuple[str, str]]:
+    """(kind, text) with kind "word", "quoted", "=" or ";". Error text never holds the input:
+    it is a password line."""
+    tokens: list[tuple[str, str]] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c.isspace():
+            i += 1
+        elif c in "=;":
+            tokens.append((c, c))
+            i += 1
+        elif c in "\"'":
+            j, buf = i + 1, []
+            while j < n and text[j] != c:
+                if text[j] == "\\" and j + 1 < n:
+                    j += 1
+                    buf.append(_JAAS_ESCAPES.get(text[j], text[j]))
+                else:
+                    buf.append(text[j])
+                j += 1
+            if j >= n:
+                raise _Invalid("a JAAS entry whose quoted values are closed")
+            tokens.append(("quoted", "".join(buf)))
+            i = j + 1
+        else:
+            j = i
+            while j < n and not text[j].isspace() and text[j] not in "=;\"'":
+                j += 1
+            tokens.append(("word", text[i:j]))
+            i = j
+    return tokens
+
+
+def _parse_jaas(text: str) -> tuple[str, dict[str, str]]:
+    tokens = _jaas_tokens(text)
+    if len(tokens) < 2 or tokens[0][0] != "word" or tokens[1][0] != "word":
+        raise _Invalid('a JAAS entry: <LoginModule> <flag> name="value" ... ;')
+    module, flag = tokens[0][1], tokens[1][1]
+    if module in _JAAS_UNSUPPORTED:
+        raise _Invalid(
+            f"a PlainLoginModule or ScramLoginModule entry: {_JAAS_UNSUPPORTED[module]} is not "
+            "supported by kcore"
+        )
+    if module not in _JAAS_MODULES:
+        raise _Invalid(
+            "a JAAS entry with org.apache.kafka.common.security.plain.PlainLoginModule or "
+            "org.apache.kafka.common.security.scram.ScramLoginModule"
+        )
+    if flag.lower() not in _JAAS_FLAGS:
+        raise _Invalid("a JAAS entry whose flag is required, requisite, sufficient or optional")
+    options: dict[str, str] = {}
+    i = 2
+    while i < len(tokens) and tokens[i][0] != ";":
+        kinds = [kind for kind, _ in tokens[i : i + 3]]
+        if kinds not in (["word", "=", "word"], ["word", "=", "quoted"]):
+            raise _Invalid('a JAAS entry whose options are name="value" pairs')
+        options[tokens[i][1]] = tokens[i + 2][1]
+        i += 3
+    if i >= len(tokens):
+        raise _Invalid("a JAAS entry ending with a semicolon")
+    if i + 1 != len(tokens):
+        raise _Invalid("exactly one JAAS login module entry")
+    return module, options
+
+
+def parse_jaas_config(text: str) -> tuple[str, dict[str, str]]:
+    """The login module class and options of a ``sasl.jaas.config`` value, e.g.
+    ``org.apache.kafka.common.security.plain.PlainLoginModule required username="alice"
+    password="secret";``. Quoted values may hold any character (backslash escapes as in Java);
+    unquoted ones stop at space, ``=`` and ``;``. Only the PLAIN and SCRAM login modules are
+    accepted. Raises ConfigError, whose text never includes the value."""
+    try:
+        return _parse_jaas(text)
+    except _Invalid as e:
+        raise ConfigError("sasl.jaas.config", f"must be {e.allowed}") from None
+
+
+# -- the config -------------------------------------------------------------------------------
+
+
+class ClientConfig(Mapping[str, Any]):
+    """A validated, read-only client configuration for one role.
+
+    ``config`` maps Java client keys (or a few librdkafka aliases, see :data:`ALIASES`) to
+    values, as Java-properties strings (``"100"``, ``"true"``, ``"a,b"``) or Python values
+    (``100``, ``True``, ``["a", "b"]``). ``None`` means "not set". Another ClientConfig may be
+    passed: its caller-set values are checked again for this role. Every key of the role can be
+    read, with Java's default where the caller set none. Raises
+    :class:`~kcore.errors.ConfigError` for an unknown key, a bad value or a conflict."""
+
+    __slots__ = ("_role", "_user", "_values")
+
+    def __init__(self, config: Mapping[str, Any] | None = None, *, role: Role = "common") -> None:
+        if role not in _ROLE_DEFS:
+            raise ConfigError("role", f"must be one of {', '.join(_ROLE_DEFS)}, got {role!r}")
+        defs = _ROLE_DEFS[role]
+        given: Mapping[str, Any] = (
+            config._user if isinstance(config, ClientConfig) else (config or {})
+        )
+        user: dict[str, Any] = {}
+        spelled: dict[str, str] = {}  # canonical key -> the caller's spelling, for conflicts
+        for key, value in given.items():
+            if not isinstance(key, str):
+                raise ConfigError(_show(key), "config keys must be strings")
+            name = ALIASES.get(key, key)
+            d = defs.get(name)
+            if d is None:
+                raise _unknown_key(key, role)
+            if name in spelled:
+                raise ConfigError(name, f"set both as {spelled[name]!r} and {key!r}; keep one")
+            spelled[name] = key
+            if value is None:
+                continue
+            try:
+                user[name] = _parse_value(d, value)
+            except _Invalid as e:
+                raise _bad_value(d, value if e.item is None else e.item, e.allowed) from None
+        values = {name: user.get(name, d.default_for(role)) for name, d in defs.items()}
+        self._role: str = role
+        self._user: dict[str, Any] = user
+        self._values: dict[str, Any] = values
+        _check_common(self, values, user)
+        if role == "producer":
+            _check_producer(values, user)
+        elif role == "consumer":
+            _check_consumer(values, user)
+        elif role == "admin":
+            _check_admin(values, user)
+
+    # -- Mapping ---------------------------------------------------------------------------
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._values[key]
+        # Lists are stored as tuples so that the config cannot be changed through them.
+        return list(value) if isinstance(value, tuple) else value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        shown = {k: (HIDDEN if _DEFS_BY_NAME[k].secret else self[k]) for k in self._user}
+        return f"ClientConfig({shown!r}, role={self._role!r})"
+
+    __str__ = __repr__
+
+    # -- accessors -------------------------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        return self._role
+
+    @property
+    def user_keys(self) -> frozenset[str]:
+        """The keys the caller set (canonical names, aliases resolved; None values excluded)."""
+        return frozenset(self._user)
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        """``host:port`` strings, IPv6 hosts in brackets."""
+        return list(self._values["bootstrap.servers"])
+
+    @property
+    def bootstrap_addresses(self) -> list[tuple[str, int]]:
+        """(host, port) pairs, IPv6 hosts without brackets (as socket functions take them)."""
+        return [_split_host_port(s) for s in self._values["bootstrap.servers"]]
+
+    def seconds(self, key: str) -> float:
+        """An ``*.ms`` setting in seconds (asyncio and socket timeouts take seconds)."""
+        if not key.endswith(".ms") or _DEFS_BY_NAME.get(key, None) is None:
+            raise KeyError(key)
+        return float(self._values[key]) / 1000.0
+
+    def backoff(
+        self, kind: Literal["reconnect", "retry", "connection.setup"]
+    ) -> tuple[float, float]:
+        """(first, max) seconds of an exponential backoff, as Java applies them: a first value
+        above the max gives a constant backoff at the max."""
+        low, high = {
+            "reconnect": ("reconnect.backoff.ms", "reconnect.backoff.max.ms"),
+            "retry": ("retry.backoff.ms", "retry.backoff.max.ms"),
+            "connection.setup": (
+                "socket.connection.setup.timeout.ms",
+                "socket.connection.setup.timeout.max.ms",
+            ),
+        }[kind]
+        top = self.seconds(high)
+        return min(self.seconds(low), top), top
+
+    def sasl_credentials(self) -> tuple[str, str] | None:
+        """(username, password) from sasl.username/sasl.password, or from the username and
+        password options of sasl.jaas.config; None when neither holds both."""
+        user, password = self._values.get("sasl.username"), self._values.get("sasl.password")
+        if user is not None and password is not None:
+            return user, password
+        jaas = self._values.get("sasl.jaas.config")
+        if jaas is None:
+            return None
+        _, options = _parse_jaas(jaas)
+        if "username" in options and "password" in options:
+            return options["username"], options["password"]
+        return None
+
+    def auto_offset_reset(self) -> tuple[str, float | None]:
+        """("earliest" | "latest" | "none", None) or ("by_duration", seconds)."""
+        value: str = self._values["auto.offset.reset"]
+        if value.startswith("by_duration:"):
+            return "by_duration", parse_iso_duration(value[len("by_duration:") :])
+        return value, None
+
+
+# -- checks across keys -----------------------------------------------------------------------
+
+
+def _check_common(cfg: ClientConfig, v: dict[str, Any], user: dict[str, Any]) -> None:
+    if not v["bootstrap.servers"]:
+        raise ConfigError("bootstrap.servers", "is required: at least one host:port")
+    # Java: reconnect.backoff.ms set alone also becomes the max (no exponential growth).
+    if "reconnect.backoff.ms" in user and "reconnect.backoff.max.ms" not in user:
+        v["reconnect.backoff.max.ms"] = v["reconnect.backoff.ms"]
+
+    protocol: str = v["security.protocol"]
+    if v["sasl.username"] is not None and v["sasl.password"] is None:
+        raise ConfigError("sasl.password", "is required when sasl.username is set")
+    if v["sasl.password"] is not None and v["sasl.username"] is None:
+        raise ConfigError("sasl.username", "is required when sasl.password is set")
+    if v["sasl.username"] is not None and v["sasl.jaas.config"] is not None:
+        raise ConfigError(
+            "sasl.jaas.config",
+            "set either sasl.jaas.config or sasl.username and sasl.password, not both",
+        )
+    if protocol.startswith("SASL_"):
+        if v["sasl.mechanism"] not in SUPPORTED_SASL_MECHANISMS:
+            raise ConfigError(
+                "sasl.mechanism",
+                f"is required with security.protocol={protocol}: Java's default "
+                f"{v['sasl.mechanism']} is not supported by kcore; set one of "
+                + ", ".join(SUPPORTED_SASL_MECHANISMS),
+            )
+        if cfg.sasl_credentials() is None:
+            raise ConfigError(
+                "sasl.jaas.config" if v["sasl.jaas.config"] is not None else "sasl.username",
+                f"security.protocol={protocol} needs credentials: sasl.username and "
+                "sasl.password, or sasl.jaas.config with username and password options",
+            )
+
+    def one_of(*keys: str) -> None:
+        present = [k for k in keys if v[k] is not None]
+        if len(present) > 1:
+            raise ConfigError(present[1], f"set only one of {', '.join(present)}")
+
+    one_of("ssl.truststore.location", "ssl.truststore.certificates", "ssl.ca.location")
+    one_of("ssl.keystore.location", "ssl.keystore.key", "ssl.certificate.location")
+    if (v["ssl.keystore.key"] is None) != (v["ssl.keystore.certificate.chain"] is None):
+        raise ConfigError(
+            "ssl.keystore.key", "and ssl.keystore.certificate.chain must be set together"
+        )
+    if v["ssl.key.location"] is not None and v["ssl.certificate.location"] is None:
+        raise ConfigError("ssl.key.location", "needs ssl.certificate.location")
+
+
+def _check_producer(v: dict[str, Any], user: dict[str, Any]) -> None:
+    # Kafka 4.x: idempotence is on by default. A conflicting acks or retries turns it off
+    # silently unless the caller asked for it; too many in-flight requests always fails.
+    explicit = "enable.idempotence" in user
+    off_because = ""
+    if v["enable.idempotence"]:
+        if v["retries"] == 0:
+            if explicit:
+                raise ConfigError("retries", "must not be 0 when enable.idempotence is true")
+            off_because = "retries=0"
+        if v["acks"] != -1:
+            if explicit:
+                raise ConfigError(
+                    "acks", f"must be all (-1) when enable.idempotence is true, got {v['acks']}"
+                )
+            off_because = f"acks={v['acks']}"
+        if v["max.in.flight.requests.per.connection"] > 5:
+            raise ConfigError(
+                "max.in.flight.requests.per.connection",
+                "must be at most 5 with the idempotent producer (on by default; set "
+                f"enable.idempotence=false for more), got "
+                f"{v['max.in.flight.requests.per.connection']}",
+            )
+        if off_because:
+            v["enable.idempotence"] = False
+    if v["transactional.id"] is not None and not v["enable.idempotence"]:
+        why = f" (it is off because {off_because})" if off_because else ""
+        raise ConfigError("transactional.id", f"needs enable.idempotence=true{why}")
+    # Java's KafkaProducer: a delivery timeout must cover one linger plus one request.
+    floor = min(v["linger.ms"] + v["request.timeout.ms"], INT_MAX)
+    if v["delivery.timeout.ms"] < floor:
+        if "delivery.timeout.ms" in user:
+            raise ConfigError(
+                "delivery.timeout.ms",
+                f"must be >= linger.ms + request.timeout.ms ({floor}), "
+                f"got {v['delivery.timeout.ms']}",
+            )
+        v["delivery.timeout.ms"] = floor
+
+
+_GROUP_PROTOCOL_ONLY = {
+    "consumer": ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms"),
+    "classic": ("group.remote.assignor",),
+}
+
+
+def _check_consumer(v: dict[str, Any], user: dict[str, Any]) -> None:
+    # Java: without a group there is nothing to commit to, so auto-commit defaults to off.
+    if v["group.id"] is None:
+        if user.get("enable.auto.commit"):
+            raise ConfigError("enable.auto.commit", "cannot be true when group.id is not set")
+        v["enable.auto.commit"] = False
+    protocol: str = v["group.protocol"]
+    for key in _GROUP_PROTOCOL_ONLY[protocol]:
+        if key in user:
+            raise ConfigError(key, f"cannot be set when group.protocol={protocol}")
+    if (
+        protocol == "classic"
+        and v["group.id"] is not None
+        and v["heartbeat.interval.ms"] >= v["session.timeout.ms"]
+    ):
+        raise ConfigError(
+            "heartbeat.interval.ms",
+            f"must be lower than session.timeout.ms ({v['session.timeout.ms']}), "
+            f"got {v['heartbeat.interval.ms']}",
+        )
+
+
+def _check_admin(v: dict[str, Any], user: dict[str, Any]) -> None:
+    # Java's admin client: a call's timeout must cover at least one request.
+    if v["default.api.timeout.ms"] < v["request.timeout.ms"]:
+        if "default.api.timeout.ms" in user:
+            raise ConfigError(
+                "default.api.timeout.ms",
+                f"must be >= request.timeout.ms ({v['request.timeout.ms']}), "
+                f"got {v['default.api.timeout.ms']}",
+            )
+        v["default.api.timeout.ms"] = v["request.timeout.ms"]
+
+
+# -- docs -------------------------------------------------------------------------------------
+
+
+def _format_default(d: ConfigDef, role: str) -> str:
+    if role not in d.roles:
+        return "—"
+    if d.required:
+        return "(required)"
+    value = d.default_for(role)
+    if d.name == "acks":
+        return "`all`"
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, tuple):
+        return f"`{','.join(value)}`" if value else "(empty)"
+    if value == "":
+        return '`""`'
+    return f"`{value}`"
+
+
+def markdown_table() -> str:
+    """The key table of ``docs/config.md``: key, default per role, allowed values, meaning."""
+    lines = [
+        "| key | admin | producer | consumer | allowed | meaning |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for d in CONFIG_DEFS:
+        defaults = " | ".join(_format_default(d, r) for r in ROLES)
+        secret = " Secret: never shown." if d.secret else ""
+        # Escaped so that Markdown shows "<LoginModule>" rather than taking it for HTML.
+        allowed = d.allowed().replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+        lines.append(f"| `{d.name}` | {defaults} | {allowed} | {d.doc}{secret} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")

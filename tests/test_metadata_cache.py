@@ -1,0 +1,242 @@
+"""MetadataCache without sockets: merging responses, stale leader epochs, KIP-951 leader hints,
+refresh bookkeeping; and the connection layer's handling of peers that are not Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import uuid
+
+import pytest
+
+from kcore.cluster import MetadataCache, apply_leader_hints
+from kcore.errors import BrokerConnectionError, KcoreTimeoutError
+from kcore.network import BrokerConnection, ConnectionSettings, ExponentialBackoff
+from kcore.protocol.messages import FetchResponse, MetadataResponse, ProduceResponse
+from kcore.protocol.messages.fetch_response import FetchableTopicResponse, PartitionData
+from kcore.protocol.messages.fetch_response import LeaderIdAndEpoch as FetchLeader
+from kcore.protocol.messages.fetch_response import NodeEndpoint as FetchEndpoint
+from kcore.protocol.messages.metadata_request import MetadataRequestTopic  # noqa: F401
+from kcore.protocol.messages.metadata_response import (
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+from kcore.protocol.messages.produce_response import (
+    LeaderIdAndEpoch,
+    NodeEndpoint,
+    PartitionProduceResponse,
+    TopicProduceResponse,
+)
+
+TOPIC_ID = uuid.uuid4()
+
+
+def metadata(leaders: dict[int, tuple[int, int]], topics=("t",), brokers=(1, 2, 3)):
+    """A MetadataResponse: partition -> (leader, epoch) for each topic."""
+    return MetadataResponse(
+        cluster_id="c1",
+        controller_id=1,
+        brokers=[MetadataResponseBroker(node_id=n, host="h", port=9000 + n) for n in brokers],
+        topics=[
+            MetadataResponseTopic(
+                name=name,
+                topic_id=TOPIC_ID,
+                partitions=[
+                    MetadataResponsePartition(
+                        partition_index=p,
+                        leader_id=leader,
+                        leader_epoch=epoch,
+                        replica_nodes=[1, 2, 3],
+                        isr_nodes=[1, 2, 3],
+                    )
+                    for p, (leader, epoch) in leaders.items()
+                ],
+            )
+            for name in topics
+        ],
+    )
+
+
+def test_update_and_lookup():
+    cache = MetadataCache()
+    assert cache.needs_update()
+    md = cache.update(metadata({0: (1, 5), 1: (2, 3)}), all_topics=False)
+    assert not cache.update_requested
+    assert md.leader_for("t", 0).port == 9001
+    assert md.partitions_for("t") == [0, 1]
+    assert md.topics["t"].topic_id == TOPIC_ID
+    assert md.leader_for("t", 7) is None and md.leader_for("nope", 0) is None
+
+
+def test_stale_leader_epochs_are_ignored():
+    cache = MetadataCache()
+    cache.update(metadata({0: (1, 5)}), all_topics=False)
+    cache.update(metadata({0: (2, 4)}), all_topics=False)  # a broker that is behind
+    assert cache.current.partition("t", 0).leader == 1
+    cache.update(metadata({0: (3, 6)}), all_topics=False)
+    assert cache.current.partition("t", 0).leader == 3
+
+
+def test_partial_updates_keep_other_topics_and_full_ones_drop_them():
+    cache = MetadataCache()
+    cache.update(metadata({0: (1, 0)}, topics=("a", "b")), all_topics=False)
+    cache.update(metadata({0: (2, 1)}, topics=("a",)), all_topics=False)
+    assert set(cache.current.topics) == {"a", "b"}
+    cache.update(metadata({0: (2, 1)}, topics=("a",)), all_topics=True)
+    assert set(cache.current.topics) == {"a"}
+
+
+def test_stale_error_codes_request_a_refresh():
+    cache = MetadataCache(max_age_s=3600)
+    cache.update(metadata({0: (1, 0)}), all_topics=False)
+    assert not cache.needs_update()
+    for code in (
+        6,
+        3,
+        5,
+        74,
+    ):  # NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC.., LEADER_NOT_AVAILABLE, FENCED
+        cache.update(metadata({0: (1, 0)}), all_topics=False)
+        assert cache.handle_error(code)
+        assert cache.needs_update()
+    cache.update(metadata({0: (1, 0)}), all_topics=False)
+    assert not cache.handle_error(87)  # not a metadata error
+    assert not cache.needs_update()
+
+
+def test_max_age_triggers_a_refresh():
+    cache = MetadataCache(max_age_s=10)
+    cache.update(metadata({0: (1, 0)}), all_topics=False, now=100.0)
+    assert not cache.needs_update(now=105.0)
+    assert cache.seconds_until_update(now=105.0) == pytest.approx(5.0)
+    assert cache.needs_update(now=110.0)
+
+
+def test_produce_response_leader_hints():
+    cache = MetadataCache()
+    cache.update(metadata({0: (1, 5), 1: (1, 5)}, brokers=(1, 2)), all_topics=False)
+    response = ProduceResponse(
+        responses=[
+            TopicProduceResponse(
+                name="t",
+                partition_responses=[
+                    PartitionProduceResponse(
+                        index=0,
+                        error_code=6,
+                        current_leader=LeaderIdAndEpoch(leader_id=4, leader_epoch=6),
+                    ),
+                    PartitionProduceResponse(
+                        index=1,
+                        error_code=6,
+                        current_leader=LeaderIdAndEpoch(leader_id=2, leader_epoch=4),
+                    ),
+                ],
+            )
+        ],
+        node_endpoints=[NodeEndpoint(node_id=4, host="new", port=9004)],
+    )
+    assert apply_leader_hints(cache, response) == 1  # partition 1's hint is older
+    assert cache.current.leader_for("t", 0).address == "new:9004"
+    assert cache.current.partition("t", 1).leader == 1
+
+
+def test_fetch_response_leader_hints_by_topic_id():
+    cache = MetadataCache()
+    cache.update(metadata({0: (1, 5)}), all_topics=False)
+    response = FetchResponse(
+        responses=[
+            FetchableTopicResponse(
+                topic_id=TOPIC_ID,
+                partitions=[
+                    PartitionData(
+                        partition_index=0, current_leader=FetchLeader(leader_id=3, leader_epoch=9)
+                    )
+                ],
+            )
+        ],
+        node_endpoints=[FetchEndpoint(node_id=3, host="h", port=9003)],
+    )
+    assert apply_leader_hints(cache, response) == 1
+    assert cache.current.partition("t", 0).leader == 3
+    assert cache.current.partition("t", 0).leader_epoch == 9
+
+
+def test_hint_for_an_unknown_broker_requests_a_refresh():
+    cache = MetadataCache(max_age_s=3600)
+    cache.update(metadata({0: (1, 5)}), all_topics=False)
+    assert not cache.update_leader("t", 0, 9, 6)
+    assert cache.update_requested
+
+
+def test_backoff_grows_caps_and_jitters():
+    backoff = ExponentialBackoff(50, 1000)
+    assert 40 <= backoff.backoff_ms(0) <= 60
+    assert 80 <= backoff.backoff_ms(1) <= 120
+    assert all(800 <= backoff.backoff_ms(n) <= 1200 for n in (5, 10, 1000))
+    assert ExponentialBackoff(100, 100).backoff_ms(7) == 100  # no growth, no jitter
+
+
+# -- peers that are not Kafka ---------------------------------------------------------------------
+
+
+class SilentServer:
+    """Accepts connections and, depending on ``mode``, never answers or hangs up at once."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.mode == "hangup":
+                conn.close()
+            else:
+                self.conns.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.mark.parametrize("mode", ["silent", "hangup"])
+def test_a_listener_that_is_not_kafka_fails_at_api_versions(mode):
+    server = SilentServer(mode)
+    settings = ConnectionSettings(setup_timeout_s=0.5)
+
+    async def main():
+        with pytest.raises(BrokerConnectionError) as info:
+            await BrokerConnection("127.0.0.1", server.port, settings).open()
+        assert info.value.stage == "api_versions"
+        assert "security.protocol" in str(info.value)
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.close()
+
+
+def test_request_timeout_closes_the_connection(kafka_cluster):
+    from kcore.protocol.messages import MetadataRequest
+
+    host, _, port = kafka_cluster.bootstrap_servers.split(",")[0].rpartition(":")
+
+    async def main():
+        conn = await BrokerConnection(host, int(port), ConnectionSettings()).open()
+        # A timeout shorter than any broker answer: the request fails, the connection closes.
+        with pytest.raises(KcoreTimeoutError, match="request.timeout.ms"):
+            await conn.request(MetadataRequest(topics=None), timeout=0.000001)
+        assert not conn.is_ready
+        with pytest.raises(BrokerConnectionError):
+            await conn.request(MetadataRequest(topics=[]))
+
+    asyncio.run(main())
