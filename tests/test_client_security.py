@@ -216,3 +216,16 @@ def test_doctor_reports_a_failed_login(secure, pki):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "authentication failed" in proc.stdout
     assert BAD_PASSWORD not in proc.stdout + proc.stderr
+
+
+def test_doctor_explains_a_plaintext_client_on_a_tls_listener(secure):
+    proc = subprocess.run(
+        [sys.executable, "-m", "kcore", "doctor", "-b", secure.bootstrap_for(SSL_LISTENER)]
+        + ["-X", "socket.connection.setup.timeout.ms=3000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "does not speak the Kafka protocol as configured" in proc.stdout
+    assert "security.protocol=SSL" in proc.stdout

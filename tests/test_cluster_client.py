@@ -14,7 +14,6 @@ from kcore import AdminClient
 from kcore.admin import NewTopic, TopicPartition
 from kcore.cluster import ClusterClient
 from kcore.errors import BootstrapError, BrokerConnectionError, KcoreError
-from kcore.testing import KafkaCluster
 
 DEAD = "127.0.0.1:1,127.0.0.1:2"  # nothing listens on ports 1 and 2
 
@@ -201,14 +200,6 @@ def test_a_topic_created_later_appears_without_errors(kafka_cluster):
             await client.close()
 
     run(main())
-
-
-@pytest.fixture(scope="module")
-def unreachable_cluster(tmp_path_factory):
-    """A broker that advertises an address this machine cannot reach (10.255.255.1 is not
-    routed here), as behind a NAT or a load balancer."""
-    with KafkaCluster(1, advertised_host="10.255.255.1") as cluster:
-        yield cluster
 
 
 def test_rebootstrap_when_no_known_broker_answers(unreachable_cluster):

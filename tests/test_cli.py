@@ -1,0 +1,124 @@
+"""The ``kcore`` command line against real brokers: ``metadata`` (checked against Kafka's own
+``kafka-topics --describe``) and ``doctor`` on healthy and broken set-ups."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import uuid
+
+from conftest import UNREACHABLE_HOST
+
+from kcore.cli import main
+
+
+def kcore(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kcore", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def java_describe(cluster, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition -> (leader, replicas, isr) as Kafka's own TopicCommand prints them."""
+    bootstrap = cluster.bootstrap_servers
+    args = ["--bootstrap-server", bootstrap, "--describe", "--topic", topic]
+    out = cluster.run_tool("kafka-topics", *args, check=True).stdout
+    rows = {}
+    for m in re.finditer(
+        r"Partition: (\d+)\s+Leader: (-?\d+)\s+Replicas: ([\d,]+)\s+Isr: ([\d,]*)", out
+    ):
+        rows[int(m[1])] = (int(m[2]), _ids(m[3]), _ids(m[4]))
+    return rows
+
+
+def _ids(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def test_metadata_json_matches_kafka_topics(kafka_cluster3):
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    kafka_cluster3.create_topic(topic, partitions=3, replication_factor=3)
+    proc = kcore("metadata", "-b", kafka_cluster3.bootstrap_servers, "--json", "-t", topic)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [b["id"] for b in data["brokers"]] == kafka_cluster3.node_ids
+    (entry,) = [t for t in data["topics"] if t["name"] == topic]
+    ours = {p["partition"]: (p["leader"], p["replicas"], p["isr"]) for p in entry["partitions"]}
+    theirs = java_describe(kafka_cluster3, topic)
+    assert {p: (lead, reps, sorted(isr)) for p, (lead, reps, isr) in ours.items()} == {
+        p: (lead, reps, sorted(isr)) for p, (lead, reps, isr) in theirs.items()
+    }
+
+
+def test_metadata_text(kafka_cluster, capsys):
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, partitions=2)
+    assert main(["metadata", "-b", kafka_cluster.bootstrap_servers]) == 0
+    out = capsys.readouterr().out
+    assert "1 brokers:" in out and "broker 1 at 127.0.0.1:" in out
+    assert f'topic "{topic}" with 2 partitions:' in out
+    assert "partition 1, leader 1, replicas: 1, isrs: 1" in out
+
+
+def test_doctor_healthy_cluster(kafka_cluster3):
+    proc = kcore(
+        "doctor", "-b", kafka_cluster3.bootstrap_servers, "--group", "doctor-group", "--json"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] and not report["problems"]
+    assert [b["node_id"] for b in report["brokers"]] == kafka_cluster3.node_ids
+    assert all(b["rtt_ms"] is not None and b["api_versions"] > 50 for b in report["brokers"])
+    assert report["coordinator"]["node_id"] in kafka_cluster3.node_ids
+    text = kcore("doctor", "-b", kafka_cluster3.bootstrap_servers).stdout
+    assert "OK: every check passed." in text
+
+
+def test_doctor_catches_a_wrong_advertised_host(unreachable_cluster):
+    bootstrap = unreachable_cluster.bootstrap_servers
+    port = bootstrap.rsplit(":", 1)[1]
+    proc = kcore("doctor", "-b", bootstrap, "-X", "socket.connection.setup.timeout.ms=2000")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert f"broker 1 advertises {UNREACHABLE_HOST}:{port}, which this machine cannot reach" in out
+    assert f"the bootstrap address {bootstrap} worked" in out
+    assert "advertised.listeners is set for another network" in out
+    report = json.loads(
+        kcore(
+            "doctor", "-b", bootstrap, "--json", "-X", "socket.connection.setup.timeout.ms=2000"
+        ).stdout
+    )
+    assert report["bootstrap"][0]["login_error"] is None
+    assert report["brokers"][0]["login_stage_failed"] == "connect"
+
+
+def test_doctor_dead_and_unknown_bootstrap_hosts():
+    proc = kcore("doctor", "-b", "127.0.0.1:1,no-such-host.invalid:9092")
+    assert proc.returncode == 1
+    assert "bootstrap server 127.0.0.1:1: connection refused" in proc.stdout
+    assert (
+        "bootstrap server no-such-host.invalid:9092: the host name does not resolve" in proc.stdout
+    )
+    assert "no bootstrap server worked" in proc.stdout
+
+
+def test_doctor_tls_client_on_a_plaintext_port_is_explained(unreachable_cluster):
+    proc = kcore(
+        "doctor",
+        "-b",
+        unreachable_cluster.bootstrap_servers,
+        "-X",
+        "security.protocol=SSL",
+        "-X",
+        "socket.connection.setup.timeout.ms=2000",
+    )
+    assert proc.returncode == 1
+    assert "TLS fails" in proc.stdout
+
+
+def test_bad_config_is_reported_with_the_key_meant(capsys):
+    assert main(["doctor", "-b", "127.0.0.1:1", "-X", "request.timeout.m=5"]) == 1
+    err = capsys.readouterr().err
+    assert "request.timeout.m" in err and "did you mean 'request.timeout.ms'" in err
