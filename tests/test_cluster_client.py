@@ -252,3 +252,33 @@ def test_idle_connections_are_closed(kafka_cluster):
             await client.close()
 
     run(main())
+
+
+def test_every_dns_address_of_a_name_is_tried(kafka_cluster, monkeypatch):
+    """``client.dns.lookup=use_all_dns_ips``: a name with several addresses, the first dead
+    (127.0.0.2: loopback, but nothing listens there), still connects. DNS is the one thing
+    stubbed: this machine's resolver has no multi-address name to offer."""
+    import socket
+
+    port = int(kafka_cluster.bootstrap_servers.rsplit(":", 1)[1])
+    real = asyncio.BaseEventLoop.getaddrinfo
+
+    async def getaddrinfo(self, host, *args, **kwargs):
+        if host == "kafka.multi.test":
+            return [
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port))
+                for ip in ("127.0.0.2", "127.0.0.1")
+            ]
+        return await real(self, host, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "getaddrinfo", getaddrinfo)
+
+    async def main():
+        client = ClusterClient({"bootstrap.servers": f"kafka.multi.test:{port}"})
+        try:
+            md = await client.start(20)
+            assert list(md.brokers) == [1]
+        finally:
+            await client.close()
+
+    run(main())

@@ -1,0 +1,103 @@
+"""The admin client, sync and asyncio, against a real cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from kcore import AdminClient
+from kcore.admin import AdminOperationError, AsyncAdminClient, ConfigResource, NewTopic
+from kcore.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+
+
+def name(prefix: str = "admin") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def admin(kafka_cluster3):
+    with AdminClient({"bootstrap.servers": kafka_cluster3.bootstrap_servers}) as client:
+        yield client
+
+
+def test_topic_lifecycle(admin, kafka_cluster3):
+    topic = name()
+    assert admin.create_topics([NewTopic(topic, 2, 3, config={"cleanup.policy": "compact"})]) == {
+        topic: None
+    }
+    desc = admin.describe_topics([topic])[topic]
+    assert [p.partition for p in desc.partitions] == [0, 1]
+    assert all(len(p.replicas) == 3 and p.leader in p.replicas for p in desc.partitions)
+    assert desc.topic_id is not None and not desc.is_internal
+    assert topic in admin.list_topics()
+    assert "__consumer_offsets" not in admin.list_topics()
+
+    admin.create_partitions({topic: 4})
+    assert len(admin.describe_topics([topic])[topic].partitions) == 4
+
+    configs = admin.describe_configs([ConfigResource("topic", topic)])
+    entry = configs[ConfigResource("topic", topic)]["cleanup.policy"]
+    assert entry.value == "compact" and entry.source == "dynamic_topic"
+    admin.alter_configs({("topic", topic): {"retention.ms": "60000", "cleanup.policy": None}})
+    configs = admin.describe_configs([("topic", topic)])[ConfigResource("topic", topic)]
+    assert configs["retention.ms"].value == "60000"
+    assert configs["cleanup.policy"].is_default
+
+    admin.delete_topics([topic])
+    assert topic not in admin.list_topics()
+
+
+def test_errors_name_the_item(admin):
+    topic = name()
+    admin.create_topics([topic])
+    with pytest.raises(AdminOperationError) as info:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    assert isinstance(info.value.errors[topic], TopicAlreadyExistsError)
+    assert topic in str(info.value)
+    missing = name("missing")
+    with pytest.raises(AdminOperationError) as info:
+        admin.describe_topics([missing])
+    assert isinstance(info.value.errors[missing], UnknownTopicOrPartitionError)
+    with pytest.raises(AdminOperationError, match="partitions"):
+        admin.create_partitions({topic: 1})  # cannot shrink
+    admin.delete_topics([topic])
+
+
+def test_cluster_and_broker_configs(admin, kafka_cluster3):
+    cluster = admin.describe_cluster()
+    assert [b.node_id for b in cluster.brokers] == kafka_cluster3.node_ids
+    assert cluster.controller_id in kafka_cluster3.node_ids and cluster.cluster_id
+    broker = ConfigResource("broker", "2")
+    configs = admin.describe_configs([broker])[broker]
+    assert configs["node.id"].value == "2"
+
+
+def test_list_offsets(admin, kafka_cluster3):
+    topic = name()
+    admin.create_topics([NewTopic(topic, 3, 2)])
+    offsets = admin.list_offsets({(topic, p): "latest" for p in range(3)})
+    assert {tp.partition: r.offset for tp, r in offsets.items()} == {0: 0, 1: 0, 2: 0}
+    earliest = admin.list_offsets(
+        {(topic, 0): "earliest", (topic, 1): 0, (topic, 2): "max_timestamp"}
+    )
+    assert earliest[(topic, 0)].offset == 0
+    with pytest.raises(Exception, match="offset spec"):
+        admin.list_offsets({(topic, 0): "newest"})
+
+
+def test_async_admin_client(kafka_cluster3):
+    topic = name("async")
+
+    async def main():
+        async with AsyncAdminClient({"bootstrap.servers": kafka_cluster3.bootstrap_servers}) as a:
+            await a.create_topics([NewTopic(topic, 2, 1)])
+            described, offsets = await asyncio.gather(
+                a.describe_topics([topic]), a.list_offsets({(topic, 0): "latest"})
+            )
+            assert len(described[topic].partitions) == 2
+            assert offsets[(topic, 0)].offset == 0
+            await a.delete_topics([topic])
+
+    asyncio.run(main())
