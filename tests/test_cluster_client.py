@@ -282,3 +282,51 @@ def test_every_dns_address_of_a_name_is_tried(kafka_cluster, monkeypatch):
             await client.close()
 
     run(main())
+
+
+def test_throttle_time_is_honoured(kafka_cluster):
+    """KIP-219: a broker that throttles a client answers at once with throttle_time_ms; the
+    client must then hold its next request back that long. A request quota of 1% of one
+    handler thread for this client id makes the real broker throttle it."""
+    from kcore.protocol.messages import MetadataRequest
+
+    client_id = f"throttled-{uuid.uuid4().hex[:6]}"
+    kafka_cluster.run_tool(
+        "kafka-configs",
+        "--bootstrap-server",
+        kafka_cluster.bootstrap_servers,
+        "--alter",
+        "--add-config",
+        "request_percentage=1",
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        client_id,
+        check=True,
+    )
+
+    async def main():
+        client = ClusterClient(
+            {"bootstrap.servers": kafka_cluster.bootstrap_servers, "client.id": client_id}
+        )
+        md = await client.start(30)
+        node = next(iter(md.brokers))
+        conn = await client.connection(node)
+        try:
+            throttle_ms = 0
+            deadline = time.monotonic() + 30
+            while throttle_ms == 0 and time.monotonic() < deadline:
+                bodies = await asyncio.gather(
+                    *(conn.request(MetadataRequest(topics=None)) for _ in range(20))
+                )
+                throttle_ms = max(b.throttle_time_ms for b in bodies)
+            assert throttle_ms > 0, "the broker never throttled"
+            # The next request waits until the throttle has passed.
+            held_until = conn._throttled_until
+            assert held_until > time.monotonic()
+            await conn.request(MetadataRequest(topics=[]))
+            assert time.monotonic() >= held_until
+        finally:
+            await client.close()
+
+    run(main())

@@ -30,7 +30,7 @@ from kcore.admin.types import (
     TopicPartition,
 )
 from kcore.cluster.client import ClusterClient
-from kcore.cluster.metadata import BrokerInfo, PartitionInfo
+from kcore.cluster.metadata import BrokerInfo, ClusterMetadata, PartitionInfo
 from kcore.config import ClientConfig
 from kcore.errors import (
     BrokerConnectionError,
@@ -149,6 +149,30 @@ class AsyncAdminClient:
         version = await self.cluster.version_for(node, api_key)
         return await self.cluster.send(node, build(version), version)
 
+    async def _settle(
+        self,
+        topics: Iterable[str],
+        done: Callable[[ClusterMetadata], bool],
+        timeout: float | None,
+    ) -> None:
+        """After a change the controller accepted, refresh until the brokers' metadata shows it
+        (they apply it moments later), so the caller's next call sees it. Gives up quietly at
+        the timeout: the change itself succeeded."""
+        names = list(topics)
+        if not names:
+            return
+        deadline = time.monotonic() + (self.default_timeout if timeout is None else timeout)
+        attempt = 0
+        while time.monotonic() < deadline:
+            try:
+                md = await self.cluster.refresh_metadata(names)
+            except (BrokerConnectionError, KcoreTimeoutError):
+                md = None
+            if md is not None and done(md):
+                return
+            await asyncio.sleep(min(0.05 * (attempt + 1), 0.5))
+            attempt += 1
+
     @staticmethod
     def _check(code: int, message: str | None, item: Any, errors: dict[Any, KafkaError]) -> bool:
         if code == 0:
@@ -206,8 +230,8 @@ class AsyncAdminClient:
             await self._retrying("create_topics", attempt, timeout)
         if final_errors:
             raise AdminOperationError("create_topics", final_errors, done)
-        if done:
-            self.cluster.cache.request_update()
+        if done and not validate_only:
+            await self._settle(done, lambda md: all(_has_leaders(md, n) for n in done), timeout)
         return done
 
     async def delete_topics(self, names: Iterable[str], *, timeout: float | None = None) -> None:
@@ -235,7 +259,8 @@ class AsyncAdminClient:
 
         if pending:
             await self._retrying("delete_topics", attempt, timeout)
-        self.cluster.cache.request_update()
+        gone = [n for n in dict.fromkeys(names) if n not in final_errors]
+        await self._settle(gone, lambda md: not any(n in md.topics for n in gone), timeout)
         if final_errors:
             raise AdminOperationError("delete_topics", final_errors)
 
@@ -287,7 +312,15 @@ class AsyncAdminClient:
 
         if pending:
             await self._retrying("create_partitions", attempt, timeout)
-        self.cluster.cache.request_update()
+        grown = {n: c for n, c in new_totals.items() if n not in final_errors}
+        if not validate_only:
+            await self._settle(
+                grown,
+                lambda md: all(
+                    len(md.partitions_for(n)) >= c and _has_leaders(md, n) for n, c in grown.items()
+                ),
+                timeout,
+            )
         if final_errors:
             raise AdminOperationError("create_partitions", final_errors)
 
@@ -729,6 +762,15 @@ class AsyncAdminClient:
             }
 
         return await self._retrying("list_partition_reassignments", attempt, timeout)
+
+
+def _has_leaders(md: ClusterMetadata, topic: str) -> bool:
+    info = md.topics.get(topic)
+    return (
+        info is not None
+        and bool(info.partitions)
+        and all(p.leader >= 0 for p in info.partitions.values())
+    )
 
 
 def _creatable(topic: NewTopic) -> CreatableTopic:
