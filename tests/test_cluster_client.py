@@ -150,20 +150,25 @@ def test_leadership_moves_while_requests_flow(kafka_cluster3):
         thread = threading.Thread(target=flow)
         thread.start()
         try:
-            # Rotate every partition's replica list so its preferred leader changes, then
-            # elect the preferred leaders.
+            # Reorder every partition's replicas so that its preferred (first) replica is not
+            # the current leader, then elect the preferred leaders.
+            wanted = {
+                p.partition: [r for r in p.replicas if r != p.leader] + [p.leader] for p in before
+            }
             admin.alter_partition_reassignments(
-                {
-                    TopicPartition(topic, p.partition): list(p.replicas[1:] + p.replicas[:1])
-                    for p in before
-                }
+                {TopicPartition(topic, p): replicas for p, replicas in wanted.items()}
             )
             deadline = time.monotonic() + 30
             while admin.list_partition_reassignments() and time.monotonic() < deadline:
                 time.sleep(0.2)
             outcome = admin.elect_leaders(list(tps))
             assert all(err is None for err in outcome.values()), outcome
-            after = admin.describe_topics([topic])[topic].partitions
+            # The brokers apply the election moments later.
+            while time.monotonic() < deadline:
+                after = admin.describe_topics([topic])[topic].partitions
+                if all(a.leader == wanted[a.partition][0] for a in after):
+                    break
+                time.sleep(0.2)
             assert all(a.leader != b.leader for a, b in zip(after, before, strict=True))
             time.sleep(1.0)  # requests keep flowing against the moved leaders
         finally:

@@ -359,19 +359,7 @@ class AsyncAdminClient:
                 if not self._check(t.error_code, None, name, errors):
                     continue
                 parts = sorted(
-                    (
-                        PartitionInfo(
-                            name,
-                            p.partition_index,
-                            p.leader_id,
-                            p.leader_epoch,
-                            tuple(p.replica_nodes),
-                            tuple(p.isr_nodes),
-                            tuple(p.offline_replicas),
-                            p.error_code,
-                        )
-                        for p in t.partitions
-                    ),
+                    (PartitionInfo.from_response(name, p) for p in t.partitions),
                     key=lambda p: p.partition,
                 )
                 topic_id = t.topic_id if t.topic_id and t.topic_id.int else None

@@ -369,22 +369,6 @@ class ClusterClient:
             self.node_failed(node_id, exc)
             raise
 
-    async def send_any(self, request: Any, *, timeout: float | None = None) -> tuple[int, Any]:
-        """Send to the least loaded broker, trying the others when one cannot be reached.
-        Returns ``(node_id, response body)``."""
-        tried: list[int] = []
-        last: BaseException | None = None
-        while True:
-            node = self.least_loaded_node(exclude=tried)
-            if node is None:
-                break
-            tried.append(node)
-            try:
-                return node, await self.send(node, request, timeout=timeout)
-            except (BrokerConnectionError, KcoreTimeoutError) as exc:
-                last = exc
-        raise last or BrokerConnectionError("cluster", "connect", "no broker is known")
-
     async def version_for(self, node_id: int, api_key: int, **limits: Any) -> int:
         return (await self.connection(node_id)).version_for(api_key, **limits)
 

@@ -64,6 +64,20 @@ class PartitionInfo:
     offline_replicas: tuple[int, ...] = ()
     error_code: int = 0
 
+    @classmethod
+    def from_response(cls, topic: str, p: Any) -> PartitionInfo:
+        """From a ``MetadataResponsePartition``."""
+        return cls(
+            topic,
+            p.partition_index,
+            p.leader_id,
+            p.leader_epoch,
+            tuple(p.replica_nodes),
+            tuple(p.isr_nodes),
+            tuple(p.offline_replicas),
+            p.error_code,
+        )
+
 
 @dataclass(frozen=True)
 class TopicInfo:
@@ -162,16 +176,7 @@ class MetadataCache:
             prev = old.topics.get(name)
             parts: dict[int, PartitionInfo] = {}
             for p in t.partitions:
-                part = PartitionInfo(
-                    name,
-                    p.partition_index,
-                    p.leader_id,
-                    p.leader_epoch,
-                    tuple(p.replica_nodes),
-                    tuple(p.isr_nodes),
-                    tuple(p.offline_replicas),
-                    p.error_code,
-                )
+                part = PartitionInfo.from_response(name, p)
                 before = prev.partitions.get(part.partition) if prev is not None else None
                 if before is not None and 0 <= part.leader_epoch < before.leader_epoch:
                     part = before  # stale answer: keep what we know
