@@ -111,6 +111,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
                 "kcore",
                 "aiokafka",
                 "kafka-python",
+                "confluent-kafka",
                 "cramjam",
                 "lz4",
                 "python-snappy",
@@ -129,7 +130,29 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
             "crc_buffer_bytes": CRC_BUFFER_SIZE,
             "seed": SEED,
         },
+        # bench/test_cluster_bench.py: which broker and which librdkafka were measured
+        "kafka_broker": _kafka_broker(),
+        "librdkafka": _librdkafka(),
     }
+
+
+def _kafka_broker() -> str:
+    from kcore.testing.versions import KAFKA_VERSION
+
+    external = os.environ.get("KCORE_BOOTSTRAP", "").strip()
+    if external:
+        return f"external ({external})"
+    if os.environ.get("KCORE_TEST_BROKER", "").strip().lower() == "docker":
+        return "docker (kcore.testing.docker)"
+    return f"Apache Kafka {KAFKA_VERSION}, 1 KRaft node on 127.0.0.1 (kcore.testing)"
+
+
+def _librdkafka() -> str:
+    try:
+        import confluent_kafka
+    except ImportError:
+        return "not installed"
+    return confluent_kafka.libversion()[0]
 
 
 @pytest.fixture(scope="session")

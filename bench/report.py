@@ -20,6 +20,10 @@ from typing import Any
 
 CODEC_ORDER = ("none", "gzip", "snappy", "lz4", "zstd")
 PEER_ORDER = ("aiokafka", "kafka-python", "crc32c", "google-crc32c", "aiokafka-py")
+# bench/test_cluster_bench.py: its groups in the order of the docs, its peers after the above.
+CLUSTER_ORDER = ("cold-start", "metadata-warm", "list-offsets-warm", "pipelining")
+CLUSTER_PEER_ORDER = ("confluent-kafka", "confluent-kafka (no sparse conns)")
+CLUSTER_UNITS = {"partitions": "partition", "requests": "request"}  # shown per µs and k/s
 
 
 @dataclass(frozen=True)
@@ -115,9 +119,11 @@ def load(path: Path) -> tuple[dict[str, Any], dict[str, list[Bench]]]:
 
 def group_order(name: str) -> tuple[int, int, str]:
     kind, _, codec = name.partition(":")
-    kinds = ("encode", "decode", "crc32c", "murmur2")
+    kinds = ("encode", "decode", "crc32c", "murmur2", "cluster")
     k = kinds.index(kind) if kind in kinds else len(kinds)
     c = CODEC_ORDER.index(codec) if codec in CODEC_ORDER else len(CODEC_ORDER)
+    if kind == "cluster" and codec in CLUSTER_ORDER:
+        c = CLUSTER_ORDER.index(codec)
     return (k, c, name)
 
 
@@ -134,6 +140,8 @@ def fmt_rate(b: Bench) -> str:
         return f"{b.nbytes / b.median / 1e9:.2f} GB/s"
     if b.items:
         short = {"records": "rec", "keys": "keys"}.get(b.unit, b.unit)
+        if b.unit in CLUSTER_UNITS:
+            return f"{b.items / b.median / 1e3:.1f} k {b.unit}/s"
         return f"{b.items / b.median / 1e6:.2f} M {short}/s"
     return ""
 
@@ -141,6 +149,8 @@ def fmt_rate(b: Bench) -> str:
 def fmt_per_item(b: Bench) -> str:
     if b.items:
         short = {"records": "rec", "keys": "key"}.get(b.unit, b.unit)
+        if b.unit in CLUSTER_UNITS:
+            return f"{b.median / b.items * 1e6:.1f} µs/{CLUSTER_UNITS[b.unit]}"
         return f"{b.median / b.items * 1e9:.0f} ns/{short}"
     return ""
 
@@ -154,7 +164,8 @@ def is_kcore(b: Bench) -> bool:
 
 
 def peer_order(b: Bench) -> tuple[int, str]:
-    return (PEER_ORDER.index(b.impl) if b.impl in PEER_ORDER else len(PEER_ORDER), b.impl)
+    order = PEER_ORDER + CLUSTER_PEER_ORDER
+    return (order.index(b.impl) if b.impl in order else len(order), b.impl)
 
 
 def group_table(name: str, benches: list[Bench]) -> list[str]:
@@ -274,6 +285,14 @@ def machine_lines(data: dict[str, Any]) -> list[str]:
             f"{kb.get('aiokafka_builder_module')}; kafka-python codecs: "
             f"{', '.join(kb.get('kafka_python_codecs', []))}",
         ]
+        cluster_run = any(
+            str(b.get("group") or "").startswith("cluster:") for b in data.get("benchmarks", [])
+        )
+        if cluster_run and "kafka_broker" in kb:  # bench/test_cluster_bench.py's broker
+            lines.append(
+                f"- Kafka broker: {kb['kafka_broker']}; librdkafka (confluent-kafka): "
+                f"{kb.get('librdkafka', '?')}"
+            )
     opts = next(iter(data.get("benchmarks", [])), {}).get("options", {})
     if opts:
         lines.append(
@@ -287,15 +306,17 @@ def machine_lines(data: dict[str, Any]) -> list[str]:
 def report(path: Path) -> tuple[list[str], list[GoalResult]]:
     data, groups = load(path)
     results = evaluate(groups)
-    lines = [f"## Codec benchmarks: {path.name}", "", *machine_lines(data), ""]
+    # A run without any goal's group (e.g. bench/test_cluster_bench.py) gets no goals table.
+    has_goals = any(goal.group in groups for goal in GOALS)
+    title = "Codec benchmarks" if has_goals else "Benchmarks"
+    lines = [f"## {title}: {path.name}", "", *machine_lines(data), ""]
     lines += [
         "Ratios are peer median / kcore median: above 1 means kcore is faster. Results use the"
         " median ratio; the ratio of the minimum times is shown for judging noise.",
         "",
-        "### Goals",
-        "",
-        *goals_table(results),
     ]
+    if has_goals:
+        lines += ["### Goals", "", *goals_table(results)]
     for name in sorted(groups, key=group_order):
         lines += group_table(name, groups[name])
     return lines, results
@@ -322,6 +343,38 @@ def across_runs(paths: list[Path], runs: list[list[GoalResult]]) -> list[str]:
     return lines
 
 
+def cluster_across_runs(paths: list[Path]) -> list[str]:
+    """The cluster groups' ratios (peer median / kcore median) side by side, one column per
+    run: for groups without goals, the spread between runs is the thing to judge."""
+    runs = [load(path)[1] for path in paths]
+    names = sorted(
+        {g for groups in runs for g in groups if g.startswith("cluster:")}, key=group_order
+    )
+    if not names:
+        return []
+    head = ["group", "kcore", "vs", *[p.name for p in paths]]
+    lines = [
+        "## Cluster ratios across runs (peer median / kcore median)",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for name in names:
+        first = runs[0].get(name, [])
+        kcore = sorted((b for b in first if is_kcore(b)), key=lambda b: b.key)
+        peers = sorted((b for b in first if not is_kcore(b)), key=peer_order)
+        for k in kcore:
+            for p in peers:
+                cells = []
+                for groups in runs:
+                    by_key = {b.key: b for b in groups.get(name, [])}
+                    kb, pb = by_key.get(k.key), by_key.get(p.key)
+                    cells.append(fmt_ratio(pb.median / kb.median) if kb and pb else "-")
+                lines.append("| " + " | ".join([name, k.label, p.label, *cells]) + " |")
+    lines.append("")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json", nargs="+", type=Path, help="pytest --benchmark-json output")
@@ -333,7 +386,9 @@ def main(argv: list[str] | None = None) -> int:
         out += lines
         runs.append(results)
     if len(runs) > 1:
-        out += across_runs(args.json, runs)
+        if any(r.ratio is not None for results in runs for r in results):
+            out += across_runs(args.json, runs)
+        out += cluster_across_runs(args.json)
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 
