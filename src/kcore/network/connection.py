@@ -72,6 +72,19 @@ class _Stream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._can_write = asyncio.Event()
         self._can_write.set()
+        self._pending: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data``; everything queued in one loop iteration goes out in one write (one
+        system call for many pipelined requests)."""
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(data)
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -354,7 +367,7 @@ class BrokerConnection:
                 waiter = asyncio.get_running_loop().create_future()
                 self._waiters[correlation_id] = waiter
             self.last_active = time.monotonic()
-            stream.transport.write(data)
+            stream.send(data)
             await stream.drain()
             if waiter is None:
                 return None
