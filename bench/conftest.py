@@ -11,12 +11,17 @@ Every data set is built once per session from a fixed seed, outside any timed re
 from __future__ import annotations
 
 import os
-import platform
-import shlex
-import sys
-from importlib import metadata
 
-import numpy as np
+# numpy's OpenBLAS starts worker threads that spin for a while after any BLAS call, taking one
+# of this machine's two cores from the code under test; nothing here needs threaded BLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import platform  # noqa: E402
+import shlex  # noqa: E402
+import sys  # noqa: E402
+from importlib import metadata  # noqa: E402
+
+import numpy as np  # noqa: E402
 import pytest
 from _workload import CODECS, CRC_BUFFER_SIZE, KEY_SIZE, N_RECORDS, SEED, VALUE_SIZE, Workload
 from _workload import build as build_workload

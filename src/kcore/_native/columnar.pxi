@@ -294,7 +294,14 @@ def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
                 ts = batch.max_timestamp if log_append else batch.base_timestamp + r.ts_delta
                 cols.add_reserved(offset, ts, ts_type, r.key, r.klen, r.value, r.vlen)
                 if include_headers:
-                    cols.add_headers(v.data, &r, base)
+                    if r.header_count == 0:
+                        # Most records carry no headers: their list offset repeats, and
+                        # reserve() made room for it.
+                        (<int32_t*>(cols.header_offsets.buf.data
+                                    + cols.header_offsets.buf.size))[0] = <int32_t>cols.num_headers
+                        cols.header_offsets.buf.size += 4
+                    else:
+                        cols.add_headers(v.data, &r, base)
             if pos != v.size:
                 raise CorruptRecordError(
                     f"{v.size - pos} bytes left after the batch's {batch.record_count} records",
