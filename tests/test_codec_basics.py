@@ -156,3 +156,24 @@ def test_corrupt_batches_raise_named_errors():
     with pytest.raises(UnsupportedMagicError) as exc:
         decode_batches(bytes(wrong_magic))
     assert exc.value.position == 0
+
+
+def test_build_hands_out_an_immutable_batch_and_the_builder_goes_on():
+    """build() of an uncompressed batch returns the builder's own buffer (no copy); appending
+    or building again must never change a batch already returned."""
+    from kcore.codec import RecordBatchBuilder, decode_records
+
+    b = RecordBatchBuilder()
+    b.append(b"k", b"v", 5)
+    first = b.build()
+    snapshot = bytes(first)
+    again = b.build()
+    assert again == first
+    for i in range(1000):  # enough to grow the buffer several times
+        b.append(b"key-%d" % i, b"x" * 100, 6 + i)
+    third = b.build()
+    assert first == snapshot and again == snapshot
+    assert decode_records(first) == [(0, 5, b"k", b"v", ())]
+    records = decode_records(third)
+    assert len(records) == 1001 and records[-1][:3] == (1000, 1005, b"key-999")
+    hash(first)  # a returned batch behaves as any bytes

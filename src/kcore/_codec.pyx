@@ -10,6 +10,7 @@ The parts live in ``_native/`` (one job a file) and are included here as one mod
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport (
+    _PyBytes_Resize,
     PyBytes_AS_STRING,
     PyBytes_Check,
     PyBytes_FromStringAndSize,
@@ -22,7 +23,7 @@ from cpython.object cimport PyObject
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeUTF8

@@ -183,7 +183,12 @@ cdef class RecordBatchBuilder:
     the header and CRC32C, and returns the batch's bytes.
     """
 
+    # ``out`` writes straight into a bytes object (``_batch``, an owned reference) that grows
+    # with _PyBytes_Resize, so build() of an uncompressed batch returns it without copying the
+    # records. Once handed out it is never written again: the next write copies (see _own).
     cdef OutBuf out
+    cdef PyObject* _batch
+    cdef bint _handed_out
     cdef readonly int32_t record_count
     cdef int64_t base_timestamp
     cdef int64_t max_timestamp
@@ -204,10 +209,12 @@ cdef class RecordBatchBuilder:
                   int partition_leader_epoch=-1, bint log_append_time=False):
         self.codec = codec_id(compression)
         self.level = compression_level
+        self._batch = NULL
+        self._handed_out = False
         self.out.data = NULL
         self.out.size = 0
         self.out.cap = 0
-        out_reserve(&self.out, 4096)
+        self.reserve(4096)
         self.out.size = BATCH_HEADER_SIZE
         self.record_count = 0
         self.base_offset = base_offset
@@ -222,7 +229,31 @@ cdef class RecordBatchBuilder:
         self.max_timestamp = -1
 
     def __dealloc__(self):
-        free(self.out.data)
+        Py_XDECREF(self._batch)
+
+    cdef int reserve(self, Py_ssize_t extra) except -1:
+        """Room for ``extra`` more bytes in the batch object."""
+        cdef Py_ssize_t need = self.out.size + extra
+        cdef Py_ssize_t cap
+        if need <= self.out.cap and not self._handed_out:
+            return 0
+        cap = self.out.cap if self.out.cap > 0 else 4096
+        while cap < need:
+            cap *= 2
+        if self._batch == NULL or self._handed_out:
+            # New, or the last one was returned by build(): start a private copy.
+            fresh = PyBytes_FromStringAndSize(NULL, cap)
+            if self._batch != NULL:
+                memcpy(PyBytes_AS_STRING(fresh), self.out.data, self.out.size)
+            Py_XDECREF(self._batch)
+            Py_INCREF(fresh)
+            self._batch = <PyObject*>fresh
+            self._handed_out = False
+        else:
+            _PyBytes_Resize(&self._batch, cap)  # sole owner: grows in place (realloc)
+        self.out.data = <uint8_t*>PyBytes_AS_STRING(<object>self._batch)
+        self.out.cap = cap
+        return 0
 
     def __len__(self):
         return self.record_count
@@ -253,7 +284,7 @@ cdef class RecordBatchBuilder:
                 + uvarint_size(zigzag32(<int32_t>klen)) + (klen if klen > 0 else 0)
                 + uvarint_size(zigzag32(<int32_t>vlen)) + (vlen if vlen > 0 else 0)
                 + uvarint_size(zigzag32(header_count)) + headers_size)
-        out_reserve(&self.out, body + 5)
+        self.reserve(body + 5)
         p = self.out.data + self.out.size
         p += put_uvarint64(p, zigzag32(<int32_t>body))
         p[0] = 0  # record attributes: unused
@@ -389,7 +420,17 @@ cdef class RecordBatchBuilder:
             attributes |= ATTR_TRANSACTIONAL
         if self.is_control:
             attributes |= ATTR_CONTROL
-        result = PyBytes_FromStringAndSize(NULL, BATCH_HEADER_SIZE + payload_size)
+        if payload is None:
+            # Uncompressed: finish the batch in place and hand the object over (shrinking a
+            # sole-owned bytes object is a realloc, not a copy).
+            self.reserve(0)  # a private object if the last build() handed the previous out
+            _PyBytes_Resize(&self._batch, self.out.size)
+            self.out.cap = self.out.size
+            self.out.data = <uint8_t*>PyBytes_AS_STRING(<object>self._batch)
+            result = <bytes>self._batch
+            self._handed_out = True
+        else:
+            result = PyBytes_FromStringAndSize(NULL, BATCH_HEADER_SIZE + payload_size)
         p = <uint8_t*>PyBytes_AS_STRING(result)
         put_i64(p, self.base_offset)
         put_i32(p + 8, <int32_t>(BATCH_HEADER_SIZE + payload_size - 12))
@@ -403,9 +444,7 @@ cdef class RecordBatchBuilder:
         put_i16(p + 51, self.producer_epoch)
         put_i32(p + 53, self.base_sequence)
         put_i32(p + 57, self.record_count)
-        if payload is None:
-            memcpy(p + BATCH_HEADER_SIZE, self.out.data + BATCH_HEADER_SIZE, records_size)
-        else:
+        if payload is not None:
             memcpy(p + BATCH_HEADER_SIZE, PyBytes_AS_STRING(payload), payload_size)
         put_i32(p + CRC_OFFSET, <int32_t>kcore_crc32c(0, p + ATTRIBUTES_OFFSET,
                                                         BATCH_HEADER_SIZE + payload_size
