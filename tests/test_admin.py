@@ -62,6 +62,12 @@ def test_errors_name_the_item(admin):
     assert isinstance(info.value.errors[missing], UnknownTopicOrPartitionError)
     with pytest.raises(AdminOperationError, match="partitions"):
         admin.create_partitions({topic: 1})  # cannot shrink
+    # An unknown topic is an answer, not a hiccup to retry until default.api.timeout.ms.
+    with pytest.raises(AdminOperationError) as info:
+        admin.delete_topics([missing], timeout=30)
+    assert isinstance(info.value.errors[missing], UnknownTopicOrPartitionError)
+    with pytest.raises(AdminOperationError):
+        admin.alter_configs({("topic", missing): {"retention.ms": "1000"}}, timeout=30)
     admin.delete_topics([topic])
 
 

@@ -123,7 +123,7 @@ def test_mutual_tls_with_client_certificate(secure, pki):
 
 def test_mutual_tls_without_certificate_fails_clearly(secure, pki):
     config = tls(
-        secure, pki, MTLS_LISTENER, **{"default.api.timeout.ms": 3000, "request.timeout.ms": 3000}
+        secure, pki, MTLS_LISTENER, **{"default.api.timeout.ms": 10000, "request.timeout.ms": 10000}
     )
     with pytest.raises(BootstrapError) as info:
         with AdminClient(config):

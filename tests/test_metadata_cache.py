@@ -79,6 +79,15 @@ def test_stale_leader_epochs_are_ignored():
     assert cache.current.partition("t", 0).leader == 3
 
 
+def test_a_recreated_topic_starts_its_epochs_again():
+    cache = MetadataCache()
+    cache.update(metadata({0: (1, 7)}), all_topics=False)
+    recreated = metadata({0: (2, 0)})
+    recreated.topics[0].topic_id = uuid.uuid4()  # same name, new topic id
+    cache.update(recreated, all_topics=False)
+    assert cache.current.partition("t", 0).leader == 2
+
+
 def test_partial_updates_keep_other_topics_and_full_ones_drop_them():
     cache = MetadataCache()
     cache.update(metadata({0: (1, 0)}, topics=("a", "b")), all_topics=False)

@@ -163,10 +163,10 @@ class AsyncAdminClient:
             return
         deadline = time.monotonic() + (self.default_timeout if timeout is None else timeout)
         attempt = 0
-        while time.monotonic() < deadline:
+        while (remaining := deadline - time.monotonic()) > 0:
             try:
-                md = await self.cluster.refresh_metadata(names)
-            except (BrokerConnectionError, KcoreTimeoutError):
+                md = await asyncio.wait_for(self.cluster.refresh_metadata(names), remaining)
+            except (KcoreError, TimeoutError):  # the change itself already succeeded
                 md = None
             if md is not None and done(md):
                 return
@@ -184,8 +184,8 @@ class AsyncAdminClient:
 
     @staticmethod
     def _raise_retriable(errors: Mapping[Any, KafkaError]) -> None:
-        """If every failure is retriable, raise one so the whole call is retried."""
-        if errors and all(e.retriable for e in errors.values()):
+        """If every failure is worth another attempt, raise one so the call is retried."""
+        if errors and all(_retry_item(e) for e in errors.values()):
             raise next(iter(errors.values()))
 
     # -- topics -----------------------------------------------------------------------------------
@@ -219,9 +219,9 @@ class AsyncAdminClient:
                 if self._check(result.error_code, result.error_message, result.name, errors):
                     done[result.name] = None
                     pending.pop(result.name, None)
-            retriable = {k: v for k, v in errors.items() if v.retriable}
+            retriable = {k: v for k, v in errors.items() if _retry_item(v)}
             for name, err in errors.items():
-                if not err.retriable:
+                if not _retry_item(err):
                     final_errors[name] = err
                     pending.pop(name, None)
             self._raise_retriable(retriable)
@@ -252,7 +252,7 @@ class AsyncAdminClient:
                 if self._check(result.error_code, result.error_message, result.name, errors):
                     pending.remove(result.name)
             for name, err in list(errors.items()):
-                if not err.retriable:
+                if not _retry_item(err):
                     final_errors[name] = errors.pop(name)
                     pending.remove(name)
             self._raise_retriable(errors)
@@ -305,7 +305,7 @@ class AsyncAdminClient:
                 if self._check(result.error_code, result.error_message, result.name, errors):
                     pending.pop(result.name, None)
             for name, err in list(errors.items()):
-                if not err.retriable:
+                if not _retry_item(err):
                     final_errors[name] = errors.pop(name)
                     pending.pop(name, None)
             self._raise_retriable(errors)
@@ -366,7 +366,7 @@ class AsyncAdminClient:
                 out[name] = TopicDescription(name, topic_id, bool(t.is_internal), parts)
             # A topic being created (LEADER_NOT_AVAILABLE) heals by itself: retry it. An
             # unknown topic is an answer, not a hiccup.
-            self._raise_retriable({k: v for k, v in errors.items() if v.code != 3})
+            self._raise_retriable(errors)
             if errors:
                 raise AdminOperationError("describe_topics", errors, out)
             return out
@@ -532,7 +532,7 @@ class AsyncAdminClient:
                         for c in result.configs
                     }
             for item, err in list(errors.items()):
-                if not err.retriable:
+                if not _retry_item(err):
                     final_errors[item] = errors.pop(item)
             self._raise_retriable(errors)
 
@@ -599,7 +599,7 @@ class AsyncAdminClient:
                 if self._check(result.error_code, result.error_message, resource, errors):
                     done.add(resource)
             for item, err in list(errors.items()):
-                if not err.retriable:
+                if not _retry_item(err):
                     final_errors[item] = errors.pop(item)
             self._raise_retriable(errors)
 
@@ -750,6 +750,25 @@ class AsyncAdminClient:
             }
 
         return await self._retrying("list_partition_reassignments", attempt, timeout)
+
+
+# Per-item errors worth another attempt: the controller moving, a quota, a broker still loading
+# or a partition between leaders. Anything else (an unknown topic, an existing one, a bad config
+# value) is the answer and fails the item at once, as in the Java admin client; the connection
+# and whole-request failures are retried by _retrying.
+ITEM_RETRY_CODES = frozenset(
+    {
+        5,  # LEADER_NOT_AVAILABLE (a topic being created)
+        7,  # REQUEST_TIMED_OUT
+        14,  # COORDINATOR_LOAD_IN_PROGRESS
+        41,  # NOT_CONTROLLER
+        89,  # THROTTLING_QUOTA_EXCEEDED
+    }
+)
+
+
+def _retry_item(err: KafkaError) -> bool:
+    return err.code in ITEM_RETRY_CODES
 
 
 def _has_leaders(md: ClusterMetadata, topic: str) -> bool:

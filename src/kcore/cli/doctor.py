@@ -141,14 +141,14 @@ async def run_doctor(
         if conn is None:
             report.problems.append(_explain_bootstrap(probe, settings))
             continue
-        if metadata is None:
-            try:
-                metadata = await conn.request(MetadataRequest(topics=[]))
-                first_ok = probe
-            except KcoreError as exc:
-                report.problems.append(
-                    f"bootstrap {address} did not answer a Metadata request: {exc}"
-                )
+        try:
+            answer = await conn.request(MetadataRequest(topics=[]))
+            if metadata is None:
+                metadata, first_ok = answer, probe
+        except KcoreError as exc:
+            report.problems.append(
+                f"bootstrap server {address} logs in but does not answer a Metadata request: {exc}"
+            )
         conn.close()
     if metadata is None:
         if not report.problems:
@@ -172,6 +172,17 @@ async def run_doctor(
             conn.close()
     if not metadata.brokers:
         report.problems.append("the cluster's metadata lists no brokers")
+    by_address: dict[str, list[int]] = {}
+    for b in metadata.brokers:
+        by_address.setdefault(format_address(b.host, b.port), []).append(b.node_id)
+    for address, ids in sorted(by_address.items()):
+        if len(ids) > 1:
+            # Every probe then reaches the same broker and looks fine: name it explicitly.
+            report.problems.append(
+                f"brokers {', '.join(map(str, sorted(ids)))} all advertise {address}; each "
+                "broker needs its own address in advertised.listeners, or clients reach one "
+                "broker when they mean another"
+            )
     if group is not None:
         await _check_coordinator(report, group, first_ok, settings)
     return report
@@ -202,6 +213,11 @@ async def _check_coordinator(
             entry = response.coordinators[0] if version >= 4 else response
             if entry.error_code == 0:
                 break
+            from kcore.errors import ERRORS_BY_CODE
+
+            known = ERRORS_BY_CODE.get(entry.error_code)
+            if known is None or not known.retriable:
+                break  # e.g. not authorized: asking again will not help
             await asyncio.sleep(0.5)
         assert response is not None
     except KcoreError as exc:

@@ -11,6 +11,7 @@ import logging
 import random
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -118,6 +119,9 @@ class ClusterClient:
             int(config.get("retry.backoff.ms", 100)), int(config.get("retry.backoff.max.ms", 1000))
         )
         self.idle_timeout_s = int(config.get("connections.max.idle.ms", 540000)) / 1000
+        self.setup_timeout_max_s = (
+            int(config.get("socket.connection.setup.timeout.max.ms", 30000)) / 1000
+        )
         self.rebootstrap = config.get("metadata.recovery.strategy", "rebootstrap") == "rebootstrap"
         self.rebootstrap_trigger_s = (
             int(config.get("metadata.recovery.rebootstrap.trigger.ms", 300000)) / 1000
@@ -132,6 +136,7 @@ class ClusterClient:
         self._refresh_task: asyncio.Task[ClusterMetadata] | None = None
         self._maintainer: asyncio.Task[None] | None = None
         self._closed = False
+        self._tasks: set[asyncio.Task[Any]] = set()  # other refreshes under way, for close()
         self.bootstrapped = False
         self.rebootstraps = 0
 
@@ -150,7 +155,7 @@ class ClusterClient:
         tasks: list[asyncio.Task[Any]] = [
             t for t in (self._maintainer, self._refresh_task) if t is not None
         ]
-        tasks += list(self._connecting.values())
+        tasks += list(self._connecting.values()) + list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -168,6 +173,14 @@ class ClusterClient:
     @property
     def metadata(self) -> ClusterMetadata:
         return self.cache.current
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KcoreError("the client is closed")
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _default_timeout(self) -> float:
         return int(self.config.get("default.api.timeout.ms", 60000)) / 1000
@@ -189,9 +202,13 @@ class ClusterClient:
         random.shuffle(addresses)  # spread clients over the list, as Java does
         return addresses
 
-    async def bootstrap(self, timeout: float | None = None) -> ClusterMetadata:
+    async def bootstrap(
+        self, timeout: float | None = None, topics: Iterable[str] | None = ()
+    ) -> ClusterMetadata:
         """Ask the bootstrap servers, in random order, for the cluster's metadata until one
-        answers; the brokers it lists replace the bootstrap list from then on."""
+        answers; the brokers it lists replace the bootstrap list from then on. ``topics``:
+        extra topics to ask about (``None``: all), as for :meth:`refresh_metadata`."""
+        self._check_open()
         timeout = self._default_timeout() if timeout is None else timeout
         deadline = time.monotonic() + timeout
         attempts: list[tuple[str, str]] = []
@@ -207,21 +224,16 @@ class ClusterClient:
                 conn = BrokerConnection(host, port, self.settings)
                 try:
                     await asyncio.wait_for(conn.open(), remaining)
-                    request, version = self._metadata_request(conn)
+                    request, version = self._metadata_request(conn, topics)
                     response = await conn.request(request, version, timeout=remaining)
-                except asyncio.TimeoutError:
-                    conn.close()
-                    attempts.append((address, f"no answer within {timeout:g}s"))
-                    break
                 except KafkaError as exc:  # e.g. authentication failed: no point going on
-                    conn.close()
                     if not exc.retriable:
                         raise
                     attempts.append((address, str(exc)))
                     fatal.append(False)
                     continue
                 except (BrokerConnectionError, KcoreTimeoutError) as exc:
-                    conn.close()
+                    # (before TimeoutError: a KcoreTimeoutError is one, with its own reason)
                     reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
                     if isinstance(exc, BrokerConnectionError):
                         reason = f"{exc.stage}: {exc.reason}"
@@ -231,8 +243,14 @@ class ClusterClient:
                     attempts.append((address, reason))
                     log.info("bootstrap server %s failed: %s", address, reason)
                     continue
-                conn.close()  # its node id is unknown until now; reconnect by id on demand
-                self.cache.update(response, all_topics=self.all_topics)
+                except asyncio.TimeoutError:
+                    attempts.append((address, f"no answer within {timeout:g}s"))
+                    break
+                finally:
+                    # Closed either way (also when cancelled): its node id is unknown until
+                    # now, and the client reconnects by node id on demand.
+                    conn.close()
+                self.cache.update(response, all_topics=self.all_topics or topics is None)
                 self._check_top_level_error(response)
                 self.bootstrapped = True
                 self._nodes.clear()
@@ -277,6 +295,7 @@ class ClusterClient:
     async def connection(self, node_id: int) -> BrokerConnection:
         """The ready connection to ``node_id``, opening one (after any reconnect backoff) if
         needed. Raises ``BrokerConnectionError`` if it cannot be set up."""
+        self._check_open()
         conn = self._conns.get(node_id)
         if conn is not None and conn.is_ready:
             return conn
@@ -304,7 +323,9 @@ class ClusterClient:
         old = self._conns.pop(node_id, None)
         if old is not None:
             old.close()
-        conn = BrokerConnection(broker.host, broker.port, self.settings, node_id=node_id)
+        conn = BrokerConnection(
+            broker.host, broker.port, self._settings_for(state.failures), node_id=node_id
+        )
         try:
             await conn.open()
         except (BrokerConnectionError, KafkaError) as exc:
@@ -318,12 +339,28 @@ class ClusterClient:
         self._conns[node_id] = conn
         return conn
 
-    def node_failed(self, node_id: int, error: BaseException) -> None:
+    def _settings_for(self, failures: int) -> ConnectionSettings:
+        """Java's connection setup timeout grows per failed attempt (doubling, with jitter) from
+        ``socket.connection.setup.timeout.ms`` to ``socket.connection.setup.timeout.max.ms``."""
+        if failures == 0 or self.setup_timeout_max_s <= self.settings.setup_timeout_s:
+            return self.settings
+        backoff = ExponentialBackoff(
+            self.settings.setup_timeout_s * 1000, self.setup_timeout_max_s * 1000
+        )
+        return replace(self.settings, setup_timeout_s=backoff.backoff_s(failures))
+
+    def node_failed(
+        self, node_id: int, error: BaseException, conn: BrokerConnection | None = None
+    ) -> None:
         """A request to ``node_id`` failed at the connection level: drop the connection and
-        refresh the metadata (the broker may be gone, or leadership moved)."""
-        conn = self._conns.pop(node_id, None)
-        if conn is not None:
-            conn.close(error)
+        refresh the metadata (the broker may be gone, or leadership moved). The requests in
+        flight on one connection all fail together; only the first counts as a failure."""
+        current = self._conns.get(node_id)
+        if conn is not None and current is not conn:
+            return  # that connection was already dropped and counted
+        self._conns.pop(node_id, None)
+        if current is not None:
+            current.close(error)
         state = self._nodes.setdefault(node_id, _NodeState())
         state.failures += 1
         state.last_error = error
@@ -366,7 +403,7 @@ class ClusterClient:
         try:
             return await conn.request(request, version, timeout=timeout)
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
-            self.node_failed(node_id, exc)
+            self.node_failed(node_id, exc, conn)
             raise
 
     async def version_for(self, node_id: int, api_key: int, **limits: Any) -> int:
@@ -384,11 +421,14 @@ class ClusterClient:
     async def refresh_metadata(self, topics: Iterable[str] | None = ()) -> ClusterMetadata:
         """Fetch metadata now (joining a refresh already under way when no extra topics are
         asked for). ``topics``: extra topics to include; ``None`` for all topics."""
+        self._check_open()
         if topics == () and self._refresh_task is not None and not self._refresh_task.done():
             return await asyncio.shield(self._refresh_task)
         task = asyncio.get_running_loop().create_task(self._refresh(topics))
         if topics == ():
             self._refresh_task = task
+        else:
+            self._track(task)
         return await asyncio.shield(task)
 
     async def _refresh(self, topics: Iterable[str] | None) -> ClusterMetadata:
@@ -408,29 +448,29 @@ class ClusterClient:
                 response = await conn.request(request, version)
             except (BrokerConnectionError, KcoreTimeoutError) as exc:
                 if node in self._conns:
-                    self.node_failed(node, exc)
+                    self.node_failed(node, exc, self._conns[node])
                 log.debug("metadata from node %s failed: %s", node, exc)
                 continue
             self.cache.update(response, all_topics=self.all_topics or topics is None)
             self._check_top_level_error(response)
             if not self.bootstrapped:
-                return await self._rebootstrap()
+                return await self._rebootstrap(topics)
             return self.cache.current
         self.cache.refresh_failed()
         if self.rebootstrap:
-            return await self._rebootstrap()
+            return await self._rebootstrap(topics)
         raise BrokerConnectionError(
             "cluster", "connect", "no known broker answered a metadata request"
         )
 
-    async def _rebootstrap(self) -> ClusterMetadata:
+    async def _rebootstrap(self, topics: Iterable[str] | None = ()) -> ClusterMetadata:
         log.warning("no known broker answers; re-bootstrapping from %s", self.bootstrap_servers)
         self.rebootstraps += 1
         for conn in self._conns.values():
             conn.close()
         self._conns.clear()
         self.bootstrapped = False
-        return await self.bootstrap()
+        return await self.bootstrap(topics=topics)
 
     async def wait_for_topics(
         self, topics: Iterable[str], timeout: float | None = None
@@ -540,6 +580,10 @@ class ClusterClient:
             self._close_idle()
             if not self.cache.needs_update():
                 continue
+            # At most one refresh per retry.backoff.ms, however often one is asked for.
+            gap = self.cache.last_refresh_attempt + self.retry_backoff.initial_ms / 1000
+            if gap > time.monotonic():
+                await asyncio.sleep(gap - time.monotonic())
             try:
                 await self.refresh_metadata()
                 attempt = 0
@@ -548,6 +592,9 @@ class ClusterClient:
             except KcoreError as exc:
                 attempt += 1
                 log.info("metadata refresh failed: %s", exc)
+            except Exception:  # a bug must not stop the refreshes for good
+                attempt += 1
+                log.exception("metadata refresh failed unexpectedly")
             if (
                 self.rebootstrap
                 and time.monotonic() - self.cache.last_refresh > self.rebootstrap_trigger_s

@@ -173,7 +173,10 @@ class MetadataCache:
                 # UNKNOWN_TOPIC_OR_PARTITION and friends: the topic is gone or not there yet.
                 topics.pop(name, None)
                 continue
+            topic_id = t.topic_id if t.topic_id not in (None, NULL_UUID) else None
             prev = old.topics.get(name)
+            if prev is not None and topic_id is not None and prev.topic_id not in (None, topic_id):
+                prev = None  # deleted and re-created: its epochs start again from 0
             parts: dict[int, PartitionInfo] = {}
             for p in t.partitions:
                 part = PartitionInfo.from_response(name, p)
@@ -181,7 +184,6 @@ class MetadataCache:
                 if before is not None and 0 <= part.leader_epoch < before.leader_epoch:
                     part = before  # stale answer: keep what we know
                 parts[part.partition] = part
-            topic_id = t.topic_id if t.topic_id not in (None, NULL_UUID) else None
             topics[name] = TopicInfo(name, topic_id, parts, bool(t.is_internal), t.error_code)
         self.current = ClusterMetadata(
             cluster_id=response.cluster_id,

@@ -41,6 +41,7 @@ __all__ = ["BrokerConnection", "ConnectionSettings", "SaslMechanismFactory"]
 
 API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
+ILLEGAL_SASL_STATE = 34
 SOFTWARE_NAME = "kcore"
 SOFTWARE_VERSION = "0.1.0"
 
@@ -175,6 +176,10 @@ class BrokerConnection:
             raise last
         try:
             await asyncio.wait_for(self._handshake(), self.settings.setup_timeout_s)
+        except KcoreTimeoutError as exc:  # a request's own timeout (request.timeout.ms)
+            self.close(exc)
+            stage = "api_versions" if not self.api_versions else "authentication"
+            raise BrokerConnectionError(self.address, stage, str(exc)) from None
         except asyncio.TimeoutError:
             self.close(KcoreTimeoutError("connection setup timed out"))
             raise BrokerConnectionError(
@@ -293,6 +298,12 @@ class BrokerConnection:
                 "authentication",
                 f"{exc.reason} (is this listener SASL? check security.protocol)",
             ) from None
+        if handshake.error_code == ILLEGAL_SASL_STATE:
+            raise BrokerConnectionError(
+                self.address,
+                "authentication",
+                "this listener does not do SASL (check security.protocol)",
+            )
         if handshake.error_code != 0:
             enabled = ", ".join(handshake.mechanisms) or "none"
             raise BrokerConnectionError(
@@ -304,6 +315,7 @@ class BrokerConnection:
         token: bytes | None = mechanism.initial_response()
         while token is not None:
             response = await self._call(SaslAuthenticateRequest(auth_bytes=token), version)
+            token = None  # PLAIN's token holds the password: keep it out of traceback frames
             if response.error_code != 0:
                 err = error_for_code(response.error_code)
                 text = response.error_message or (err.message if err else "")
@@ -340,12 +352,11 @@ class BrokerConnection:
         closes the connection, as the Java client does: its byte stream is no longer trusted."""
         if not self.is_ready:
             raise self._down_error()
-        delay = self._throttled_until - time.monotonic()
-        if delay > 0:  # KIP-219: the broker asked us to hold back
-            await asyncio.sleep(delay)
         if version is None:
             version = self.version_for(request.API_KEY)
-        return await self._call(request, version, timeout=timeout, expect_response=expect_response)
+        return await self._call(
+            request, version, timeout=timeout, expect_response=expect_response, throttle=True
+        )
 
     async def _call(
         self,
@@ -354,8 +365,14 @@ class BrokerConnection:
         *,
         timeout: float | None = None,
         expect_response: bool | None = None,
+        throttle: bool = False,
     ) -> Any:
         async with self._slots:
+            # KIP-219: after a response with throttle_time_ms the broker expects nothing more
+            # on this connection until then; checked once a slot is ours, so requests queued
+            # for a slot wait too.
+            while throttle and (delay := self._throttled_until - time.monotonic()) > 0:
+                await asyncio.sleep(delay)
             stream = self._stream
             if stream is None or stream.transport is None or self._closed_error is not None:
                 raise self._down_error()
