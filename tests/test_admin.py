@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -41,7 +42,14 @@ def test_topic_lifecycle(admin, kafka_cluster3):
     entry = configs[ConfigResource("topic", topic)]["cleanup.policy"]
     assert entry.value == "compact" and entry.source == "dynamic_topic"
     admin.alter_configs({("topic", topic): {"retention.ms": "60000", "cleanup.policy": None}})
-    configs = admin.describe_configs([("topic", topic)])[ConfigResource("topic", topic)]
+    # Brokers apply a config change moments after the controller accepts it (as with Java's
+    # admin client, a describe right after may see the old value on another broker).
+    deadline = time.monotonic() + 30
+    while True:
+        configs = admin.describe_configs([("topic", topic)])[ConfigResource("topic", topic)]
+        if configs["retention.ms"].value == "60000" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert configs["retention.ms"].value == "60000"
     assert configs["cleanup.policy"].is_default
 
