@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from kcore.admin import AdminClient, AsyncAdminClient, NewTopic, TopicPartition
+    from kcore.producer import AsyncProducer, Producer, RecordMetadata
 
 # Clients load on first use, so ``import kcore`` for the codec alone stays cheap.
 _LAZY = {
@@ -17,9 +18,21 @@ _LAZY = {
     "AsyncAdminClient": "kcore.admin",
     "NewTopic": "kcore.admin",
     "TopicPartition": "kcore.admin",
+    "Producer": "kcore.producer",
+    "AsyncProducer": "kcore.producer",
+    "RecordMetadata": "kcore.producer",
 }
 
-__all__ = ["AdminClient", "AsyncAdminClient", "NewTopic", "TopicPartition", "__version__"]
+__all__ = [
+    "AdminClient",
+    "AsyncAdminClient",
+    "AsyncProducer",
+    "NewTopic",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:

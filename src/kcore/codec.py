@@ -31,6 +31,7 @@ from ._codec import (
     encode_varlong,
     murmur2,
     partition_for_key,
+    partitions_for_keys,
     set_buffer_pool_limit,
 )
 
@@ -58,6 +59,7 @@ __all__ = [
     "encode_varlong",
     "murmur2",
     "partition_for_key",
+    "partitions_for_keys",
     "set_buffer_pool_limit",
 ]
 

@@ -258,6 +258,16 @@ cdef class RecordBatchBuilder:
     def __len__(self):
         return self.record_count
 
+    def set_producer(self, int64_t producer_id, int producer_epoch, int32_t base_sequence,
+                     bint transactional=False):
+        """Set the idempotent/transactional producer fields; they go into the header at the
+        next build(), so a producer assigns sequences when a batch is sent (and again after an
+        epoch bump) without rewriting the records."""
+        self.producer_id = producer_id
+        self.producer_epoch = <int16_t>producer_epoch
+        self.base_sequence = base_sequence
+        self.transactional = transactional
+
     @property
     def size_in_bytes(self):
         """Bytes written so far, uncompressed, header included."""
@@ -521,3 +531,38 @@ cdef uint8_t* write_headers(uint8_t* p, list headers) except NULL:
             memcpy(p, PyBytes_AS_STRING(hval), n)
             p += n
     return p
+
+
+def partitions_for_keys(object keys, int32_t num_partitions):
+    """:func:`partition_for_key` for a whole column of keys (a list/tuple of bytes-like or str,
+    a numpy fixed-width bytes array, or a pyarrow binary array) in one call: an ``array('i')``
+    of partitions, -1 where a key is null (the caller picks those as for unkeyed records)."""
+    cdef Column col
+    cdef _ColumnHolder holder = _ColumnHolder()
+    cdef Py_ssize_t i, n
+    cdef const uint8_t* p = NULL
+    cdef Py_ssize_t klen
+    cdef Py_buffer kb
+    cdef bint kacq = False
+    cdef int32_t* out
+    if num_partitions <= 0:
+        raise ValueError("num_partitions must be positive")
+    column_open(keys, &col, holder)
+    if col.kind == COL_NULL:
+        raise TypeError("keys must be a sequence or array")
+    n = col.length
+    result = _array("i", bytes(4 * n))
+    view = memoryview(result)  # kept alive while out points into it
+    out = <int32_t*><Py_ssize_t>_address_of(view) if n > 0 else NULL
+    for i in range(n):
+        column_get(&col, i, &p, &klen, &kb, &kacq)
+        try:
+            if klen < 0:
+                out[i] = -1
+            else:
+                out[i] = (murmur2_c(p, klen) & 0x7FFFFFFF) % num_partitions
+        finally:
+            if kacq:
+                PyBuffer_Release(&kb)
+                kacq = False
+    return result

@@ -116,3 +116,4 @@ def partition_for_key(object key, int32_t num_partitions):
     if num_partitions <= 0:
         raise ValueError("num_partitions must be positive")
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+

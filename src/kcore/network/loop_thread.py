@@ -48,6 +48,8 @@ class LoopThread:
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
+            if future.done():
+                raise  # the coroutine's own timeout (KcoreTimeoutError is a TimeoutError)
             future.cancel()
             raise KcoreTimeoutError(f"the operation did not finish within {timeout:g}s") from None
 

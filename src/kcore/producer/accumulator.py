@@ -1,0 +1,273 @@
+"""RecordAccumulator: records wait here, per partition, in compiled batch builders until the
+sender takes them (a batch is full at ``batch.size``, or has waited ``linger.ms``).
+
+Thread-safe: ``send`` appends from the caller's thread while the sender drains on the network
+thread. Memory is reserved a batch at a time from ``buffer.memory``; when it runs out, appends
+block up to ``max.block.ms`` and then raise, as in the Java producer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kcore.admin.types import TopicPartition
+from kcore.codec import RecordBatchBuilder
+from kcore.errors import KcoreError, KcoreTimeoutError
+from kcore.producer.results import BatchResult
+
+__all__ = ["ProducerBatch", "RecordAccumulator"]
+
+# Bytes a record adds besides its key, value and headers (length, attributes, deltas, lengths).
+RECORD_OVERHEAD = 21
+BATCH_HEADER = 61
+
+
+class ProducerBatch:
+    """Records for one partition, sent (and retried) as one unit."""
+
+    __slots__ = (
+        "tp",
+        "builder",
+        "result",
+        "created",
+        "records",
+        "reserved",
+        "closed",
+        "sequence",
+        "attempts",
+        "retry_at",
+        "payload",
+    )
+
+    def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, reserved: int) -> None:
+        self.tp = tp
+        self.builder = builder
+        self.result = BatchResult()
+        self.created = time.monotonic()
+        self.records = 0
+        self.reserved = reserved
+        self.closed = False  # no more appends (full, or sent once)
+        self.sequence: int | None = None  # idempotence: first sequence, fixed once sent
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.payload: bytes | None = None
+
+    @property
+    def size(self) -> int:
+        return self.builder.size_in_bytes
+
+
+class RecordAccumulator:
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_s: float,
+        buffer_memory: int,
+        compression: str,
+        compression_level: int = -1,
+    ) -> None:
+        self.batch_size = max(batch_size, 1)
+        self.linger_s = linger_s
+        self.buffer_memory = buffer_memory
+        self.compression: Any = compression  # one of the codec names (the config checks it)
+        self.compression_level = compression_level
+        self._cond = threading.Condition()
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._in_flight: set[TopicPartition] = set()
+        self._used = 0
+        self._flushing = 0
+        self._closed = False
+        self.incomplete: set[BatchResult] = set()
+
+    # -- appending (any thread) ---------------------------------------------------------------
+
+    def _reserve(self, need: int, deadline: float) -> None:
+        """Take ``need`` bytes of ``buffer.memory``, waiting for the sender to free some."""
+        need = min(need, self.buffer_memory)  # one oversized record may use all of it
+        while self._used + need > self.buffer_memory:
+            if self._closed:
+                raise KcoreError("the producer is closed")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise KcoreTimeoutError(
+                    f"buffer.memory ({self.buffer_memory} bytes) stayed full for max.block.ms: "
+                    "the brokers take records slower than they are sent"
+                )
+            self._cond.wait(left)
+        self._used += need
+
+    def _new_batch(self, tp: TopicPartition, estimate: int, deadline: float) -> ProducerBatch:
+        reserved = max(self.batch_size, estimate + BATCH_HEADER)
+        self._reserve(reserved, deadline)
+        builder = RecordBatchBuilder(self.compression, compression_level=self.compression_level)
+        batch = ProducerBatch(tp, builder, min(reserved, self.buffer_memory))
+        self._queues.setdefault(tp, deque()).append(batch)
+        self.incomplete.add(batch.result)
+        return batch
+
+    def append(
+        self,
+        tp: TopicPartition,
+        key: Any,
+        value: Any,
+        timestamp_ms: int,
+        headers: Any,
+        max_block_s: float,
+    ) -> tuple[ProducerBatch, int, bool]:
+        """Add one record; returns ``(batch, index in batch, wake the sender)``."""
+        estimate = RECORD_OVERHEAD + _length(key) + _length(value)
+        with self._cond:
+            if self._closed:
+                raise KcoreError("the producer is closed")
+            queue = self._queues.get(tp)
+            batch = queue[-1] if queue else None
+            wake = False
+            if (
+                batch is None
+                or batch.closed
+                or (batch.records and batch.size + estimate > self.batch_size)
+            ):
+                if batch is not None and not batch.closed:
+                    batch.closed = True
+                    wake = True  # a full batch is ready to go
+                batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s)
+                wake = True  # (also starts the linger clock on the sender's side)
+            batch.builder.append(key, value, timestamp_ms, headers)
+            index = batch.records
+            batch.records += 1
+            if batch.size >= self.batch_size:
+                batch.closed = True
+                wake = True
+            return batch, index, wake
+
+    def append_chunk(
+        self,
+        tp: TopicPartition,
+        keys: Any,
+        values: Any,
+        timestamp_ms: Any,
+        count: int,
+        estimate: int,
+        max_block_s: float,
+    ) -> ProducerBatch:
+        """Add ``count`` records (columns) as one closed batch of their own."""
+        with self._cond:
+            if self._closed:
+                raise KcoreError("the producer is closed")
+            queue = self._queues.get(tp)
+            if queue and not queue[-1].closed:
+                queue[-1].closed = True
+            batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s)
+            batch.builder.append_many(keys, values, timestamp_ms)
+            batch.records = count
+            batch.closed = True
+            return batch
+
+    # -- draining (network thread) ------------------------------------------------------------
+
+    def next_ready_in(self, now: float) -> float | None:
+        """Seconds until some batch is ready (0: now), or None when nothing waits."""
+        soonest: float | None = None
+        with self._cond:
+            for tp, queue in self._queues.items():
+                if not queue or tp in self._in_flight:
+                    continue
+                head = queue[0]
+                if head.closed or len(queue) > 1 or self._flushing or self._closed:
+                    ready_at = head.retry_at
+                else:
+                    ready_at = max(head.created + self.linger_s, head.retry_at)
+                wait = max(0.0, ready_at - now)
+                if soonest is None or wait < soonest:
+                    soonest = wait
+        return soonest
+
+    def drain(self, now: float, sendable: Callable[[TopicPartition], bool]) -> list[ProducerBatch]:
+        """Take the head batch of every partition that is ready, not already in flight, and
+        ``sendable`` (its leader is known)."""
+        out: list[ProducerBatch] = []
+        with self._cond:
+            for tp, queue in self._queues.items():
+                if not queue or tp in self._in_flight:
+                    continue
+                head = queue[0]
+                full = head.closed or len(queue) > 1 or self._flushing or self._closed
+                if head.retry_at > now or (not full and now - head.created < self.linger_s):
+                    continue
+                if not sendable(tp):
+                    continue
+                queue.popleft()
+                head.closed = True
+                self._in_flight.add(tp)
+                out.append(head)
+        return out
+
+    def requeue(self, batch: ProducerBatch, retry_at: float) -> None:
+        """Put a batch that must be retried back at the head of its partition."""
+        with self._cond:
+            batch.retry_at = retry_at
+            self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+            self._in_flight.discard(batch.tp)
+
+    def done(self, batch: ProducerBatch) -> None:
+        """A batch was delivered or failed for good: free its memory and its partition."""
+        with self._cond:
+            self._in_flight.discard(batch.tp)
+            self._used -= batch.reserved
+            self.incomplete.discard(batch.result)
+            self._cond.notify_all()
+
+    def expire(self, now: float, timeout_s: float) -> list[ProducerBatch]:
+        """Take out waiting batches older than ``delivery.timeout.ms``."""
+        out: list[ProducerBatch] = []
+        with self._cond:
+            for queue in self._queues.values():
+                while queue and now - queue[0].created > timeout_s:
+                    out.append(queue.popleft())
+        return out
+
+    def abort_all(self) -> list[ProducerBatch]:
+        with self._cond:
+            out = [b for q in self._queues.values() for b in q]
+            for q in self._queues.values():
+                q.clear()
+            return out
+
+    def begin_flush(self) -> None:
+        with self._cond:
+            self._flushing += 1
+
+    def end_flush(self) -> None:
+        with self._cond:
+            self._flushing -= 1
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def pending_results(self) -> list[BatchResult]:
+        with self._cond:
+            return list(self.incomplete)
+
+    def has_pending(self) -> bool:
+        with self._cond:
+            return bool(self.incomplete)
+
+    def partitions(self) -> Iterable[TopicPartition]:
+        with self._cond:
+            return list(self._queues)
+
+
+def _length(data: Any) -> int:
+    if data is None:
+        return 0
+    try:
+        return len(data)
+    except TypeError:
+        return 0

@@ -1,0 +1,155 @@
+"""``kcore.Producer`` (blocking, thread-safe) and ``kcore.AsyncProducer`` (asyncio)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kcore.network.loop_thread import LoopThread
+from kcore.producer.core import OnDelivery, ProducerCore
+from kcore.producer.results import DeliveryFuture, SendBatchResult
+
+__all__ = ["AsyncProducer", "Producer"]
+
+
+class Producer:
+    """``kcore.Producer({"bootstrap.servers": ...})``: Java producer semantics (``acks=all``,
+    idempotence on, ``linger.ms=5``, ``batch.size=16384`` by default). ``send`` may be called
+    from any thread; records are batched per partition in compiled builders and sent by a
+    network thread."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._core = ProducerCore(config)
+        self._loop = LoopThread("kcore-producer")
+        try:
+            self._loop.run(self._core.start())
+        except BaseException:
+            try:
+                self._loop.run(self._core.cluster.close(), 5)
+            finally:
+                self._loop.close()
+            raise
+
+    @property
+    def cluster(self) -> Any:
+        return self._core.cluster
+
+    def _counts(self, topic: str) -> tuple[int, list[int]]:
+        counts = self._core.cached_partitions(topic)
+        if counts is None:
+            counts = self._loop.run(self._core.topic_partitions(topic))
+        return counts
+
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, Any]] | None = None,
+        on_delivery: OnDelivery | None = None,
+    ) -> DeliveryFuture:
+        """Queue one record; returns a future whose ``result(timeout)`` is its
+        :class:`~kcore.producer.RecordMetadata`. Blocks (up to ``max.block.ms``) only while
+        the topic's metadata is first fetched or ``buffer.memory`` is full."""
+        core = self._core
+        key, value = core.serialize(key, value)
+        p = core.choose_partition(topic, key, value, partition, self._counts(topic))
+        return core.append(topic, value, key, p, timestamp_ms, headers, on_delivery)
+
+    def send_batch(
+        self,
+        topic: str,
+        values: Any,
+        keys: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: Any = None,
+    ) -> SendBatchResult:
+        """Queue many records in one call: ``values`` (and ``keys``) are lists, numpy
+        fixed-width bytes arrays or pyarrow binary arrays; ``timestamp_ms`` one int or a
+        column. Keyed records go to their murmur2 partitions, the rest sticky."""
+        return self._core.append_batch(
+            topic, values, keys, partition, timestamp_ms, self._counts(topic)
+        )
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued and wait for it (``KcoreTimeoutError`` after ``timeout``)."""
+        self._loop.run(self._core.flush(timeout))
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what is queued (up to ``timeout``), then fail what is left; nothing is
+        dropped silently."""
+        if self._loop.is_running:
+            try:
+                self._loop.run(self._core.close(timeout))
+            finally:
+                self._loop.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncProducer:
+    """The asyncio flavour: ``await AsyncProducer(config).start()`` or ``async with``;
+    ``await send(...)`` returns an awaitable :class:`DeliveryFuture`."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._core = ProducerCore(config)
+
+    async def start(self) -> AsyncProducer:
+        try:
+            await self._core.start()
+        except BaseException:
+            await self._core.cluster.close()
+            raise
+        return self
+
+    async def __aenter__(self) -> AsyncProducer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _counts(self, topic: str) -> tuple[int, list[int]]:
+        counts = self._core.cached_partitions(topic)
+        return counts if counts is not None else await self._core.topic_partitions(topic)
+
+    async def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, Any]] | None = None,
+        on_delivery: OnDelivery | None = None,
+    ) -> DeliveryFuture:
+        core = self._core
+        key, value = core.serialize(key, value)
+        p = core.choose_partition(topic, key, value, partition, await self._counts(topic))
+        return core.append(topic, value, key, p, timestamp_ms, headers, on_delivery)
+
+    async def send_batch(
+        self,
+        topic: str,
+        values: Any,
+        keys: Any = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: Any = None,
+    ) -> SendBatchResult:
+        counts = await self._counts(topic)
+        return self._core.append_batch(topic, values, keys, partition, timestamp_ms, counts)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        await self._core.flush(timeout)
+
+    async def close(self, timeout: float | None = None) -> None:
+        await self._core.close(timeout)

@@ -1,0 +1,321 @@
+"""What the blocking and the asyncio producer share: config, partition choice, the accumulator,
+the sender task and the cluster client (all on one event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kcore.admin.types import TopicPartition
+from kcore.cluster.client import ClusterClient
+from kcore.config import ClientConfig
+from kcore.errors import KcoreError, KcoreTimeoutError
+from kcore.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator
+from kcore.producer.partitioner import StickyPartitioner
+from kcore.producer.results import DeliveryFuture, RecordMetadata, SendBatchResult
+from kcore.producer.sender import Sender
+
+__all__ = ["ProducerCore"]
+
+OnDelivery = Callable[[BaseException | None, RecordMetadata | None], Any]
+
+
+class ProducerCore:
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        cfg = config if isinstance(config, ClientConfig) else ClientConfig(config, role="producer")
+        self.config = cfg
+        self.cluster = ClusterClient(cfg)
+        self.batch_size = int(cfg["batch.size"])
+        self.max_block_s = int(cfg["max.block.ms"]) / 1000
+        self.key_serializer = cfg.get("key.serializer")
+        self.value_serializer = cfg.get("value.serializer")
+        self.custom_partitioner = cfg.get("partitioner.class")
+        self.partitioner = StickyPartitioner(
+            self.batch_size, bool(cfg.get("partitioner.ignore.keys", False))
+        )
+        self.accumulator = RecordAccumulator(
+            batch_size=self.batch_size,
+            linger_s=int(cfg["linger.ms"]) / 1000,
+            buffer_memory=int(cfg["buffer.memory"]),
+            compression=str(cfg["compression.type"]),
+        )
+        self.idempotent = bool(cfg["enable.idempotence"])
+        self.sender = Sender(
+            self.cluster,
+            self.accumulator,
+            acks=int(cfg["acks"]),
+            request_timeout_s=int(cfg["request.timeout.ms"]) / 1000,
+            delivery_timeout_s=int(cfg["delivery.timeout.ms"]) / 1000,
+            idempotent=self.idempotent,
+        )
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._sender_task: asyncio.Task[None] | None = None
+        self.closed = False
+
+    # -- lifecycle (on the loop) ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.cluster.start(self.max_block_s)
+        if self.idempotent:
+            await self.sender.init_producer_id()
+        self._sender_task = self.loop.create_task(self.sender.run())
+
+    async def topic_partitions(self, topic: str) -> tuple[int, list[int]]:
+        """(partition count, partitions with a leader), waiting up to max.block.ms for the
+        topic's metadata the first time, as Java's send does."""
+        md = self.cluster.metadata
+        info = md.topics.get(topic)
+        if info is None or not info.partitions:
+            try:
+                md = await self.cluster.wait_for_topics([topic], self.max_block_s)
+            except KcoreTimeoutError:
+                raise KcoreTimeoutError(
+                    f"topic {topic!r} not in the metadata after max.block.ms "
+                    f"({self.max_block_s:g}s): does it exist?"
+                ) from None
+            info = md.topics[topic]
+        return len(info.partitions), [p for p, i in info.partitions.items() if i.leader >= 0]
+
+    def cached_partitions(self, topic: str) -> tuple[int, list[int]] | None:
+        """The same from the metadata snapshot (any thread), or None if the topic is unknown."""
+        info = self.cluster.metadata.topics.get(topic)
+        if info is None or not info.partitions:
+            return None
+        return len(info.partitions), [p for p, i in info.partitions.items() if i.leader >= 0]
+
+    async def flush(self, timeout: float | None) -> None:
+        pending = self.accumulator.pending_results()
+        if not pending:
+            return
+        self.accumulator.begin_flush()
+        self.sender.wakeup()
+        loop = asyncio.get_running_loop()
+        all_done = loop.create_future()
+        left = [len(pending)]
+
+        def one_done(_result: Any) -> None:
+            left[0] -= 1
+            if left[0] == 0 and not all_done.done():
+                all_done.set_result(None)
+
+        try:
+            for result in pending:
+                result.add_callback(lambda r: loop.call_soon_threadsafe(one_done, r))
+            try:
+                await asyncio.wait_for(all_done, timeout)
+            except asyncio.TimeoutError:
+                raise KcoreTimeoutError(
+                    f"flush: {left[0]} batch(es) still undelivered after {timeout:g}s"
+                ) from None
+        finally:
+            self.accumulator.end_flush()
+
+    async def close(self, timeout: float | None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self.flush(timeout)
+            aborted = False
+        except KcoreTimeoutError:
+            aborted = True
+        self.accumulator.close()
+        await self.sender.stop(abort=aborted)
+        if self._sender_task is not None:
+            try:
+                await asyncio.wait_for(self._sender_task, 5)
+            except (asyncio.TimeoutError, KcoreError):
+                self._sender_task.cancel()
+        await self.sender.wait_in_flight()
+        # Anything still not done is failed, never dropped silently.
+        for result in self.accumulator.pending_results():
+            result.fail(KcoreError("the producer closed before the record was delivered"))
+        await self.cluster.close()
+
+    # -- sending (any thread) ---------------------------------------------------------------------
+
+    def serialize(self, key: Any, value: Any) -> tuple[Any, Any]:
+        if self.key_serializer is not None and key is not None:
+            key = self.key_serializer(key)
+        if self.value_serializer is not None and value is not None:
+            value = self.value_serializer(value)
+        return key, value
+
+    def choose_partition(
+        self, topic: str, key: Any, value: Any, partition: int | None, counts: tuple[int, list[int]]
+    ) -> int:
+        count, available = counts
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise KcoreError(
+                    f"{topic} has {count} partitions; there is no partition {partition}"
+                )
+            return partition
+        if self.custom_partitioner is not None:
+            chosen = int(self.custom_partitioner(topic, key, value, count))
+            if not 0 <= chosen < count:
+                raise KcoreError(f"the partitioner chose {chosen}; {topic} has {count} partitions")
+            return chosen
+        size = RECORD_OVERHEAD + (len(value) if value is not None else 0)
+        return self.partitioner.partition(topic, key, size, count, available)
+
+    def append(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int,
+        timestamp_ms: int | None,
+        headers: Sequence[tuple[str, Any]] | None,
+        on_delivery: OnDelivery | None,
+    ) -> DeliveryFuture:
+        if self.closed:
+            raise KcoreError("the producer is closed")
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        batch, index, wake = self.accumulator.append(
+            TopicPartition(topic, partition), key, value, ts, headers, self.max_block_s
+        )
+        future = DeliveryFuture(batch.result, index, topic, partition, ts)
+        if on_delivery is not None:
+            future.add_done_callback(_delivery_callback(on_delivery))
+        if wake:
+            self.wake_sender()
+        return future
+
+    def wake_sender(self) -> None:
+        loop = self.loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self.sender.wakeup()
+        else:
+            loop.call_soon_threadsafe(self.sender.wakeup)
+
+    def append_batch(
+        self,
+        topic: str,
+        values: Any,
+        keys: Any,
+        partition: int | None,
+        timestamp_ms: Any,
+        counts: tuple[int, list[int]],
+    ) -> SendBatchResult:
+        """Columns in: split by partition, then into chunks of about ``batch.size``, each one
+        compiled ``append_many`` call."""
+        from kcore.codec import partitions_for_keys
+
+        n = len(values)
+        out = SendBatchResult(topic)
+        if n == 0:
+            return out
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        per_record = (
+            RECORD_OVERHEAD
+            + _mean_size(values, n)
+            + (_mean_size(keys, n) if keys is not None else 0)
+        )
+        chunk = max(1, self.batch_size // per_record)
+        count, available = counts
+        if partition is not None or keys is None or self.partitioner.ignore_keys:
+            # One partition for everything given, or sticky chunks for unkeyed records.
+            start = 0
+            while start < n:
+                stop = min(n, start + chunk)
+                p = (
+                    partition
+                    if partition is not None
+                    else self.partitioner.sticky(topic, self.batch_size, count, available)
+                )
+                self._chunk(out, topic, p, keys, values, ts, start, stop, per_record)
+                start = stop
+        else:
+            import numpy as np
+
+            parts = np.frombuffer(partitions_for_keys(keys, count), dtype=np.int32)
+            if (parts < 0).any():  # null keys: sticky, as for unkeyed records
+                parts = parts.copy()
+                parts[parts < 0] = self.partitioner.sticky(topic, 0, count, available)
+            order = np.argsort(parts, kind="stable")  # keeps send order within a partition
+            sorted_parts = parts[order]
+            bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+            for group in np.split(order, bounds):
+                if not len(group):
+                    continue
+                p = int(parts[group[0]])
+                gk, gv = _take(keys, group), _take(values, group)
+                gts = ts if isinstance(ts, int) else _take(ts, group)
+                for s in range(0, len(group), chunk):
+                    e = min(len(group), s + chunk)
+                    self._chunk(out, topic, p, gk, gv, gts, s, e, per_record)
+        self.wake_sender()
+        return out
+
+    def _chunk(
+        self,
+        out: SendBatchResult,
+        topic: str,
+        partition: int,
+        keys: Any,
+        values: Any,
+        ts: Any,
+        start: int,
+        stop: int,
+        per_record: int,
+    ) -> None:
+        if start == 0 and stop == len(values):
+            k, v, t = keys, values, ts
+        else:
+            k = keys[start:stop] if keys is not None else None
+            v = values[start:stop]
+            t = ts if isinstance(ts, int) else ts[start:stop]
+        batch = self.accumulator.append_chunk(
+            TopicPartition(topic, partition),
+            k,
+            v,
+            t,
+            stop - start,
+            (stop - start) * per_record,
+            self.max_block_s,
+        )
+        out.add(partition, stop - start, batch.result)
+
+
+def _delivery_callback(on_delivery: OnDelivery) -> Callable[[DeliveryFuture], None]:
+    def call(future: DeliveryFuture) -> None:
+        try:
+            metadata = future.result(0)
+        except BaseException as exc:  # the delivery error goes to the callback
+            on_delivery(exc, None)
+            return
+        on_delivery(None, metadata)
+
+    return call
+
+
+def _mean_size(column: Any, n: int) -> int:
+    """Average bytes per item of a column, cheaply."""
+    if column is None or n == 0:
+        return 0
+    nbytes = getattr(column, "nbytes", None)  # numpy and pyarrow
+    if isinstance(nbytes, int) and nbytes > 0:
+        return max(1, nbytes // n)
+    sample = [column[i] for i in range(0, n, max(1, n // 16))]
+    sizes = [len(x) for x in sample if x is not None]
+    return max(1, sum(sizes) // len(sizes)) if sizes else 1
+
+
+def _take(column: Any, indices: Any) -> Any:
+    if hasattr(column, "take"):  # pyarrow (and numpy, whose take copies)
+        return column.take(indices)
+    from operator import itemgetter
+
+    if len(indices) == 1:
+        return [column[int(indices[0])]]
+    return list(itemgetter(*indices.tolist())(column))

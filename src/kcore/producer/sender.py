@@ -1,0 +1,298 @@
+"""The sender: takes ready batches from the accumulator, groups them by partition leader, and
+sends one Produce request per broker; handles the answers (retries, metadata refreshes, leader
+hints, idempotent sequences and epoch bumps).
+
+Runs on the client's event loop. With idempotence (the default) each batch gets its sequence
+when first sent and keeps it through retries, so a retry the broker already wrote is dropped
+as a duplicate; one batch per partition is in flight at a time, so order holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from typing import Any
+
+from kcore.admin.types import TopicPartition
+from kcore.cluster.client import ClusterClient
+from kcore.cluster.metadata import apply_leader_hints
+from kcore.errors import (
+    BrokerConnectionError,
+    KafkaError,
+    KcoreError,
+    KcoreTimeoutError,
+    error_for_code,
+)
+from kcore.producer.accumulator import ProducerBatch, RecordAccumulator
+from kcore.protocol.messages import InitProducerIdRequest, ProduceRequest
+from kcore.protocol.messages.produce_request import PartitionProduceData, TopicProduceData
+
+__all__ = ["Sender"]
+
+log = logging.getLogger("kcore.producer")
+
+DUPLICATE_SEQUENCE = 46
+OUT_OF_ORDER_SEQUENCE = 45
+UNKNOWN_PRODUCER_ID = 59
+INVALID_PRODUCER_EPOCH = 47
+PRODUCER_FENCED = 90
+TOPIC_ID_VERSION = 13  # Produce v13 names topics by id
+
+
+class Sender:
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        accumulator: RecordAccumulator,
+        *,
+        acks: int,
+        request_timeout_s: float,
+        delivery_timeout_s: float,
+        idempotent: bool,
+    ) -> None:
+        self.cluster = cluster
+        self.acc = accumulator
+        self.acks = acks
+        self.request_timeout_s = request_timeout_s
+        self.delivery_timeout_s = delivery_timeout_s
+        self.idempotent = idempotent
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._sequences: dict[TopicPartition, int] = defaultdict(int)
+        self._wakeup = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+        self._epoch_bump: asyncio.Task[None] | None = None
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    # -- producer id ------------------------------------------------------------------------------
+
+    async def init_producer_id(self) -> None:
+        """InitProducerId; with a current id and epoch it asks for an epoch bump (KIP-360)."""
+        attempt = 0
+        while True:
+            node = self.cluster.least_loaded_node()
+            if node is None:
+                await self.cluster.refresh_metadata()
+                continue
+            try:
+                version = await self.cluster.version_for(node, 22)
+                request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
+                if version >= 3 and self.producer_id >= 0:
+                    request.producer_id = self.producer_id
+                    request.producer_epoch = self.producer_epoch
+                response = await self.cluster.send(node, request, version)
+                if response.error_code:
+                    err = error_for_code(response.error_code)
+                    assert err is not None
+                    raise err
+            except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
+                if isinstance(exc, KafkaError) and not exc.retriable:
+                    raise
+                attempt += 1
+                await asyncio.sleep(self.cluster.retry_backoff.backoff_s(attempt))
+                continue
+            self.producer_id = response.producer_id
+            self.producer_epoch = response.producer_epoch
+            self._sequences.clear()
+            log.debug("producer id %s epoch %s", self.producer_id, self.producer_epoch)
+            return
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            now = time.monotonic()
+            self._expire(now)
+            if self._stopping and not self.acc.has_pending():
+                return
+            batches = self.acc.drain(now, self._sendable)
+            if batches:
+                self._dispatch(batches)
+            wait = self.acc.next_ready_in(time.monotonic())
+            timeout = 1.0 if wait is None else min(max(wait, 0.0005), 1.0)
+            self._wakeup.clear()
+            if wait is None or wait > 0:
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+            else:
+                await asyncio.sleep(0)  # ready but not sendable yet: let replies arrive
+
+    def _sendable(self, tp: TopicPartition) -> bool:
+        if self._epoch_bump is not None:
+            return False
+        leader = self.cluster.metadata.leader_for(tp.topic, tp.partition)
+        if leader is None:
+            self.cluster.add_topics([tp.topic])
+            self.cluster.cache.request_update()
+            return False
+        return not self.cluster.is_blacked_out(leader.node_id)
+
+    def _expire(self, now: float) -> None:
+        for batch in self.acc.expire(now, self.delivery_timeout_s):
+            self._fail(
+                batch,
+                KcoreTimeoutError(
+                    f"{batch.tp.topic}-{batch.tp.partition}: {batch.records} record(s) not "
+                    f"delivered within delivery.timeout.ms ({self.delivery_timeout_s:g}s)"
+                ),
+            )
+
+    def _dispatch(self, batches: list[ProducerBatch]) -> None:
+        by_node: dict[int, list[ProducerBatch]] = defaultdict(list)
+        for batch in batches:
+            leader = self.cluster.metadata.leader_for(batch.tp.topic, batch.tp.partition)
+            if leader is None:  # moved away between drain and here
+                self.acc.requeue(batch, time.monotonic())
+                continue
+            by_node[leader.node_id].append(batch)
+        for node, group in by_node.items():
+            task = asyncio.get_running_loop().create_task(self._produce(node, group))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _payload(self, batch: ProducerBatch) -> bytes:
+        if self.idempotent:
+            if batch.sequence is None:
+                batch.sequence = self._sequences[batch.tp]
+                self._sequences[batch.tp] = (batch.sequence + batch.records) & 0x7FFFFFFF
+                batch.payload = None
+            if batch.payload is None:
+                batch.builder.set_producer(self.producer_id, self.producer_epoch, batch.sequence)
+        if batch.payload is None:
+            batch.payload = batch.builder.build()
+        return batch.payload
+
+    async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
+        try:
+            version = await self.cluster.version_for(node, 0)
+        except (BrokerConnectionError, KcoreTimeoutError, KafkaError) as exc:
+            self._retry_all(batches, exc)
+            return
+        by_topic: dict[str, list[ProducerBatch]] = defaultdict(list)
+        for batch in batches:
+            batch.attempts += 1
+            by_topic[batch.tp.topic].append(batch)
+        md = self.cluster.metadata
+        topic_data = []
+        for topic, group in by_topic.items():
+            parts = [
+                PartitionProduceData(index=b.tp.partition, records=self._payload(b)) for b in group
+            ]
+            if version >= TOPIC_ID_VERSION:
+                info = md.topics.get(topic)
+                if info is None or info.topic_id is None:
+                    self._retry_all(group, KcoreError(f"no topic id known for {topic}"))
+                    continue
+                topic_data.append(TopicProduceData(topic_id=info.topic_id, partition_data=parts))
+            else:
+                topic_data.append(TopicProduceData(name=topic, partition_data=parts))
+        sent = [b for b in batches if any(b in g for g in by_topic.values())]
+        request = ProduceRequest(
+            acks=self.acks, timeout_ms=int(self.request_timeout_s * 1000), topic_data=topic_data
+        )
+        try:
+            response = await self.cluster.send(node, request, version)
+        except (BrokerConnectionError, KcoreTimeoutError) as exc:
+            self._retry_all(sent, exc)
+            return
+        if response is None:  # acks=0: the broker does not answer
+            for batch in sent:
+                self._succeed(batch, -1, -1)
+            return
+        self._handle_response(response, sent, version)
+
+    def _handle_response(self, response: Any, batches: list[ProducerBatch], version: int) -> None:
+        names_by_id = {t.topic_id: n for n, t in self.cluster.metadata.topics.items() if t.topic_id}
+        pending = {(b.tp.topic, b.tp.partition): b for b in batches}
+        if apply_leader_hints(self.cluster.cache, response):
+            log.debug("leader hints applied from a produce response")
+        bump = False
+        for topic in response.responses:
+            name = topic.name or names_by_id.get(topic.topic_id, "")
+            for p in topic.partition_responses:
+                batch = pending.pop((name, p.index), None)
+                if batch is None:
+                    continue
+                code = p.error_code
+                if code == 0:
+                    self._succeed(batch, p.base_offset, p.log_append_time_ms)
+                elif code == DUPLICATE_SEQUENCE:
+                    # Already written by an earlier attempt: delivered, offset unknown.
+                    self._succeed(batch, p.base_offset if p.base_offset >= 0 else -1, -1)
+                elif code in (OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER_ID) and self.idempotent:
+                    bump = True
+                    batch.sequence = None  # renumbered under the new epoch
+                    self.acc.requeue(batch, time.monotonic())
+                else:
+                    err = error_for_code(code)
+                    assert err is not None
+                    if p.error_message:
+                        err = type(err)(p.error_message)
+                    self._retry_or_fail(batch, err)
+        for batch in pending.values():  # not in the answer at all
+            self._retry_or_fail(batch, KcoreError("the broker did not answer for the partition"))
+        if bump:
+            self._start_epoch_bump()
+
+    def _start_epoch_bump(self) -> None:
+        if self._epoch_bump is not None:
+            return
+
+        async def bump() -> None:
+            try:
+                await self.init_producer_id()
+            finally:
+                self._epoch_bump = None
+                self.wakeup()
+
+        self._epoch_bump = asyncio.get_running_loop().create_task(bump())
+
+    def _retry_all(self, batches: list[ProducerBatch], exc: BaseException) -> None:
+        for batch in batches:
+            self._retry_or_fail(batch, exc)
+
+    def _retry_or_fail(self, batch: ProducerBatch, exc: BaseException) -> None:
+        retriable = not isinstance(exc, KafkaError) or exc.retriable
+        if isinstance(exc, KafkaError):
+            self.cluster.handle_error_code(exc.code)
+        else:
+            self.cluster.cache.request_update()
+        now = time.monotonic()
+        if retriable and now - batch.created < self.delivery_timeout_s:
+            log.debug("retrying %s after %s", batch.tp, exc)
+            backoff = self.cluster.retry_backoff.backoff_s(batch.attempts - 1)
+            self.acc.requeue(batch, now + backoff)
+            self.wakeup()
+            return
+        self._fail(batch, exc)
+
+    def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        self.acc.done(batch)
+        batch.result.complete(base_offset, log_append_time)
+        self.wakeup()
+
+    def _fail(self, batch: ProducerBatch, exc: BaseException) -> None:
+        self.acc.done(batch)
+        batch.result.fail(exc)
+        if self.idempotent and batch.sequence is not None:
+            # Later batches' sequences no longer follow on: start a new epoch (KIP-360).
+            self._sequences.pop(batch.tp, None)
+        self.wakeup()
+
+    async def stop(self, abort: bool = False) -> None:
+        self._stopping = True
+        if abort:
+            for batch in self.acc.abort_all():
+                self._fail(batch, KcoreError("the producer was closed before the record was sent"))
+        self.wakeup()
+
+    async def wait_in_flight(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
