@@ -130,17 +130,18 @@ class RecordAccumulator:
             if (
                 batch is None
                 or batch.closed
-                or (batch.records and batch.size + estimate > self.batch_size)
+                or (batch.records and batch.builder.size_in_bytes + estimate > self.batch_size)
             ):
                 if batch is not None and not batch.closed:
                     batch.closed = True
                     wake = True  # a full batch is ready to go
                 batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s)
                 wake = True  # (also starts the linger clock on the sender's side)
-            batch.builder.append(key, value, timestamp_ms, headers)
+            builder = batch.builder
+            builder.append(key, value, timestamp_ms, headers)
             index = batch.records
-            batch.records += 1
-            if batch.size >= self.batch_size:
+            batch.records = index + 1
+            if builder.size_in_bytes >= self.batch_size:
                 batch.closed = True
                 wake = True
             return batch, index, wake
@@ -267,6 +268,8 @@ class RecordAccumulator:
 def _length(data: Any) -> int:
     if data is None:
         return 0
+    if type(data) is bytes:  # the common case, without the try
+        return len(data)
     try:
         return len(data)
     except TypeError:

@@ -51,6 +51,7 @@ class ProducerCore:
             idempotent=self.idempotent,
         )
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._counts_memo: tuple[Any, dict[str, tuple[int, list[int]]]] = (None, {})
         self._sender_task: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -80,11 +81,20 @@ class ProducerCore:
         return len(info.partitions), [p for p, i in info.partitions.items() if i.leader >= 0]
 
     def cached_partitions(self, topic: str) -> tuple[int, list[int]] | None:
-        """The same from the metadata snapshot (any thread), or None if the topic is unknown."""
-        info = self.cluster.metadata.topics.get(topic)
-        if info is None or not info.partitions:
-            return None
-        return len(info.partitions), [p for p, i in info.partitions.items() if i.leader >= 0]
+        """The same from the metadata snapshot (any thread), or None if the topic is unknown.
+        Memoized per snapshot: a refresh makes a new snapshot object."""
+        md = self.cluster.metadata
+        memo = self._counts_memo
+        if memo[0] is not md:
+            memo = self._counts_memo = (md, {})
+        counts = memo[1].get(topic)
+        if counts is None:
+            info = md.topics.get(topic)
+            if info is None or not info.partitions:
+                return None
+            counts = len(info.partitions), [p for p, i in info.partitions.items() if i.leader >= 0]
+            memo[1][topic] = counts
+        return counts
 
     async def flush(self, timeout: float | None) -> None:
         pending = self.accumulator.pending_results()
