@@ -181,3 +181,35 @@ def decode_columns(
     max_decompressed_size: int = ...,
 ) -> ColumnarRecords: ...
 def decode_to_arrow(buf: Buffer, **options: Any) -> Any: ...
+
+class RecordFutureBase:
+    _batch: Any
+    _index: int
+    topic: str
+    partition: int
+    timestamp: int
+
+class SendPath:
+    slow: Any
+    enabled: bool
+    def __init__(
+        self,
+        slow: Any,
+        future_type: type,
+        tp_type: type,
+        queues: Any,
+        cache: Any,
+        batch_size: int,
+        enabled: bool = True,
+    ) -> None: ...
+    def sticky_partition(self, topic: str, count: int, available: Any, size: int) -> int: ...
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Any = None,
+        on_delivery: Any = None,
+    ) -> Any: ...

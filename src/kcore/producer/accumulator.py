@@ -8,6 +8,7 @@ block up to ``max.block.ms`` and then raise, as in the Java producer.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
@@ -20,6 +21,8 @@ from kcore.errors import KcoreError, KcoreTimeoutError
 from kcore.producer.results import BatchResult
 
 __all__ = ["ProducerBatch", "RecordAccumulator"]
+
+_ORDER = itertools.count()
 
 # Bytes a record adds besides its key, value and headers (length, attributes, deltas, lengths).
 RECORD_OVERHEAD = 21
@@ -41,6 +44,9 @@ class ProducerBatch:
         "attempts",
         "retry_at",
         "payload",
+        "order",
+        "epoch",
+        "in_flight",
     )
 
     def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, reserved: int) -> None:
@@ -55,6 +61,9 @@ class ProducerBatch:
         self.attempts = 0
         self.retry_at = 0.0
         self.payload: bytes | None = None
+        self.order = next(_ORDER)  # creation order: retries keep it within a partition
+        self.epoch = -1  # the producer epoch its sequence belongs to
+        self.in_flight = False
 
     @property
     def size(self) -> int:
@@ -70,6 +79,7 @@ class RecordAccumulator:
         buffer_memory: int,
         compression: str,
         compression_level: int = -1,
+        max_in_flight: int = 5,
     ) -> None:
         self.batch_size = max(batch_size, 1)
         self.linger_s = linger_s
@@ -78,7 +88,10 @@ class RecordAccumulator:
         self.compression_level = compression_level
         self._cond = threading.Condition()
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self._in_flight: set[TopicPartition] = set()
+        # Batches in flight per partition; at most max_in_flight (the broker keeps the last
+        # five batches' sequences per producer, so five is the most idempotence allows).
+        self._in_flight: dict[TopicPartition, int] = {}
+        self.max_in_flight = max(1, max_in_flight)
         self._used = 0
         self._flushing = 0
         self._closed = False
@@ -176,7 +189,7 @@ class RecordAccumulator:
         soonest: float | None = None
         with self._cond:
             for tp, queue in self._queues.items():
-                if not queue or tp in self._in_flight:
+                if not queue or self._in_flight.get(tp, 0) >= self.max_in_flight:
                     continue
                 head = queue[0]
                 if head.closed or len(queue) > 1 or self._flushing or self._closed:
@@ -194,7 +207,7 @@ class RecordAccumulator:
         out: list[ProducerBatch] = []
         with self._cond:
             for tp, queue in self._queues.items():
-                if not queue or tp in self._in_flight:
+                if not queue or self._in_flight.get(tp, 0) >= self.max_in_flight:
                     continue
                 head = queue[0]
                 full = head.closed or len(queue) > 1 or self._flushing or self._closed
@@ -204,24 +217,58 @@ class RecordAccumulator:
                     continue
                 queue.popleft()
                 head.closed = True
-                self._in_flight.add(tp)
+                head.in_flight = True
+                self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
                 out.append(head)
         return out
 
     def requeue(self, batch: ProducerBatch, retry_at: float) -> None:
-        """Put a batch that must be retried back at the head of its partition."""
+        """Put a batch that must be retried back into its partition's queue in creation order,
+        so retries go out in the order the records were sent."""
         with self._cond:
             batch.retry_at = retry_at
-            self._queues.setdefault(batch.tp, deque()).appendleft(batch)
-            self._in_flight.discard(batch.tp)
+            queue = self._queues.setdefault(batch.tp, deque())
+            position = 0
+            while position < len(queue) and queue[position].order < batch.order:
+                position += 1
+            queue.insert(position, batch)
+            self._landed(batch)
 
     def done(self, batch: ProducerBatch) -> None:
         """A batch was delivered or failed for good: free its memory and its partition."""
         with self._cond:
-            self._in_flight.discard(batch.tp)
+            self._landed(batch)
             self._used -= batch.reserved
             self.incomplete.discard(batch.result)
             self._cond.notify_all()
+
+    def _landed(self, batch: ProducerBatch) -> None:
+        if not batch.in_flight:
+            return
+        batch.in_flight = False
+        tp = batch.tp
+        left = self._in_flight.get(tp, 0) - 1
+        if left > 0:
+            self._in_flight[tp] = left
+        else:
+            self._in_flight.pop(tp, None)
+
+    def in_flight(self, tp: TopicPartition) -> int:
+        with self._cond:
+            return self._in_flight.get(tp, 0)
+
+    def waiting_earlier(self, tp: TopicPartition, order: int) -> bool:
+        """Whether a batch of ``tp`` created before ``order`` waits to be (re)sent."""
+        with self._cond:
+            return any(b.order < order for b in self._queues.get(tp, ()))
+
+    def reset_sequences(self) -> None:
+        """A new producer epoch: waiting batches get new sequences when next sent."""
+        with self._cond:
+            for queue in self._queues.values():
+                for b in queue:
+                    b.sequence = None
+                    b.payload = None
 
     def expire(self, now: float, timeout_s: float) -> list[ProducerBatch]:
         """Take out waiting batches older than ``delivery.timeout.ms``."""

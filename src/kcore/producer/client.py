@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
+from kcore.errors import KcoreError
 from kcore.network.loop_thread import LoopThread
 from kcore.producer.core import OnDelivery, ProducerCore
 from kcore.producer.results import DeliveryFuture, SendBatchResult
@@ -20,6 +22,9 @@ class Producer:
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._core = ProducerCore(config)
+        self._core.send_path.slow = partial(self._core.slow_send, self._counts)
+        # The compiled path is the method itself: no Python frame per record.
+        self.send = self._core.send_path.send  # type: ignore[method-assign]
         self._loop = LoopThread("kcore-producer")
         try:
             self._loop.run(self._core.start())
@@ -53,11 +58,11 @@ class Producer:
     ) -> DeliveryFuture:
         """Queue one record; returns a future whose ``result(timeout)`` is its
         :class:`~kcore.producer.RecordMetadata`. Blocks (up to ``max.block.ms``) only while
-        the topic's metadata is first fetched or ``buffer.memory`` is full."""
-        core = self._core
-        key, value = core.serialize(key, value)
-        p = core.choose_partition(topic, key, value, partition, self._counts(topic))
-        return core.append(topic, value, key, p, timestamp_ms, headers, on_delivery)
+        the topic's metadata is first fetched or ``buffer.memory`` is full. (Replaced per
+        instance by the compiled send path, which has this signature.)"""
+        return self._core.send_path.send(
+            topic, value, key, partition, timestamp_ms, headers, on_delivery
+        )
 
     def send_batch(
         self,
@@ -101,6 +106,13 @@ class AsyncProducer:
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._core = ProducerCore(config)
+        self._core.send_path.slow = partial(self._core.slow_send, self._cached_counts)
+
+    def _cached_counts(self, topic: str) -> tuple[int, list[int]]:
+        counts = self._core.cached_partitions(topic)
+        if counts is None:  # send() fetched it just before; a refresh dropped it since
+            raise KcoreError(f"topic {topic!r} left the metadata; send again")
+        return counts
 
     async def start(self) -> AsyncProducer:
         try:
@@ -131,10 +143,10 @@ class AsyncProducer:
         headers: Sequence[tuple[str, Any]] | None = None,
         on_delivery: OnDelivery | None = None,
     ) -> DeliveryFuture:
-        core = self._core
-        key, value = core.serialize(key, value)
-        p = core.choose_partition(topic, key, value, partition, await self._counts(topic))
-        return core.append(topic, value, key, p, timestamp_ms, headers, on_delivery)
+        await self._counts(topic)  # the metadata, fetched on first use
+        return self._core.send_path.send(
+            topic, value, key, partition, timestamp_ms, headers, on_delivery
+        )
 
     async def send_batch(
         self,

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any, NamedTuple
 
+from kcore._codec import RecordFutureBase
 from kcore.errors import KcoreTimeoutError
 
 __all__ = ["BatchResult", "DeliveryFuture", "RecordMetadata", "SendBatchResult"]
@@ -77,11 +78,17 @@ class BatchResult:
         return self._event.wait(timeout)
 
 
-class DeliveryFuture:
+class DeliveryFuture(RecordFutureBase):
     """What ``send`` returns: ``result(timeout)`` gives the :class:`RecordMetadata` or raises
-    the delivery error; ``await``-able too."""
+    the delivery error; ``await``-able too. (Its fields live in the compiled base, which the
+    compiled send path fills without calling ``__init__``.)"""
 
-    __slots__ = ("_batch", "_index", "topic", "partition", "timestamp")
+    __slots__ = ()
+    _batch: BatchResult
+    _index: int
+    topic: str
+    partition: int
+    timestamp: int
 
     def __init__(self, batch: BatchResult, index: int, topic: str, partition: int, ts: int):
         self._batch = batch

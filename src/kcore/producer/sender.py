@@ -38,6 +38,8 @@ OUT_OF_ORDER_SEQUENCE = 45
 UNKNOWN_PRODUCER_ID = 59
 INVALID_PRODUCER_EPOCH = 47
 PRODUCER_FENCED = 90
+# Answers that mean the broker's idea of this partition's sequence differs from ours.
+SEQUENCE_ERRORS = frozenset({OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH})
 TOPIC_ID_VERSION = 13  # Produce v13 names topics by id
 
 
@@ -61,6 +63,7 @@ class Sender:
         self.producer_id = -1
         self.producer_epoch = -1
         self._sequences: dict[TopicPartition, int] = defaultdict(int)
+        self._flying: dict[TopicPartition, set[int]] = {}  # creation order of batches in flight
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
@@ -159,12 +162,14 @@ class Sender:
 
     def _payload(self, batch: ProducerBatch) -> bytes:
         if self.idempotent:
-            if batch.sequence is None:
+            if batch.sequence is None or batch.epoch != self.producer_epoch:
                 batch.sequence = self._sequences[batch.tp]
+                batch.epoch = self.producer_epoch
                 self._sequences[batch.tp] = (batch.sequence + batch.records) & 0x7FFFFFFF
                 batch.payload = None
             if batch.payload is None:
                 batch.builder.set_producer(self.producer_id, self.producer_epoch, batch.sequence)
+            self._flying.setdefault(batch.tp, set()).add(batch.order)
         if batch.payload is None:
             batch.payload = batch.builder.build()
         return batch.payload
@@ -226,10 +231,15 @@ class Sender:
                 elif code == DUPLICATE_SEQUENCE:
                     # Already written by an earlier attempt: delivered, offset unknown.
                     self._succeed(batch, p.base_offset if p.base_offset >= 0 else -1, -1)
-                elif code in (OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER_ID) and self.idempotent:
-                    bump = True
-                    batch.sequence = None  # renumbered under the new epoch
-                    self.acc.requeue(batch, time.monotonic())
+                elif code in SEQUENCE_ERRORS and self.idempotent:
+                    self._land(batch)
+                    if batch.epoch != self.producer_epoch or self._earlier_pending(batch):
+                        # An earlier batch of the partition is being retried (so the broker
+                        # saw a gap), or an epoch bump already renumbers: just go again.
+                        self.acc.requeue(batch, time.monotonic())
+                    else:
+                        bump = True
+                        self.acc.requeue(batch, time.monotonic())
                 else:
                     err = error_for_code(code)
                     assert err is not None
@@ -241,6 +251,17 @@ class Sender:
         if bump:
             self._start_epoch_bump()
 
+    def _land(self, batch: ProducerBatch) -> None:
+        flying = self._flying.get(batch.tp)
+        if flying is not None:
+            flying.discard(batch.order)
+
+    def _earlier_pending(self, batch: ProducerBatch) -> bool:
+        flying = self._flying.get(batch.tp, ())
+        return any(o < batch.order for o in flying) or self.acc.waiting_earlier(
+            batch.tp, batch.order
+        )
+
     def _start_epoch_bump(self) -> None:
         if self._epoch_bump is not None:
             return
@@ -248,6 +269,7 @@ class Sender:
         async def bump() -> None:
             try:
                 await self.init_producer_id()
+                self.acc.reset_sequences()
             finally:
                 self._epoch_bump = None
                 self.wakeup()
@@ -265,6 +287,7 @@ class Sender:
         else:
             self.cluster.cache.request_update()
         now = time.monotonic()
+        self._land(batch)
         if retriable and now - batch.created < self.delivery_timeout_s:
             log.debug("retrying %s after %s", batch.tp, exc)
             backoff = self.cluster.retry_backoff.backoff_s(batch.attempts - 1)
@@ -274,11 +297,13 @@ class Sender:
         self._fail(batch, exc)
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        self._land(batch)
         self.acc.done(batch)
         batch.result.complete(base_offset, log_append_time)
         self.wakeup()
 
     def _fail(self, batch: ProducerBatch, exc: BaseException) -> None:
+        self._land(batch)
         self.acc.done(batch)
         batch.result.fail(exc)
         if self.idempotent and batch.sequence is not None:
