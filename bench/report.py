@@ -5,6 +5,9 @@ kcore is faster), then the issue's goals as pass/fail rows.
     pytest bench/test_codec_bench.py --benchmark-json=out.json
     python bench/report.py out.json [more.json ...]
 
+The cluster (bench/test_cluster_bench.py) and producer (bench/test_producer_bench.py) runs get
+the same treatment; the producer's groups also show records/s, MB/s, CPU and peak RSS growth.
+
 With several files, each run gets its report, then one table puts the goal ratios side by side
 (the spread between runs is the noise of the machine).
 """
@@ -24,6 +27,9 @@ PEER_ORDER = ("aiokafka", "kafka-python", "crc32c", "google-crc32c", "aiokafka-p
 CLUSTER_ORDER = ("cold-start", "metadata-warm", "list-offsets-warm", "pipelining")
 CLUSTER_PEER_ORDER = ("confluent-kafka", "confluent-kafka (no sparse conns)")
 CLUSTER_UNITS = {"partitions": "partition", "requests": "request"}  # shown per µs and k/s
+# bench/test_producer_bench.py: its codecs in the order of the docs, its peers after the above.
+PRODUCE_ORDER = ("none", "lz4")
+PRODUCE_PEER_ORDER = ("confluent-kafka", "kafka-python", "aiokafka")
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class Goal:
     kcore: tuple[str, ...]  # extra_info keys of the kcore benchmarks held to it
     peer: str | None  # the peer's key; None: the fastest of the group's ``package`` benchmarks
     target: float
+    suite: str = "codec"  # a run is held to the goals of the suites it has a group of
 
 
 GOALS = (
@@ -71,7 +78,31 @@ GOALS = (
         None,
         0.9,
     ),
+    # bench/test_producer_bench.py
+    *(
+        goal
+        for codec in PRODUCE_ORDER
+        for goal in (
+            Goal(
+                f"send loop >= 1.5x confluent-kafka's produce loop ({codec})",
+                f"produce:{codec}",
+                ("kcore.send",),
+                "confluent.produce",
+                1.5,
+                "producer",
+            ),
+            Goal(
+                f"send_batch >= 3x confluent-kafka's produce loop ({codec})",
+                f"produce:{codec}",
+                ("kcore.send_batch.list", "kcore.send_batch.pyarrow"),
+                "confluent.produce",
+                3.0,
+                "producer",
+            ),
+        )
+    ),
 )
+SUITE_TITLES = {"codec": "Codec benchmarks", "producer": "Producer benchmarks"}
 
 
 @dataclass
@@ -90,6 +121,7 @@ class Bench:
     nbytes: int | None
     output_bytes: int | None
     package: bool
+    info: dict[str, Any]  # everything the benchmark recorded (the producer's CPU, RSS, ...)
 
 
 def load(path: Path) -> tuple[dict[str, Any], dict[str, list[Bench]]]:
@@ -112,6 +144,7 @@ def load(path: Path) -> tuple[dict[str, Any], dict[str, list[Bench]]]:
             nbytes=info.get("nbytes"),
             output_bytes=info.get("output_bytes"),
             package=bool(info.get("package")),
+            info=info,
         )
         groups.setdefault(bench.group, []).append(bench)
     return data, groups
@@ -119,11 +152,13 @@ def load(path: Path) -> tuple[dict[str, Any], dict[str, list[Bench]]]:
 
 def group_order(name: str) -> tuple[int, int, str]:
     kind, _, codec = name.partition(":")
-    kinds = ("encode", "decode", "crc32c", "murmur2", "cluster")
+    kinds = ("encode", "decode", "crc32c", "murmur2", "cluster", "produce")
     k = kinds.index(kind) if kind in kinds else len(kinds)
     c = CODEC_ORDER.index(codec) if codec in CODEC_ORDER else len(CODEC_ORDER)
     if kind == "cluster" and codec in CLUSTER_ORDER:
         c = CLUSTER_ORDER.index(codec)
+    if kind == "produce" and codec in PRODUCE_ORDER:
+        c = PRODUCE_ORDER.index(codec)
     return (k, c, name)
 
 
@@ -164,7 +199,7 @@ def is_kcore(b: Bench) -> bool:
 
 
 def peer_order(b: Bench) -> tuple[int, str]:
-    order = PEER_ORDER + CLUSTER_PEER_ORDER
+    order = PEER_ORDER + CLUSTER_PEER_ORDER + PRODUCE_PEER_ORDER
     return (order.index(b.impl) if b.impl in order else len(order), b.impl)
 
 
@@ -195,6 +230,80 @@ def group_table(name: str, benches: list[Bench]) -> list[str]:
     return lines
 
 
+def fmt_mib(nbytes: float | None) -> str:
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes is not None else ""
+
+
+def produce_table(name: str, benches: list[Bench]) -> list[str]:
+    """bench/test_producer_bench.py's groups: besides the time, records/s and MB/s of payload
+    (values only, 1 MB = 10^6 bytes), the client's CPU time per round (``process_time``: every
+    thread of the process), the broker's (a separate process) and the peak RSS growth."""
+    kcore = sorted((b for b in benches if is_kcore(b)), key=lambda b: b.median)
+    peers = sorted((b for b in benches if not is_kcore(b)), key=peer_order)
+    head = [
+        "implementation",
+        "median",
+        "min",
+        "IQR/median",
+        "rounds",
+        "records/s",
+        "MB/s",
+        "client CPU",
+        "CPU/record",
+        "broker CPU",
+        "peak RSS growth",
+    ]
+    head += [f"vs {p.impl}" for p in peers]
+    lines = [f"### {name}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for b in kcore + peers:
+        cpu, broker_cpu = b.info.get("cpu_s"), b.info.get("broker_cpu_s")
+        payload = b.info.get("payload_bytes")
+        row = [
+            f"**{b.label}**" if is_kcore(b) else b.label,
+            fmt_time(b.median),
+            fmt_time(b.min),
+            f"{b.iqr / b.median * 100:.0f}%" if b.median else "",
+            str(b.rounds),
+            f"{b.items / b.median / 1e3:,.0f} k" if b.items else "",
+            f"{payload / b.median / 1e6:.1f}" if payload else "",
+            f"{cpu:.2f} s" if cpu is not None else "",
+            f"{cpu / b.items * 1e6:.2f} µs" if cpu is not None and b.items else "",
+            f"{broker_cpu:.2f} s" if broker_cpu is not None else "",
+            fmt_mib(b.info.get("rss_growth_bytes")),
+        ]
+        for p in peers:
+            row.append(fmt_ratio(p.median / b.median) if is_kcore(b) else "")
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    return lines
+
+
+def memory_lines(groups: dict[str, list[Bench]]) -> list[str]:
+    """The kcore send loop's peak RSS growth in a fresh process, against buffer.memory (the
+    ``memory`` extra_info of bench/test_producer_bench.py's ``kcore.send`` benchmark)."""
+    rows = [m for benches in groups.values() for b in benches for m in b.info.get("memory", [])]
+    if not rows:
+        return []
+    lines = [
+        "### kcore send loop: peak RSS growth against buffer.memory (a fresh process)",
+        "",
+        "| buffer.memory | RSS before the loop | peak RSS growth | growth / buffer.memory"
+        " | loop time | client CPU |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in rows:
+        if "error" in m:
+            lines.append(f"| {fmt_mib(m['buffer_memory'])} | {m['error']} | | | | |")
+            continue
+        lines.append(
+            f"| {fmt_mib(m['buffer_memory'])} | {fmt_mib(m['rss_before'])} | "
+            f"{fmt_mib(m['rss_growth'])} | {m['rss_growth'] / m['buffer_memory']:.2f} | "
+            f"{fmt_time(m['seconds'])} | {m['cpu']:.2f} s |"
+        )
+    lines.append("")
+    return lines
+
+
 @dataclass
 class GoalResult:
     goal: Goal
@@ -213,7 +322,10 @@ class GoalResult:
 
 def evaluate(groups: dict[str, list[Bench]]) -> list[GoalResult]:
     out = []
+    suites = {goal.suite for goal in GOALS if goal.group in groups}
     for goal in GOALS:
+        if goal.suite not in suites:
+            continue
         benches = {b.key: b for b in groups.get(goal.group, [])}
         if goal.peer is None:
             packages = [b for b in benches.values() if b.package]
@@ -286,13 +398,27 @@ def machine_lines(data: dict[str, Any]) -> list[str]:
             f"{', '.join(kb.get('kafka_python_codecs', []))}",
         ]
         cluster_run = any(
-            str(b.get("group") or "").startswith("cluster:") for b in data.get("benchmarks", [])
+            str(b.get("group") or "").startswith(("cluster:", "produce:"))
+            for b in data.get("benchmarks", [])
         )
         if cluster_run and "kafka_broker" in kb:  # bench/test_cluster_bench.py's broker
             lines.append(
                 f"- Kafka broker: {kb['kafka_broker']}; librdkafka (confluent-kafka): "
                 f"{kb.get('librdkafka', '?')}"
             )
+    settings = next(
+        (
+            b["extra_info"]["settings"]
+            for b in data.get("benchmarks", [])
+            if str(b.get("group") or "").startswith("produce:") and "settings" in b["extra_info"]
+        ),
+        None,
+    )
+    if settings:  # bench/test_producer_bench.py's workload and the clients' matched settings
+        lines.append(
+            "- producer workload and settings: "
+            + ", ".join(f"{k} {v}" for k, v in settings.items())
+        )
     opts = next(iter(data.get("benchmarks", [])), {}).get("options", {})
     if opts:
         lines.append(
@@ -308,7 +434,8 @@ def report(path: Path) -> tuple[list[str], list[GoalResult]]:
     results = evaluate(groups)
     # A run without any goal's group (e.g. bench/test_cluster_bench.py) gets no goals table.
     has_goals = any(goal.group in groups for goal in GOALS)
-    title = "Codec benchmarks" if has_goals else "Benchmarks"
+    suites = sorted({goal.suite for goal in GOALS if goal.group in groups})
+    title = " and ".join(SUITE_TITLES[s] for s in suites) if has_goals else "Benchmarks"
     lines = [f"## {title}: {path.name}", "", *machine_lines(data), ""]
     lines += [
         "Ratios are peer median / kcore median: above 1 means kcore is faster. Results use the"
@@ -318,7 +445,11 @@ def report(path: Path) -> tuple[list[str], list[GoalResult]]:
     if has_goals:
         lines += ["### Goals", "", *goals_table(results)]
     for name in sorted(groups, key=group_order):
-        lines += group_table(name, groups[name])
+        if name.startswith("produce:"):
+            lines += produce_table(name, groups[name])
+        else:
+            lines += group_table(name, groups[name])
+    lines += memory_lines(groups)
     return lines, results
 
 
@@ -343,18 +474,18 @@ def across_runs(paths: list[Path], runs: list[list[GoalResult]]) -> list[str]:
     return lines
 
 
-def cluster_across_runs(paths: list[Path]) -> list[str]:
+def cluster_across_runs(
+    paths: list[Path], prefix: str = "cluster:", title: str = "Cluster"
+) -> list[str]:
     """The cluster groups' ratios (peer median / kcore median) side by side, one column per
     run: for groups without goals, the spread between runs is the thing to judge."""
     runs = [load(path)[1] for path in paths]
-    names = sorted(
-        {g for groups in runs for g in groups if g.startswith("cluster:")}, key=group_order
-    )
+    names = sorted({g for groups in runs for g in groups if g.startswith(prefix)}, key=group_order)
     if not names:
         return []
     head = ["group", "kcore", "vs", *[p.name for p in paths]]
     lines = [
-        "## Cluster ratios across runs (peer median / kcore median)",
+        f"## {title} ratios across runs (peer median / kcore median)",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -389,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         if any(r.ratio is not None for results in runs for r in results):
             out += across_runs(args.json, runs)
         out += cluster_across_runs(args.json)
+        out += cluster_across_runs(args.json, "produce:", "Producer")
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 
