@@ -24,6 +24,10 @@ from kcore.codec import partition_for_key
 from kcore.errors import KcoreError, KcoreTimeoutError
 from kcore.testing import KafkaCluster
 
+# Recent timestamps: records older than the broker's retention (7 days) may be deleted by
+# its retention check while a test runs.
+BASE_TS = int(time.time() * 1000) - 3_600_000
+
 
 def name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -72,7 +76,7 @@ def test_send_and_read_back(kafka_cluster):
             key = None if i % 10 == 0 else b"key-%d" % (i % 37)
             value = None if i % 25 == 0 else b"value-%d" % i
             headers = [("n", str(i).encode()), ("empty", None)] if i % 3 == 0 else None
-            ts = 1_700_000_000_000 + i
+            ts = BASE_TS + i
             sent.append(
                 (
                     key,
@@ -147,7 +151,7 @@ def test_send_batch(kafka_cluster, form):
     else:
         col_v, col_k = values, keys
     with kcore.Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as producer:
-        keyed = producer.send_batch(topic, col_v, col_k, timestamp_ms=1_700_000_000_000)
+        keyed = producer.send_batch(topic, col_v, col_k, timestamp_ms=BASE_TS)
         unkeyed = producer.send_batch(topic, col_v)
         assert len(keyed) == len(unkeyed) == n
         keyed.result(60)
@@ -166,7 +170,7 @@ def test_send_batch(kafka_cluster, form):
                 seen[m.key()].append(m.value())
     unordered = {k: vs for k, vs in seen.items() if vs != sorted(vs)}
     assert not unordered, list(unordered.items())[:2]
-    assert all(m.timestamp()[1] == 1_700_000_000_000 for m in with_keys)
+    assert all(m.timestamp()[1] == BASE_TS for m in with_keys)
 
 
 def test_delivery_callbacks_and_errors(kafka_cluster):

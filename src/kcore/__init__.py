@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from kcore.admin import AdminClient, AsyncAdminClient, NewTopic, TopicPartition
+    from kcore.consumer import AsyncConsumer, Consumer, ConsumerRecord
     from kcore.producer import AsyncProducer, Producer, RecordMetadata
 
 # Clients load on first use, so ``import kcore`` for the codec alone stays cheap.
@@ -21,12 +22,18 @@ _LAZY = {
     "Producer": "kcore.producer",
     "AsyncProducer": "kcore.producer",
     "RecordMetadata": "kcore.producer",
+    "Consumer": "kcore.consumer",
+    "AsyncConsumer": "kcore.consumer",
+    "ConsumerRecord": "kcore.consumer",
 }
 
 __all__ = [
     "AdminClient",
     "AsyncAdminClient",
+    "AsyncConsumer",
     "AsyncProducer",
+    "Consumer",
+    "ConsumerRecord",
     "NewTopic",
     "Producer",
     "RecordMetadata",

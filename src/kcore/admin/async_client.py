@@ -94,9 +94,11 @@ class AsyncAdminClient:
     """``await AsyncAdminClient(config).start()``, or ``async with``. ``config`` uses the Java
     client's names (``bootstrap.servers``, ``request.timeout.ms``, ``security.protocol``...)."""
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        self.config = _admin_config(config)
-        self.cluster = ClusterClient(self.config)
+    def __init__(self, config: Mapping[str, Any], *, cluster: ClusterClient | None = None) -> None:
+        """``cluster``: share another client's cluster connection (e.g. a consumer's, for its
+        offset lookups) instead of making one."""
+        self.config = cluster.config if cluster is not None else _admin_config(config)
+        self.cluster = cluster if cluster is not None else ClusterClient(self.config)
         self.default_timeout = int(self.config.get("default.api.timeout.ms", 60000)) / 1000
 
     async def start(self) -> AsyncAdminClient:

@@ -1,0 +1,420 @@
+"""``kcore.Consumer`` (blocking) and ``kcore.AsyncConsumer``, with manual assignment: the caller
+says which partitions to read (``assign``) and from where (``seek`` or ``auto.offset.reset``);
+records come back one by one (``poll``) or as Arrow record batches (``poll_arrow``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, NamedTuple
+
+from kcore.admin.async_client import AsyncAdminClient
+from kcore.admin.types import ListOffsetsResult, TopicPartition
+from kcore.cluster.client import ClusterClient
+from kcore.codec import decode_batches, decode_columns
+from kcore.config import ClientConfig
+from kcore.consumer.fetcher import FetchedData, Fetcher, PartitionState
+from kcore.errors import KcoreError
+from kcore.network.loop_thread import LoopThread
+
+__all__ = ["AsyncConsumer", "Consumer", "ConsumerRecord"]
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def _tps(partitions: Iterable[TopicPartition | tuple[str, int]]) -> list[TopicPartition]:
+    return [TopicPartition(*tp) for tp in partitions]
+
+
+class ConsumerCore:
+    """Assignment, positions and the poll logic; the fetcher runs on the event loop."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        cfg = config if isinstance(config, ClientConfig) else ClientConfig(config, role="consumer")
+        self.config = cfg
+        self.cluster = ClusterClient(cfg)
+        self.max_poll_records = int(cfg["max.poll.records"])
+        self.check_crcs = bool(cfg["check.crcs"])
+        reset = cfg.auto_offset_reset() if hasattr(cfg, "auto_offset_reset") else None
+        policy = reset[0] if isinstance(reset, tuple) else str(cfg["auto.offset.reset"])
+        self.fetcher = Fetcher(
+            self.cluster,
+            max_wait_ms=int(cfg["fetch.max.wait.ms"]),
+            min_bytes=int(cfg["fetch.min.bytes"]),
+            max_bytes=int(cfg["fetch.max.bytes"]),
+            partition_max_bytes=int(cfg["max.partition.fetch.bytes"]),
+            isolation_level=1 if cfg["isolation.level"] == "read_committed" else 0,
+            reset_policy={"earliest": "earliest", "latest": "latest"}.get(policy, "none"),
+        )
+        self.admin = AsyncAdminClient(cfg, cluster=self.cluster)
+        self._fetch_task: asyncio.Task[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.cluster.start()
+        self._fetch_task = self.loop.create_task(self.fetcher.run())
+
+    async def close(self) -> None:
+        await self.fetcher.stop()
+        if self._fetch_task is not None:
+            self._fetch_task.cancel()
+            await asyncio.gather(self._fetch_task, return_exceptions=True)
+        await self.cluster.close()
+
+    def wake(self) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.fetcher.wakeup)
+
+    # -- assignment and positions (any thread) ----------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        wanted = _tps(partitions)
+        f = self.fetcher
+        with f.lock:
+            old = f.states
+            f.states = {tp: old.get(tp) or PartitionState() for tp in wanted}
+            f.completed = type(f.completed)(d for d in f.completed if d.tp in f.states)
+        self.cluster.add_topics({tp.topic for tp in wanted})
+        self.wake()
+
+    def assignment(self) -> set[TopicPartition]:
+        with self.fetcher.lock:
+            return set(self.fetcher.states)
+
+    def _state(self, tp: TopicPartition) -> PartitionState:
+        st = self.fetcher.states.get(tp)
+        if st is None:
+            raise KcoreError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
+        return st
+
+    def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
+        tp = TopicPartition(*tp)
+        if offset < 0:
+            raise KcoreError(f"seek to a negative offset ({offset})")
+        with self.fetcher.lock:
+            st = self._state(tp)
+            st.position, st.reset_to = offset, None
+            self._drop_buffered(tp)
+        self.wake()
+
+    def seek_to(self, partitions: Iterable[TopicPartition | tuple[str, int]], where: str) -> None:
+        with self.fetcher.lock:
+            for tp in _tps(partitions) or list(self.fetcher.states):
+                st = self._state(tp)
+                st.position, st.reset_to = None, where
+                self._drop_buffered(tp)
+        self.wake()
+
+    def _drop_buffered(self, tp: TopicPartition) -> None:
+        f = self.fetcher
+        f.completed = type(f.completed)(d for d in f.completed if d.tp != tp)
+        f.states[tp].buffered = False
+
+    def position(self, tp: TopicPartition | tuple[str, int]) -> int | None:
+        with self.fetcher.lock:
+            return self._state(TopicPartition(*tp)).position
+
+    def pause(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        with self.fetcher.lock:
+            for tp in _tps(partitions):
+                self._state(tp).paused = True
+
+    def resume(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        with self.fetcher.lock:
+            for tp in _tps(partitions):
+                self._state(tp).paused = False
+        self.wake()
+
+    # -- taking records (any thread) --------------------------------------------------------------
+
+    def _next_data(self) -> FetchedData | None:
+        """The first queued data whose partition is not paused and still at the position the
+        data was fetched from (stale data is dropped on the way)."""
+        f = self.fetcher
+        for data in list(f.completed):
+            if data.error is not None:
+                f.completed.remove(data)
+                raise data.error
+            st = f.states.get(data.tp)
+            if st is None or (data.decoded is None and st.position != data.fetch_offset):
+                f.completed.remove(data)  # sought or unassigned since it was fetched
+                if st is not None:
+                    st.buffered = False
+                continue
+            if st.paused:
+                continue  # kept for resume, not handed out (as Java's pause)
+            return data
+        return None
+
+    def _finish(self, data: FetchedData, st: PartitionState) -> None:
+        self.fetcher.completed.remove(data)
+        st.buffered = False
+        self.wake()
+
+    def take_records(self, max_records: int) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        with self.fetcher.lock:
+            while len(out) < max_records:
+                data = self._next_data()
+                if data is None:
+                    break
+                st = self.fetcher.states[data.tp]
+                if data.decoded is None:
+                    data.decoded = self._decode(data, st)
+                    data.taken = 0
+                recs = data.decoded
+                n = min(max_records - len(out), len(recs) - data.taken)
+                topic, partition = data.tp
+                for r in recs[data.taken : data.taken + n]:
+                    out.append(ConsumerRecord(topic, partition, *r))
+                data.taken += n
+                if n:
+                    st.position = recs[data.taken - 1][0] + 1
+                if data.taken >= len(recs):
+                    self._finish(data, st)
+        return out
+
+    def _decode(self, data: FetchedData, st: PartitionState) -> list[Any]:
+        """Records at or after the position; the position moves past batches that hold none
+        (control batches, compacted gaps)."""
+        position = data.fetch_offset
+        out: list[Any] = []
+        next_offset = position
+        for batch in decode_batches(data.records, check_crcs=self.check_crcs):
+            next_offset = max(next_offset, batch.next_offset)
+            if batch.is_control or batch.next_offset <= position:
+                continue
+            recs = batch.records()
+            if recs and recs[0][0] < position:
+                recs = [r for r in recs if r[0] >= position]
+            out.extend(recs)
+        if not out:
+            st.position = max(position, next_offset)
+        return out
+
+    def take_arrow(self, max_records: int) -> Any:
+        import pyarrow as pa
+
+        batches = []
+        left = max_records
+        with self.fetcher.lock:
+            while left > 0:
+                data = self._next_data()
+                if data is None:
+                    break
+                st = self.fetcher.states[data.tp]
+                if data.decoded is None:
+                    cols = decode_columns(data.records, min_offset=data.fetch_offset)
+                    data.decoded = [cols.to_arrow()]
+                    data.taken = 0
+                rb = data.decoded[0]
+                n = min(left, rb.num_rows - data.taken)
+                if n > 0:
+                    part = rb.slice(data.taken, n)
+                    batches.append(_with_topic(part, data.tp))
+                    data.taken += n
+                    left -= n
+                    st.position = part.column("offset")[n - 1].as_py() + 1
+                if data.taken >= rb.num_rows:
+                    if rb.num_rows == 0:
+                        st.position = max(st.position or 0, _next_offset(data.records))
+                    self._finish(data, st)
+        if not batches:
+            return _empty_arrow()
+        if len(batches) == 1:
+            return batches[0]
+        return pa.concat_batches(batches)
+
+
+def _next_offset(records: Any) -> int:
+    last = -1
+    for batch in decode_batches(records, check_crcs=False):
+        last = max(last, batch.next_offset)
+    return last
+
+
+def _with_topic(rb: Any, tp: TopicPartition) -> Any:
+    """Spark's Kafka source columns: key, value, topic, partition, offset, timestamp,
+    timestampType (and headers)."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = rb.num_rows
+    topic = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(n, np.int32)), pa.array([tp.topic], pa.string())
+    ).cast(pa.string())
+    arrays = [rb.column("key"), rb.column("value"), topic]
+    arrays.append(pa.array(np.full(n, tp.partition, np.int32)))
+    names = ["key", "value", "topic", "partition"]
+    for name in rb.schema.names:
+        if name not in ("key", "value"):
+            arrays.append(rb.column(name))
+            names.append(name)
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _empty_arrow() -> Any:
+    from kcore.codec import decode_columns as dc
+
+    return _with_topic(dc(b"").to_arrow(), TopicPartition("", 0))
+
+
+class Consumer:
+    """``kcore.Consumer({"bootstrap.servers": ...})`` with manual assignment (consumer groups
+    come with the coordinator issue). Java's config names and defaults."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._core = ConsumerCore(config)
+        self._loop = LoopThread("kcore-consumer")
+        try:
+            self._loop.run(self._core.start())
+        except BaseException:
+            try:
+                self._loop.run(self._core.cluster.close(), 5)
+            finally:
+                self._loop.close()
+            raise
+
+    @property
+    def cluster(self) -> Any:
+        return self._core.cluster
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        self._core.assign(partitions)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._core.assignment()
+
+    def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
+        self._core.seek(partition, offset)
+
+    def seek_to_beginning(self, partitions: Iterable[Any] = ()) -> None:
+        self._core.seek_to(partitions, "earliest")
+
+    def seek_to_end(self, partitions: Iterable[Any] = ()) -> None:
+        self._core.seek_to(partitions, "latest")
+
+    def position(self, partition: TopicPartition | tuple[str, int], timeout: float = 60) -> int:
+        """The next offset to be handed out (looked up first if it is not known yet)."""
+        deadline = time.monotonic() + timeout
+        while (pos := self._core.position(partition)) is None:
+            if time.monotonic() > deadline:
+                raise KcoreError(f"no position for {partition} within {timeout:g}s")
+            time.sleep(0.01)
+        return pos
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition | tuple[str, int], int], timeout: float = 60
+    ) -> dict[TopicPartition, ListOffsetsResult]:
+        return self._loop.run(self._core.admin.list_offsets(timestamps, timeout=timeout))
+
+    def pause(self, partitions: Iterable[Any]) -> None:
+        self._core.pause(partitions)
+
+    def resume(self, partitions: Iterable[Any]) -> None:
+        self._core.resume(partitions)
+
+    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records from the assigned partitions, waiting up to ``timeout`` seconds for some."""
+        limit = max_records or self._core.max_poll_records
+        deadline = time.monotonic() + timeout
+        while True:
+            records = self._core.take_records(limit)
+            left = deadline - time.monotonic()
+            if records or left <= 0:
+                return records
+            self._core.fetcher.wait_for_data(left)
+
+    def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
+        """A ``pyarrow.RecordBatch`` (key, value, topic, partition, offset, timestamp,
+        timestampType, headers), decoded column by column by the codec."""
+        limit = max_records or 1 << 30
+        deadline = time.monotonic() + timeout
+        while True:
+            rb = self._core.take_arrow(limit)
+            left = deadline - time.monotonic()
+            if rb.num_rows or left <= 0:
+                return rb
+            self._core.fetcher.wait_for_data(left)
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        while True:
+            yield from self.poll(1.0)
+
+    def close(self) -> None:
+        if self._loop.is_running:
+            try:
+                self._loop.run(self._core.close(), 10)
+            finally:
+                self._loop.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncConsumer:
+    """The asyncio flavour of :class:`Consumer` (``await start()`` or ``async with``)."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._core = ConsumerCore(config)
+
+    async def start(self) -> AsyncConsumer:
+        try:
+            await self._core.start()
+        except BaseException:
+            await self._core.cluster.close()
+            raise
+        return self
+
+    async def __aenter__(self) -> AsyncConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        self._core.assign(partitions)
+
+    def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
+        self._core.seek(partition, offset)
+
+    def seek_to_beginning(self, partitions: Iterable[Any] = ()) -> None:
+        self._core.seek_to(partitions, "earliest")
+
+    def seek_to_end(self, partitions: Iterable[Any] = ()) -> None:
+        self._core.seek_to(partitions, "latest")
+
+    async def poll(
+        self, timeout: float = 1.0, max_records: int | None = None
+    ) -> list[ConsumerRecord]:
+        limit = max_records or self._core.max_poll_records
+        deadline = time.monotonic() + timeout
+        while True:
+            records = self._core.take_records(limit)
+            if records or time.monotonic() >= deadline:
+                return records
+            await asyncio.sleep(0.005)  # the fetcher runs on this loop meanwhile
+
+    async def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            rb = self._core.take_arrow(max_records or 1 << 30)
+            if rb.num_rows or time.monotonic() >= deadline:
+                return rb
+            await asyncio.sleep(0.005)
+
+    async def close(self) -> None:
+        await self._core.close()

@@ -1,0 +1,247 @@
+"""The consumer (manual assignment) against real brokers: records written by confluent-kafka and
+by Kafka's console producer read back exactly, as records and as Arrow; positions, seeks,
+pause/resume, offset resets; and leadership moving while reading."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer as ConfluentProducer
+
+import kcore
+from kcore.admin import NewTopic, TopicPartition
+from kcore.errors import KcoreError
+
+# Recent timestamps: records older than the broker's retention (7 days) may be deleted by
+# its retention check while a test runs.
+BASE_TS = int(time.time() * 1000) - 3_600_000
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create(bootstrap: str, topic: str, partitions: int, rf: int = 1) -> None:
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, partitions, rf)])
+
+
+def consumer(bootstrap: str, **extra) -> kcore.Consumer:
+    return kcore.Consumer(
+        {"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest", **extra}
+    )
+
+
+def read(c: kcore.Consumer, n: int, timeout: float = 30) -> list:
+    out: list = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        out += c.poll(1.0)
+    return out
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_reads_what_confluent_kafka_wrote(kafka_cluster, codec):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name(f"from-confluent-{codec}")
+    create(bootstrap, topic, 3)
+    peer = ConfluentProducer(
+        {"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5}
+    )
+    sent = {}
+    for i in range(3000):
+        key = None if i % 7 == 0 else b"k%d" % (i % 40)
+        value = None if i % 50 == 0 else b"value-%d" % i * 3
+        headers = [("i", str(i).encode())] if i % 3 == 0 else None
+        ts = BASE_TS + i
+        peer.produce(topic, value, key, timestamp=ts, headers=headers)
+        sent[ts] = (key, value, tuple(headers or ()))
+    peer.flush(30)
+    with consumer(bootstrap) as c:
+        c.assign([(topic, p) for p in range(3)])
+        got = read(c, len(sent))
+    assert len(got) == len(sent)
+    for r in got:
+        assert (r.key, r.value, r.headers) == sent[r.timestamp]
+    # offsets per partition are consecutive from 0 (nothing skipped, nothing twice)
+    for p in range(3):
+        offsets = [r.offset for r in got if r.partition == p]
+        assert offsets == list(range(len(offsets)))
+
+
+def test_reads_what_the_console_producer_wrote(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("from-console")
+    create(bootstrap, topic, 1)
+    lines = [f"key{i}:value {i}" for i in range(200)]
+    kafka_cluster.run_tool(
+        "kafka-console-producer",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=:",
+        input="\n".join(lines) + "\n",
+        check=True,
+    )
+    with consumer(bootstrap) as c:
+        c.assign([(topic, 0)])
+        got = read(c, len(lines))
+    assert [(r.key, r.value) for r in got] == [
+        (f"key{i}".encode(), f"value {i}".encode()) for i in range(200)
+    ]
+
+
+def test_poll_arrow_matches_poll(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("arrow")
+    create(bootstrap, topic, 2)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(5000):
+            p.send(
+                topic,
+                b"v%d" % i,
+                b"k%d" % (i % 10),
+                headers=[("h", b"1")] if i % 100 == 0 else None,
+            )
+        p.flush(30)
+    with consumer(bootstrap) as c:
+        c.assign([(topic, 0), (topic, 1)])
+        records = read(c, 5000)
+        c.seek_to_beginning()
+        rows = []
+        deadline = time.monotonic() + 30
+        while len(rows) < 5000 and time.monotonic() < deadline:
+            rb = c.poll_arrow(1.0, max_records=700)
+            assert rb.num_rows <= 700
+            assert rb.schema.names[:7] == [
+                "key",
+                "value",
+                "topic",
+                "partition",
+                "offset",
+                "timestamp",
+                "timestampType",
+            ]
+            rows += rb.to_pylist()
+    assert len(rows) == 5000
+    by_pos = {(r["partition"], r["offset"]): r for r in rows}
+    for rec in records:
+        row = by_pos[(rec.partition, rec.offset)]
+        ts = row["timestamp"]  # an Arrow timestamp[ms, UTC], as Spark's source has it
+        assert (row["key"], row["value"], row["topic"]) == (rec.key, rec.value, topic)
+        assert round(ts.timestamp() * 1000) == rec.timestamp
+
+
+def test_positions_seeks_and_pause(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("seek")
+    create(bootstrap, topic, 2)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(100):
+            p.send(topic, b"%d" % i, partition=i % 2, timestamp_ms=BASE_TS + i)
+        p.flush(30)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    with consumer(bootstrap) as c:
+        c.assign([tp0, tp1])
+        assert c.assignment() == {tp0, tp1}
+        assert c.position(tp0) == 0  # auto.offset.reset=earliest
+        c.seek(tp0, 40)
+        c.pause([tp1])
+        got = read(c, 10)
+        assert {r.partition for r in got} == {0} and got[0].offset == 40
+        c.resume([tp1])
+        got = read(c, 60)
+        assert {r.partition for r in got} >= {1}
+        c.seek_to_end([tp0])
+        assert c.position(tp0) == 50
+        times = c.offsets_for_times({tp0: BASE_TS + 20})
+        assert times[tp0].offset == 10  # partition 0 holds the even i
+        with pytest.raises(KcoreError, match="not assigned"):
+            c.seek((topic, 9), 0)
+
+
+def test_out_of_range_resets_and_latest_and_none(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("reset")
+    create(bootstrap, topic, 1)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(20):
+            p.send(topic, b"%d" % i)
+        p.flush(30)
+    with consumer(bootstrap) as c:
+        c.assign([(topic, 0)])
+        c.seek((topic, 0), 1000)  # past the end: OFFSET_OUT_OF_RANGE, reset to earliest
+        got = read(c, 20)
+        assert [r.offset for r in got] == list(range(20))
+    with kcore.Consumer({"bootstrap.servers": bootstrap}) as c:  # default: latest
+        c.assign([(topic, 0)])
+        assert c.position((topic, 0)) == 20
+        assert c.poll(0.5) == []
+    with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "none"}) as c:
+        c.assign([(topic, 0)])
+        with pytest.raises(KcoreError, match="auto.offset.reset is none"):
+            read(c, 1, timeout=5)
+
+
+def test_follows_leadership_moves(kafka_cluster3):
+    bootstrap = kafka_cluster3.bootstrap_servers
+    topic = name("consume-moving")
+    create(bootstrap, topic, 3, 3)
+    n = 30000
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(n):
+            p.send(topic, b"%06d" % i, b"k%d" % (i % 30))
+        p.flush(60)
+    with (
+        consumer(bootstrap, **{"max.poll.records": 1000}) as c,
+        kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin,
+    ):
+        c.assign([(topic, p) for p in range(3)])
+        got = read(c, 3000)
+        before = admin.describe_topics([topic])[topic].partitions
+        admin.alter_partition_reassignments(
+            {
+                TopicPartition(topic, q.partition): [r for r in q.replicas if r != q.leader]
+                + [q.leader]
+                for q in before
+            }
+        )
+        time.sleep(1.0)
+        admin.elect_leaders([(topic, q.partition) for q in before])
+        got += read(c, n - len(got), timeout=60)
+    assert len(got) == n
+    assert len({(r.partition, r.offset) for r in got}) == n
+
+
+def test_async_consumer(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("async-consume")
+    create(bootstrap, topic, 1)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(100):
+            p.send(topic, b"%d" % i)
+        p.flush(30)
+
+    async def main():
+        async with kcore.AsyncConsumer(
+            {"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}
+        ) as c:
+            c.assign([(topic, 0)])
+            got = []
+            while len(got) < 100:
+                got += await c.poll(5.0)
+            rb = None
+            c.seek_to_beginning()
+            rb = await c.poll_arrow(5.0)
+            return got, rb
+
+    got, rb = asyncio.run(main())
+    assert [r.value for r in got] == [b"%d" % i for i in range(100)]
+    assert rb.num_rows > 0
