@@ -245,3 +245,24 @@ def test_async_consumer(kafka_cluster):
     got, rb = asyncio.run(main())
     assert [r.value for r in got] == [b"%d" % i for i in range(100)]
     assert rb.num_rows > 0
+
+
+def test_fetches_ending_in_a_partial_batch(kafka_cluster):
+    """max.partition.fetch.bytes that cuts batches in half: each response ends with a partial
+    batch, which the next fetch gets whole (and a first batch larger than the limit still comes
+    whole, KIP-74)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("partial")
+    create(bootstrap, topic, 1)
+    with kcore.Producer({"bootstrap.servers": bootstrap, "batch.size": 30000}) as p:
+        p.send_batch(topic, [b"%05d" % i + b"x" * 95 for i in range(3000)]).result(30)
+    for limit in (20000, 45000):
+        with consumer(bootstrap, **{"max.partition.fetch.bytes": limit}) as c:
+            c.assign([(topic, 0)])
+            got = read(c, 3000)
+            c.seek_to_beginning()
+            rows = 0
+            deadline = time.monotonic() + 30
+            while rows < 3000 and time.monotonic() < deadline:
+                rows += c.poll_arrow(1.0).num_rows
+        assert [r.offset for r in got] == list(range(3000)) and rows == 3000

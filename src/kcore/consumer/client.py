@@ -190,7 +190,8 @@ class ConsumerCore:
         position = data.fetch_offset
         out: list[Any] = []
         next_offset = position
-        for batch in decode_batches(data.records, check_crcs=self.check_crcs):
+        # A fetch response may end with a partial batch (the next fetch gets it whole).
+        for batch in decode_batches(data.records, True, check_crcs=self.check_crcs):
             next_offset = max(next_offset, batch.next_offset)
             if batch.is_control or batch.next_offset <= position:
                 continue
@@ -238,7 +239,7 @@ class ConsumerCore:
 
 def _next_offset(records: Any) -> int:
     last = -1
-    for batch in decode_batches(records, check_crcs=False):
+    for batch in decode_batches(records, True, check_crcs=False):
         last = max(last, batch.next_offset)
     return last
 
