@@ -278,6 +278,34 @@ def produce_table(name: str, benches: list[Bench]) -> list[str]:
     return lines
 
 
+def producer_cpu_table(results: list[GoalResult]) -> list[str]:
+    """The producer goals' rows again, by client CPU time instead of wall time: the wall time
+    of producing until acknowledged includes the broker, the CPU time only the client."""
+    rows = [r for r in results if r.goal.suite == "producer" and r.kcore and r.peer]
+    if not rows:
+        return []
+    head = ["goal", "kcore", "kcore CPU/record", "peer CPU/record", "CPU ratio", "target"]
+    lines = [
+        "Client CPU (process time of every thread of the client, median round) for the same "
+        "rows: peer CPU / kcore CPU.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for r in rows:
+        k, p = r.kcore, r.peer
+        assert k is not None and p is not None
+        kc, pc = k.info.get("cpu_s"), p.info.get("cpu_s")
+        if not kc or not pc or not k.items or not p.items:
+            continue
+        lines.append(
+            f"| {r.goal.text} | {k.label} | {kc / k.items * 1e6:.2f} µs | "
+            f"{pc / p.items * 1e6:.2f} µs | {fmt_ratio(pc / kc)} | >= {r.goal.target:g}x |"
+        )
+    lines.append("")
+    return lines
+
+
 def memory_lines(groups: dict[str, list[Bench]]) -> list[str]:
     """The kcore send loop's peak RSS growth in a fresh process, against buffer.memory (the
     ``memory`` extra_info of bench/test_producer_bench.py's ``kcore.send`` benchmark)."""
@@ -444,6 +472,7 @@ def report(path: Path) -> tuple[list[str], list[GoalResult]]:
     ]
     if has_goals:
         lines += ["### Goals", "", *goals_table(results)]
+        lines += producer_cpu_table(results)
     for name in sorted(groups, key=group_order):
         if name.startswith("produce:"):
             lines += produce_table(name, groups[name])

@@ -96,6 +96,7 @@ class RecordAccumulator:
         self._flushing = 0
         self._closed = False
         self.incomplete: set[BatchResult] = set()
+        self.wake_sender: Callable[[], None] | None = None  # set by the producer
 
     # -- appending (any thread) ---------------------------------------------------------------
 
@@ -105,6 +106,10 @@ class RecordAccumulator:
         while self._used + need > self.buffer_memory:
             if self._closed:
                 raise KcoreError("the producer is closed")
+            if self.wake_sender is not None:
+                # Memory comes back only as batches are sent: make sure the sender is awake to
+                # send the full ones (it may be asleep until linger or its idle timeout).
+                self.wake_sender()
             left = deadline - time.monotonic()
             if left <= 0:
                 raise KcoreTimeoutError(

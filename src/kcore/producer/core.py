@@ -47,6 +47,7 @@ class ProducerCore:
             # little: the send loop, not the window, limits throughput today).
             max_in_flight=1,
         )
+        self.accumulator.wake_sender = self.wake_sender
         self.idempotent = bool(cfg["enable.idempotence"])
         self.sender = Sender(
             self.cluster,
@@ -338,6 +339,7 @@ class ProducerCore:
             self.max_block_s,
         )
         out.add(partition, stop - start, batch.result)
+        self.wake_sender()  # a chunk is a full batch: ready to go now
 
 
 def _delivery_callback(on_delivery: OnDelivery) -> Callable[[DeliveryFuture], None]:

@@ -1,0 +1,649 @@
+"""kcore's producer against its peers (confluent-kafka, kafka-python, aiokafka), measured in the
+same run against the same real broker.
+
+Every round produces N records (``KCORE_BENCH_PRODUCE_N``, default 300,000) of 100-byte
+JSON-like values (lz4 shrinks a batch of them ~2.6x), no keys, into a fresh 6-partition topic
+of one Kafka node (the ``kafka_cluster`` fixture of kcore's pytest plugin, or
+``KCORE_BOOTSTRAP``), with ``acks=all`` and idempotence on, and waits until the broker has
+acknowledged all of them. Groups (``produce:<codec>``, for compression ``none`` and ``lz4``),
+so bench/report.py's ratios compare like with like:
+
+* kcore ``Producer.send`` per record, then ``flush()``;
+* kcore ``Producer.send_batch`` from a list and from a pyarrow binary array, then ``result()``
+  (and, in ``none`` only, a diagnostic row: from a list with a ``buffer.memory`` of 128 MiB);
+* confluent-kafka ``Producer.produce`` per record (``poll`` while ``BufferError``), ``flush()``;
+* kafka-python ``KafkaProducer.send`` per record, then ``flush()``;
+* aiokafka ``AIOKafkaProducer.send`` per record (its futures collected), then ``flush()``.
+
+Every client gets the same batching: ``linger.ms`` 5, ``batch.size`` 1,000,000 bytes (the
+largest batch a default broker takes is 1,048,588), 32 MiB of send buffer where the client has
+such a limit (see BATCHING and the clients' factories below). Each producer is created,
+connected and primed outside the timed part, once per benchmark; each round gets its own new
+topic (created before it and checked after it, outside the timed part; all deleted at the end
+of the module), so a round also pays for one metadata fetch of the new topic, as a producer's
+first send to a topic does.
+
+Besides wall time, each round records the process CPU time (``time.process_time``: the calling
+thread and every thread of the client, e.g. librdkafka's or kcore's network thread), the
+broker's CPU time (a separate process, when kcore.testing runs it) and the growth of the peak
+RSS over the round (``VmHWM`` reset through ``/proc/self/clear_refs`` before each round).
+
+Correctness, outside the timed part: after each round the new topic's end offsets must sum to N
+(``kcore.AdminClient.list_offsets``); kafka-python's and aiokafka's futures must hold no error,
+kcore's ``send_batch`` result must count N records, confluent-kafka's ``flush`` must leave none.
+
+Run: ``pytest bench/test_producer_bench.py --benchmark-json=out.json && python bench/report.py
+out.json`` (see docs/benchmarks-producer.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from _workload import SEED, VALUE_ALPHABET
+
+import kcore
+from kcore.admin import NewTopic
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+N = int(os.environ.get("KCORE_BENCH_PRODUCE_N", "300000"))
+# Rounds per benchmark: ROUNDS, fewer (down to MIN_ROUNDS) for a client whose rounds would
+# take longer than ROUND_BUDGET_S together, and one for a client slower than SLOW_ROUND_S a
+# round (kafka-python: ~12 s); each estimated from the client's priming.
+ROUNDS = int(os.environ.get("KCORE_BENCH_PRODUCE_ROUNDS", "5"))
+MIN_ROUNDS = min(3, ROUNDS)
+ROUND_BUDGET_S = float(os.environ.get("KCORE_BENCH_PRODUCE_BUDGET_S", "10"))
+SLOW_ROUND_S = 8.0
+VALUE_SIZE = 100
+PARTITIONS = 6
+CODECS = ("none", "lz4")
+LINGER_MS = 5
+BATCH_SIZE = 1_000_000
+BUFFER_MEMORY = 32 * 1024 * 1024
+BIG_BUFFER = 128 * 1024 * 1024  # more than N records take in batches (a diagnostic row)
+MEMORY_BUFFERS = (8 * 1024 * 1024, BUFFER_MEMORY)  # the send loop's peak RSS, against these
+PRIME_RECORDS = 20_000  # twice per producer, before its first round: connections, JIT, ...
+TIMEOUT_S = 120.0
+WARM_UP_S = 6.0  # the broker's produce path, before the first benchmark
+SETTLE_S = 2.0
+
+BATCHING = {  # what report.py prints about the run
+    "records": f"{N:,} values of {VALUE_SIZE} B, no keys",
+    "topic": f"fresh per round, {PARTITIONS} partitions, RF 1",
+    "acks": "all",
+    "idempotence": "on",
+    "linger.ms": LINGER_MS,
+    "batch.size": f"{BATCH_SIZE:,} B",
+    "send buffer": f"{BUFFER_MEMORY >> 20} MiB (kcore, librdkafka; kafka-python, aiokafka: none)",
+}
+
+
+def _optional(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+confluent = _optional("confluent_kafka")
+kafka = _optional("kafka")
+aiokafka = _optional("aiokafka")
+
+
+def _group(codec: str) -> pytest.MarkDecorator:
+    return pytest.mark.benchmark(group=f"produce:{codec}")
+
+
+def _info(
+    benchmark: Any,
+    key: str,
+    label: str,
+    *,
+    impl: str,
+    items: int | None = None,
+    unit: str = "records",
+    **extra: Any,
+) -> None:
+    """What report.py needs (as in test_codec_bench.py): a stable ``key`` (goals refer to it), a
+    label, who implements it (``kcore`` rows get ratios against every other row of the group),
+    and the work done per call (``items`` of ``unit``; ``payload_bytes`` for MB/s)."""
+    benchmark.extra_info.update(key=key, label=label, impl=impl, items=items, unit=unit, **extra)
+
+
+def _need(module: Any, what: str) -> None:
+    if module is None:
+        pytest.skip(f"{what} is not installed")
+
+
+# ---------------------------------------------------------------------------------------------
+# Data, broker and per-round bookkeeping (all outside the timed part)
+
+
+# JSON-like values: a fixed 100-byte template whose 28 ``#`` are drawn per record from 32
+# symbols, so a batch compresses with lz4 too (~2.6x), as records of one schema do.
+VALUE_TEMPLATE = (
+    b'{"id":"################","user":"user-#####","event":"page_view","region":"eu-west-1",'
+    b'"v":"#######"}'
+)
+assert len(VALUE_TEMPLATE) == VALUE_SIZE
+
+
+def make_values(n: int, seed: int = SEED + 2) -> list[bytes]:
+    """``n`` values from VALUE_TEMPLATE and a fixed seed (the memory child calls this too)."""
+    rng = np.random.default_rng(seed)
+    template = np.frombuffer(VALUE_TEMPLATE, dtype=np.uint8)
+    holes = np.flatnonzero(template == ord("#"))
+    alphabet = np.frombuffer(VALUE_ALPHABET, dtype=np.uint8)
+    rows = np.tile(template, (n, 1))
+    rows[:, holes] = alphabet[rng.integers(0, len(alphabet), size=(n, len(holes)))]
+    return [bytes(row) for row in rows]
+
+
+@dataclass(frozen=True)
+class Values:
+    """The N values, as a list and as a pyarrow binary array."""
+
+    list: list[bytes]
+    arrow: pa.Array
+
+
+@pytest.fixture(scope="module")
+def values() -> Values:
+    as_list = make_values(N)
+    arrow = pa.array(as_list, pa.binary())
+    assert arrow.to_pylist() == as_list and {len(v) for v in as_list} == {VALUE_SIZE}
+    return Values(as_list, arrow)
+
+
+@dataclass
+class Broker:
+    bootstrap: str
+    admin: kcore.AdminClient
+    pid: int | None  # the broker JVM, when kcore.testing runs it (for its CPU time)
+    run: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+    count: int = 0
+    created: list[str] = field(default_factory=list)
+
+    def new_topic(self, prefix: str = "bench-produce") -> str:
+        self.count += 1
+        name = f"{prefix}-{self.run}-{self.count:03d}"
+        self.admin.create_topics([NewTopic(name, PARTITIONS, 1)], timeout=30)
+        self.created.append(name)
+        described = self.admin.describe_topics([name], timeout=30)
+        assert len(described[name].partitions) == PARTITIONS
+        return name
+
+    def delete_all(self) -> None:
+        """Every topic this module made, deleted at its end: a broker removes a deleted
+        topic's files a minute later (``file.delete.delay.ms``), which would otherwise land
+        in some later benchmark's rounds (~2 GB of logs for the whole module)."""
+        if self.created:
+            self.admin.delete_topics(self.created, timeout=60)
+            self.created.clear()
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        got = self.admin.list_offsets({(topic, p): "latest" for p in range(PARTITIONS)})
+        return {tp.partition: r.offset for tp, r in got.items()}
+
+    def cpu_s(self) -> float | None:
+        if self.pid is None:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+@pytest.fixture(scope="module")
+def broker(kafka_cluster: Any, values: Values) -> Iterator[Broker]:
+    """The broker, warmed up: a fresh JVM is slower for its first seconds (JIT), which would
+    land on whichever client runs first. kcore writes records (both codecs) for WARM_UP_S, then
+    the broker idles for SETTLE_S."""
+    nodes = getattr(kafka_cluster, "nodes", [])
+    process = getattr(nodes[0], "process", None) if len(nodes) == 1 else None
+    with kcore.AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as admin:
+        b = Broker(kafka_cluster.bootstrap_servers, admin, process.pid if process else None)
+        warm = b.new_topic("bench-produce-warm-up")
+        chunk = values.list[: min(N, 50_000)]
+        deadline = time.monotonic() + WARM_UP_S
+        for codec in CODECS * 1000:
+            with kcore.Producer(_kcore_config(b, codec)) as producer:
+                producer.send_batch(warm, chunk).result(TIMEOUT_S)
+                for v in chunk[:10_000]:
+                    producer.send(warm, v)
+                producer.flush(TIMEOUT_S)
+            if time.monotonic() > deadline:
+                break
+        time.sleep(SETTLE_S)
+        try:
+            yield b
+        finally:
+            b.delete_all()
+
+
+def _rss_kib(field_name: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field_name} in /proc/self/status")
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
+
+
+@dataclass
+class Rounds:
+    """pytest-benchmark's ``setup``/``teardown`` for one benchmark: a fresh topic per round,
+    whose end offsets are checked afterwards. Collects each round's CPU times and peak RSS
+    growth."""
+
+    broker: Broker
+    benchmark: Any
+    check: Callable[[], None] = lambda: None  # the client's own check of its last round
+    cpu: list[float] = field(default_factory=list)
+    broker_cpu: list[float] = field(default_factory=list)
+    rss_growth: list[int] = field(default_factory=list)
+    pending: str | None = None
+    _rss0: int = 0
+    _broker0: float | None = None
+    _peak_ok: bool = False
+
+    def setup(self) -> tuple[tuple[str], dict[str, Any]]:
+        self.finish()  # pytest-benchmark --benchmark-disable calls no teardown
+        topic = self.pending = self.broker.new_topic()
+        self._peak_ok = _reset_peak_rss()
+        self._rss0 = _rss_kib("VmRSS")
+        self._broker0 = self.broker.cpu_s()
+        return (topic,), {}
+
+    def timed(self, produce: Callable[[str], None]) -> Callable[[str], None]:
+        def run(topic: str) -> None:
+            cpu0 = time.process_time()
+            produce(topic)
+            self.cpu.append(time.process_time() - cpu0)
+
+        return run
+
+    def teardown(self, topic: str) -> None:
+        broker1 = self.broker.cpu_s()
+        if self._broker0 is not None and broker1 is not None:
+            self.broker_cpu.append(broker1 - self._broker0)
+        if self._peak_ok:
+            self.rss_growth.append((_rss_kib("VmHWM") - self._rss0) * 1024)
+        self.finish()
+
+    def finish(self) -> None:
+        topic, self.pending = self.pending, None
+        if topic is None:
+            return
+        self.check()
+        offsets = self.broker.end_offsets(topic)
+        assert sum(offsets.values()) == N, f"{topic}: end offsets {offsets}, want {N} in all"
+
+    def run(self, prime: Callable[[str], None], produce: Callable[[str], None]) -> None:
+        """``prime`` writes PRIME_RECORDS to a topic of its own, twice, untimed (connections,
+        producer id, warm code paths: a long-lived producer's state); how long the second took
+        sets the number of rounds. Then the timed rounds of ``produce``, each into a fresh
+        topic."""
+        topic = self.broker.new_topic("bench-produce-prime")
+        prime(topic)
+        t0 = time.perf_counter()
+        prime(topic)
+        estimate = (time.perf_counter() - t0) * N / PRIME_RECORDS
+        rounds = max(MIN_ROUNDS, min(ROUNDS, int(ROUND_BUDGET_S / estimate)))
+        if estimate > SLOW_ROUND_S:
+            rounds = 1
+        try:
+            self.benchmark.pedantic(
+                self.timed(produce),
+                setup=self.setup,
+                teardown=self.teardown,
+                rounds=rounds,
+                iterations=1,
+            )
+        except BaseException:
+            self.pending = None  # the round's own error, not a check's of a half-made round
+            raise
+        self.finish()  # after pytest-benchmark --benchmark-disable's single call
+        median = statistics.median
+        self.benchmark.extra_info.update(
+            cpu_s=median(self.cpu) if self.cpu else None,
+            cpu_s_rounds=self.cpu,
+            broker_cpu_s=median(self.broker_cpu) if self.broker_cpu else None,
+            rss_growth_bytes=max(self.rss_growth) if self.rss_growth else None,
+            rss_growth_rounds=self.rss_growth,
+        )
+
+
+def _bench_info(benchmark: Any, key: str, label: str, impl: str, codec: str, **extra: Any) -> None:
+    _info(
+        benchmark,
+        key,
+        label,
+        impl=impl,
+        items=N,
+        payload_bytes=N * VALUE_SIZE,
+        codec=codec,
+        settings=BATCHING,
+        **extra,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The clients, with matched settings
+
+
+def _kcore_config(broker: Broker, codec: str, **overrides: Any) -> dict[str, Any]:
+    config = {
+        "bootstrap.servers": broker.bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": LINGER_MS,
+        "batch.size": BATCH_SIZE,
+        "buffer.memory": BUFFER_MEMORY,
+        "compression.type": codec,
+    }
+    config.update(overrides)
+    return config
+
+
+CODEC_PARAMS = [pytest.param(c, marks=_group(c), id=c) for c in CODECS]
+
+
+@pytest.mark.parametrize("codec", CODEC_PARAMS)
+def test_kcore_send(benchmark: Any, broker: Broker, values: Values, codec: str) -> None:
+    _bench_info(benchmark, "kcore.send", "kcore Producer.send loop + flush", "kcore", codec)
+    vs = values.list
+    with kcore.Producer(_kcore_config(broker, codec)) as producer:
+
+        def produce_to(topic: str, records: list[bytes]) -> None:
+            send = producer.send
+            for v in records:
+                send(topic, v)
+            producer.flush(TIMEOUT_S)
+
+        Rounds(broker, benchmark).run(
+            lambda topic: produce_to(topic, vs[:PRIME_RECORDS]), lambda topic: produce_to(topic, vs)
+        )
+    if codec == "none":
+        benchmark.extra_info["memory"] = [
+            _send_loop_memory(broker, buffer_memory) for buffer_memory in MEMORY_BUFFERS
+        ]
+
+
+def _send_batch(benchmark: Any, broker: Broker, column: Any, codec: str, **overrides: Any) -> None:
+    results: list[Any] = []
+    with kcore.Producer(_kcore_config(broker, codec, **overrides)) as producer:
+
+        def prime(topic: str) -> None:
+            producer.send_batch(topic, column[:PRIME_RECORDS]).result(TIMEOUT_S)
+
+        def produce(topic: str) -> None:
+            results.append(producer.send_batch(topic, column).result(TIMEOUT_S))
+
+        def check() -> None:
+            out = results.pop()
+            assert sum(count for _, _, count in out) == N
+            assert {p for p, _, _ in out} <= set(range(PARTITIONS))
+
+        Rounds(broker, benchmark, check).run(prime, produce)
+
+
+@pytest.mark.parametrize(
+    "form", [pytest.param("list", id="list"), pytest.param("pyarrow", id="pyarrow")]
+)
+@pytest.mark.parametrize("codec", CODEC_PARAMS)
+def test_kcore_send_batch(
+    benchmark: Any, broker: Broker, values: Values, codec: str, form: str
+) -> None:
+    _bench_info(
+        benchmark,
+        f"kcore.send_batch.{form}",
+        f"kcore Producer.send_batch({form}) + result",
+        "kcore",
+        codec,
+    )
+    _send_batch(benchmark, broker, values.list if form == "list" else values.arrow, codec)
+
+
+@_group("none")
+def test_kcore_send_batch_big_buffer(benchmark: Any, broker: Broker, values: Values) -> None:
+    """A diagnostic row, not held to a goal: the same call with a buffer.memory that holds all
+    N records at once, so it never waits for the sender to free memory (see the doc)."""
+    _bench_info(
+        benchmark,
+        "kcore.send_batch.list.big_buffer",
+        f"kcore Producer.send_batch(list) + result, buffer.memory {BIG_BUFFER >> 20} MiB",
+        "kcore",
+        "none",
+        buffer_memory=BIG_BUFFER,
+    )
+    _send_batch(benchmark, broker, values.list, "none", **{"buffer.memory": BIG_BUFFER})
+
+
+@pytest.mark.parametrize("codec", CODEC_PARAMS)
+def test_confluent_produce(benchmark: Any, broker: Broker, values: Values, codec: str) -> None:
+    _need(confluent, "confluent-kafka")
+    _bench_info(
+        benchmark,
+        "confluent.produce",
+        "confluent-kafka Producer.produce loop + flush",
+        "confluent-kafka",
+        codec,
+    )
+    config = {
+        "bootstrap.servers": broker.bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": LINGER_MS,
+        "batch.size": BATCH_SIZE,
+        # librdkafka's counterpart of buffer.memory; its message count limit stays at its
+        # default (100,000), so produce() raises BufferError and the loop polls.
+        "queue.buffering.max.kbytes": BUFFER_MEMORY // 1024,
+        "compression.type": codec,
+    }
+    # No on_delivery callback: it would cost confluent-kafka a Python call per record, which
+    # kcore's loop does not make either. A record that failed is missing from the end offsets.
+    producer = confluent.Producer(config)
+    vs = values.list
+
+    def produce_to(topic: str, records: list[bytes]) -> None:
+        p = producer.produce
+        for v in records:
+            while True:
+                try:
+                    p(topic, v)
+                    break
+                except BufferError:  # queue.buffering.max.messages: serve delivery reports
+                    producer.poll(0.1)
+        left = producer.flush(TIMEOUT_S)
+        assert left == 0, f"{left} records undelivered after {TIMEOUT_S:g}s"
+
+    Rounds(broker, benchmark).run(
+        lambda topic: produce_to(topic, vs[:PRIME_RECORDS]), lambda topic: produce_to(topic, vs)
+    )
+
+
+@pytest.mark.parametrize("codec", CODEC_PARAMS)
+def test_kafka_python_send(benchmark: Any, broker: Broker, values: Values, codec: str) -> None:
+    _need(kafka, "kafka-python")
+    _bench_info(
+        benchmark,
+        "kafka-python.send",
+        "kafka-python KafkaProducer.send loop + flush",
+        "kafka-python",
+        codec,
+    )
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=broker.bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=LINGER_MS,
+        batch_size=BATCH_SIZE,  # kafka-python 3 has no buffer_memory (no send buffer limit)
+        compression_type=None if codec == "none" else codec,
+    )
+    vs = values.list
+    futures: list[Any] = []
+
+    def produce_to(topic: str, records: list[bytes]) -> None:
+        send = producer.send
+        futures.clear()
+        futures.extend([send(topic, v) for v in records])
+        producer.flush(TIMEOUT_S)
+
+    def check() -> None:
+        assert len(futures) == N
+        failed = [f.exception for f in futures if not f.succeeded()]
+        assert not failed, failed[:3]
+
+    try:
+        Rounds(broker, benchmark, check).run(
+            lambda topic: produce_to(topic, vs[:PRIME_RECORDS]),
+            lambda topic: produce_to(topic, vs),
+        )
+    finally:
+        producer.close(TIMEOUT_S)
+
+
+@pytest.mark.parametrize("codec", CODEC_PARAMS)
+def test_aiokafka_send(benchmark: Any, broker: Broker, values: Values, codec: str) -> None:
+    _need(aiokafka, "aiokafka")
+    _bench_info(
+        benchmark,
+        "aiokafka.send",
+        "aiokafka AIOKafkaProducer.send loop + flush",
+        "aiokafka",
+        codec,
+    )
+    vs = values.list
+    futures: list[Any] = []
+    loop = asyncio.new_event_loop()
+
+    async def start() -> Any:  # aiokafka objects must be made inside the loop
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=LINGER_MS,
+            max_batch_size=BATCH_SIZE,
+            compression_type=None if codec == "none" else codec,
+        )
+        await producer.start()
+        return producer
+
+    producer = loop.run_until_complete(start())
+
+    async def produce_async(topic: str, records: list[bytes]) -> None:
+        send = producer.send
+        futures.clear()
+        futures.extend([await send(topic, v) for v in records])  # send() returns a future
+        await producer.flush()
+
+    def produce_to(topic: str, records: list[bytes]) -> None:
+        loop.run_until_complete(produce_async(topic, records))
+
+    def check() -> None:
+        assert len(futures) == N
+        failed = [f.exception() for f in futures if f.exception() is not None]
+        assert not failed, failed[:3]
+
+    try:
+        Rounds(broker, benchmark, check).run(
+            lambda topic: produce_to(topic, vs[:PRIME_RECORDS]),
+            lambda topic: produce_to(topic, vs),
+        )
+    finally:
+        loop.run_until_complete(producer.stop())
+        loop.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Peak RSS of a send loop against buffer.memory, in a fresh interpreter
+
+
+MEMORY_CHILD = r"""
+import gc, json, sys, time
+
+bench_dir, bootstrap, topic, n, prime, buffer_memory, batch_size = json.loads(sys.argv[1])
+sys.path.insert(0, bench_dir)
+from test_producer_bench import make_values  # noqa: E402
+
+import kcore  # noqa: E402
+
+
+def status(name):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return int(line.split()[1]) * 1024
+
+
+values = make_values(n)
+config = {
+    "bootstrap.servers": bootstrap,
+    "linger.ms": 5,
+    "batch.size": batch_size,
+    "buffer.memory": buffer_memory,
+}
+with kcore.Producer(config) as producer:
+    for v in values[:prime]:
+        producer.send(topic, v)
+    producer.flush(120)
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = status("VmRSS")
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    for v in values:
+        producer.send(topic, v)
+    producer.flush(120)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    peak = status("VmHWM")
+result = {"rss_before": before, "rss_growth": peak - before, "seconds": seconds, "cpu": cpu}
+print(json.dumps(result))
+"""
+
+
+def _send_loop_memory(broker: Broker, buffer_memory: int) -> dict[str, Any]:
+    """A kcore send loop of N records in a child process (whose heap nothing else has grown):
+    how far its peak RSS rises above its RSS before the loop, with the values already built
+    and the producer primed. Not timed by pytest-benchmark; reported next to the table."""
+    if not _reset_peak_rss():
+        return {"buffer_memory": buffer_memory, "error": "no /proc/self/clear_refs"}
+    topic = broker.new_topic("bench-produce-memory")
+    bench_dir = os.path.dirname(os.path.abspath(__file__))
+    args = [bench_dir, broker.bootstrap, topic, N, PRIME_RECORDS, buffer_memory, BATCH_SIZE]
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_CHILD, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=True,
+    )
+    offsets = broker.end_offsets(topic)
+    assert sum(offsets.values()) == N + PRIME_RECORDS, offsets
+    return {"buffer_memory": buffer_memory, **json.loads(out.stdout.strip().splitlines()[-1])}
