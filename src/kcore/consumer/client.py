@@ -16,7 +16,7 @@ from kcore.codec import decode_batches, decode_columns
 from kcore.config import ClientConfig
 from kcore.consumer.fetcher import FetchedData, Fetcher, PartitionState
 from kcore.errors import KcoreError
-from kcore.network.loop_thread import LoopThread
+from kcore.network.loop_thread import start_on_loop_thread
 
 __all__ = ["AsyncConsumer", "Consumer", "ConsumerRecord"]
 
@@ -276,15 +276,9 @@ class Consumer:
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._core = ConsumerCore(config)
-        self._loop = LoopThread("kcore-consumer")
-        try:
-            self._loop.run(self._core.start())
-        except BaseException:
-            try:
-                self._loop.run(self._core.cluster.close(), 5)
-            finally:
-                self._loop.close()
-            raise
+        self._loop = start_on_loop_thread(
+            "kcore-consumer", self._core.start, self._core.cluster.close
+        )
 
     @property
     def cluster(self) -> Any:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from kcore.errors import KcoreError, KcoreTimeoutError
 
-__all__ = ["LoopThread"]
+__all__ = ["LoopThread", "start_on_loop_thread"]
 
 T = TypeVar("T")
 
@@ -72,3 +72,22 @@ class LoopThread:
         self._thread.join(timeout)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+def start_on_loop_thread(
+    name: str,
+    start: Callable[[], Coroutine[Any, Any, Any]],
+    cleanup: Callable[[], Coroutine[Any, Any, Any]],
+) -> LoopThread:
+    """A new :class:`LoopThread` with ``start()`` run on it; if that fails, ``cleanup()`` runs,
+    the thread stops and the error is raised (what every blocking client's constructor does)."""
+    loop = LoopThread(name)
+    try:
+        loop.run(start())
+    except BaseException:
+        try:
+            loop.run(cleanup(), 5)
+        finally:
+            loop.close()
+        raise
+    return loop

@@ -7,7 +7,7 @@ from functools import partial
 from typing import Any
 
 from kcore.errors import KcoreError
-from kcore.network.loop_thread import LoopThread
+from kcore.network.loop_thread import start_on_loop_thread
 from kcore.producer.core import OnDelivery, ProducerCore
 from kcore.producer.results import DeliveryFuture, SendBatchResult
 
@@ -25,15 +25,9 @@ class Producer:
         self._core.send_path.slow = partial(self._core.slow_send, self._counts)
         # The compiled path is the method itself: no Python frame per record.
         self.send = self._core.send_path.send  # type: ignore[method-assign]
-        self._loop = LoopThread("kcore-producer")
-        try:
-            self._loop.run(self._core.start())
-        except BaseException:
-            try:
-                self._loop.run(self._core.cluster.close(), 5)
-            finally:
-                self._loop.close()
-            raise
+        self._loop = start_on_loop_thread(
+            "kcore-producer", self._core.start, self._core.cluster.close
+        )
 
     @property
     def cluster(self) -> Any:
