@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from kcore.admin.types import TopicPartition
@@ -64,10 +64,6 @@ class ProducerBatch:
         self.order = next(_ORDER)  # creation order: retries keep it within a partition
         self.epoch = -1  # the producer epoch its sequence belongs to
         self.in_flight = False
-
-    @property
-    def size(self) -> int:
-        return self.builder.size_in_bytes
 
 
 class RecordAccumulator:
@@ -311,10 +307,6 @@ class RecordAccumulator:
     def has_pending(self) -> bool:
         with self._cond:
             return bool(self.incomplete)
-
-    def partitions(self) -> Iterable[TopicPartition]:
-        with self._cond:
-            return list(self._queues)
 
 
 def _length(data: Any) -> int:

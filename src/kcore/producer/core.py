@@ -15,13 +15,14 @@ from kcore.codec import partition_for_key
 from kcore.config import ClientConfig
 from kcore.errors import KcoreError, KcoreTimeoutError
 from kcore.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator
-from kcore.producer.partitioner import StickyPartitioner
 from kcore.producer.results import DeliveryFuture, RecordMetadata, SendBatchResult
 from kcore.producer.sender import Sender
 
 __all__ = ["ProducerCore"]
 
 OnDelivery = Callable[[BaseException | None, RecordMetadata | None], Any]
+# partitioner.class: (topic, key, value, number of partitions) -> partition.
+Partitioner = Callable[[str, Any, Any, int], int]
 
 
 class ProducerCore:
@@ -33,10 +34,10 @@ class ProducerCore:
         self.max_block_s = int(cfg["max.block.ms"]) / 1000
         self.key_serializer = cfg.get("key.serializer")
         self.value_serializer = cfg.get("value.serializer")
-        self.custom_partitioner = cfg.get("partitioner.class")
-        self.partitioner = StickyPartitioner(
-            self.batch_size, bool(cfg.get("partitioner.ignore.keys", False))
-        )
+        self.custom_partitioner: Partitioner | None = cfg.get("partitioner.class")
+        # Keyed records: murmur2 as Java (in SendPath and partitions_for_keys); unkeyed: the
+        # uniform sticky partitioner whose state SendPath keeps (sticky_partition).
+        self.ignore_keys = bool(cfg.get("partitioner.ignore.keys", False))
         self.accumulator = RecordAccumulator(
             batch_size=self.batch_size,
             linger_s=int(cfg["linger.ms"]) / 1000,
@@ -69,7 +70,7 @@ class ProducerCore:
                 self.key_serializer is None
                 and self.value_serializer is None
                 and self.custom_partitioner is None
-                and not self.partitioner.ignore_keys
+                and not self.ignore_keys
             ),
         )
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -192,7 +193,7 @@ class ProducerCore:
             if not 0 <= chosen < count:
                 raise KcoreError(f"the partitioner chose {chosen}; {topic} has {count} partitions")
             return chosen
-        if key is not None and not self.partitioner.ignore_keys:
+        if key is not None and not self.ignore_keys:
             if isinstance(key, str):
                 key = key.encode("utf-8")
             return partition_for_key(key, count)
@@ -277,7 +278,7 @@ class ProducerCore:
         )
         chunk = max(1, self.batch_size // per_record)
         count, available = counts
-        if partition is not None or keys is None or self.partitioner.ignore_keys:
+        if partition is not None or keys is None or self.ignore_keys:
             # One partition for everything given, or sticky chunks for unkeyed records.
             start = 0
             while start < n:

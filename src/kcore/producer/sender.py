@@ -37,7 +37,6 @@ DUPLICATE_SEQUENCE = 46
 OUT_OF_ORDER_SEQUENCE = 45
 UNKNOWN_PRODUCER_ID = 59
 INVALID_PRODUCER_EPOCH = 47
-PRODUCER_FENCED = 90
 # Answers that mean the broker's idea of this partition's sequence differs from ours.
 SEQUENCE_ERRORS = frozenset({OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH})
 TOPIC_ID_VERSION = 13  # Produce v13 names topics by id
