@@ -254,10 +254,6 @@ class RecordAccumulator:
         else:
             self._in_flight.pop(tp, None)
 
-    def in_flight(self, tp: TopicPartition) -> int:
-        with self._cond:
-            return self._in_flight.get(tp, 0)
-
     def waiting_earlier(self, tp: TopicPartition, order: int) -> bool:
         """Whether a batch of ``tp`` created before ``order`` waits to be (re)sent."""
         with self._cond:
