@@ -57,6 +57,7 @@ class ProducerCore:
             request_timeout_s=int(cfg["request.timeout.ms"]) / 1000,
             delivery_timeout_s=int(cfg["delivery.timeout.ms"]) / 1000,
             idempotent=self.idempotent,
+            max_request_size=int(cfg["max.request.size"]),
         )
         # The compiled per-record path; it hands anything unusual to ``slow_send``.
         self.send_path = SendPath(

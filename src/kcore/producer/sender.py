@@ -52,6 +52,7 @@ class Sender:
         request_timeout_s: float,
         delivery_timeout_s: float,
         idempotent: bool,
+        max_request_size: int = 1048576,
     ) -> None:
         self.cluster = cluster
         self.acc = accumulator
@@ -59,6 +60,7 @@ class Sender:
         self.request_timeout_s = request_timeout_s
         self.delivery_timeout_s = delivery_timeout_s
         self.idempotent = idempotent
+        self.max_request_size = max_request_size
         self.producer_id = -1
         self.producer_epoch = -1
         self._sequences: dict[TopicPartition, int] = defaultdict(int)
@@ -155,9 +157,22 @@ class Sender:
                 continue
             by_node[leader.node_id].append(batch)
         for node, group in by_node.items():
-            task = asyncio.get_running_loop().create_task(self._produce(node, group))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            # Requests of at most max.request.size (always at least one batch each), as Java.
+            request: list[ProducerBatch] = []
+            size = 0
+            for batch in group:
+                batch_size = batch.builder.size_in_bytes
+                if request and size + batch_size > self.max_request_size:
+                    self._start_produce(node, request)
+                    request, size = [], 0
+                request.append(batch)
+                size += batch_size
+            self._start_produce(node, request)
+
+    def _start_produce(self, node: int, batches: list[ProducerBatch]) -> None:
+        task = asyncio.get_running_loop().create_task(self._produce(node, batches))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _payload(self, batch: ProducerBatch) -> bytes:
         if self.idempotent:
