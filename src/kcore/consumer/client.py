@@ -60,8 +60,13 @@ class ConsumerCore:
         self.loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
+        """Bootstrap and start the fetcher; on failure the connections close."""
         self.loop = asyncio.get_running_loop()
-        await self.cluster.start()
+        try:
+            await self.cluster.start()
+        except BaseException:
+            await self.cluster.close()
+            raise
         self._fetch_task = self.loop.create_task(self.fetcher.run())
 
     async def close(self) -> None:
@@ -276,9 +281,7 @@ class Consumer:
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._core = ConsumerCore(config)
-        self._loop = start_on_loop_thread(
-            "kcore-consumer", self._core.start, self._core.cluster.close
-        )
+        self._loop = start_on_loop_thread("kcore-consumer", self._core.start)
 
     @property
     def cluster(self) -> Any:
@@ -367,11 +370,7 @@ class AsyncConsumer:
         self._core = ConsumerCore(config)
 
     async def start(self) -> AsyncConsumer:
-        try:
-            await self._core.start()
-        except BaseException:
-            await self._core.cluster.close()
-            raise
+        await self._core.start()
         return self
 
     async def __aenter__(self) -> AsyncConsumer:

@@ -74,20 +74,13 @@ class LoopThread:
             self.loop.close()
 
 
-def start_on_loop_thread(
-    name: str,
-    start: Callable[[], Coroutine[Any, Any, Any]],
-    cleanup: Callable[[], Coroutine[Any, Any, Any]],
-) -> LoopThread:
-    """A new :class:`LoopThread` with ``start()`` run on it; if that fails, ``cleanup()`` runs,
-    the thread stops and the error is raised (what every blocking client's constructor does)."""
+def start_on_loop_thread(name: str, start: Callable[[], Coroutine[Any, Any, Any]]) -> LoopThread:
+    """A new :class:`LoopThread` with ``start()`` run on it; if that fails (``start`` cleans up
+    after itself), the thread stops and the error is raised."""
     loop = LoopThread(name)
     try:
         loop.run(start())
     except BaseException:
-        try:
-            loop.run(cleanup(), 5)
-        finally:
-            loop.close()
+        loop.close()
         raise
     return loop

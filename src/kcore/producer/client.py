@@ -25,9 +25,7 @@ class Producer:
         self._core.send_path.slow = partial(self._core.slow_send, self._counts)
         # The compiled path is the method itself: no Python frame per record.
         self.send = self._core.send_path.send  # type: ignore[method-assign]
-        self._loop = start_on_loop_thread(
-            "kcore-producer", self._core.start, self._core.cluster.close
-        )
+        self._loop = start_on_loop_thread("kcore-producer", self._core.start)
 
     @property
     def cluster(self) -> Any:
@@ -109,11 +107,7 @@ class AsyncProducer:
         return counts
 
     async def start(self) -> AsyncProducer:
-        try:
-            await self._core.start()
-        except BaseException:
-            await self._core.cluster.close()
-            raise
+        await self._core.start()
         return self
 
     async def __aenter__(self) -> AsyncProducer:

@@ -82,10 +82,15 @@ class ProducerCore:
     # -- lifecycle (on the loop) ------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Bootstrap, get a producer id, start the sender; on failure the connections close."""
         self.loop = asyncio.get_running_loop()
-        await self.cluster.start(self.max_block_s)
-        if self.idempotent:
-            await self.sender.init_producer_id()
+        try:
+            await self.cluster.start(self.max_block_s)
+            if self.idempotent:
+                await self.sender.init_producer_id()
+        except BaseException:
+            await self.cluster.close()
+            raise
         self._sender_task = self.loop.create_task(self.sender.run())
 
     async def topic_partitions(self, topic: str) -> tuple[int, list[int]]:
