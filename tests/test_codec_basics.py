@@ -177,3 +177,45 @@ def test_build_hands_out_an_immutable_batch_and_the_builder_goes_on():
     records = decode_records(third)
     assert len(records) == 1001 and records[-1][:3] == (1000, 1005, b"key-999")
     hash(first)  # a returned batch behaves as any bytes
+
+
+def test_records_made_as_a_named_tuple() -> None:
+    """decode_records(record_type=...) makes each record as the caller's NamedTuple directly
+    (the consumer's ConsumerRecord), equal to wrapping the plain tuples; records before
+    min_offset are skipped, control batches too; the objects stay out of the GC."""
+    import gc
+    from typing import NamedTuple
+
+    from kcore.codec import decode_records
+
+    class Rec(NamedTuple):
+        topic: str
+        partition: int
+        offset: int
+        timestamp: int
+        key: bytes | None
+        value: bytes | None
+        headers: tuple
+
+    out = b""
+    for codec in ("none", "lz4"):
+        b = RecordBatchBuilder(codec, base_offset=len(out) and 3)
+        b.append(b"k", None, 5, headers=[("h", b"v"), ("n", None)])
+        b.append(None, b"", 6)
+        b.append(b"k2", b"v" * 300, 7)
+        out += b.build()
+    plain = decode_records(out)
+    made = decode_records(out, record_type=Rec, topic="t", partition=2)
+    assert made == [Rec("t", 2, *r) for r in plain]
+    assert all(type(r) is Rec for r in made) and not any(gc.is_tracked(r) for r in made)
+    assert [r.offset for r in decode_records(out, min_offset=1, record_type=Rec)] == [1, 2, 3, 4, 5]
+    with pytest.raises(TypeError, match="tuple subclass"):
+        decode_records(out, record_type=dict)
+
+    class Short(NamedTuple):
+        a: int
+
+    with pytest.raises(TypeError, match="7 fields"):
+        decode_records(out, record_type=Short)
+    del made
+    gc.collect()

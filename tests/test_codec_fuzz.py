@@ -27,6 +27,7 @@ import subprocess
 import sys
 import textwrap
 import zlib
+from typing import NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -54,6 +55,17 @@ from kcore.errors import (
     DecompressionLimitError,
     TruncatedDataError,
 )
+
+
+class _Rec(NamedTuple):  # decode_records(record_type=...) as the consumer uses it
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple
+
 
 try:
     import pyarrow as pa
@@ -112,6 +124,11 @@ def check_contract(buf) -> None:
                         assert all(type(k) is str for k, _ in headers)
     records = _expect(decode_records, buf, max_decompressed_size=LIMIT)
     records_all = _expect(decode_records, buf, skip_control=False, max_decompressed_size=LIMIT)
+    made = _expect(
+        decode_records, buf, max_decompressed_size=LIMIT, record_type=_Rec, topic="t", partition=0
+    )
+    if made is not None and records is not None:
+        assert made == [_Rec("t", 0, *r) for r in records]
     for include_headers in (True, False):
         cols = _expect(
             decode_columns, buf, include_headers=include_headers, max_decompressed_size=LIMIT

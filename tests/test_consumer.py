@@ -266,3 +266,64 @@ def test_fetches_ending_in_a_partial_batch(kafka_cluster):
             while rows < 3000 and time.monotonic() < deadline:
                 rows += c.poll_arrow(1.0).num_rows
         assert [r.offset for r in got] == list(range(3000)) and rows == 3000
+
+
+def test_a_seek_right_after_assign_wins_over_the_offset_reset(kafka_cluster):
+    """auto.offset.reset=latest looks up the end while seek_to_beginning arrives: the seek
+    wins (the lookup's answer is dropped)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("seek-race")
+    create(bootstrap, topic, 3)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        p.send_batch(topic, [b"v%d" % i for i in range(300)]).result(30)
+    for _ in range(5):
+        with consumer(bootstrap, **{"auto.offset.reset": "latest"}) as c:
+            c.assign([(topic, p) for p in range(3)])
+            c.seek_to_beginning()
+            assert len(read(c, 300)) == 300
+
+
+def test_fetch_sessions_are_used_and_survive_a_lost_session(kafka_cluster):
+    """Fetches share a session per broker (KIP-227), named partitions change as data is taken;
+    a session the broker no longer accepts is replaced and no record is lost or repeated."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("sessions")
+    create(bootstrap, topic, 4)
+    with kcore.Producer({"bootstrap.servers": bootstrap, "batch.size": 20000}) as p:
+        p.send_batch(topic, [b"%06d" % i + b"x" * 100 for i in range(20000)]).result(30)
+    with consumer(bootstrap, **{"max.partition.fetch.bytes": 30000}) as c:
+        c.assign([(topic, p) for p in range(4)])
+        got = read(c, 8000)
+        sessions = c._core.fetcher._sessions
+        assert sessions and all(s.session_id != 0 and s.epoch > 1 for s in sessions.values())
+        for s in sessions.values():
+            s.epoch += 1000  # the broker answers INVALID_FETCH_SESSION_EPOCH to the next fetch
+        got += read(c, 20000 - len(got))
+        assert all(s.session_id != 0 for s in sessions.values())
+    assert len(got) == 20000
+    for p in range(4):
+        offsets = [r.offset for r in got if r.partition == p]
+        assert offsets == list(range(len(offsets)))
+
+
+def test_batches_larger_than_the_partition_limit_on_every_partition(kafka_cluster):
+    """Only the first partition of a fetch gets an oversized batch whole (KIP-74); the others
+    get part of one, and ask for the batch's size next time. Records of every partition come,
+    and pausing a partition stops its records while the others flow (reading ahead)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("oversized")
+    create(bootstrap, topic, 6)
+    with kcore.Producer({"bootstrap.servers": bootstrap, "batch.size": 200_000}) as p:
+        p.send_batch(topic, [b"%06d" % i + b"y" * 200 for i in range(30000)]).result(30)
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        in_p0 = admin.list_offsets({(topic, 0): "latest"})[TopicPartition(topic, 0)].offset
+    with consumer(bootstrap, **{"max.partition.fetch.bytes": 20000}) as c:
+        c.assign([(topic, p) for p in range(6)])
+        c.pause([(topic, 0)])
+        got = read(c, 30000 - in_p0)
+        got += c.poll(0.5)
+        paused = [r for r in got if r.partition == 0]
+        c.resume([(topic, 0)])
+        got += read(c, 30000 - len(got))
+    assert paused == [] and len(got) == 30000
+    assert sorted(int(r.value[:6]) for r in got) == list(range(30000))

@@ -2,9 +2,11 @@
 
 from array import array
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from typing_extensions import Buffer
+
+_T = TypeVar("_T", bound=tuple[Any, ...])
 
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 Header = tuple[str | bytes, Buffer | None]
@@ -109,6 +111,13 @@ class RecordBatch:
     def next_offset(self) -> int: ...
     def control_type(self) -> str | None: ...
     def records(self) -> list[Record]: ...
+    def records_as(
+        self,
+        record_type: type[_T],
+        topic: str | None,
+        partition: int | None,
+        min_offset: int = -1,
+    ) -> list[_T]: ...
 
 class LegacyBatch:
     last_offset: int
@@ -131,6 +140,13 @@ class LegacyBatch:
     @property
     def next_offset(self) -> int: ...
     def records(self) -> list[Record]: ...
+    def records_as(
+        self,
+        record_type: type[_T],
+        topic: str | None,
+        partition: int | None,
+        min_offset: int = -1,
+    ) -> list[_T]: ...
 
 class ColumnarRecords:
     num_rows: int
@@ -169,7 +185,12 @@ def decode_records(
     min_offset: int = -1,
     skip_control: bool = True,
     max_decompressed_size: int = ...,
-) -> list[Record]: ...
+    *,
+    check_crcs: bool = True,
+    record_type: type[tuple[Any, ...]] | None = None,
+    topic: str | None = None,
+    partition: int | None = None,
+) -> list[Any]: ...
 def decode_columns(
     buf: Buffer,
     *,

@@ -106,6 +106,32 @@ cdef inline int parse_header(const uint8_t* p, Py_ssize_t end, Py_ssize_t* pos,
     return 0
 
 
+cdef extern from *:
+    """
+    /* An instance of a tuple subclass (a NamedTuple) with n empty slots, made the way
+       tuple.__new__ makes one for a subclass: through the type's own tp_alloc. */
+    static PyObject* kcore_tuple_subtype_alloc(PyObject* cls, Py_ssize_t n) {
+        PyTypeObject* t = (PyTypeObject*)cls;
+        return t->tp_alloc(t, n);
+    }
+    """
+    object kcore_tuple_subtype_alloc(object cls, Py_ssize_t n)
+
+
+cdef inline void set_item(object tup, Py_ssize_t i, object item):
+    Py_INCREF(item)
+    PyTuple_SET_ITEM(tup, i, item)
+
+
+cdef object check_record_type(object record_type):
+    if not isinstance(record_type, type) or not issubclass(record_type, tuple):
+        raise TypeError(f"record_type must be a tuple subclass, not {record_type!r}")
+    fields = getattr(record_type, "_fields", None)
+    if fields is not None and len(fields) != 7:
+        raise TypeError(f"record_type must have 7 fields, {record_type.__name__} has {len(fields)}")
+    return record_type
+
+
 cdef object headers_tuple(const uint8_t* p, RecordView* r, Py_ssize_t base):
     cdef Py_ssize_t pos = r.headers_pos, hklen, hvlen
     cdef const uint8_t* hk
@@ -233,6 +259,65 @@ cdef class RecordBatch:
             view_close(&v, &pybuf)
         return out
 
+    def records_as(self, object record_type, object topic, object partition,
+                   int64_t min_offset=-1):
+        """The records at or after ``min_offset``, each made directly as
+        ``record_type(topic, partition, offset, timestamp_ms, key, value, headers)``;
+        ``record_type`` is a tuple subclass of 7 fields (a NamedTuple such as kcore's
+        ConsumerRecord), so a consumer pays for one object per record, not two."""
+        cdef ByteView v
+        cdef Py_buffer pybuf
+        cdef Py_ssize_t pos = 0, base
+        cdef int32_t i
+        cdef RecordView r
+        cdef list out = []
+        check_record_type(record_type)
+        payload = self.payload()
+        base = self.position + BATCH_HEADER_SIZE
+        view_open(payload, &v, &pybuf)
+        try:
+            check_record_count(self.record_count, v.size, self.position)
+            for i in range(self.record_count):
+                parse_record(v.data, v.size, &pos, &r, base)
+                if self.base_offset + r.offset_delta < min_offset:
+                    continue
+                out.append(self.make_record_as(record_type, topic, partition, v.data, &r, base))
+            if pos != v.size:
+                raise CorruptRecordError(
+                    f"{v.size - pos} bytes left after the batch's {self.record_count} records",
+                    base + pos)
+        finally:
+            view_close(&v, &pybuf)
+        return out
+
+    cdef object make_record_as(self, object record_type, object topic, object partition,
+                               const uint8_t* data, RecordView* r, Py_ssize_t base):
+        cdef int64_t ts
+        if self.attributes & ATTR_TIMESTAMP_TYPE:
+            ts = self.max_timestamp
+        else:
+            ts = self.base_timestamp + r.ts_delta
+        if self._ts_obj is None or ts != self._ts:
+            self._ts = ts
+            self._ts_obj = ts
+        key = None if r.klen < 0 else PyBytes_FromStringAndSize(<const char*>r.key, r.klen)
+        value = None if r.vlen < 0 else PyBytes_FromStringAndSize(<const char*>r.value, r.vlen)
+        headers = headers_tuple(data, r, base)
+        record = kcore_tuple_subtype_alloc(record_type, 7)
+        set_item(record, 0, topic)
+        set_item(record, 1, partition)
+        set_item(record, 2, self.base_offset + r.offset_delta)
+        set_item(record, 3, self._ts_obj)
+        set_item(record, 4, key)
+        set_item(record, 5, value)
+        set_item(record, 6, headers)
+        # As records(): only str, int, bytes, None and such tuples inside, so it can never be
+        # part of a cycle and the garbage collector need not walk it.
+        if ((topic is None or PyUnicode_Check(topic))
+                and (partition is None or PyLong_CheckExact(partition))):
+            PyObject_GC_UnTrack(<void*>record)
+        return record
+
     def __iter__(self):
         """Iterate the records one at a time (memory stays flat for large batches)."""
         return RecordIterator(self)
@@ -336,6 +421,12 @@ cdef class LegacyBatch:
     @property
     def next_offset(self):
         return self.last_offset + 1
+
+    def records_as(self, object record_type, object topic, object partition,
+                   int64_t min_offset=-1):
+        """As RecordBatch.records_as (legacy formats are rare: made the plain way)."""
+        check_record_type(record_type)
+        return [record_type(topic, partition, *r) for r in self.records() if r[0] >= min_offset]
 
     def records(self):
         """The records as ``(offset, timestamp_ms, key, value, headers)`` tuples (no headers
@@ -534,15 +625,22 @@ def decode_batches(object buf, bint allow_partial=False, *, bint check_crcs=True
 
 def decode_records(object buf, bint allow_partial=True, int64_t min_offset=-1,
                    bint skip_control=True,
-                   Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
+                   Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, *,
+                   bint check_crcs=True, object record_type=None, object topic=None,
+                   object partition=None):
     """Every record in ``buf`` as ``(offset, timestamp_ms, key, value, headers)``, skipping
-    records before ``min_offset`` and (by default) control batches."""
+    records before ``min_offset`` and (by default) control batches. With ``record_type`` (a
+    tuple subclass of 7 fields), each record is made as ``record_type(topic, partition,
+    offset, timestamp_ms, key, value, headers)`` instead."""
     cdef list out = []
-    for batch in decode_batches(buf, allow_partial,
+    for batch in decode_batches(buf, allow_partial, check_crcs=check_crcs,
                                 max_decompressed_size=max_decompressed_size):
         if skip_control and batch.is_control:
             continue
         if min_offset >= 0 and batch.next_offset <= min_offset:
+            continue
+        if record_type is not None:
+            out.extend(batch.records_as(record_type, topic, partition, min_offset))
             continue
         records = batch.records()
         if min_offset >= 0 and records and records[0][0] < min_offset:

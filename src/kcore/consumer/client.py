@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from kcore.admin.async_client import AsyncAdminClient
 from kcore.admin.types import ListOffsetsResult, TopicPartition
 from kcore.cluster.client import ClusterClient
-from kcore.codec import decode_batches, decode_columns
+from kcore.codec import decode_columns, decode_records
 from kcore.config import ClientConfig
 from kcore.consumer.fetcher import FetchedData, Fetcher, PartitionState
 from kcore.errors import KcoreError
@@ -121,9 +121,7 @@ class ConsumerCore:
         self.wake()
 
     def _drop_buffered(self, tp: TopicPartition) -> None:
-        f = self.fetcher
-        f.completed = type(f.completed)(d for d in f.completed if d.tp != tp)
-        f.states[tp].buffered = False
+        self.fetcher.drop_queued(tp)
 
     def position(self, tp: TopicPartition | tuple[str, int]) -> int | None:
         with self.fetcher.lock:
@@ -151,10 +149,12 @@ class ConsumerCore:
                 f.completed.remove(data)
                 raise data.error
             st = f.states.get(data.tp)
-            if st is None or (data.decoded is None and st.position != data.fetch_offset):
-                f.completed.remove(data)  # sought or unassigned since it was fetched
-                if st is not None:
-                    st.buffered = False
+            if st is None:
+                f.completed.remove(data)  # unassigned since it was fetched
+                continue
+            if data.decoded is None and st.position != data.fetch_offset:
+                f.drop_queued(data.tp)  # sought since it was fetched: all of it is stale
+                self.wake()
                 continue
             if st.paused:
                 continue  # kept for resume, not handed out (as Java's pause)
@@ -162,8 +162,12 @@ class ConsumerCore:
         return None
 
     def _finish(self, data: FetchedData, st: PartitionState) -> None:
+        """``data`` is used up: the position moves past its last batch (past control batches
+        and compacted-away records too), where the next queued data starts."""
         self.fetcher.completed.remove(data)
-        st.buffered = False
+        st.queued -= 1
+        st.queued_bytes -= len(data.records)
+        st.position = max(st.position or 0, data.end_offset)
         self.wake()
 
     def take_records(self, max_records: int) -> list[ConsumerRecord]:
@@ -175,38 +179,30 @@ class ConsumerCore:
                     break
                 st = self.fetcher.states[data.tp]
                 if data.decoded is None:
-                    data.decoded = self._decode(data, st)
+                    data.decoded = self._decode(data)
                     data.taken = 0
                 recs = data.decoded
                 n = min(max_records - len(out), len(recs) - data.taken)
-                topic, partition = data.tp
-                for r in recs[data.taken : data.taken + n]:
-                    out.append(ConsumerRecord(topic, partition, *r))
-                data.taken += n
                 if n:
-                    st.position = recs[data.taken - 1][0] + 1
+                    out.extend(recs[data.taken : data.taken + n])
+                    data.taken += n
+                    st.position = recs[data.taken - 1].offset + 1
                 if data.taken >= len(recs):
                     self._finish(data, st)
         return out
 
-    def _decode(self, data: FetchedData, st: PartitionState) -> list[Any]:
-        """Records at or after the position; the position moves past batches that hold none
-        (control batches, compacted gaps)."""
-        position = data.fetch_offset
-        out: list[Any] = []
-        next_offset = position
-        # A fetch response may end with a partial batch (the next fetch gets it whole).
-        for batch in decode_batches(data.records, True, check_crcs=self.check_crcs):
-            next_offset = max(next_offset, batch.next_offset)
-            if batch.is_control or batch.next_offset <= position:
-                continue
-            recs = batch.records()
-            if recs and recs[0][0] < position:
-                recs = [r for r in recs if r[0] >= position]
-            out.extend(recs)
-        if not out:
-            st.position = max(position, next_offset)
-        return out
+    def _decode(self, data: FetchedData) -> list[ConsumerRecord]:
+        """The records at or after the fetch offset (a fetch may start inside a batch), made
+        as ConsumerRecords by the codec; control batches are skipped."""
+        return decode_records(  # type: ignore[no-any-return]
+            data.records,
+            True,  # a fetch response may end with a partial batch (the next fetch gets it whole)
+            data.fetch_offset,
+            check_crcs=self.check_crcs,
+            record_type=ConsumerRecord,
+            topic=data.tp.topic,
+            partition=data.tp.partition,
+        )
 
     def take_arrow(self, max_records: int) -> Any:
         import pyarrow as pa
@@ -232,21 +228,12 @@ class ConsumerCore:
                     left -= n
                     st.position = part.column("offset")[n - 1].as_py() + 1
                 if data.taken >= rb.num_rows:
-                    if rb.num_rows == 0:
-                        st.position = max(st.position or 0, _next_offset(data.records))
                     self._finish(data, st)
         if not batches:
             return _empty_arrow()
         if len(batches) == 1:
             return batches[0]
         return pa.concat_batches(batches)
-
-
-def _next_offset(records: Any) -> int:
-    last = -1
-    for batch in decode_batches(records, True, check_crcs=False):
-        last = max(last, batch.next_offset)
-    return last
 
 
 def _with_topic(rb: Any, tp: TopicPartition) -> Any:

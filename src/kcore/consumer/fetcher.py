@@ -1,10 +1,18 @@
 """The fetcher: keeps one Fetch request in flight to every leader of an assigned partition, and
 hands the record bytes that come back to ``poll`` (on the caller's thread) through a queue.
+Each broker's fetches share a fetch session (KIP-227, see fetch_session.py).
 
-Runs on the client's event loop. Positions are owned by ``poll``: a fetch is made from the
-position at the time, and data whose fetch offset no longer matches the position (a seek
-happened meanwhile) is dropped. A partition with data waiting in the queue is not fetched
-again until ``poll`` has taken it (prefetching one response per partition ahead of the caller).
+Runs on the client's event loop. Positions are owned by ``poll``; the fetcher reads ahead of
+them: a partition is fetched again from the end of its queued data while fewer than
+PREFETCH_RESPONSES of its responses wait (and the queue holds less than ``fetch.max.bytes``),
+so one busy partition keeps its broker's fetches answering at once instead of waiting
+``fetch.max.wait.ms`` on idle partitions. Queued data whose fetch offset no longer matches the
+position when ``poll`` reaches it (a seek happened meanwhile) is dropped.
+
+A broker fills ``max.partition.fetch.bytes`` for a partition with part of a batch when the next
+batch is larger; only the first partition of a request gets a whole oversized batch (KIP-74).
+So partitions are named longest-waiting first (as Java rotates them), and a partition that got
+only part of a batch asks for the whole batch's size next time (as librdkafka grows its limit).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from kcore.admin.async_client import AsyncAdminClient
 from kcore.admin.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
+from kcore.consumer.fetch_session import SESSION_ERROR_CODES, FetchSession, PartitionFetch
 from kcore.errors import (
     BrokerConnectionError,
     KafkaError,
@@ -29,9 +38,13 @@ from kcore.errors import (
     error_for_code,
 )
 from kcore.protocol.messages import FetchRequest
-from kcore.protocol.messages.fetch_request import FetchPartition, FetchTopic
+from kcore.protocol.messages.fetch_request import FetchPartition, FetchTopic, ForgottenTopic
 
 __all__ = ["FetchedData", "Fetcher", "PartitionState"]
+
+BATCH_HEADER = 12  # base offset (8) and length (4): the same in magic 0, 1 and 2
+MAX_INT32 = 2**31 - 1
+PREFETCH_RESPONSES = 3  # per partition, queued ahead of poll
 
 log = logging.getLogger("kcore.consumer")
 
@@ -43,9 +56,13 @@ TOPIC_ID_VERSION = 13
 class PartitionState:
     position: int | None = None  # next offset to hand out; None: reset per auto.offset.reset
     paused: bool = False
-    buffered: bool = False  # data for it waits in the queue
+    fetch_position: int | None = None  # where the next fetch starts; None: at ``position``
+    queued: int = 0  # responses of it waiting in the queue
+    queued_bytes: int = 0
     high_watermark: int = -1
     reset_to: str | None = None  # a pending seek_to_beginning/end ("earliest"/"latest")
+    batch_bytes: int = 0  # size of the next batch, when the last fetch got only part of it
+    served: int = 0  # when it last had data queued (fetch order: longest waiting first)
 
 
 @dataclass
@@ -54,6 +71,7 @@ class FetchedData:
     fetch_offset: int
     records: Any  # bytes or memoryview of record batches
     high_watermark: int
+    end_offset: int = -1  # the offset after its last complete batch
     decoded: list[Any] | None = None  # poll's cache of the decoded records
     taken: int = 0
     error: BaseException | None = None
@@ -76,6 +94,8 @@ class Fetcher:
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _admin: AsyncAdminClient | None = None
     _stopped: bool = False
+    _sessions: dict[int, FetchSession] = field(default_factory=dict)
+    _served: int = 0
 
     def wakeup(self) -> None:
         if self._wakeup is not None:
@@ -127,17 +147,28 @@ class Fetcher:
         with self.lock:
             for tp, result in offsets.items():
                 st = self.states.get(tp)
-                if st is not None and st.position is None:
+                # A seek meanwhile (to an offset, or to the other end) wins over this answer.
+                if (
+                    st is not None
+                    and st.position is None
+                    and todo.get(tp) == (st.reset_to or self.reset_policy)
+                ):
                     st.position = result.offset
                     st.reset_to = None
 
     def _send_fetches(self) -> None:
         md = self.cluster.metadata
-        by_node: dict[int, dict[TopicPartition, int]] = {}
+        by_node: dict[int, dict[TopicPartition, PartitionFetch]] = {}
         with self.lock:
-            for tp, st in self.states.items():
-                if st.paused or st.buffered or st.position is None:
-                    continue
+            full = sum(st.queued_bytes for st in self.states.values()) >= self.max_bytes
+            ready = [
+                (st.served, tp, st)
+                for tp, st in self.states.items()
+                if not (st.paused or st.position is None or st.queued >= PREFETCH_RESPONSES)
+                and not (full and st.queued)
+            ]
+            ready.sort(key=lambda item: item[0])  # stable: assignment order among equals
+            for _, tp, st in ready:
                 leader = md.leader_for(tp.topic, tp.partition)
                 if leader is None:
                     self.cluster.add_topics([tp.topic])
@@ -145,93 +176,143 @@ class Fetcher:
                     continue
                 if leader.node_id in self._busy_nodes:
                     continue
-                by_node.setdefault(leader.node_id, {})[tp] = st.position
+                info = md.partition(tp.topic, tp.partition)
+                offset = st.fetch_position if st.fetch_position is not None else st.position
+                assert offset is not None  # filtered above
+                by_node.setdefault(leader.node_id, {})[tp] = PartitionFetch(
+                    offset,
+                    info.leader_epoch if info is not None else -1,
+                    max(self.partition_max_bytes, st.batch_bytes),
+                )
         for node, parts in by_node.items():
             self._busy_nodes.add(node)
             task = asyncio.get_running_loop().create_task(self._fetch(node, parts))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _fetch(self, node: int, parts: dict[TopicPartition, int]) -> None:
+    async def _fetch(self, node: int, parts: dict[TopicPartition, PartitionFetch]) -> None:
+        session = self._sessions.setdefault(node, FetchSession(node))
         try:
-            await self._fetch_once(node, parts)
+            await self._fetch_once(session, parts)
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
+            session.on_failure()
             log.debug("fetch from node %s failed: %s", node, exc)
             await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
+        except BaseException:
+            session.on_failure()
+            raise
         finally:
             self._busy_nodes.discard(node)
             self.wakeup()
 
-    async def _fetch_once(self, node: int, parts: dict[TopicPartition, int]) -> None:
+    async def _fetch_once(
+        self, session: FetchSession, wanted: dict[TopicPartition, PartitionFetch]
+    ) -> None:
+        node = session.node_id
         version = await self.cluster.version_for(node, 1)
         md = self.cluster.metadata
-        topics: dict[str, list[Any]] = {}
-        for tp, offset in parts.items():
-            info = md.partition(tp.topic, tp.partition)
+        ids: dict[str, Any] = {}
+        if version >= TOPIC_ID_VERSION:
+            for topic in {tp.topic for tp in [*wanted, *session.partitions]}:
+                tinfo = md.topics.get(topic)
+                if tinfo is not None and tinfo.topic_id is not None:
+                    ids[topic] = tinfo.topic_id
+            if any(tp.topic not in ids for tp in wanted):
+                self.cluster.cache.request_update()
+                wanted = {tp: f for tp, f in wanted.items() if tp.topic in ids}
+            if any(tp.topic not in ids for tp in session.partitions):
+                session.reset()  # cannot name what to forget: start over
+        if not wanted and not session.partitions:
+            return
+        plan = session.plan(wanted, version)
+        topics: dict[str, list[FetchPartition]] = {}
+        for tp, f in plan.send.items():
             topics.setdefault(tp.topic, []).append(
                 FetchPartition(
                     partition=tp.partition,
-                    current_leader_epoch=info.leader_epoch if info is not None else -1,
-                    fetch_offset=offset,
-                    partition_max_bytes=self.partition_max_bytes,
+                    current_leader_epoch=f.leader_epoch,
+                    fetch_offset=f.fetch_offset,
+                    partition_max_bytes=f.max_bytes,
                 )
             )
-        fetch_topics = []
-        for topic, fparts in topics.items():
-            if version >= TOPIC_ID_VERSION:
-                tinfo = md.topics.get(topic)
-                if tinfo is None or tinfo.topic_id is None:
-                    self.cluster.cache.request_update()
-                    continue
-                fetch_topics.append(FetchTopic(topic_id=tinfo.topic_id, partitions=fparts))
-            else:
-                fetch_topics.append(FetchTopic(topic=topic, partitions=fparts))
-        if not fetch_topics:
-            return
+        forgotten: dict[str, list[int]] = {}
+        for tp in plan.forget:
+            forgotten.setdefault(tp.topic, []).append(tp.partition)
+        if version >= TOPIC_ID_VERSION:
+            fetch_topics = [FetchTopic(topic_id=ids[t], partitions=ps) for t, ps in topics.items()]
+            forget = [ForgottenTopic(topic_id=ids[t], partitions=ps) for t, ps in forgotten.items()]
+        else:
+            fetch_topics = [FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()]
+            forget = [ForgottenTopic(topic=t, partitions=ps) for t, ps in forgotten.items()]
         request = FetchRequest(
             replica_id=-1,
             max_wait_ms=self.max_wait_ms,
             min_bytes=self.min_bytes,
             max_bytes=self.max_bytes,
             isolation_level=self.isolation_level,
-            session_id=0,
-            session_epoch=-1,  # no fetch session (KIP-227): every fetch names its partitions
+            session_id=plan.session_id,
+            session_epoch=plan.epoch,
             topics=fetch_topics,
+            forgotten_topics_data=forget,
         )
         timeout = self.cluster.settings.request_timeout_s + self.max_wait_ms / 1000
         response = await self.cluster.send(node, request, version, timeout=timeout)
-        if response.error_code:
+        if not session.on_response(response.error_code, response.session_id):
+            if response.error_code in SESSION_ERROR_CODES:
+                log.debug(
+                    "node %s: fetch session gone (%s); starting a new one",
+                    node,
+                    response.error_code,
+                )
+                return
             err = error_for_code(response.error_code)
             raise err if err is not None else KcoreError("fetch failed")
         apply_leader_hints(self.cluster.cache, response)
-        names_by_id = {t.topic_id: n for n, t in md.topics.items() if t.topic_id}
+        names_by_id = {tid: name for name, tid in ids.items()}
         for topic in response.responses:
             name = topic.topic or names_by_id.get(topic.topic_id, "")
             for p in topic.partitions:
                 tp = TopicPartition(name, p.partition_index)
-                fetched_at = parts.get(tp)
-                if fetched_at is None:
+                asked = wanted.get(tp)
+                if asked is None:
                     continue
-                self._handle_partition(tp, fetched_at, p)
+                self._handle_partition(tp, asked.fetch_offset, p)
 
     def _handle_partition(self, tp: TopicPartition, offset: int, p: Any) -> None:
         code = p.error_code
         with self.lock:
             st = self.states.get(tp)
-            if st is None or st.position != offset:
+            expected = (
+                st.fetch_position
+                if st is not None and st.fetch_position is not None
+                else (st.position if st is not None else None)
+            )
+            if st is None or expected != offset:
                 return  # unassigned or sought meanwhile: the data is stale
             st.high_watermark = p.high_watermark
             if code == 0:
                 records = p.records
                 if records is not None and len(records) > 0:
-                    st.buffered = True
-                    self.completed.append(FetchedData(tp, offset, records, p.high_watermark))
+                    end, complete = _complete_end(records)
+                    if not complete:  # only part of the next batch: ask for all of it next
+                        st.batch_bytes = _first_batch_size(records)
+                        return
+                    st.batch_bytes = 0
+                    self._served += 1
+                    st.served = self._served
+                    st.queued += 1
+                    st.queued_bytes += len(records)
+                    st.fetch_position = max(end, offset)
+                    self.completed.append(
+                        FetchedData(tp, offset, records, p.high_watermark, max(end, offset))
+                    )
                     self.lock.notify_all()
                 return
             if code == OFFSET_OUT_OF_RANGE:
                 log.info(
                     "%s: offset %s out of range; resetting (%s)", tp, offset, self.reset_policy
                 )
+                self.drop_queued(tp)
                 st.position = None
                 return
         if code in STALE_METADATA_CODES:
@@ -240,6 +321,14 @@ class Fetcher:
         err = error_for_code(code)
         if err is not None and not err.retriable:
             self._deliver_error(type(err)(f"{tp.topic}-{tp.partition}: {err.message}"))
+
+    def drop_queued(self, tp: TopicPartition) -> None:
+        """Forget what was fetched ahead for ``tp`` (with the lock held)."""
+        self.completed = deque(d for d in self.completed if d.tp != tp)
+        st = self.states.get(tp)
+        if st is not None:
+            st.queued = st.queued_bytes = 0
+            st.fetch_position = None
 
     def _deliver_error(self, error: BaseException) -> None:
         """A non-retriable error goes to the caller's next poll."""
@@ -263,3 +352,32 @@ class Fetcher:
                 if left <= 0 or self._stopped:
                     return
                 self.lock.wait(left)
+
+
+def _first_batch_size(records: Any) -> int:
+    """Bytes of the first batch (or legacy message) in ``records``, header included; a
+    corrupt length is left for the decoder to report."""
+    if len(records) < BATCH_HEADER:
+        return BATCH_HEADER
+    length = int.from_bytes(records[8:12], "big", signed=True)
+    return min(BATCH_HEADER + max(length, 0), MAX_INT32)
+
+
+def _complete_end(records: Any) -> tuple[int, int]:
+    """The offset after the last complete batch in ``records`` and how many bytes the complete
+    batches take (0: not even the first is whole). Reads only batch headers: base offset,
+    length, magic and, in magic 2, the last offset delta; a magic 0/1 entry carries the last
+    offset of what it wraps."""
+    pos, end, size = 0, -1, len(records)
+    while pos + BATCH_HEADER <= size:
+        length = int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True)
+        if length < 0 or pos + BATCH_HEADER + length > size:
+            break
+        base = int.from_bytes(records[pos : pos + 8], "big", signed=True)
+        if length >= 15 and records[pos + 16] == 2:  # magic 2: lastOffsetDelta at 23
+            delta = int.from_bytes(records[pos + 23 : pos + 27], "big", signed=True)
+            end = max(end, base + delta + 1)
+        else:
+            end = max(end, base + 1)
+        pos += BATCH_HEADER + length
+    return end, pos
