@@ -5,8 +5,9 @@ kcore is faster), then the issue's goals as pass/fail rows.
     pytest bench/test_codec_bench.py --benchmark-json=out.json
     python bench/report.py out.json [more.json ...]
 
-The cluster (bench/test_cluster_bench.py) and producer (bench/test_producer_bench.py) runs get
-the same treatment; the producer's groups also show records/s, MB/s, CPU and peak RSS growth.
+The cluster (bench/test_cluster_bench.py), producer (bench/test_producer_bench.py) and consumer
+(bench/test_consumer_bench.py) runs get the same treatment; the producer's and the consumer's
+groups also show records/s, MB/s, CPU and peak RSS growth.
 
 With several files, each run gets its report, then one table puts the goal ratios side by side
 (the spread between runs is the noise of the machine).
@@ -30,6 +31,9 @@ CLUSTER_UNITS = {"partitions": "partition", "requests": "request"}  # shown per 
 # bench/test_producer_bench.py: its codecs in the order of the docs, its peers after the above.
 PRODUCE_ORDER = ("none", "lz4")
 PRODUCE_PEER_ORDER = ("confluent-kafka", "kafka-python", "aiokafka")
+# bench/test_consumer_bench.py: the same codecs; its diagnostic confluent-kafka row after the rest.
+CONSUME_ORDER = ("none", "lz4")
+CONSUME_PEER_ORDER = ("confluent-kafka (8 MiB partition fetch)",)
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,40 @@ GOALS = (
             ),
         )
     ),
+    # bench/test_consumer_bench.py (the peer is confluent-kafka with its default fetch sizes)
+    *(
+        goal
+        for codec in CONSUME_ORDER
+        for goal in (
+            Goal(
+                f"poll >= 1.5x confluent-kafka's consume ({codec})",
+                f"consume:{codec}",
+                ("kcore.poll",),
+                "confluent.consume",
+                1.5,
+                "consumer",
+            ),
+            Goal(
+                f"poll_arrow >= 5x confluent-kafka's consume ({codec})",
+                f"consume:{codec}",
+                ("kcore.poll_arrow",),
+                "confluent.consume",
+                5.0,
+                "consumer",
+            ),
+        )
+    ),
 )
-SUITE_TITLES = {"codec": "Codec benchmarks", "producer": "Producer benchmarks"}
+SUITE_TITLES = {
+    "codec": "Codec benchmarks",
+    "producer": "Producer benchmarks",
+    "consumer": "Consumer benchmarks",
+}
+# Suites whose goals are also shown by client CPU time (their rows record ``cpu_s``).
+CPU_SUITES = ("producer", "consumer")
+# Group prefixes shown by client_table (records/s, MB/s, CPU, RSS), and whose ``settings``
+# extra_info machine_lines prints.
+CLIENT_GROUPS = {"produce:": "producer", "consume:": "consumer"}
 
 
 @dataclass
@@ -152,13 +188,15 @@ def load(path: Path) -> tuple[dict[str, Any], dict[str, list[Bench]]]:
 
 def group_order(name: str) -> tuple[int, int, str]:
     kind, _, codec = name.partition(":")
-    kinds = ("encode", "decode", "crc32c", "murmur2", "cluster", "produce")
+    kinds = ("encode", "decode", "crc32c", "murmur2", "cluster", "produce", "consume")
     k = kinds.index(kind) if kind in kinds else len(kinds)
     c = CODEC_ORDER.index(codec) if codec in CODEC_ORDER else len(CODEC_ORDER)
     if kind == "cluster" and codec in CLUSTER_ORDER:
         c = CLUSTER_ORDER.index(codec)
     if kind == "produce" and codec in PRODUCE_ORDER:
         c = PRODUCE_ORDER.index(codec)
+    if kind == "consume" and codec in CONSUME_ORDER:
+        c = CONSUME_ORDER.index(codec)
     return (k, c, name)
 
 
@@ -199,7 +237,7 @@ def is_kcore(b: Bench) -> bool:
 
 
 def peer_order(b: Bench) -> tuple[int, str]:
-    order = PEER_ORDER + CLUSTER_PEER_ORDER + PRODUCE_PEER_ORDER
+    order = PEER_ORDER + CLUSTER_PEER_ORDER + PRODUCE_PEER_ORDER + CONSUME_PEER_ORDER
     return (order.index(b.impl) if b.impl in order else len(order), b.impl)
 
 
@@ -234,10 +272,11 @@ def fmt_mib(nbytes: float | None) -> str:
     return f"{nbytes / 2**20:.1f} MiB" if nbytes is not None else ""
 
 
-def produce_table(name: str, benches: list[Bench]) -> list[str]:
-    """bench/test_producer_bench.py's groups: besides the time, records/s and MB/s of payload
-    (values only, 1 MB = 10^6 bytes), the client's CPU time per round (``process_time``: every
-    thread of the process), the broker's (a separate process) and the peak RSS growth."""
+def client_table(name: str, benches: list[Bench]) -> list[str]:
+    """bench/test_producer_bench.py's and bench/test_consumer_bench.py's groups: besides the
+    time, records/s and MB/s of payload (values only, 1 MB = 10^6 bytes), the client's CPU time
+    per round (``process_time``: every thread of the process), the broker's (a separate
+    process) and the peak RSS growth."""
     kcore = sorted((b for b in benches if is_kcore(b)), key=lambda b: b.median)
     peers = sorted((b for b in benches if not is_kcore(b)), key=peer_order)
     head = [
@@ -278,10 +317,11 @@ def produce_table(name: str, benches: list[Bench]) -> list[str]:
     return lines
 
 
-def producer_cpu_table(results: list[GoalResult]) -> list[str]:
-    """The producer goals' rows again, by client CPU time instead of wall time: the wall time
-    of producing until acknowledged includes the broker, the CPU time only the client."""
-    rows = [r for r in results if r.goal.suite == "producer" and r.kcore and r.peer]
+def client_cpu_table(results: list[GoalResult]) -> list[str]:
+    """The producer and consumer goals' rows again, by client CPU time instead of wall time:
+    the wall time of producing until acknowledged (or of fetching) includes the broker, the CPU
+    time only the client."""
+    rows = [r for r in results if r.goal.suite in CPU_SUITES and r.kcore and r.peer]
     if not rows:
         return []
     head = ["goal", "kcore", "kcore CPU/record", "peer CPU/record", "CPU ratio", "target"]
@@ -426,7 +466,7 @@ def machine_lines(data: dict[str, Any]) -> list[str]:
             f"{', '.join(kb.get('kafka_python_codecs', []))}",
         ]
         cluster_run = any(
-            str(b.get("group") or "").startswith(("cluster:", "produce:"))
+            str(b.get("group") or "").startswith(("cluster:", *CLIENT_GROUPS))
             for b in data.get("benchmarks", [])
         )
         if cluster_run and "kafka_broker" in kb:  # bench/test_cluster_bench.py's broker
@@ -434,19 +474,20 @@ def machine_lines(data: dict[str, Any]) -> list[str]:
                 f"- Kafka broker: {kb['kafka_broker']}; librdkafka (confluent-kafka): "
                 f"{kb.get('librdkafka', '?')}"
             )
-    settings = next(
-        (
-            b["extra_info"]["settings"]
-            for b in data.get("benchmarks", [])
-            if str(b.get("group") or "").startswith("produce:") and "settings" in b["extra_info"]
-        ),
-        None,
-    )
-    if settings:  # bench/test_producer_bench.py's workload and the clients' matched settings
-        lines.append(
-            "- producer workload and settings: "
-            + ", ".join(f"{k} {v}" for k, v in settings.items())
+    for prefix, suite in CLIENT_GROUPS.items():
+        settings = next(
+            (
+                b["extra_info"]["settings"]
+                for b in data.get("benchmarks", [])
+                if str(b.get("group") or "").startswith(prefix) and "settings" in b["extra_info"]
+            ),
+            None,
         )
+        if settings:  # the producer's or consumer's workload and the clients' matched settings
+            lines.append(
+                f"- {suite} workload and settings: "
+                + ", ".join(f"{k} {v}" for k, v in settings.items())
+            )
     opts = next(iter(data.get("benchmarks", [])), {}).get("options", {})
     if opts:
         lines.append(
@@ -472,10 +513,10 @@ def report(path: Path) -> tuple[list[str], list[GoalResult]]:
     ]
     if has_goals:
         lines += ["### Goals", "", *goals_table(results)]
-        lines += producer_cpu_table(results)
+        lines += client_cpu_table(results)
     for name in sorted(groups, key=group_order):
-        if name.startswith("produce:"):
-            lines += produce_table(name, groups[name])
+        if name.startswith(tuple(CLIENT_GROUPS)):
+            lines += client_table(name, groups[name])
         else:
             lines += group_table(name, groups[name])
     lines += memory_lines(groups)
@@ -490,11 +531,25 @@ def across_runs(paths: list[Path], runs: list[list[GoalResult]]) -> list[str]:
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
     ]
-    for i, first in enumerate(runs[0]):
+    # Matched by goal and kcore row, not by position: runs of different suites have different
+    # goals (a goal a run has no group of is "-").
+    by_run = [{(r.goal.text, r.kcore_key): r for r in results} for results in runs]
+    firsts: dict[tuple[str, str], GoalResult] = {}
+    for results in runs:
+        for r in results:
+            firsts.setdefault((r.goal.text, r.kcore_key), r)
+    for key, first in firsts.items():
         cells = []
-        for results in runs:
-            r = results[i]
-            cells.append(f"{fmt_ratio(r.ratio)} {r.verdict}" if r.ratio is not None else r.verdict)
+        for results_by_key in by_run:
+            got = results_by_key.get(key)
+            if got is None:
+                cells.append("-")
+            else:
+                cells.append(
+                    f"{fmt_ratio(got.ratio)} {got.verdict}"
+                    if got.ratio is not None
+                    else got.verdict
+                )
         label = first.kcore.label if first.kcore else first.kcore_key
         lines.append(
             "| " + " | ".join([first.goal.text, label, f">= {first.goal.target:g}x", *cells]) + " |"
@@ -550,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
             out += across_runs(args.json, runs)
         out += cluster_across_runs(args.json)
         out += cluster_across_runs(args.json, "produce:", "Producer")
+        out += cluster_across_runs(args.json, "consume:", "Consumer")
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 

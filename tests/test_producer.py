@@ -304,3 +304,50 @@ def test_no_loss_no_duplicates_while_leaders_move_and_a_broker_dies(kafka_cluste
     for p, msgs in back.items():  # send order per partition
         nums = [int(m.value()) for m in msgs]
         assert nums == sorted(nums), f"partition {p} out of order"
+
+
+def test_order_holds_with_batches_in_flight_on_a_new_topic(kafka_cluster):
+    """Five batches a partition in flight (the default) right after the topic is created, when
+    the first ones may meet NOT_LEADER_OR_FOLLOWER: the leader takes any first sequence from a
+    producer it has no state for, so a partition pipelines only after its first batch is
+    written; per key, the log holds the records in send order."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    for round_ in range(4):
+        topic = name(f"inflight-{round_}")
+        create(bootstrap, topic, 4)
+        n = 20000
+        values = [b"value-%08d" % i for i in range(n)]
+        keys = [b"key-%04d" % (i % 500) for i in range(n)]
+        with kcore.Producer({"bootstrap.servers": bootstrap, "batch.size": 8000}) as producer:
+            producer.send_batch(topic, values, keys).result(60)
+        with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as c:
+            c.assign([(topic, p) for p in range(4)])
+            got: list = []
+            deadline = time.monotonic() + 30
+            while len(got) < n and time.monotonic() < deadline:
+                got += c.poll(1.0)
+        assert len(got) == n
+        per_key: dict[bytes, list[bytes]] = defaultdict(list)
+        for r in sorted(got, key=lambda r: (r.partition, r.offset)):
+            per_key[r.key].append(r.value)
+        assert all(vs == sorted(vs) for vs in per_key.values())
+
+
+def test_a_failing_sender_fails_the_records_instead_of_hanging(kafka_cluster, monkeypatch):
+    from kcore.producer.sender import Sender
+
+    def broken(self, batches):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(Sender, "_dispatch", broken)
+    topic = name("broken-sender")
+    create(kafka_cluster.bootstrap_servers, topic, 1)
+    producer = kcore.Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    try:
+        future = producer.send(topic, b"v")
+        with pytest.raises(KcoreError, match="sender stopped.*boom"):
+            future.result(30)
+        with pytest.raises(KcoreError):
+            producer.send(topic, b"more")
+    finally:
+        producer.close(5)

@@ -45,7 +45,7 @@ class ProducerBatch:
         "retry_at",
         "payload",
         "order",
-        "epoch",
+        "producer",
         "in_flight",
     )
 
@@ -62,7 +62,9 @@ class ProducerBatch:
         self.retry_at = 0.0
         self.payload: bytes | None = None
         self.order = next(_ORDER)  # creation order: retries keep it within a partition
-        self.epoch = -1  # the producer epoch its sequence belongs to
+        # (producer id, epoch) its sequence belongs to: an epoch bump, or a new producer id
+        # (what a bump gives an idempotent producer without transactional.id), renumbers it.
+        self.producer: tuple[int, int] | None = None
         self.in_flight = False
 
 
@@ -202,19 +204,23 @@ class RecordAccumulator:
                     soonest = wait
         return soonest
 
-    def drain(self, now: float, sendable: Callable[[TopicPartition], bool]) -> list[ProducerBatch]:
-        """Take the head batch of every partition that is ready, not already in flight, and
-        ``sendable`` (its leader is known)."""
+    def drain(
+        self, now: float, sendable: Callable[[TopicPartition, ProducerBatch, int], bool]
+    ) -> list[ProducerBatch]:
+        """Take the head batch of every partition that is ready, has fewer than
+        ``max_in_flight`` batches in flight, and is ``sendable(tp, head, in_flight)`` (its
+        leader is known, ordering allows it)."""
         out: list[ProducerBatch] = []
         with self._cond:
             for tp, queue in self._queues.items():
-                if not queue or self._in_flight.get(tp, 0) >= self.max_in_flight:
+                in_flight = self._in_flight.get(tp, 0)
+                if not queue or in_flight >= self.max_in_flight:
                     continue
                 head = queue[0]
                 full = head.closed or len(queue) > 1 or self._flushing or self._closed
                 if head.retry_at > now or (not full and now - head.created < self.linger_s):
                     continue
-                if not sendable(tp):
+                if not sendable(tp, head, in_flight):
                     continue
                 queue.popleft()
                 head.closed = True

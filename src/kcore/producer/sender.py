@@ -4,7 +4,13 @@ hints, idempotent sequences and epoch bumps).
 
 Runs on the client's event loop. With idempotence (the default) each batch gets its sequence
 when first sent and keeps it through retries, so a retry the broker already wrote is dropped
-as a duplicate; one batch per partition is in flight at a time, so order holds.
+as a duplicate. Up to ``max.in.flight.requests.per.connection`` batches of a partition are in
+flight at once; order holds because sequences are given out in queue order when batches are
+taken (not when their request is built), a retried batch goes out only once nothing else of its
+partition is in flight, after an epoch bump nothing new goes out for a partition until
+its batches of the old epoch have come back (they are renumbered ahead of later ones), and a
+partition has one batch in flight until one of the current producer id and epoch is written
+(before that the leader takes any first sequence, so a later batch could overtake).
 """
 
 from __future__ import annotations
@@ -64,11 +70,18 @@ class Sender:
         self.producer_id = -1
         self.producer_epoch = -1
         self._sequences: dict[TopicPartition, int] = defaultdict(int)
-        self._flying: dict[TopicPartition, set[int]] = {}  # creation order of batches in flight
+        # Batches in flight per partition: creation order -> (producer id, epoch) of their sequence.
+        self._flying: dict[TopicPartition, dict[int, tuple[int, int]]] = {}
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._epoch_bump: asyncio.Task[None] | None = None
+        # Partitions where a batch of the current producer id and epoch has been written.
+        self._acked: set[TopicPartition] = set()
+
+    @property
+    def _producer(self) -> tuple[int, int]:
+        return self.producer_id, self.producer_epoch
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -103,12 +116,26 @@ class Sender:
             self.producer_id = response.producer_id
             self.producer_epoch = response.producer_epoch
             self._sequences.clear()
+            self._acked.clear()
             log.debug("producer id %s epoch %s", self.producer_id, self.producer_epoch)
             return
 
     # -- the loop ---------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        except Exception as exc:
+            # A bug here must not leave callers waiting forever: fail what waits, refuse more.
+            log.exception("the producer's sender stopped")
+            self.acc.close()
+            error = KcoreError(f"the producer's sender stopped: {exc!r}")
+            for batch in self.acc.abort_all():
+                self._fail(batch, error)
+            for result in self.acc.pending_results():  # taken from the queues, not sent
+                result.fail(error)
+
+    async def _run(self) -> None:
         while True:
             now = time.monotonic()
             self._expire(now)
@@ -118,6 +145,10 @@ class Sender:
             if batches:
                 self._dispatch(batches)
             wait = self.acc.next_ready_in(time.monotonic())
+            if wait is not None and wait <= 0 and not batches:
+                # Ready but held back (leader unknown, a retry waiting for its partition's
+                # batches in flight): until an answer arrives, or briefly.
+                wait = 0.005
             timeout = 1.0 if wait is None else min(max(wait, 0.0005), 1.0)
             self._wakeup.clear()
             if wait is None or wait > 0:
@@ -126,11 +157,22 @@ class Sender:
                 except asyncio.TimeoutError:
                     pass
             else:
-                await asyncio.sleep(0)  # ready but not sendable yet: let replies arrive
+                await asyncio.sleep(0)  # more may be ready: drain again after replies
 
-    def _sendable(self, tp: TopicPartition) -> bool:
+    def _sendable(self, tp: TopicPartition, head: ProducerBatch, in_flight: int) -> bool:
         if self._epoch_bump is not None:
             return False
+        if in_flight:
+            if head.attempts:  # a retry: only once every earlier batch has come back
+                return False
+            flying = self._flying.get(tp)
+            if flying and any(p != self._producer for p in flying.values()):
+                return False  # old-epoch batches come back first and are renumbered first
+            if self.idempotent and tp not in self._acked:
+                # Until a batch of ours is written, the partition's leader has no state for
+                # this producer id and accepts any first sequence: a later batch could land
+                # before an earlier one that failed (e.g. NOT_LEADER on a new topic).
+                return False
         leader = self.cluster.metadata.leader_for(tp.topic, tp.partition)
         if leader is None:
             self.cluster.add_topics([tp.topic])
@@ -155,6 +197,7 @@ class Sender:
             if leader is None:  # moved away between drain and here
                 self.acc.requeue(batch, time.monotonic())
                 continue
+            self._assign_sequence(batch)  # now, in queue order, not when a request is built
             by_node[leader.node_id].append(batch)
         for node, group in by_node.items():
             # Requests of at most max.request.size (always at least one batch each), as Java.
@@ -174,17 +217,21 @@ class Sender:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _assign_sequence(self, batch: ProducerBatch) -> None:
+        if not self.idempotent:
+            return
+        if batch.sequence is None or batch.producer != self._producer:
+            batch.sequence = self._sequences[batch.tp]
+            batch.producer = self._producer
+            self._sequences[batch.tp] = (batch.sequence + batch.records) & 0x7FFFFFFF
+            batch.payload = None
+        self._flying.setdefault(batch.tp, {})[batch.order] = self._producer
+
     def _payload(self, batch: ProducerBatch) -> bytes:
-        if self.idempotent:
-            if batch.sequence is None or batch.epoch != self.producer_epoch:
-                batch.sequence = self._sequences[batch.tp]
-                batch.epoch = self.producer_epoch
-                self._sequences[batch.tp] = (batch.sequence + batch.records) & 0x7FFFFFFF
-                batch.payload = None
-            if batch.payload is None:
-                batch.builder.set_producer(self.producer_id, self.producer_epoch, batch.sequence)
-            self._flying.setdefault(batch.tp, set()).add(batch.order)
         if batch.payload is None:
+            if self.idempotent:
+                assert batch.sequence is not None and batch.producer is not None
+                batch.builder.set_producer(*batch.producer, batch.sequence)
             batch.payload = batch.builder.build()
         return batch.payload
 
@@ -247,7 +294,7 @@ class Sender:
                     self._succeed(batch, p.base_offset if p.base_offset >= 0 else -1, -1)
                 elif code in SEQUENCE_ERRORS and self.idempotent:
                     self._land(batch)
-                    if batch.epoch != self.producer_epoch or self._earlier_pending(batch):
+                    if batch.producer != self._producer or self._earlier_pending(batch):
                         # An earlier batch of the partition is being retried (so the broker
                         # saw a gap), or an epoch bump already renumbers: just go again.
                         self.acc.requeue(batch, time.monotonic())
@@ -268,10 +315,12 @@ class Sender:
     def _land(self, batch: ProducerBatch) -> None:
         flying = self._flying.get(batch.tp)
         if flying is not None:
-            flying.discard(batch.order)
+            flying.pop(batch.order, None)
+            if not flying:
+                del self._flying[batch.tp]
 
     def _earlier_pending(self, batch: ProducerBatch) -> bool:
-        flying = self._flying.get(batch.tp, ())
+        flying = self._flying.get(batch.tp, {})
         return any(o < batch.order for o in flying) or self.acc.waiting_earlier(
             batch.tp, batch.order
         )
@@ -312,6 +361,8 @@ class Sender:
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         self._land(batch)
+        if batch.producer == self._producer:
+            self._acked.add(batch.tp)
         self.acc.done(batch)
         batch.result.complete(base_offset, log_append_time)
         self.wakeup()
