@@ -27,6 +27,7 @@ from kcore.testing import KafkaCluster
 # Recent timestamps: records older than the broker's retention (7 days) may be deleted by
 # its retention check while a test runs.
 BASE_TS = int(time.time() * 1000) - 3_600_000
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def name(prefix: str) -> str:
@@ -351,3 +352,88 @@ def test_a_failing_sender_fails_the_records_instead_of_hanging(kafka_cluster, mo
             producer.send(topic, b"more")
     finally:
         producer.close(5)
+
+
+def test_the_java_console_consumer_reads_what_kcore_wrote(kafka_cluster):
+    """Kafka's own console consumer (the Java client) reads kcore's records of every codec as
+    they were sent: keys, null keys and values, headers, timestamps."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    run = uuid.uuid4().hex[:6]
+    sent: dict[str, tuple] = {}
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(f"java-reads-{run}-{c}", 1, 1) for c in CODECS])
+    for codec in CODECS:
+        with kcore.Producer(
+            {"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5}
+        ) as producer:
+            for i in range(60):
+                value = None if i % 10 == 3 else f"{codec}-value-{i}".encode()
+                key = None if i % 7 == 0 else f"key-{i % 9}".encode()
+                headers = [("n", str(i).encode()), ("codec", codec.encode())] if i % 2 else None
+                ts = BASE_TS + 1000 * CODECS.index(codec) + i
+                producer.send(
+                    f"java-reads-{run}-{codec}", value, key, timestamp_ms=ts, headers=headers
+                )
+                sent[f"{ts}"] = (key, value, headers)
+    out = kafka_cluster.run_tool(
+        "kafka-console-consumer",
+        "--bootstrap-server",
+        bootstrap,
+        "--include",
+        f"java-reads-{run}-.*",
+        "--from-beginning",
+        "--max-messages",
+        len(sent),
+        "--timeout-ms",
+        60000,
+        *("--formatter-property", "print.timestamp=true"),
+        *("--formatter-property", "print.key=true"),
+        *("--formatter-property", "print.headers=true"),
+        *("--formatter-property", "null.literal=<null>"),
+        *("--formatter-property", "headers.separator=;"),
+        *("--formatter-property", "headers.key.separator=:"),
+        check=True,
+    ).stdout
+    got = {}
+    for line in out.splitlines():
+        if not line.startswith("CreateTime:"):
+            continue
+        ts_field, headers_field, key_field, value_field = line.split("\t")
+        headers = (
+            None
+            if headers_field == "NO_HEADERS"
+            else [(h.split(":")[0], h.split(":")[1].encode()) for h in headers_field.split(";")]
+        )
+        key = None if key_field == "<null>" else key_field.encode()
+        value = None if value_field == "<null>" else value_field.encode()
+        got[ts_field.removeprefix("CreateTime:")] = (key, value, headers)
+    assert got == sent
+
+
+def test_keys_land_where_the_java_producer_puts_them(kafka_cluster):
+    """Kafka's console producer (the Java client's default partitioner) writes keyed records;
+    each is on the partition kcore's partitioner picks for its key."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("java-keys")
+    create(bootstrap, topic, 7)
+    lines = [f"user-{i * 7919 % 1000}:v{i}" for i in range(300)]
+    kafka_cluster.run_tool(
+        "kafka-console-producer",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        *("--reader-property", "parse.key=true"),
+        *("--reader-property", "key.separator=:"),
+        input="\n".join(lines) + "\n",
+        check=True,
+    )
+    with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as c:
+        c.assign([(topic, p) for p in range(7)])
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(lines) and time.monotonic() < deadline:
+            got += c.poll(1.0)
+    assert len(got) == len(lines)
+    assert {r.partition for r in got} == set(range(7))
+    assert all(r.partition == partition_for_key(r.key, 7) for r in got)
