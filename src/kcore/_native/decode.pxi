@@ -261,7 +261,7 @@ cdef class RecordBatch:
 
     def records_as(self, object record_type, object topic, object partition,
                    int64_t min_offset=-1):
-        """The records at or after ``min_offset``, each made directly as
+        """The records at or after ``min_offset`` (all when it is negative), each made directly as
         ``record_type(topic, partition, offset, timestamp_ms, key, value, headers)``;
         ``record_type`` is a tuple subclass of 7 fields (a NamedTuple such as kcore's
         ConsumerRecord), so a consumer pays for one object per record, not two."""
@@ -279,7 +279,7 @@ cdef class RecordBatch:
             check_record_count(self.record_count, v.size, self.position)
             for i in range(self.record_count):
                 parse_record(v.data, v.size, &pos, &r, base)
-                if self.base_offset + r.offset_delta < min_offset:
+                if min_offset >= 0 and self.base_offset + r.offset_delta < min_offset:
                     continue
                 out.append(self.make_record_as(record_type, topic, partition, v.data, &r, base))
             if pos != v.size:
@@ -426,7 +426,8 @@ cdef class LegacyBatch:
                    int64_t min_offset=-1):
         """As RecordBatch.records_as (legacy formats are rare: made the plain way)."""
         check_record_type(record_type)
-        return [record_type(topic, partition, *r) for r in self.records() if r[0] >= min_offset]
+        return [record_type(topic, partition, *r) for r in self.records()
+                if min_offset < 0 or r[0] >= min_offset]
 
     def records(self):
         """The records as ``(offset, timestamp_ms, key, value, headers)`` tuples (no headers

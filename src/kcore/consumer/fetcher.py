@@ -343,11 +343,20 @@ class Fetcher:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def _deliverable(self) -> bool:
+        """Whether ``poll`` would find something: an error, or data of an unpaused partition
+        (data of a paused one stays queued without waking the caller)."""
+        for data in self.completed:
+            st = self.states.get(data.tp)
+            if data.error is not None or st is None or not st.paused:
+                return True
+        return False
+
     def wait_for_data(self, timeout: float) -> None:
         """Block the caller until data or an error is queued, or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         with self.lock:
-            while not self.completed:
+            while not self._deliverable():
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopped:
                     return
