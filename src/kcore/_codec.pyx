@@ -17,7 +17,7 @@ from cpython.bytes cimport (
     PyBytes_GET_SIZE,
 )
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_New, PyList_SET_ITEM
-from cpython.long cimport PyLong_AsLongLong, PyLong_CheckExact
+from cpython.long cimport PyLong_AsLongLong, PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from cpython.object cimport PyObject
 

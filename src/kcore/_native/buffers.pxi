@@ -1,6 +1,31 @@
 # Buffers: read-only views of bytes-like input without a typed memoryview per call, big-endian
 # integer access, and a growable output buffer.
 
+cdef extern from *:
+    """
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    #endif
+    /* Ask for transparent huge pages over the 2 MiB-aligned middle of a large buffer the
+       caller is about to fill: one page fault per 2 MiB instead of one per 4 KiB (on a VM a
+       fault costs ~0.5 us, which is most of the cost of writing a fresh 12 MB batch). Only a
+       hint; where THP is off or the call fails nothing changes. */
+    static void kcore_hint_huge_pages(void* start, Py_ssize_t size) {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        const uintptr_t huge = (uintptr_t)2 << 20;
+        uintptr_t lo = ((uintptr_t)start + huge - 1) & ~(huge - 1);
+        uintptr_t hi = ((uintptr_t)start + (uintptr_t)size) & ~(huge - 1);
+        if (size >= (Py_ssize_t)(4 << 20) && hi > lo) {
+            (void)madvise((void*)lo, hi - lo, MADV_HUGEPAGE);
+        }
+    #else
+        (void)start; (void)size;
+    #endif
+    }
+    """
+    void kcore_hint_huge_pages(void* start, Py_ssize_t size) nogil
+
+
 cdef struct ByteView:
     const uint8_t* data
     Py_ssize_t size
