@@ -309,6 +309,11 @@ class Fetcher:
                     self.lock.notify_all()
                 return
             if code == OFFSET_OUT_OF_RANGE:
+                if st.position is not None and offset != st.position:
+                    # A read-ahead fetch past what poll has not taken yet: forget the read-ahead
+                    # and fetch again from the position, which decides about a reset.
+                    self.drop_queued(tp)
+                    return
                 log.info(
                     "%s: offset %s out of range; resetting (%s)", tp, offset, self.reset_policy
                 )
