@@ -385,17 +385,19 @@ class AsyncConsumer:
         deadline = time.monotonic() + timeout
         while True:
             records = self._core.take_records(limit)
-            if records or time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if records or left <= 0:
                 return records
-            await asyncio.sleep(0.005)  # the fetcher runs on this loop meanwhile
+            await self._core.fetcher.wait_for_data_async(left)
 
     async def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
         deadline = time.monotonic() + timeout
         while True:
             rb = self._core.take_arrow(max_records or 1 << 30)
-            if rb.num_rows or time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if rb.num_rows or left <= 0:
                 return rb
-            await asyncio.sleep(0.005)
+            await self._core.fetcher.wait_for_data_async(left)
 
     async def close(self) -> None:
         await self._core.close()

@@ -90,6 +90,7 @@ class Fetcher:
     lock: threading.Condition = field(default_factory=threading.Condition)
     completed: deque[FetchedData] = field(default_factory=deque)
     _wakeup: asyncio.Event | None = None
+    _data_event: asyncio.Event | None = None  # set when something is queued (AsyncConsumer)
     _busy_nodes: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _admin: AsyncAdminClient | None = None
@@ -103,6 +104,7 @@ class Fetcher:
 
     async def run(self) -> None:
         self._wakeup = asyncio.Event()
+        self._data_event = asyncio.Event()
         self._admin = AsyncAdminClient(self.cluster.config, cluster=self.cluster)
         while not self._stopped:
             self._wakeup.clear()
@@ -307,6 +309,7 @@ class Fetcher:
                         FetchedData(tp, offset, records, p.high_watermark, max(end, offset))
                     )
                     self.lock.notify_all()
+                    self._signal_data()
                 return
             if code == OFFSET_OUT_OF_RANGE:
                 if st.position is not None and offset != st.position:
@@ -340,6 +343,7 @@ class Fetcher:
         with self.lock:
             self.completed.append(FetchedData(TopicPartition("", -1), -1, b"", -1, error=error))
             self.lock.notify_all()
+        self._signal_data()
 
     async def stop(self) -> None:
         self._stopped = True
@@ -356,6 +360,25 @@ class Fetcher:
             if data.error is not None or st is None or not st.paused:
                 return True
         return False
+
+    def _signal_data(self) -> None:
+        if self._data_event is not None:
+            self._data_event.set()
+
+    async def wait_for_data_async(self, timeout: float) -> None:
+        """``wait_for_data`` for a caller on the fetcher's own event loop."""
+        event = self._data_event
+        if event is None:  # not started yet
+            await asyncio.sleep(min(max(timeout, 0.0), 0.005))
+            return
+        event.clear()
+        with self.lock:
+            if self._deliverable():
+                return
+        try:
+            await asyncio.wait_for(event.wait(), max(timeout, 0.0))
+        except asyncio.TimeoutError:
+            pass
 
     def wait_for_data(self, timeout: float) -> None:
         """Block the caller until data or an error is queued, or ``timeout`` passes."""
