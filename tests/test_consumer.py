@@ -327,3 +327,49 @@ def test_batches_larger_than_the_partition_limit_on_every_partition(kafka_cluste
         got += read(c, 30000 - len(got))
     assert paused == [] and len(got) == 30000
     assert sorted(int(r.value[:6]) for r in got) == list(range(30000))
+
+
+def test_poll_hands_out_taken_records_before_raising_a_queued_error():
+    """Records taken in a poll are returned; a queued error comes at the next poll (as Java),
+    so a position moved for records the caller never got cannot happen."""
+    from kcore.codec import RecordBatchBuilder
+    from kcore.consumer.client import ConsumerCore
+    from kcore.consumer.fetcher import FetchedData, PartitionState
+
+    core = ConsumerCore({"bootstrap.servers": "127.0.0.1:1"})  # never started: no I/O
+    tp = TopicPartition("t", 0)
+    b = RecordBatchBuilder("none")
+    for i in range(5):
+        b.append(None, b"v%d" % i, BASE_TS + i)
+    batch = b.build()
+    f = core.fetcher
+    f.states[tp] = PartitionState(position=0, queued=1, queued_bytes=len(batch))
+    f.completed.append(FetchedData(tp, 0, batch, 5, end_offset=5))
+    f.completed.append(FetchedData(TopicPartition("", -1), -1, b"", -1, error=KcoreError("boom")))
+    got = core.take_records(100)
+    assert [r.value for r in got] == [b"v%d" % i for i in range(5)]
+    assert f.states[tp].position == 5
+    with pytest.raises(KcoreError, match="boom"):
+        core.take_records(100)
+
+
+def test_a_partition_that_does_not_exist_is_reported_and_the_others_flow(kafka_cluster):
+    """An offset lookup that fails for good (partition 99 of a 1-partition topic) reaches
+    poll as an error; fetching of the other partitions goes on."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("no-such-partition")
+    create(bootstrap, topic, 1)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        p.send_batch(topic, [b"v%d" % i for i in range(100)], partition=0).result(30)
+    errors: list[Exception] = []
+    got: list = []
+    with consumer(bootstrap) as c:
+        c.assign([(topic, 0), (topic, 99)])
+        deadline = time.monotonic() + 30
+        while (len(got) < 100 or not errors) and time.monotonic() < deadline:
+            try:
+                got += c.poll(1.0)
+            except KcoreError as exc:
+                errors.append(exc)
+    assert len(got) == 100 and errors
+    assert any("99" in str(e) for e in errors), errors

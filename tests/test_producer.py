@@ -437,3 +437,22 @@ def test_keys_land_where_the_java_producer_puts_them(kafka_cluster):
     assert len(got) == len(lines)
     assert {r.partition for r in got} == set(range(7))
     assert all(r.partition == partition_for_key(r.key, 7) for r in got)
+
+
+def test_a_failed_batch_never_makes_a_later_one_a_duplicate(kafka_cluster):
+    """A batch the broker refuses for good (MESSAGE_TOO_LARGE) must not hand its sequence
+    numbers back: the next batch would reuse sequence 0 of the same epoch, which the broker
+    takes for a duplicate of the first batch and drops while answering success. A new epoch
+    renumbers instead (KIP-360, as Java)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("too-large")
+    create(bootstrap, topic, 1, **{"max.message.bytes": "2000"})
+    with kcore.Producer({"bootstrap.servers": bootstrap, "linger.ms": 0}) as producer:
+        first = producer.send(topic, b"first", partition=0).result(30)
+        with pytest.raises(KcoreError):
+            producer.send(topic, b"x" * 10_000, partition=0).result(30)
+        second = producer.send(topic, b"after", partition=0).result(30)
+        third = producer.send(topic, b"later", partition=0).result(30)
+    assert (first.offset, second.offset, third.offset) == (0, 1, 2)
+    back = read_all(bootstrap, topic, 1, 3)
+    assert [m.value() for m in back[0]] == [b"first", b"after", b"later"]

@@ -12,6 +12,9 @@ DEF ATTR_TIMESTAMP_TYPE = 0x08
 DEF ATTR_TRANSACTIONAL = 0x10
 DEF ATTR_CONTROL = 0x20
 
+# append_many's up-front reservation is an estimate; never more than this in one go.
+DEF RESERVE_CAP = 64 * 1024 * 1024
+
 # Kinds of column append_many reads.
 DEF COL_NULL = 0      # None: every value null
 DEF COL_OBJECTS = 1   # a sequence of bytes-like objects or None
@@ -437,7 +440,9 @@ cdef class RecordBatchBuilder:
                 acq = False
             total += (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) + 16
         # 1/8 more than the sample says: a little slack beats a doubling of the whole buffer.
-        self.reserve(total // sample * n + total // sample * n // 8)
+        # Capped: a sample of large records ahead of many small ones must not ask for GBs
+        # (past the cap the buffer grows by doubling, as without the estimate).
+        self.reserve(min(total // sample * n + total // sample * n // 8, RESERVE_CAP))
         return 0
 
     def build(self):

@@ -112,10 +112,19 @@ cdef extern from *:
        tuple.__new__ makes one for a subclass: through the type's own tp_alloc. */
     static PyObject* kcore_tuple_subtype_alloc(PyObject* cls, Py_ssize_t n) {
         PyTypeObject* t = (PyTypeObject*)cls;
-        return t->tp_alloc(t, n);
+        PyObject* o = t->tp_alloc(t, n);
+    #if PY_VERSION_HEX >= 0x030E0000
+        /* 3.14 caches a tuple's hash; -1 means "not computed" (tp_alloc zeroes it). */
+        if (o != NULL) ((PyTupleObject*)o)->ob_hash = -1;
+    #endif
+        return o;
+    }
+    static int kcore_type_has_dict(PyObject* cls) {
+        return ((PyTypeObject*)cls)->tp_dictoffset != 0;
     }
     """
     object kcore_tuple_subtype_alloc(object cls, Py_ssize_t n)
+    int kcore_type_has_dict(object cls)
 
 
 cdef inline void set_item(object tup, Py_ssize_t i, object item):
@@ -124,11 +133,13 @@ cdef inline void set_item(object tup, Py_ssize_t i, object item):
 
 
 cdef object check_record_type(object record_type):
-    if not isinstance(record_type, type) or not issubclass(record_type, tuple):
+    if (not isinstance(record_type, type) or not issubclass(record_type, tuple)
+            or record_type is tuple):
         raise TypeError(f"record_type must be a tuple subclass, not {record_type!r}")
     fields = getattr(record_type, "_fields", None)
-    if fields is not None and len(fields) != 7:
-        raise TypeError(f"record_type must have 7 fields, {record_type.__name__} has {len(fields)}")
+    if fields is None or len(fields) != 7:
+        raise TypeError(f"record_type must be a NamedTuple of 7 fields; "
+                        f"{record_type.__name__} has {0 if fields is None else len(fields)}")
     return record_type
 
 
@@ -314,7 +325,8 @@ cdef class RecordBatch:
         # As records(): only str, int, bytes, None and such tuples inside, so it can never be
         # part of a cycle and the garbage collector need not walk it.
         if ((topic is None or PyUnicode_Check(topic))
-                and (partition is None or PyLong_CheckExact(partition))):
+                and (partition is None or PyLong_CheckExact(partition))
+                and not kcore_type_has_dict(record_type)):  # no instance dict to hold cycles
             PyObject_GC_UnTrack(<void*>record)
         return record
 

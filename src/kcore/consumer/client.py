@@ -140,12 +140,16 @@ class ConsumerCore:
 
     # -- taking records (any thread) --------------------------------------------------------------
 
-    def _next_data(self) -> FetchedData | None:
+    def _next_data(self, have_records: bool = False) -> FetchedData | None:
         """The first queued data whose partition is not paused and still at the position the
-        data was fetched from (stale data is dropped on the way)."""
+        data was fetched from (stale data is dropped on the way). A queued error is raised, but
+        only to a caller that has taken nothing yet (as Java's poll: records first, the error
+        at the next call)."""
         f = self.fetcher
         for data in list(f.completed):
             if data.error is not None:
+                if have_records:
+                    return None
                 f.completed.remove(data)
                 raise data.error
             st = f.states.get(data.tp)
@@ -174,12 +178,17 @@ class ConsumerCore:
         out: list[ConsumerRecord] = []
         with self.fetcher.lock:
             while len(out) < max_records:
-                data = self._next_data()
+                data = self._next_data(bool(out))
                 if data is None:
                     break
                 st = self.fetcher.states[data.tp]
                 if data.decoded is None:
-                    data.decoded = self._decode(data)
+                    try:
+                        data.decoded = self._decode(data)
+                    except Exception:
+                        if out:  # hand out what was taken; the next poll raises
+                            break
+                        raise
                     data.taken = 0
                 recs = data.decoded
                 n = min(max_records - len(out), len(recs) - data.taken)
@@ -207,16 +216,21 @@ class ConsumerCore:
     def take_arrow(self, max_records: int) -> Any:
         import pyarrow as pa
 
-        batches = []
+        batches: list[Any] = []
         left = max_records
         with self.fetcher.lock:
             while left > 0:
-                data = self._next_data()
+                data = self._next_data(bool(batches))
                 if data is None:
                     break
                 st = self.fetcher.states[data.tp]
                 if data.decoded is None:
-                    cols = decode_columns(data.records, min_offset=data.fetch_offset)
+                    try:
+                        cols = decode_columns(data.records, min_offset=data.fetch_offset)
+                    except Exception:
+                        if batches:  # hand out what was taken; the next poll raises
+                            break
+                        raise
                     data.decoded = [cols.to_arrow()]
                     data.taken = 0
                 rb = data.decoded[0]

@@ -10,7 +10,7 @@ failed request or an unanswered one, the next request is a full one again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kcore.admin.types import TopicPartition
 
@@ -55,6 +55,7 @@ class FetchSession:
     # What the broker holds for us once the request in flight succeeds.
     partitions: dict[TopicPartition, PartitionFetch] = field(default_factory=dict)
     _pending: dict[TopicPartition, PartitionFetch] | None = None
+    topic_ids: dict[str, Any] = field(default_factory=dict)  # the ids the session names
 
     def plan(self, wanted: dict[TopicPartition, PartitionFetch], version: int) -> FetchPlan:
         self._pending = dict(wanted)
@@ -91,3 +92,4 @@ class FetchSession:
         self.session_id, self.epoch = 0, INITIAL_EPOCH
         self.partitions = {}
         self._pending = None
+        self.topic_ids = {}

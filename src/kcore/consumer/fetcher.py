@@ -11,8 +11,9 @@ position when ``poll`` reaches it (a seek happened meanwhile) is dropped.
 
 A broker fills ``max.partition.fetch.bytes`` for a partition with part of a batch when the next
 batch is larger; only the first partition of a request gets a whole oversized batch (KIP-74).
-So partitions are named longest-waiting first (as Java rotates them), and a partition that got
-only part of a batch asks for the whole batch's size next time (as librdkafka grows its limit).
+So a partition that got only part of a batch asks for the whole batch's size next time (as
+librdkafka grows its limit). Partitions are also named longest-waiting first (as Java rotates
+them), which orders full requests; within a session the broker keeps its own order.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kcore.admin.async_client import AsyncAdminClient
-from kcore.admin.types import TopicPartition
+from kcore.admin.types import AdminOperationError, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
 from kcore.consumer.fetch_session import SESSION_ERROR_CODES, FetchSession, PartitionFetch
@@ -96,6 +97,9 @@ class Fetcher:
     _admin: AsyncAdminClient | None = None
     _stopped: bool = False
     _sessions: dict[int, FetchSession] = field(default_factory=dict)
+    _reset_task: asyncio.Task[None] | None = None
+    _reported_no_position: set[TopicPartition] = field(default_factory=set)
+    _last_reset_error: str | None = None
     _served: int = 0
 
     def wakeup(self) -> None:
@@ -108,16 +112,45 @@ class Fetcher:
         self._admin = AsyncAdminClient(self.cluster.config, cluster=self.cluster)
         while not self._stopped:
             self._wakeup.clear()
+            # Offset lookups run beside the fetches (a lookup may wait for a leader for a
+            # while; the other partitions go on being fetched meanwhile).
+            if self._reset_task is None or self._reset_task.done():
+                self._reset_task = asyncio.get_running_loop().create_task(self._reset_guarded())
             try:
-                await self._reset_positions()
                 self._send_fetches()
-            except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
-                log.info("fetcher: %s", exc)
+            except Exception as exc:  # a bug must not stop fetching for good: report it
+                log.exception("fetcher")
+                self._deliver_error(KcoreError(f"the fetcher failed: {exc!r}"))
                 await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
             try:
                 await asyncio.wait_for(self._wakeup.wait(), 0.5)
             except asyncio.TimeoutError:
                 pass
+
+    async def _reset_guarded(self) -> None:
+        try:
+            await self._reset_positions()
+            self._last_reset_error = None
+        except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
+            if isinstance(exc, KafkaError) and not exc.retriable:
+                self._report_reset_error(exc)
+            log.info("fetcher: offset lookup: %s", exc)
+            await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
+        except KcoreError as exc:  # e.g. AdminOperationError: a partition that does not exist
+            self._report_reset_error(exc)
+            await asyncio.sleep(self.cluster.retry_backoff.maximum_ms / 1000)
+        except Exception as exc:
+            log.exception("fetcher: offset lookup")
+            self._deliver_error(KcoreError(f"the offset lookup failed: {exc!r}"))
+            await asyncio.sleep(self.cluster.retry_backoff.maximum_ms / 1000)
+        finally:
+            self.wakeup()
+
+    def _report_reset_error(self, exc: BaseException) -> None:
+        """To poll once, not at every retry of the same failing lookup."""
+        if str(exc) != self._last_reset_error:
+            self._last_reset_error = str(exc)
+            self._deliver_error(exc)
 
     async def _reset_positions(self) -> None:
         """Partitions without a position get one: a pending seek_to_beginning/end, else
@@ -130,22 +163,29 @@ class Fetcher:
             }
         if not todo:
             return
-        if any(policy == "none" for policy in todo.values()):
-            missing = sorted(f"{tp.topic}-{tp.partition}" for tp, p in todo.items() if p == "none")
+        without = {tp for tp, policy in todo.items() if policy == "none"}
+        new = without - self._reported_no_position
+        self._reported_no_position = without  # once per partition, until it gets a position
+        if new:
+            missing = sorted(f"{tp.topic}-{tp.partition}" for tp in new)
             self._deliver_error(
                 KcoreError(
                     f"no position for {', '.join(missing)} and auto.offset.reset is none: "
                     "seek first"
                 )
             )
-            todo = {tp: p for tp, p in todo.items() if p != "none"}
+        todo = {tp: p for tp, p in todo.items() if p != "none"}
         if not todo:
             return
         assert self._admin is not None
         specs: dict[TopicPartition | tuple[str, int], str | int] = {}
         for tp, where in todo.items():
             specs[tp] = where
-        offsets = await self._admin.list_offsets(specs)
+        failed: AdminOperationError | None = None
+        try:
+            offsets = await self._admin.list_offsets(specs)
+        except AdminOperationError as exc:  # some partitions failed: use the others' answers
+            offsets, failed = dict(exc.results or {}), exc
         with self.lock:
             for tp, result in offsets.items():
                 st = self.states.get(tp)
@@ -157,6 +197,8 @@ class Fetcher:
                 ):
                     st.position = result.offset
                     st.reset_to = None
+        if failed is not None:
+            raise failed
 
     def _send_fetches(self) -> None:
         md = self.cluster.metadata
@@ -196,13 +238,20 @@ class Fetcher:
         session = self._sessions.setdefault(node, FetchSession(node))
         try:
             await self._fetch_once(session, parts)
-        except (BrokerConnectionError, KcoreTimeoutError) as exc:
+        except (BrokerConnectionError, KcoreTimeoutError, KafkaError) as exc:
             session.on_failure()
             log.debug("fetch from node %s failed: %s", node, exc)
+            if isinstance(exc, KafkaError):
+                self.cluster.handle_error_code(exc.code)
             await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
-        except BaseException:
+        except asyncio.CancelledError:
             session.on_failure()
             raise
+        except Exception as exc:  # a bug: report it, back off, go on
+            session.on_failure()
+            log.exception("fetch from node %s", node)
+            self._deliver_error(KcoreError(f"fetching from node {node} failed: {exc!r}"))
+            await asyncio.sleep(self.cluster.retry_backoff.maximum_ms / 1000)
         finally:
             self._busy_nodes.discard(node)
             self.wakeup()
@@ -222,8 +271,13 @@ class Fetcher:
             if any(tp.topic not in ids for tp in wanted):
                 self.cluster.cache.request_update()
                 wanted = {tp: f for tp, f in wanted.items() if tp.topic in ids}
-            if any(tp.topic not in ids for tp in session.partitions):
-                session.reset()  # cannot name what to forget: start over
+            if any(tp.topic not in ids for tp in session.partitions) or any(
+                session.topic_ids.get(t, tid) != tid for t, tid in ids.items()
+            ):
+                # Cannot name what to forget, or a topic was re-created under a new id (the
+                # broker's session holds the old one): start over with a full request.
+                session.reset()
+            session.topic_ids.update(ids)
         if not wanted and not session.partitions:
             return
         plan = session.plan(wanted, version)
@@ -348,6 +402,8 @@ class Fetcher:
     async def stop(self) -> None:
         self._stopped = True
         self.wakeup()
+        if self._reset_task is not None:
+            self._tasks.add(self._reset_task)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -237,6 +237,17 @@ class Sender:
 
     async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
         try:
+            await self._produce_once(node, batches)
+        except Exception as exc:
+            # A bug (or e.g. MemoryError building a batch) must not leave batches counted in
+            # flight forever: fail those not answered yet.
+            log.exception("producing to node %s failed", node)
+            for batch in batches:
+                if batch.in_flight:
+                    self._fail(batch, KcoreError(f"sending the batch failed: {exc!r}"))
+
+    async def _produce_once(self, node: int, batches: list[ProducerBatch]) -> None:
+        try:
             version = await self.cluster.version_for(node, 0)
         except (BrokerConnectionError, KcoreTimeoutError, KafkaError) as exc:
             self._retry_all(batches, exc)
@@ -371,9 +382,16 @@ class Sender:
         self._land(batch)
         self.acc.done(batch)
         batch.result.fail(exc)
-        if self.idempotent and batch.sequence is not None:
-            # Later batches' sequences no longer follow on: start a new epoch (KIP-360).
-            self._sequences.pop(batch.tp, None)
+        if (
+            self.idempotent
+            and batch.sequence is not None
+            and batch.producer == self._producer
+            and not self._stopping
+        ):
+            # Later batches' sequences no longer follow on, and a sequence must never be used
+            # twice in one epoch (the broker would take a reuse for a duplicate of what it has
+            # and drop it): a new epoch renumbers everything (KIP-360), as Java does.
+            self._start_epoch_bump()
         self.wakeup()
 
     async def stop(self, abort: bool = False) -> None:
