@@ -129,8 +129,14 @@ class ConsumerCore:
 
     def pause(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         with self.fetcher.lock:
-            for tp in _tps(partitions):
+            paused = set(_tps(partitions))
+            for tp in paused:
                 self._state(tp).paused = True
+            # What waits for a paused partition may wait long: keep its own bytes, not a view
+            # that pins the whole response it came in (and the other partitions' data in it).
+            for data in self.fetcher.completed:
+                if data.tp in paused and isinstance(data.records, memoryview):
+                    data.records = bytes(data.records)
 
     def resume(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         with self.fetcher.lock:
