@@ -300,6 +300,8 @@ def test_fetch_sessions_are_used_and_survive_a_lost_session(kafka_cluster):
             s.epoch += 1000  # the broker answers INVALID_FETCH_SESSION_EPOCH to the next fetch
         got += read(c, 20000 - len(got))
         assert all(s.session_id != 0 for s in sessions.values())
+        fetcher = c._core.fetcher
+    assert not fetcher._sessions  # closed (epoch -1) on close
     assert len(got) == 20000
     for p in range(4):
         offsets = [r.offset for r in got if r.partition == p]

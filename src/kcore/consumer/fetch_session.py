@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from kcore.admin.types import TopicPartition
 
-__all__ = ["FetchPlan", "FetchSession", "PartitionFetch", "SESSION_ERROR_CODES"]
+__all__ = ["FINAL_EPOCH", "FetchPlan", "FetchSession", "PartitionFetch", "SESSION_ERROR_CODES"]
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
@@ -23,6 +23,7 @@ SESSION_ERROR_CODES = frozenset({FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSI
 FIRST_SESSION_VERSION = 7  # Fetch v7 added session ids and epochs
 INITIAL_EPOCH = 0  # "full request; create a session"
 NO_SESSION_EPOCH = -1  # "full request; no session"
+FINAL_EPOCH = -1  # with a session id: "close this session"
 MAX_EPOCH = 2**31 - 1
 
 
