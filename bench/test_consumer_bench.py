@@ -58,11 +58,10 @@ import pytest
 from test_producer_bench import (
     VALUE_SIZE,
     Broker,
+    RoundMeters,
     _info,
     _need,
     _optional,
-    _reset_peak_rss,
-    _rss_kib,
     make_values,
 )
 
@@ -242,42 +241,31 @@ def _deadline_passed(deadline: float, total: int, n: int) -> bool:
 class Rounds:
     """pytest-benchmark's ``setup``/``teardown`` for one benchmark: a new consumer per round,
     whose count and positions (of the partitions holding records) are checked afterwards.
-    Collects each round's CPU times and peak RSS growth."""
+    Measured by the producer benchmark's RoundMeters."""
 
     topics: Topics
     topic: Topic
     benchmark: Any
     reader: Reader
-    cpu: list[float] = field(default_factory=list)
-    broker_cpu: list[float] = field(default_factory=list)
-    rss_growth: list[int] = field(default_factory=list)
     pending: Any = None  # the round's consumer, until checked and closed
     got: int | None = None
-    _rss0: int = 0
-    _broker0: float | None = None
-    _peak_ok: bool = False
+    meters: RoundMeters = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.meters = RoundMeters(self.topics.broker)
 
     def setup(self) -> tuple[tuple[Any], dict[str, Any]]:
         self.finish()  # pytest-benchmark --benchmark-disable calls no teardown
         self.got = None
         consumer = self.pending = self.reader.open()
-        self._peak_ok = _reset_peak_rss()
-        self._rss0 = _rss_kib("VmRSS")
-        self._broker0 = self.topics.broker.cpu_s()
+        self.meters.start()
         return (consumer,), {}
 
     def timed(self, consumer: Any) -> None:
-        cpu0 = time.process_time()
-        got = self.reader.consume(consumer, N)
-        self.cpu.append(time.process_time() - cpu0)
-        self.got = got
+        self.got = self.meters.timed(self.reader.consume, consumer, N)
 
     def teardown(self, consumer: Any) -> None:
-        broker1 = self.topics.broker.cpu_s()
-        if self._broker0 is not None and broker1 is not None:
-            self.broker_cpu.append(broker1 - self._broker0)
-        if self._peak_ok:
-            self.rss_growth.append((_rss_kib("VmHWM") - self._rss0) * 1024)
+        self.meters.stop()
         self.finish()
 
     def finish(self) -> None:
@@ -323,13 +311,8 @@ class Rounds:
                 self.reader.close(consumer)
             raise
         self.finish()  # after pytest-benchmark --benchmark-disable's single call
-        median = np.median
         self.benchmark.extra_info.update(
-            cpu_s=float(median(self.cpu)) if self.cpu else None,
-            cpu_s_rounds=self.cpu,
-            broker_cpu_s=float(median(self.broker_cpu)) if self.broker_cpu else None,
-            rss_growth_bytes=max(self.rss_growth) if self.rss_growth else None,
-            rss_growth_rounds=self.rss_growth,
+            **self.meters.extra_info(),
             estimated_round_s=estimate,
             end_offsets=self.topic.end_offsets,
         )

@@ -256,44 +256,77 @@ def _reset_peak_rss() -> bool:
 
 
 @dataclass
-class Rounds:
-    """pytest-benchmark's ``setup``/``teardown`` for one benchmark: a fresh topic per round,
-    whose end offsets are checked afterwards. Collects each round's CPU times and peak RSS
-    growth."""
+class RoundMeters:
+    """What a round measures besides pytest-benchmark's wall time: the client's CPU time (every
+    thread of this process), the broker's CPU time and the growth of the peak RSS. ``start``
+    in a round's setup, ``timed`` around its timed part, ``stop`` in its teardown (the
+    consumer benchmark's rounds use it too)."""
 
     broker: Broker
-    benchmark: Any
-    check: Callable[[], None] = lambda: None  # the client's own check of its last round
     cpu: list[float] = field(default_factory=list)
     broker_cpu: list[float] = field(default_factory=list)
     rss_growth: list[int] = field(default_factory=list)
-    pending: str | None = None
     _rss0: int = 0
     _broker0: float | None = None
     _peak_ok: bool = False
 
-    def setup(self) -> tuple[tuple[str], dict[str, Any]]:
-        self.finish()  # pytest-benchmark --benchmark-disable calls no teardown
-        topic = self.pending = self.broker.new_topic()
+    def start(self) -> None:
         self._peak_ok = _reset_peak_rss()
         self._rss0 = _rss_kib("VmRSS")
         self._broker0 = self.broker.cpu_s()
-        return (topic,), {}
 
-    def timed(self, produce: Callable[[str], None]) -> Callable[[str], None]:
-        def run(topic: str) -> None:
-            cpu0 = time.process_time()
-            produce(topic)
-            self.cpu.append(time.process_time() - cpu0)
+    def timed(self, part: Callable[..., Any], *args: Any) -> Any:
+        cpu0 = time.process_time()
+        result = part(*args)
+        self.cpu.append(time.process_time() - cpu0)
+        return result
 
-        return run
-
-    def teardown(self, topic: str) -> None:
+    def stop(self) -> None:
         broker1 = self.broker.cpu_s()
         if self._broker0 is not None and broker1 is not None:
             self.broker_cpu.append(broker1 - self._broker0)
         if self._peak_ok:
             self.rss_growth.append((_rss_kib("VmHWM") - self._rss0) * 1024)
+
+    def extra_info(self) -> dict[str, Any]:
+        median = statistics.median
+        return dict(
+            cpu_s=median(self.cpu) if self.cpu else None,
+            cpu_s_rounds=self.cpu,
+            broker_cpu_s=median(self.broker_cpu) if self.broker_cpu else None,
+            rss_growth_bytes=max(self.rss_growth) if self.rss_growth else None,
+            rss_growth_rounds=self.rss_growth,
+        )
+
+
+@dataclass
+class Rounds:
+    """pytest-benchmark's ``setup``/``teardown`` for one benchmark: a fresh topic per round,
+    whose end offsets are checked afterwards, measured by RoundMeters."""
+
+    broker: Broker
+    benchmark: Any
+    check: Callable[[], None] = lambda: None  # the client's own check of its last round
+    pending: str | None = None
+    meters: RoundMeters = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.meters = RoundMeters(self.broker)
+
+    def setup(self) -> tuple[tuple[str], dict[str, Any]]:
+        self.finish()  # pytest-benchmark --benchmark-disable calls no teardown
+        topic = self.pending = self.broker.new_topic()
+        self.meters.start()
+        return (topic,), {}
+
+    def timed(self, produce: Callable[[str], None]) -> Callable[[str], None]:
+        def run(topic: str) -> None:
+            self.meters.timed(produce, topic)
+
+        return run
+
+    def teardown(self, topic: str) -> None:
+        self.meters.stop()
         self.finish()
 
     def finish(self) -> None:
@@ -336,14 +369,7 @@ class Rounds:
             self.pending = None  # the round's own error, not a check's of a half-made round
             raise
         self.finish()  # after pytest-benchmark --benchmark-disable's single call
-        median = statistics.median
-        self.benchmark.extra_info.update(
-            cpu_s=median(self.cpu) if self.cpu else None,
-            cpu_s_rounds=self.cpu,
-            broker_cpu_s=median(self.broker_cpu) if self.broker_cpu else None,
-            rss_growth_bytes=max(self.rss_growth) if self.rss_growth else None,
-            rss_growth_rounds=self.rss_growth,
-        )
+        self.benchmark.extra_info.update(self.meters.extra_info())
 
 
 def _bench_info(benchmark: Any, key: str, label: str, impl: str, codec: str, **extra: Any) -> None:

@@ -68,6 +68,17 @@ def read_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout
     return out
 
 
+def read_with_kcore(bootstrap: str, topic: str, partitions: int, expected: int) -> list:
+    """Records of the topic read by kcore's consumer from the beginning (at most 30 s)."""
+    with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as c:
+        c.assign([(topic, p) for p in range(partitions)])
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < expected and time.monotonic() < deadline:
+            got += c.poll(1.0)
+    return got
+
+
 def test_send_and_read_back(kafka_cluster):
     topic = name("produce")
     create(kafka_cluster.bootstrap_servers, topic, 3)
@@ -321,12 +332,7 @@ def test_order_holds_with_batches_in_flight_on_a_new_topic(kafka_cluster):
         keys = [b"key-%04d" % (i % 500) for i in range(n)]
         with kcore.Producer({"bootstrap.servers": bootstrap, "batch.size": 8000}) as producer:
             producer.send_batch(topic, values, keys).result(60)
-        with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as c:
-            c.assign([(topic, p) for p in range(4)])
-            got: list = []
-            deadline = time.monotonic() + 30
-            while len(got) < n and time.monotonic() < deadline:
-                got += c.poll(1.0)
+        got = read_with_kcore(bootstrap, topic, 4, n)
         assert len(got) == n
         per_key: dict[bytes, list[bytes]] = defaultdict(list)
         for r in sorted(got, key=lambda r: (r.partition, r.offset)):
@@ -428,12 +434,7 @@ def test_keys_land_where_the_java_producer_puts_them(kafka_cluster):
         input="\n".join(lines) + "\n",
         check=True,
     )
-    with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as c:
-        c.assign([(topic, p) for p in range(7)])
-        got: list = []
-        deadline = time.monotonic() + 30
-        while len(got) < len(lines) and time.monotonic() < deadline:
-            got += c.poll(1.0)
+    got = read_with_kcore(bootstrap, topic, 7, len(lines))
     assert len(got) == len(lines)
     assert {r.partition for r in got} == set(range(7))
     assert all(r.partition == partition_for_key(r.key, 7) for r in got)

@@ -245,30 +245,7 @@ cdef class RecordBatch:
     def records(self):
         """The records as a list of ``(offset, timestamp_ms, key, value, headers)`` tuples;
         ``headers`` is a tuple of ``(str, bytes | None)`` pairs."""
-        cdef ByteView v
-        cdef Py_buffer pybuf
-        cdef Py_ssize_t pos = 0, base
-        cdef int32_t i
-        cdef RecordView r
-        cdef list out
-        payload = self.payload()
-        base = self.position + BATCH_HEADER_SIZE
-        view_open(payload, &v, &pybuf)
-        try:
-            check_record_count(self.record_count, v.size, self.position)
-            out = PyList_New(self.record_count) if self.record_count > 0 else []
-            for i in range(self.record_count):
-                parse_record(v.data, v.size, &pos, &r, base)
-                record = self.make_record(v.data, &r, base)
-                Py_INCREF(record)
-                PyList_SET_ITEM(out, i, record)
-            if pos != v.size:
-                raise CorruptRecordError(
-                    f"{v.size - pos} bytes left after the batch's {self.record_count} records",
-                    base + pos)
-        finally:
-            view_close(&v, &pybuf)
-        return out
+        return self.collect(None, None, None, -1, False)
 
     def records_as(self, object record_type, object topic, object partition,
                    int64_t min_offset=-1):
@@ -276,23 +253,45 @@ cdef class RecordBatch:
         ``record_type(topic, partition, offset, timestamp_ms, key, value, headers)``;
         ``record_type`` is a tuple subclass of 7 fields (a NamedTuple such as kcore's
         ConsumerRecord), so a consumer pays for one object per record, not two."""
+        check_record_type(record_type)
+        # As records(): only str, int, bytes, None and such tuples inside, so a record can never
+        # be part of a cycle and the garbage collector need not walk it (unless the type gives
+        # its instances a dict).
+        untrack = ((topic is None or PyUnicode_Check(topic))
+                   and (partition is None or PyLong_CheckExact(partition))
+                   and not kcore_type_has_dict(record_type))
+        return self.collect(record_type, topic, partition, min_offset, untrack)
+
+    cdef list collect(self, object record_type, object topic, object partition,
+                      int64_t min_offset, bint untrack):
+        """records() (``record_type`` None) and records_as(): one pass over the batch."""
         cdef ByteView v
         cdef Py_buffer pybuf
         cdef Py_ssize_t pos = 0, base
         cdef int32_t i
         cdef RecordView r
-        cdef list out = []
-        check_record_type(record_type)
+        cdef list out
+        cdef bint every = min_offset < 0  # no filter: the list's length is known up front
         payload = self.payload()
         base = self.position + BATCH_HEADER_SIZE
         view_open(payload, &v, &pybuf)
         try:
             check_record_count(self.record_count, v.size, self.position)
+            out = PyList_New(self.record_count) if every and self.record_count > 0 else []
             for i in range(self.record_count):
                 parse_record(v.data, v.size, &pos, &r, base)
-                if min_offset >= 0 and self.base_offset + r.offset_delta < min_offset:
+                if not every and self.base_offset + r.offset_delta < min_offset:
                     continue
-                out.append(self.make_record_as(record_type, topic, partition, v.data, &r, base))
+                if record_type is None:
+                    record = self.make_record(v.data, &r, base)
+                else:
+                    record = self.make_record_as(record_type, topic, partition, v.data, &r, base,
+                                                 untrack)
+                if every:
+                    Py_INCREF(record)
+                    PyList_SET_ITEM(out, i, record)
+                else:
+                    out.append(record)
             if pos != v.size:
                 raise CorruptRecordError(
                     f"{v.size - pos} bytes left after the batch's {self.record_count} records",
@@ -301,40 +300,11 @@ cdef class RecordBatch:
             view_close(&v, &pybuf)
         return out
 
-    cdef object make_record_as(self, object record_type, object topic, object partition,
-                               const uint8_t* data, RecordView* r, Py_ssize_t base):
-        cdef int64_t ts
-        if self.attributes & ATTR_TIMESTAMP_TYPE:
-            ts = self.max_timestamp
-        else:
-            ts = self.base_timestamp + r.ts_delta
-        if self._ts_obj is None or ts != self._ts:
-            self._ts = ts
-            self._ts_obj = ts
-        key = None if r.klen < 0 else PyBytes_FromStringAndSize(<const char*>r.key, r.klen)
-        value = None if r.vlen < 0 else PyBytes_FromStringAndSize(<const char*>r.value, r.vlen)
-        headers = headers_tuple(data, r, base)
-        record = kcore_tuple_subtype_alloc(record_type, 7)
-        set_item(record, 0, topic)
-        set_item(record, 1, partition)
-        set_item(record, 2, self.base_offset + r.offset_delta)
-        set_item(record, 3, self._ts_obj)
-        set_item(record, 4, key)
-        set_item(record, 5, value)
-        set_item(record, 6, headers)
-        # As records(): only str, int, bytes, None and such tuples inside, so it can never be
-        # part of a cycle and the garbage collector need not walk it.
-        if ((topic is None or PyUnicode_Check(topic))
-                and (partition is None or PyLong_CheckExact(partition))
-                and not kcore_type_has_dict(record_type)):  # no instance dict to hold cycles
-            PyObject_GC_UnTrack(<void*>record)
-        return record
-
     def __iter__(self):
         """Iterate the records one at a time (memory stays flat for large batches)."""
         return RecordIterator(self)
 
-    cdef object make_record(self, const uint8_t* data, RecordView* r, Py_ssize_t base):
+    cdef object timestamp_of(self, RecordView* r):
         cdef int64_t ts
         if self.attributes & ATTR_TIMESTAMP_TYPE:  # LogAppendTime: the batch's max timestamp
             ts = self.max_timestamp
@@ -344,13 +314,36 @@ cdef class RecordBatch:
         if self._ts_obj is None or ts != self._ts:
             self._ts = ts
             self._ts_obj = ts
+        return self._ts_obj
+
+    cdef object make_record(self, const uint8_t* data, RecordView* r, Py_ssize_t base):
+        ts = self.timestamp_of(r)
         key = None if r.klen < 0 else PyBytes_FromStringAndSize(<const char*>r.key, r.klen)
         value = None if r.vlen < 0 else PyBytes_FromStringAndSize(<const char*>r.value, r.vlen)
-        record = (self.base_offset + r.offset_delta, self._ts_obj, key, value,
+        record = (self.base_offset + r.offset_delta, ts, key, value,
                   headers_tuple(data, r, base))
         # Only ints, bytes, None and tuples of str/bytes: it can never be part of a cycle, so
         # keep the garbage collector from walking (and re-walking) every record.
         PyObject_GC_UnTrack(<void*>record)
+        return record
+
+    cdef object make_record_as(self, object record_type, object topic, object partition,
+                               const uint8_t* data, RecordView* r, Py_ssize_t base,
+                               bint untrack):
+        ts = self.timestamp_of(r)
+        key = None if r.klen < 0 else PyBytes_FromStringAndSize(<const char*>r.key, r.klen)
+        value = None if r.vlen < 0 else PyBytes_FromStringAndSize(<const char*>r.value, r.vlen)
+        headers = headers_tuple(data, r, base)
+        record = kcore_tuple_subtype_alloc(record_type, 7)
+        set_item(record, 0, topic)
+        set_item(record, 1, partition)
+        set_item(record, 2, self.base_offset + r.offset_delta)
+        set_item(record, 3, ts)
+        set_item(record, 4, key)
+        set_item(record, 5, value)
+        set_item(record, 6, headers)
+        if untrack:
+            PyObject_GC_UnTrack(<void*>record)
         return record
 
 
