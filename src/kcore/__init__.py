@@ -9,7 +9,13 @@ from . import _codec  # noqa: F401  (fail at import if the compiled codec is mis
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from kcore.admin import AdminClient, AsyncAdminClient, NewTopic, TopicPartition
+    from kcore.admin import (
+        AdminClient,
+        AsyncAdminClient,
+        ConsumerGroupMetadata,
+        NewTopic,
+        TopicPartition,
+    )
     from kcore.consumer import AsyncConsumer, Consumer, ConsumerRecord
     from kcore.producer import AsyncProducer, Producer, RecordMetadata
 
@@ -18,6 +24,7 @@ _LAZY = {
     "AdminClient": "kcore.admin",
     "AsyncAdminClient": "kcore.admin",
     "NewTopic": "kcore.admin",
+    "ConsumerGroupMetadata": "kcore.admin",
     "TopicPartition": "kcore.admin",
     "Producer": "kcore.producer",
     "AsyncProducer": "kcore.producer",
@@ -33,6 +40,7 @@ __all__ = [
     "AsyncConsumer",
     "AsyncProducer",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "NewTopic",
     "Producer",

@@ -15,6 +15,7 @@ __all__ = [
     "ClusterDescription",
     "ConfigEntry",
     "ConfigResource",
+    "ConsumerGroupMetadata",
     "ListOffsetsResult",
     "NewTopic",
     "OffsetSpec",
@@ -26,6 +27,16 @@ __all__ = [
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """A group member's identity, as a transactional producer's ``send_offsets_to_transaction``
+    needs it so that a zombie member's offsets are fenced (KIP-447)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True)
