@@ -409,6 +409,11 @@ class ClusterClient:
     async def version_for(self, node_id: int, api_key: int, **limits: Any) -> int:
         return (await self.connection(node_id)).version_for(api_key, **limits)
 
+    async def finalized_features(self, node_id: int) -> dict[str, int]:
+        """The cluster-wide finalized feature levels broker ``node_id`` advertised in its
+        ApiVersions answer (e.g. ``{"transaction.version": 2, "metadata.version": 30}``)."""
+        return dict((await self.connection(node_id)).finalized_features)
+
     # -- metadata ---------------------------------------------------------------------------------
 
     def add_topics(self, topics: Iterable[str]) -> None:

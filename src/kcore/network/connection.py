@@ -120,6 +120,10 @@ class BrokerConnection:
         self.node_id = node_id
         self.settings = settings
         self.api_versions: dict[int, tuple[int, int]] = {}
+        # Cluster-wide finalized feature levels from ApiVersions (v3+), e.g.
+        # {"transaction.version": 2}; valid when finalized_features_epoch >= 0.
+        self.finalized_features: dict[str, int] = {}
+        self.finalized_features_epoch = -1
         self.connected_ip: str | None = None
         self.last_active = time.monotonic()
         self.session_lifetime_ms = 0
@@ -282,6 +286,10 @@ class BrokerConnection:
             err = error_for_code(response.error_code) or UnsupportedVersionError()
             raise BrokerConnectionError(self.address, "api_versions", str(err))
         self.api_versions = broker_versions(response)
+        self.finalized_features_epoch = getattr(response, "finalized_features_epoch", -1)
+        self.finalized_features = {
+            f.name: f.max_version_level for f in getattr(response, "finalized_features", None) or ()
+        }
 
     async def _authenticate(self) -> None:
         factory = self.settings.sasl_factory
