@@ -208,9 +208,10 @@ class ConsumerCore:
 
     def _decode(self, data: FetchedData) -> list[ConsumerRecord]:
         """The records at or after the fetch offset (a fetch may start inside a batch), made
-        as ConsumerRecords by the codec; control batches are skipped."""
+        as ConsumerRecords by the codec; control batches are skipped (and, read_committed,
+        the batches of aborted transactions)."""
         return decode_records(  # type: ignore[no-any-return]
-            data.records,
+            _committed(data) if data.aborted else data.records,
             True,  # a fetch response may end with a partial batch (the next fetch gets it whole)
             data.fetch_offset,
             check_crcs=self.check_crcs,
@@ -232,7 +233,8 @@ class ConsumerCore:
                 st = self.fetcher.states[data.tp]
                 if data.decoded is None:
                     try:
-                        cols = decode_columns(data.records, min_offset=data.fetch_offset)
+                        records = _committed(data) if data.aborted else data.records
+                        cols = decode_columns(records, min_offset=data.fetch_offset)
                     except Exception:
                         if batches:  # hand out what was taken; the next poll raises
                             break
@@ -254,6 +256,14 @@ class ConsumerCore:
         if len(batches) == 1:
             return batches[0]
         return pa.concat_batches(batches)
+
+
+def _committed(data: FetchedData) -> Any:
+    """read_committed: ``data``'s records without those of aborted transactions."""
+    from kcore.consumer.aborted import drop_aborted
+
+    assert data.aborted is not None
+    return drop_aborted(data.records, data.aborted)
 
 
 def _with_topic(rb: Any, tp: TopicPartition) -> Any:

@@ -81,6 +81,9 @@ class FetchedData:
     decoded: list[Any] | None = None  # poll's cache of the decoded records
     taken: int = 0
     error: BaseException | None = None
+    # read_committed: (producer id, first offset) of the aborted transactions the response
+    # named for this partition; None when there are none (poll filters only then).
+    aborted: list[tuple[int, int]] | None = None
 
 
 @dataclass
@@ -364,9 +367,12 @@ class Fetcher:
                     st.queued += 1
                     st.queued_bytes += len(records)
                     st.fetch_position = max(end, offset)
-                    self.completed.append(
-                        FetchedData(tp, offset, records, p.high_watermark, max(end, offset))
-                    )
+                    data = FetchedData(tp, offset, records, p.high_watermark, max(end, offset))
+                    if self.isolation_level and p.aborted_transactions:
+                        data.aborted = [
+                            (a.producer_id, a.first_offset) for a in p.aborted_transactions
+                        ]
+                    self.completed.append(data)
                     self.lock.notify_all()
                     self._signal_data()
                 return
