@@ -120,3 +120,25 @@ class BootstrapError(KcoreError, ConnectionError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.attempts, self.timeout_s), self.__dict__
+
+
+class TransactionStateError(KcoreError):
+    """A transactional producer call its state does not allow: a send outside a transaction, a
+    commit without ``begin_transaction``, a second ``init_transactions``, ... or a call made
+    after the transaction failed. ``cause`` is the error that failed it (None for a call made
+    in the wrong state); ``abortable`` says whether ``abort_transaction()`` recovers."""
+
+    def __init__(
+        self, message: str, cause: BaseException | None = None, abortable: bool = False
+    ) -> None:
+        self.message = message
+        self.cause = cause
+        self.abortable = abortable
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.message, self.cause, self.abortable), self.__dict__
+
+
+class TransactionAbortedError(KcoreError):
+    """A record of a transaction that was aborted (or failed) before the record was sent."""

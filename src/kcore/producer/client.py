@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
 from kcore.errors import KcoreError
 from kcore.network.loop_thread import start_on_loop_thread
 from kcore.producer.core import OnDelivery, ProducerCore
@@ -75,6 +76,41 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait for it (``KcoreTimeoutError`` after ``timeout``)."""
         self._loop.run(self._core.flush(timeout))
+
+    # -- transactions (transactional.id set; see docs/transactions.md) ----------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Once, before the first transaction: get the transactional id's producer id and epoch
+        from its coordinator, which fences any older producer with the same id and ends its
+        open transaction. ``timeout`` defaults to ``max.block.ms``."""
+        self._loop.run(self._core.init_transactions(timeout))
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: records sent from now on belong to it (no request is made)."""
+        self._core.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition | tuple[str, int], int],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a consumer group's offsets (the next offset to read, per partition) as part of
+        the transaction: they count only if it commits. ``group_metadata`` is the consumer's
+        :class:`~kcore.ConsumerGroupMetadata` (its generation fences zombies, KIP-447) or a
+        group id."""
+        self._loop.run(self._core.send_offsets_to_transaction(offsets, group_metadata, timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Deliver every record of the transaction (flush), then commit it. If a record failed,
+        this raises and the transaction must be aborted. After a timeout, calling it again
+        goes on where it stopped."""
+        self._loop.run(self._core.commit_transaction(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not sent yet fail (``TransactionAbortedError``),
+        those in flight are waited for, then the coordinator aborts what was written."""
+        self._loop.run(self._core.abort_transaction(timeout))
 
     def close(self, timeout: float | None = None) -> None:
         """Deliver what is queued (up to ``timeout``), then fail what is left; nothing is
@@ -150,6 +186,28 @@ class AsyncProducer:
 
     async def flush(self, timeout: float | None = None) -> None:
         await self._core.flush(timeout)
+
+    # -- transactions (as :class:`Producer`'s) ----------------------------------------------------
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        await self._core.init_transactions(timeout)
+
+    async def begin_transaction(self) -> None:
+        self._core.begin_transaction()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition | tuple[str, int], int],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        await self._core.send_offsets_to_transaction(offsets, group_metadata, timeout)
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        await self._core.commit_transaction(timeout)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        await self._core.abort_transaction(timeout)
 
     async def close(self, timeout: float | None = None) -> None:
         await self._core.close(timeout)

@@ -4,21 +4,25 @@ the sender task and the cluster client (all on one event loop)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kcore._codec import SendPath
-from kcore.admin.types import TopicPartition
+from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.codec import partition_for_key
 from kcore.config import ClientConfig
-from kcore.errors import KcoreError, KcoreTimeoutError
+from kcore.errors import KcoreError, KcoreTimeoutError, TransactionStateError
 from kcore.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator
 from kcore.producer.results import DeliveryFuture, RecordMetadata, SendBatchResult
 from kcore.producer.sender import Sender
+from kcore.producer.transactions import TransactionManager, TxnState
 
 __all__ = ["ProducerCore"]
+
+log = logging.getLogger("kcore.producer")
 
 OnDelivery = Callable[[BaseException | None, RecordMetadata | None], Any]
 # partitioner.class: (topic, key, value, number of partitions) -> partition.
@@ -57,7 +61,26 @@ class ProducerCore:
             idempotent=self.idempotent,
             max_request_size=int(cfg["max.request.size"]),
         )
-        # The compiled per-record path; it hands anything unusual to ``slow_send``.
+        # transactional.id: records are sent only inside transactions (kcore.producer.transactions).
+        self.txn: TransactionManager | None = None
+        transactional_id = cfg.get("transactional.id")
+        if transactional_id:
+            self.txn = TransactionManager(
+                str(transactional_id),
+                int(cfg["transaction.timeout.ms"]),
+                self.cluster,
+                self.sender,
+                on_state=self._txn_state_changed,
+            )
+            self.sender.txn = self.txn
+        self._fast_path = (
+            self.key_serializer is None
+            and self.value_serializer is None
+            and self.custom_partitioner is None
+            and not self.ignore_keys
+        )
+        # The compiled per-record path; it hands anything unusual to ``slow_send``. With
+        # transactions it is on only inside a transaction (the slow path checks the state).
         self.send_path = SendPath(
             None,
             DeliveryFuture,
@@ -65,12 +88,7 @@ class ProducerCore:
             self.accumulator._queues,
             self.cluster.cache,
             self.batch_size,
-            enabled=(
-                self.key_serializer is None
-                and self.value_serializer is None
-                and self.custom_partitioner is None
-                and not self.ignore_keys
-            ),
+            enabled=self._fast_path and self.txn is None,
         )
         self.loop: asyncio.AbstractEventLoop | None = None
         self._counts_memo: tuple[Any, dict[str, tuple[int, list[int]]]] = (None, {})
@@ -84,7 +102,7 @@ class ProducerCore:
         self.loop = asyncio.get_running_loop()
         try:
             await self.cluster.start(self.max_block_s)
-            if self.idempotent:
+            if self.idempotent and self.txn is None:  # (transactions: at init_transactions)
                 await self.sender.init_producer_id()
         except BaseException:
             await self.cluster.close()
@@ -129,20 +147,10 @@ class ProducerCore:
             return
         self.accumulator.begin_flush()
         self.sender.wakeup()
-        loop = asyncio.get_running_loop()
-        all_done = loop.create_future()
         left = [len(pending)]
-
-        def one_done(_result: Any) -> None:
-            left[0] -= 1
-            if left[0] == 0 and not all_done.done():
-                all_done.set_result(None)
-
         try:
-            for result in pending:
-                result.add_callback(lambda r: loop.call_soon_threadsafe(one_done, r))
             try:
-                await asyncio.wait_for(all_done, timeout)
+                await asyncio.wait_for(_all_done(pending, left), timeout)
             except asyncio.TimeoutError:
                 raise KcoreTimeoutError(
                     f"flush: {left[0]} batch(es) still undelivered after {timeout:g}s"
@@ -153,6 +161,13 @@ class ProducerCore:
     async def close(self, timeout: float | None) -> None:
         if self.closed:
             return
+        txn = self.txn
+        if txn is not None and txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+            # As Java: an open transaction is aborted on close (best effort).
+            try:
+                await self.abort_transaction(timeout if timeout is not None else self.max_block_s)
+            except KcoreError as exc:
+                log.info("close: aborting the open transaction failed: %s", exc)
         self.closed = True
         self.send_path.enabled = False  # every send now takes the checked (and refused) path
         try:
@@ -233,6 +248,8 @@ class ProducerCore:
     ) -> DeliveryFuture:
         if self.closed:
             raise KcoreError("the producer is closed")
+        if self.txn is not None:
+            self.txn.check_can_send()
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         batch, index, wake = self.accumulator.append(
             TopicPartition(topic, partition), key, value, ts, headers, self.max_block_s
@@ -243,6 +260,97 @@ class ProducerCore:
         if wake:
             self.wake_sender()
         return future
+
+    # -- transactions (on the loop, except begin_transaction) ----------------------------------
+
+    def _txn_state_changed(self, state: TxnState) -> None:
+        # The compiled path does not look at the state: it is on only inside a transaction.
+        self.send_path.enabled = (
+            self._fast_path and state is TxnState.IN_TRANSACTION and not self.closed
+        )
+        self.wake_sender()
+
+    def _require_txn(self, call: str) -> TransactionManager:
+        if self.txn is None:
+            raise TransactionStateError(f"{call}: the producer has no transactional.id")
+        if self.closed:
+            raise KcoreError("the producer is closed")
+        return self.txn
+
+    async def _bounded(self, call: str, coro: Any, timeout: float | None) -> Any:
+        """``coro`` within ``timeout`` (default max.block.ms, as Java's transactional calls)."""
+        limit = self.max_block_s if timeout is None else timeout
+        try:
+            return await asyncio.wait_for(coro, limit)
+        except asyncio.TimeoutError:
+            raise KcoreTimeoutError(
+                f"{call} did not finish within {limit:g}s; call it again to go on"
+            ) from None
+
+    async def init_transactions(self, timeout: float | None) -> None:
+        txn = self._require_txn("init_transactions")
+        txn.check_initializable()
+        await self._bounded("init_transactions", txn.initialize(), timeout)
+
+    def begin_transaction(self) -> None:
+        self._require_txn("begin_transaction").begin()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition | tuple[str, int], int],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None,
+    ) -> None:
+        txn = self._require_txn("send_offsets_to_transaction")
+        txn.check_in_transaction("send_offsets_to_transaction")
+        group = (
+            ConsumerGroupMetadata(group_metadata)
+            if isinstance(group_metadata, str)
+            else group_metadata
+        )
+        if not isinstance(group, ConsumerGroupMetadata) or not group.group_id:
+            raise KcoreError(
+                "send_offsets_to_transaction: group_metadata is a ConsumerGroupMetadata or "
+                f"a group id, not {group_metadata!r}"
+            )
+        wanted: dict[TopicPartition, int] = {}
+        for tp, offset in offsets.items():
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise KcoreError(f"send_offsets_to_transaction: offset {offset!r} for {tp}")
+            wanted[TopicPartition(*tp)] = offset
+        if not wanted:
+            return
+        await self._bounded("send_offsets_to_transaction", txn.send_offsets(wanted, group), timeout)
+
+    async def commit_transaction(self, timeout: float | None) -> None:
+        """Flush (every record of the transaction delivered), then EndTxn(commit). A record
+        that failed makes it raise; the transaction must then be aborted."""
+        txn = self._require_txn("commit_transaction")
+        txn.start_commit()
+
+        async def commit() -> None:
+            while self.accumulator.has_pending():  # (again for any append racing the start)
+                await self.flush(None)
+            if txn.state is not TxnState.COMMITTING:  # a record failed: abortable (or fatal)
+                txn.start_commit()  # raises naming the cause
+            await txn.end(commit=True)
+
+        await self._bounded("commit_transaction", commit(), timeout)
+
+    async def abort_transaction(self, timeout: float | None) -> None:
+        """Unsent records fail (TransactionAbortedError), those in flight are waited for, then
+        EndTxn(abort)."""
+        txn = self._require_txn("abort_transaction")
+        txn.start_abort()
+        self.sender.wakeup()  # it fails the waiting batches (the transaction is aborting)
+
+        async def abort() -> None:
+            while self.accumulator.has_pending():  # (in flight: waited for, not cut off)
+                pending = self.accumulator.pending_results()
+                await _all_done(pending, [len(pending)])
+            await txn.end(commit=False)
+
+        await self._bounded("abort_transaction", abort(), timeout)
 
     def wake_sender(self) -> None:
         loop = self.loop
@@ -270,6 +378,8 @@ class ProducerCore:
         compiled ``append_many`` call."""
         from kcore.codec import partitions_for_keys
 
+        if self.txn is not None:
+            self.txn.check_can_send()
         n = len(values)
         out = SendBatchResult(topic)
         if n == 0:
@@ -345,6 +455,21 @@ class ProducerCore:
         )
         out.add(partition, stop - start, batch.result)
         self.wake_sender()  # a chunk is a full batch: ready to go now
+
+
+async def _all_done(pending: list[Any], left: list[int]) -> None:
+    """Until every result in ``pending`` is done (``left[0]``: how many are not yet)."""
+    loop = asyncio.get_running_loop()
+    all_done = loop.create_future()
+
+    def one_done(_result: Any) -> None:
+        left[0] -= 1
+        if left[0] == 0 and not all_done.done():
+            all_done.set_result(None)
+
+    for result in pending:
+        result.add_callback(lambda r: loop.call_soon_threadsafe(one_done, r))
+    await all_done
 
 
 def _delivery_callback(on_delivery: OnDelivery) -> Callable[[DeliveryFuture], None]:

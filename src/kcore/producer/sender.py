@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kcore.admin.types import TopicPartition
 from kcore.cluster.client import ClusterClient
@@ -34,6 +34,9 @@ from kcore.errors import (
 from kcore.producer.accumulator import ProducerBatch, RecordAccumulator
 from kcore.protocol.messages import InitProducerIdRequest, ProduceRequest
 from kcore.protocol.messages.produce_request import PartitionProduceData, TopicProduceData
+
+if TYPE_CHECKING:
+    from kcore.producer.transactions import TransactionManager
 
 __all__ = ["Sender"]
 
@@ -78,6 +81,11 @@ class Sender:
         self._epoch_bump: asyncio.Task[None] | None = None
         # Partitions where a batch of the current producer id and epoch has been written.
         self._acked: set[TopicPartition] = set()
+        # Transactions (set by the producer when transactional.id is): batches are sent only
+        # inside one, to registered partitions, with the transactional id.
+        self.txn: TransactionManager | None = None
+        self.transactional_id: str | None = None
+        self._produce_limits: dict[str, int] = {}
 
     @property
     def _producer(self) -> tuple[int, int]:
@@ -120,6 +128,25 @@ class Sender:
             log.debug("producer id %s epoch %s", self.producer_id, self.producer_epoch)
             return
 
+    def set_producer(self, producer_id: int, producer_epoch: int) -> None:
+        """A producer id and epoch from the transaction coordinator (InitProducerId, or EndTxn
+        v5's bumped epoch): sequences start again at 0."""
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self._sequences.clear()
+        self._acked.clear()
+        self.acc.reset_sequences()
+
+    def configure_transactions(self, transactional_id: str, protocol: int) -> None:
+        """Produce requests carry the transactional id; protocol v1 keeps Produce at v11 or
+        below (v12+ would have the broker register partitions, which is protocol v2)."""
+        from kcore.producer.transactions import V1_MAX, V2_MIN
+
+        self.transactional_id = transactional_id
+        self._produce_limits = (
+            {"min_version": V2_MIN[0]} if protocol >= 2 else {"max_version": V1_MAX[0]}
+        )
+
     # -- the loop ---------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -141,9 +168,17 @@ class Sender:
             self._expire(now)
             if self._stopping and not self.acc.has_pending():
                 return
+            txn = self.txn
+            if txn is not None:
+                error = txn.undrained_error()
+                if error is not None:  # aborting, failed, or not in a transaction
+                    for batch in self.acc.abort_all():
+                        self._drop(batch, error)
             batches = self.acc.drain(now, self._sendable)
             if batches:
                 self._dispatch(batches)
+            if txn is not None:
+                txn.ensure_adding()  # register what the drain found unregistered (v1)
             wait = self.acc.next_ready_in(time.monotonic())
             if wait is not None and wait <= 0 and not batches:
                 # Ready but held back (leader unknown, a retry waiting for its partition's
@@ -178,7 +213,9 @@ class Sender:
             self.cluster.add_topics([tp.topic])
             self.cluster.cache.request_update()
             return False
-        return not self.cluster.is_blacked_out(leader.node_id)
+        if self.cluster.is_blacked_out(leader.node_id):
+            return False
+        return self.txn is None or self.txn.may_send(tp)
 
     def _expire(self, now: float) -> None:
         for batch in self.acc.expire(now, self.delivery_timeout_s):
@@ -231,7 +268,7 @@ class Sender:
         if batch.payload is None:
             if self.idempotent:
                 assert batch.sequence is not None and batch.producer is not None
-                batch.builder.set_producer(*batch.producer, batch.sequence)
+                batch.builder.set_producer(*batch.producer, batch.sequence, self.txn is not None)
             batch.payload = batch.builder.build()
         return batch.payload
 
@@ -248,7 +285,7 @@ class Sender:
 
     async def _produce_once(self, node: int, batches: list[ProducerBatch]) -> None:
         try:
-            version = await self.cluster.version_for(node, 0)
+            version = await self.cluster.version_for(node, 0, **self._produce_limits)
         except (BrokerConnectionError, KcoreTimeoutError, KafkaError) as exc:
             self._retry_all(batches, exc)
             return
@@ -272,7 +309,10 @@ class Sender:
                 topic_data.append(TopicProduceData(name=topic, partition_data=parts))
         sent = [b for b in batches if any(b in g for g in by_topic.values())]
         request = ProduceRequest(
-            acks=self.acks, timeout_ms=int(self.request_timeout_s * 1000), topic_data=topic_data
+            transactional_id=self.transactional_id,
+            acks=self.acks,
+            timeout_ms=int(self.request_timeout_s * 1000),
+            topic_data=topic_data,
         )
         try:
             response = await self.cluster.send(node, request, version)
@@ -309,6 +349,12 @@ class Sender:
                         # An earlier batch of the partition is being retried (so the broker
                         # saw a gap), or an epoch bump already renumbers: just go again.
                         self.acc.requeue(batch, time.monotonic())
+                    elif self.txn is not None:
+                        # A transaction does not bump its epoch in flight: the batch fails and
+                        # with it the transaction (INVALID_PRODUCER_EPOCH: fenced, fatal).
+                        err = error_for_code(code)
+                        assert err is not None
+                        self._fail(batch, err)
                     else:
                         bump = True
                         self.acc.requeue(batch, time.monotonic())
@@ -382,6 +428,11 @@ class Sender:
         self._land(batch)
         self.acc.done(batch)
         batch.result.fail(exc)
+        if self.txn is not None:
+            # The transaction fails with it (no epoch bump in flight; abort bumps if needed).
+            self.txn.batch_failed(exc, self._numbered(batch))
+            self.wakeup()
+            return
         if (
             self.idempotent
             and batch.sequence is not None
@@ -393,6 +444,17 @@ class Sender:
             # and drop it): a new epoch renumbers everything (KIP-360), as Java does.
             self._start_epoch_bump()
         self.wakeup()
+
+    def _numbered(self, batch: ProducerBatch) -> bool:
+        return batch.sequence is not None and batch.producer == self._producer
+
+    def _drop(self, batch: ProducerBatch, exc: BaseException) -> None:
+        """Fail a waiting batch of a transaction that aborted or failed (not its own error)."""
+        self._land(batch)
+        self.acc.done(batch)
+        batch.result.fail(exc)
+        if self.txn is not None:
+            self.txn.batch_dropped(self._numbered(batch))
 
     async def stop(self, abort: bool = False) -> None:
         self._stopping = True
