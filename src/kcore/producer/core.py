@@ -232,6 +232,8 @@ class ProducerCore:
     ) -> DeliveryFuture:
         """Everything the compiled path leaves to Python: serializers, a custom partitioner,
         headers, callbacks, a new batch, a topic not yet in the metadata."""
+        if self.txn is not None:  # (before waiting for a topic's metadata)
+            self.txn.check_can_send()
         key, value = self.serialize(key, value)
         p = self.choose_partition(topic, key, value, partition, counts(topic))
         return self.append(topic, value, key, p, timestamp_ms, headers, on_delivery)
