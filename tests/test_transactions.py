@@ -22,12 +22,17 @@ from confluent_kafka import TopicPartition as CTopicPartition
 import kcore
 from kcore.admin import NewTopic
 from kcore.cluster.client import ClusterClient
+from kcore.cluster.metadata import BrokerInfo
 from kcore.errors import (
+    MessageTooLargeError,
     ProducerFencedError,
     TransactionAbortedError,
+    TransactionalIdAuthorizationFailedError,
     TransactionStateError,
 )
-from kcore.protocol.messages import OffsetFetchRequest
+from kcore.network.backoff import ExponentialBackoff
+from kcore.producer.transactions import TransactionManager, TxnState
+from kcore.protocol.messages import EndTxnResponse, OffsetFetchRequest
 from kcore.protocol.messages.offset_fetch_request import OffsetFetchRequestTopic
 from kcore.testing import KafkaCluster
 
@@ -498,3 +503,134 @@ def test_async_producer_and_close_aborting_an_open_transaction(kafka_cluster):
     asyncio.run(run())
     values = [v for _, _, v in read_kcore(bootstrap, topic)]
     assert values == [b"async-%d" % i for i in range(5)] + [SENTINEL]
+
+
+# -- the state machine and the coordinator rules, without a broker ----------------------------
+
+
+class FakeSender:
+    producer_id = 1000
+    producer_epoch = 3
+
+    def __init__(self) -> None:
+        self.producers: list[tuple[int, int]] = []
+
+    def set_producer(self, producer_id: int, producer_epoch: int) -> None:
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self.producers.append((producer_id, producer_epoch))
+
+    def configure_transactions(self, transactional_id: str, protocol: int) -> None:
+        pass
+
+    def wakeup(self) -> None:
+        pass
+
+
+class FakeCluster:
+    """Answers EndTxn with the scripted error codes, one per request, and records which
+    coordinator each request went to; each lookup names the next node."""
+
+    def __init__(self, codes: list[int]) -> None:
+        self.codes = list(codes)
+        self.lookups = 0
+        self.sent_to: list[int] = []
+        self.retry_backoff = ExponentialBackoff(1, 2)
+
+    async def find_coordinator(self, key: str, key_type: int = 0) -> BrokerInfo:
+        self.lookups += 1
+        return BrokerInfo(self.lookups, "127.0.0.1", 9092)
+
+    async def version_for(self, node: int, api_key: int, **limits: object) -> int:
+        return 5 if limits.get("min_version") == 5 else 4
+
+    async def send(self, node: int, request: object, version: int) -> object:
+        self.sent_to.append(node)
+        return EndTxnResponse(error_code=self.codes.pop(0), producer_id=1000, producer_epoch=4)
+
+
+def manager(
+    codes: list[int] | None = None, version: int = 1
+) -> tuple[TransactionManager, FakeCluster]:
+    cluster = FakeCluster(codes or [])
+    txn = TransactionManager("t-1", 60000, cluster, FakeSender())  # type: ignore[arg-type]
+    txn.version = version
+    txn.can_bump_epoch = True
+    txn._transition(TxnState.READY)
+    return txn, cluster
+
+
+def test_coordinator_errors_refind_or_retry_on_the_same_coordinator():
+    # NOT_COORDINATOR and COORDINATOR_NOT_AVAILABLE look the coordinator up again;
+    # COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS retry on the same one.
+    txn, cluster = manager([16, 14, 51, 15, 0], version=2)
+    txn.begin()
+    txn.started = True
+    txn.start_commit()
+    asyncio.run(txn.end(commit=True))
+    assert cluster.sent_to == [1, 2, 2, 2, 3]
+    assert cluster.lookups == 3
+    assert txn.state is TxnState.READY
+    assert txn.sender.producers == [(1000, 4)]  # v2: EndTxn v5's bumped epoch is taken
+
+
+@pytest.mark.parametrize("code", [90, 47])
+def test_fencing_is_fatal_and_every_later_call_raises(code):
+    txn, cluster = manager([code])
+    txn.begin()
+    txn.started = True
+    txn.start_commit()
+    with pytest.raises(ProducerFencedError, match="t-1"):
+        asyncio.run(txn.end(commit=True))
+    assert txn.state is TxnState.FATAL_ERROR
+    for call in (txn.begin, txn.check_can_send, txn.start_abort, txn.check_initializable):
+        with pytest.raises(ProducerFencedError):
+            call()
+
+
+def test_transactional_id_authorization_failure_is_fatal():
+    txn, _ = manager([53])
+    txn.begin()
+    txn.started = True
+    txn.start_commit()
+    with pytest.raises(TransactionalIdAuthorizationFailedError):
+        asyncio.run(txn.end(commit=True))
+    with pytest.raises(TransactionalIdAuthorizationFailedError, match="t-1"):
+        txn.begin()
+
+
+def test_a_failed_batch_makes_the_transaction_abortable():
+    txn, cluster = manager([0])  # (the answer to the epoch bump)
+    txn.begin()
+    assert txn.undrained_error() is None
+    txn.batch_failed(MessageTooLargeError("too big"), used_sequence=True)
+    assert txn.state is TxnState.ABORTABLE_ERROR and txn.epoch_bump_required
+    assert isinstance(txn.undrained_error(), TransactionAbortedError)
+    with pytest.raises(TransactionStateError) as raised:
+        txn.start_commit()
+    assert raised.value.abortable and isinstance(raised.value.cause, MessageTooLargeError)
+    txn.start_abort()
+    assert txn.state is TxnState.ABORTING
+    txn.batch_failed(MessageTooLargeError("in flight"), used_sequence=False)  # ignored now
+    assert txn.state is TxnState.ABORTING
+    # Nothing was registered: no EndTxn. The failed batch was numbered: v1 bumps the epoch
+    # with InitProducerId (KIP-360).
+    asyncio.run(txn.end(commit=False))
+    assert cluster.sent_to == [1]
+    assert txn.sender.producers == [(1000, 4)]
+    assert txn.state is TxnState.READY and not txn.epoch_bump_required
+
+
+def test_v1_partitions_wait_for_registration_v2_do_not():
+    tp = kcore.TopicPartition("t", 0)
+    v1, _ = manager(version=1)
+    assert not v1.may_send(tp)  # READY: nothing is sent outside a transaction
+    v1.begin()
+    assert not v1.may_send(tp) and v1.new == {tp}
+    assert v1.take_new_partitions() == [tp] and v1.pending == {tp}
+    assert not v1.may_send(tp) and not v1.new  # in flight: not asked for twice
+    v1.pending.clear()
+    v1.added.add(tp)
+    assert v1.may_send(tp)
+    v2, _ = manager(version=2)
+    v2.begin()
+    assert v2.may_send(tp) and v2.started and not v2.new
