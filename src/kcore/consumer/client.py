@@ -5,18 +5,24 @@ records come back one by one (``poll``) or as Arrow record batches (``poll_arrow
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from kcore.admin.async_client import AsyncAdminClient
-from kcore.admin.types import ListOffsetsResult, TopicPartition
+from kcore.admin.types import ConsumerGroupMetadata, ListOffsetsResult, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.codec import decode_columns, decode_records
 from kcore.config import ClientConfig
 from kcore.consumer.fetcher import FetchedData, Fetcher, PartitionState
+from kcore.consumer.group import GroupCoordinator, Listener, drive_async, drive_sync
 from kcore.errors import KcoreError
 from kcore.network.loop_thread import start_on_loop_thread
+
+log = logging.getLogger("kcore.consumer")
 
 __all__ = ["AsyncConsumer", "Consumer", "ConsumerRecord"]
 
@@ -58,6 +64,8 @@ class ConsumerCore:
         self.admin = AsyncAdminClient(cfg, cluster=self.cluster)
         self._fetch_task: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.group = GroupCoordinator(self.cluster, cfg, self) if cfg["group.id"] else None
+        self.manual = False  # assign() was used (exclusive with subscribe, as in Java)
 
     async def start(self) -> None:
         """Bootstrap and start the fetcher; on failure the connections close."""
@@ -68,8 +76,17 @@ class ConsumerCore:
             await self.cluster.close()
             raise
         self._fetch_task = self.loop.create_task(self.fetcher.run())
+        if self.group is not None:
+            self.group.loop = self.loop
 
     async def close(self) -> None:
+        if self.group is not None:
+            try:  # bounded: a dead coordinator must not hold close() up
+                await asyncio.wait_for(self.group.close(commit=True), 8)
+            except Exception as exc:  # closing goes on: the connections must be released
+                log.warning(
+                    "group %r: commit or leave on close failed: %s", self.group.group_id, exc
+                )
         await self.fetcher.stop()
         if self._fetch_task is not None:
             self._fetch_task.cancel()
@@ -83,6 +100,9 @@ class ConsumerCore:
     # -- assignment and positions (any thread) ----------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        if self.group is not None and self.group.subscribed:
+            raise KcoreError("assign() on a subscribed consumer: unsubscribe first")
+        self.manual = True
         wanted = _tps(partitions)
         f = self.fetcher
         with f.lock:
@@ -95,6 +115,53 @@ class ConsumerCore:
     def assignment(self) -> set[TopicPartition]:
         with self.fetcher.lock:
             return set(self.fetcher.states)
+
+    # -- the group's view of the assignment (GroupCoordinator's Assignment protocol) ---------------
+
+    def owned(self) -> set[TopicPartition]:
+        return self.assignment()
+
+    def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The positions to commit: the partitions that have one."""
+        with self.fetcher.lock:
+            out = {}
+            for tp in partitions:
+                st = self.fetcher.states.get(tp)
+                if st is not None and st.position is not None:
+                    out[tp] = st.position
+            return out
+
+    def add_partitions(self, positions: Mapping[TopicPartition, int | None]) -> None:
+        with self.fetcher.lock:
+            for tp, offset in positions.items():
+                self.fetcher.states[tp] = PartitionState(position=offset)
+        self.cluster.add_topics({tp.topic for tp in positions})
+        self.wake()
+
+    def remove_partitions(self, partitions: Iterable[TopicPartition]) -> None:
+        with self.fetcher.lock:
+            for tp in partitions:
+                if self.fetcher.states.pop(tp, None) is not None:
+                    self.fetcher.drop_queued(tp)
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | re.Pattern[str],
+        on_assign: Listener | None,
+        on_revoke: Listener | None,
+        on_lost: Listener | None,
+    ) -> None:
+        if self.group is None:
+            raise KcoreError("subscribe() needs group.id in the consumer's config")
+        if self.manual:
+            raise KcoreError("subscribe() on a consumer that used assign(): unassign first")
+        self.group.subscribe(topics, on_assign, on_revoke, on_lost)
+        self.wake()
+
+    def require_group(self) -> GroupCoordinator:
+        if self.group is None:
+            raise KcoreError("offsets are committed to a group: set group.id")
+        return self.group
 
     def _state(self, tp: TopicPartition) -> PartitionState:
         st = self.fetcher.states.get(tp)
@@ -293,8 +360,8 @@ def _empty_arrow() -> Any:
 
 
 class Consumer:
-    """``kcore.Consumer({"bootstrap.servers": ...})`` with manual assignment (consumer groups
-    come with the coordinator issue). Java's config names and defaults."""
+    """``kcore.Consumer({"bootstrap.servers": ...})``: manual assignment (``assign``) or a
+    consumer group (``group.id`` and ``subscribe``). Java's config names and defaults."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._core = ConsumerCore(config)
@@ -309,6 +376,63 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return self._core.assignment()
+
+    # -- consumer groups --------------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | re.Pattern[str],
+        on_assign: Listener | None = None,
+        on_revoke: Listener | None = None,
+        on_lost: Listener | None = None,
+    ) -> None:
+        """Join ``group.id`` and read ``topics`` (names, or a regular expression: a compiled
+        pattern or a string starting with ``^``). The group assigns the partitions; the
+        listeners run inside ``poll``, in this thread, with a list of ``TopicPartition``:
+        ``on_revoke`` before partitions go (after auto-commit has committed them),
+        ``on_assign`` when partitions arrive, ``on_lost`` when the group has already given
+        them to another member (default: ``on_revoke``)."""
+        self._core.subscribe(topics, on_assign, on_revoke, on_lost)
+
+    def unsubscribe(self) -> None:
+        group = self._core.require_group()
+        self._core.remove_partitions(self._core.owned())
+        self._loop.run(group.unsubscribe())
+
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None,
+        asynchronous: bool = False,
+        timeout: float | None = None,
+    ) -> concurrent.futures.Future[None] | None:
+        """Commit ``offsets`` (the next offset to read per partition; default: the positions
+        of every assigned partition). Blocks until done, unless ``asynchronous``, which returns
+        a future. Raises ``CommitFailedError`` if the group rebalanced since."""
+        group = self._core.require_group()
+        parts = None if offsets is None else {TopicPartition(*tp): o for tp, o in offsets.items()}
+        coro = group.commit_coro(parts)
+        if asynchronous:
+            return self._loop.submit(coro)
+        self._loop.run(coro, timeout)
+        return None
+
+    def committed(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], timeout: float | None = None
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (None where nothing is committed)."""
+        group = self._core.require_group()
+        t = group.api_timeout_s if timeout is None else timeout
+        return self._loop.run(group.offsets.fetch(_tps(partitions), t))
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's identity, for a transactional producer's send_offsets_to_transaction."""
+        return self._core.require_group().group_metadata()
+
+    def _group_step(self) -> None:
+        if self._core.group is not None:
+            drive_sync(self._core.group.poll_step(), self._loop.run)
+
+    # -- positions --------------------------------------------------------------------------------
 
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         self._core.seek(partition, offset)
@@ -344,11 +468,12 @@ class Consumer:
         limit = max_records or self._core.max_poll_records
         deadline = time.monotonic() + timeout
         while True:
+            self._group_step()
             records = self._core.take_records(limit)
             left = deadline - time.monotonic()
             if records or left <= 0:
                 return records
-            self._core.fetcher.wait_for_data(left)
+            self._core.fetcher.wait_for_data(min(left, 0.1) if self._core.group else left)
 
     def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
         """A ``pyarrow.RecordBatch`` (key, value, topic, partition, offset, timestamp,
@@ -356,11 +481,12 @@ class Consumer:
         limit = max_records or 1 << 30
         deadline = time.monotonic() + timeout
         while True:
+            self._group_step()
             rb = self._core.take_arrow(limit)
             left = deadline - time.monotonic()
             if rb.num_rows or left <= 0:
                 return rb
-            self._core.fetcher.wait_for_data(left)
+            self._core.fetcher.wait_for_data(min(left, 0.1) if self._core.group else left)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         while True:
@@ -369,7 +495,7 @@ class Consumer:
     def close(self) -> None:
         if self._loop.is_running:
             try:
-                self._loop.run(self._core.close(), 10)
+                self._loop.run(self._core.close(), 15)
             finally:
                 self._loop.close()
 
@@ -399,6 +525,45 @@ class AsyncConsumer:
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         self._core.assign(partitions)
 
+    def assignment(self) -> set[TopicPartition]:
+        return self._core.assignment()
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | re.Pattern[str],
+        on_assign: Listener | None = None,
+        on_revoke: Listener | None = None,
+        on_lost: Listener | None = None,
+    ) -> None:
+        """As :meth:`Consumer.subscribe`; listeners may be coroutine functions."""
+        self._core.subscribe(topics, on_assign, on_revoke, on_lost)
+
+    async def unsubscribe(self) -> None:
+        group = self._core.require_group()
+        self._core.remove_partitions(self._core.owned())
+        await group.unsubscribe()
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None
+    ) -> None:
+        group = self._core.require_group()
+        parts = None if offsets is None else {TopicPartition(*tp): o for tp, o in offsets.items()}
+        await group.commit_coro(parts)
+
+    async def committed(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], timeout: float | None = None
+    ) -> dict[TopicPartition, int | None]:
+        group = self._core.require_group()
+        t = group.api_timeout_s if timeout is None else timeout
+        return await group.offsets.fetch(_tps(partitions), t)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._core.require_group().group_metadata()
+
+    async def _group_step(self) -> None:
+        if self._core.group is not None:
+            await drive_async(self._core.group.poll_step())
+
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         self._core.seek(partition, offset)
 
@@ -414,20 +579,26 @@ class AsyncConsumer:
         limit = max_records or self._core.max_poll_records
         deadline = time.monotonic() + timeout
         while True:
+            await self._group_step()
             records = self._core.take_records(limit)
             left = deadline - time.monotonic()
             if records or left <= 0:
                 return records
-            await self._core.fetcher.wait_for_data_async(left)
+            await self._core.fetcher.wait_for_data_async(
+                min(left, 0.1) if self._core.group else left
+            )
 
     async def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
         deadline = time.monotonic() + timeout
         while True:
+            await self._group_step()
             rb = self._core.take_arrow(max_records or 1 << 30)
             left = deadline - time.monotonic()
             if rb.num_rows or left <= 0:
                 return rb
-            await self._core.fetcher.wait_for_data_async(left)
+            await self._core.fetcher.wait_for_data_async(
+                min(left, 0.1) if self._core.group else left
+            )
 
     async def close(self) -> None:
         await self._core.close()

@@ -9,6 +9,7 @@ from . import _codes
 from ._base import (
     BootstrapError,
     BrokerConnectionError,
+    CommitFailedError,
     ConfigError,
     CorruptRecordError,
     CrcMismatchError,
@@ -35,6 +36,7 @@ from ._codes import error_for_code as error_for_code
 __all__ = [
     "BootstrapError",
     "BrokerConnectionError",
+    "CommitFailedError",
     "ConfigError",
     "CorruptRecordError",
     "CrcMismatchError",

@@ -47,6 +47,12 @@ class KcoreTimeoutError(KcoreError, TimeoutError):
     """An operation did not finish within its configured timeout."""
 
 
+class CommitFailedError(KcoreError):
+    """An offset commit that cannot succeed because the group rebalanced (or this member was
+    removed) since the offsets were consumed: the partitions may now be another member's. As
+    Java's ``CommitFailedException``: the consumer rejoins at its next poll."""
+
+
 class ProtocolError(KcoreError):
     """Bytes from a broker that do not parse as the response they claim to be, or a response
     that does not match any request in flight."""

@@ -1,0 +1,117 @@
+"""``CoordinatorLink``: requests to the coordinator broker of one group or transactional id,
+found with FindCoordinator and found again when it moves (the article's recovery table:
+NOT_COORDINATOR and COORDINATOR_NOT_AVAILABLE re-discover; COORDINATOR_LOAD_IN_PROGRESS backs
+off on the same coordinator)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from kcore.cluster.client import ClusterClient
+from kcore.errors import BrokerConnectionError, KcoreTimeoutError, error_for_code
+
+log = logging.getLogger("kcore.coordinator")
+
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+# The coordinator moved or is gone: find it again.
+REDISCOVER_CODES = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
+
+GROUP = 0
+TRANSACTION = 1
+
+
+class CoordinatorLink:
+    def __init__(self, cluster: ClusterClient, key: str, key_type: int = GROUP) -> None:
+        self.cluster = cluster
+        self.key = key
+        self.key_type = key_type
+        self.node_id: int | None = None
+        self._lookup: asyncio.Task[int] | None = None
+
+    def __repr__(self) -> str:
+        kind = "group" if self.key_type == GROUP else "transactional id"
+        return f"coordinator of {kind} {self.key!r} (node {self.node_id})"
+
+    async def node(self, timeout: float | None = None) -> int:
+        """The coordinator's node id, looked up once for all the callers waiting on it."""
+        if self.node_id is not None:
+            return self.node_id
+        if self._lookup is None or self._lookup.done():
+            self._lookup = asyncio.get_running_loop().create_task(self._find(timeout))
+        return await asyncio.shield(self._lookup)
+
+    async def _find(self, timeout: float | None) -> int:
+        broker = await self.cluster.find_coordinator(self.key, self.key_type, timeout)
+        self.node_id = broker.node_id
+        log.debug("%r found", self)
+        return broker.node_id
+
+    def mark_dead(self, why: str) -> None:
+        if self.node_id is not None:
+            log.info("%r lost: %s", self, why)
+        self.node_id = None
+
+    def handle_error(self, code: int) -> bool:
+        """Whether ``code`` is a coordinator error that a retry recovers from (re-discovering
+        first when the coordinator moved)."""
+        if code in REDISCOVER_CODES:
+            err = error_for_code(code)
+            self.mark_dead(err.name if err is not None else str(code))
+            return True
+        return code == COORDINATOR_LOAD_IN_PROGRESS
+
+    async def send(
+        self,
+        request: Any,
+        version: int | None = None,
+        *,
+        timeout: float | None = None,
+        **limits: Any,
+    ) -> Any:
+        """One request to the coordinator. A connection failure forgets the coordinator (it is
+        looked up again next time) and is raised."""
+        node = await self.node()
+        try:
+            if version is None:
+                version = await self.cluster.version_for(node, request.API_KEY, **limits)
+            return await self.cluster.send(node, request, version, timeout=timeout)
+        except (BrokerConnectionError, KcoreTimeoutError) as exc:
+            self.mark_dead(str(exc))
+            raise
+
+    async def version(self, api_key: int, **limits: Any) -> int:
+        node = await self.node()
+        try:
+            return await self.cluster.version_for(node, api_key, **limits)
+        except (BrokerConnectionError, KcoreTimeoutError) as exc:
+            self.mark_dead(str(exc))
+            raise
+
+
+class Backoff:
+    """retry.backoff.ms growing to retry.backoff.max.ms, with a deadline."""
+
+    def __init__(self, cluster: ClusterClient, timeout: float | None) -> None:
+        self.policy = cluster.retry_backoff
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.attempt = 0
+
+    def left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    async def sleep(self) -> bool:
+        """Wait before the next attempt; False when the deadline has passed."""
+        wait = self.policy.backoff_s(self.attempt)
+        self.attempt += 1
+        left = self.left()
+        if left is not None:
+            if left <= 0:
+                return False
+            wait = min(wait, left)
+        await asyncio.sleep(wait)
+        return True

@@ -1,0 +1,340 @@
+"""``GroupCoordinator``: the consumer's side of its group: the subscription, membership (classic
+or KIP-848), the rebalance steps run inside ``poll`` (revoke, join, fetch committed offsets,
+assign, with the caller's listeners), offset commits and auto-commit.
+
+The steps are written once, as generators that yield the I/O they need (coroutines to run on
+the event loop) and the listener calls to make; :func:`drive_sync` runs them for the blocking
+``Consumer`` (listeners run in the caller's thread, so a listener may call ``commit``) and
+:func:`drive_async` for ``AsyncConsumer``."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import re
+import time
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
+from kcore.cluster.client import ClusterClient
+from kcore.cluster.coordinator import GROUP, CoordinatorLink
+from kcore.consumer.assignors import assignor_for
+from kcore.consumer.group_classic import ClassicGroupMember
+from kcore.consumer.group_consumer import ConsumerGroupMember
+from kcore.consumer.offsets import GroupOffsets, MemberIdentity
+from kcore.errors import CommitFailedError, KcoreError, RebalanceInProgressError
+
+log = logging.getLogger("kcore.consumer.group")
+
+Listener = Callable[[list[TopicPartition]], Any]
+
+
+@dataclass
+class ListenerCall:
+    """A step asks its driver to call a rebalance listener (in the caller's context)."""
+
+    fn: Listener
+    partitions: list[TopicPartition]
+    what: str
+
+
+Step = Generator[Any, Any, Any]
+
+
+class Assignment(Protocol):
+    """What the group needs from the consumer's partition state."""
+
+    def owned(self) -> set[TopicPartition]: ...
+    def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]: ...
+    def add_partitions(self, positions: Mapping[TopicPartition, int | None]) -> None: ...
+    def remove_partitions(self, partitions: Iterable[TopicPartition]) -> None: ...
+
+
+class GroupCoordinator:
+    def __init__(self, cluster: ClusterClient, config: Any, assignment: Assignment) -> None:
+        self.cluster = cluster
+        self.config = config
+        self.assignment = assignment
+        self.group_id = str(config["group.id"])
+        self.link = CoordinatorLink(cluster, self.group_id, GROUP)
+        self.offsets = GroupOffsets(self.link, self.group_id)
+        self.protocol = str(config["group.protocol"]).lower()
+        self.member: ClassicGroupMember | ConsumerGroupMember
+        if self.protocol == "consumer":
+            self.member = ConsumerGroupMember(cluster, self.link, config)
+        else:
+            names = config["partition.assignment.strategy"]
+            if isinstance(names, str):
+                names = [n.strip() for n in names.split(",") if n.strip()]
+            self.member = ClassicGroupMember(
+                cluster, self.link, config, [assignor_for(n) for n in names]
+            )
+        self.auto_commit = bool(config["enable.auto.commit"])
+        self.auto_commit_interval_s = int(config["auto.commit.interval.ms"]) / 1000
+        self.next_auto_commit = time.monotonic() + self.auto_commit_interval_s
+        self.api_timeout_s = int(config["default.api.timeout.ms"]) / 1000
+        self.topics: list[str] = []
+        self.pattern: re.Pattern[str] | None = None
+        self.on_assign: Listener | None = None
+        self.on_revoke: Listener | None = None
+        self.on_lost: Listener | None = None
+        self.subscribed = False
+        self._joined_topics: dict[str, int] = {}  # topic -> partition count at the last join
+        self._pending_commits: set[Any] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None  # set by the consumer's start
+
+    # -- subscription (any thread) ----------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | re.Pattern[str],
+        on_assign: Listener | None,
+        on_revoke: Listener | None,
+        on_lost: Listener | None,
+    ) -> None:
+        if isinstance(topics, re.Pattern):
+            self.pattern, self.topics = topics, []
+        elif isinstance(topics, str) and topics.startswith("^"):
+            self.pattern, self.topics = re.compile(topics), []  # librdkafka's convention
+        elif isinstance(topics, str):
+            self.pattern, self.topics = None, [topics]
+        else:
+            self.pattern, self.topics = None, sorted(set(topics))
+        if self.pattern is not None:
+            self.cluster.all_topics = True
+            self.cluster.cache.request_update()
+        else:
+            self.cluster.add_topics(self.topics)
+        self.on_assign, self.on_revoke, self.on_lost = on_assign, on_revoke, on_lost
+        self.subscribed = True
+        if isinstance(self.member, ConsumerGroupMember):
+            regex = self.pattern.pattern if self.pattern is not None else None
+            self.member.subscribe(self.topics if regex is None else None, regex)
+        else:
+            self.member.request_rejoin("subscription changed")
+
+    def matched_topics(self) -> set[str]:
+        md = self.cluster.cache.current
+        if self.pattern is None:
+            return set(self.topics)
+        return {
+            t for t, info in md.topics.items() if not info.is_internal and self.pattern.match(t)
+        }
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        ident = self.member.identity
+        return ConsumerGroupMetadata(
+            self.group_id, ident.generation, ident.member_id, ident.group_instance_id
+        )
+
+    # -- the step run by every poll ---------------------------------------------------------------
+
+    def poll_step(self) -> Step:
+        """Everything group-related a poll does before it returns records."""
+        member = self.member
+        if member.fatal is not None:
+            raise member.fatal
+        member.last_poll = time.monotonic()
+        if self.subscribed:
+            if isinstance(member, ClassicGroupMember):
+                yield from self._classic_step(member)
+            else:
+                yield from self._consumer_protocol_step(member)
+        if self.auto_commit and time.monotonic() >= self.next_auto_commit:
+            self.next_auto_commit = time.monotonic() + self.auto_commit_interval_s
+            self._commit_in_background(self.assignment.positions(self.assignment.owned()))
+
+    def _lost_step(self) -> Step:
+        owned = sorted(self.assignment.owned())
+        if owned:
+            # As Java: partitions lost get on_lost (falling back to on_revoke), and no commit.
+            fn = self.on_lost or self.on_revoke
+            if fn is not None:
+                yield ListenerCall(fn, owned, "on_lost")
+            self.assignment.remove_partitions(owned)
+
+    def _revoke_step(self, partitions: list[TopicPartition]) -> Step:
+        if not partitions:
+            return
+        if self.auto_commit:
+            try:
+                yield self._commit_coro(self.assignment.positions(partitions))
+            except (CommitFailedError, KcoreError) as exc:
+                log.warning("group %r: commit before revoke failed: %s", self.group_id, exc)
+        if self.on_revoke is not None:
+            yield ListenerCall(self.on_revoke, partitions, "on_revoke")
+        self.assignment.remove_partitions(partitions)
+
+    def _assign_step(self, partitions: list[TopicPartition]) -> Step:
+        committed = yield self.offsets.fetch(partitions, self.api_timeout_s)
+        # No committed offset: None, and the fetcher applies auto.offset.reset.
+        self.assignment.add_partitions({tp: committed.get(tp) for tp in partitions})
+        if self.on_assign is not None:
+            yield ListenerCall(self.on_assign, partitions, "on_assign")
+
+    def _topic_snapshot(self, topics: set[str]) -> dict[str, int]:
+        md = self.cluster.cache.current
+        return {t: len(md.topics[t].partitions) for t in topics if t in md.topics}
+
+    def _metadata_changed(self, member: ClassicGroupMember, topics: set[str]) -> bool:
+        """A rejoin is due when the topics this member subscribes to changed (a pattern matched
+        a new topic), or partitions were added to one in the group (the leader sees every
+        member's topics)."""
+        return self._topic_snapshot(topics | member.group_topics) != self._joined_topics
+
+    def _classic_step(self, member: ClassicGroupMember) -> Step:
+        if member.lost:
+            yield from self._lost_step()
+            member.lost = False
+        topics = self.matched_topics()
+        if member.joined and self._metadata_changed(member, topics):
+            member.request_rejoin("the subscribed topics or their partitions changed")
+        if member.rejoin_reason is None and member.joined:
+            return
+        owned = self.assignment.owned()
+        if not member.cooperative:
+            yield from self._revoke_step(sorted(owned))  # eager: give everything up first
+            owned = set()
+        if not topics and self.pattern is None:
+            return
+        assigned = set((yield member.join(topics, owned)))
+        self._joined_topics = self._topic_snapshot(topics | member.group_topics)
+        revoked = sorted(owned - assigned)
+        added = sorted(assigned - owned)
+        if revoked:  # cooperative: hand these over, then rejoin so they can be reassigned
+            yield from self._revoke_step(revoked)
+            member.request_rejoin("revoked partitions for another member")
+        yield from self._assign_step(added)
+
+    def _consumer_protocol_step(self, member: ConsumerGroupMember) -> Step:
+        if not member.running and member.fatal is None and not member.left:
+            yield member.start()
+        if member.lost:
+            yield from self._lost_step()
+            member.lost = False
+        target = member.target
+        if target is None:
+            return
+        owned = self.assignment.owned()
+        if target == owned and member.owned == owned:
+            return
+        epoch = member.epoch
+        yield from self._revoke_step(sorted(owned - target))
+        yield from self._assign_step(sorted(target - owned))
+        if member.epoch == epoch and member.target is target:
+            member.acknowledge(target)
+
+    # -- commits ----------------------------------------------------------------------------------
+
+    def _identity(self) -> MemberIdentity:
+        return self.member.identity
+
+    async def _commit_coro(self, offsets: Mapping[TopicPartition, int]) -> None:
+        try:
+            await self.offsets.commit(offsets, self._identity(), self.api_timeout_s)
+        except (CommitFailedError, RebalanceInProgressError):
+            if isinstance(self.member, ClassicGroupMember):
+                self.member.request_rejoin("a commit found the group rebalanced")
+            raise
+
+    def commit_coro(
+        self, offsets: Mapping[TopicPartition, int] | None
+    ) -> Coroutine[Any, Any, None]:
+        if offsets is None:
+            offsets = self.assignment.positions(self.assignment.owned())
+        return self._commit_coro(dict(offsets))
+
+    def _commit_in_background(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Auto-commit: fire and forget (a failure is logged; the next one carries on)."""
+        if not offsets:
+            return
+        loop = self.loop
+        if loop is None:
+            return
+
+        async def commit() -> None:
+            try:
+                await self._commit_coro(offsets)
+            except Exception as exc:
+                log.warning("group %r: auto-commit failed: %s", self.group_id, exc)
+
+        fut = asyncio.run_coroutine_threadsafe(commit(), loop)
+        self._pending_commits.add(fut)
+        fut.add_done_callback(self._pending_commits.discard)
+
+    async def close(self, commit: bool) -> None:
+        """Commit (auto-commit only) and leave the group."""
+        if commit and self.auto_commit:
+            try:
+                await self._commit_coro(self.assignment.positions(self.assignment.owned()))
+            except Exception as exc:
+                log.warning("group %r: commit on close failed: %s", self.group_id, exc)
+        if self.subscribed:
+            await self.member.leave()
+
+    async def unsubscribe(self) -> None:
+        await self.member.leave()
+        self.subscribed = False
+
+
+# -- drivers ---------------------------------------------------------------------------------------
+
+
+def drive_sync(step: Step, run: Callable[[Coroutine[Any, Any, Any]], Any]) -> Any:
+    """Run a step from a blocking caller: coroutines on the event loop (via ``run``), listeners
+    here. A listener's exception is raised after the step has finished (as Java's poll)."""
+    value: Any = None
+    error: BaseException | None = None
+    listener_error: BaseException | None = None
+    while True:
+        try:
+            effect = step.throw(error) if error is not None else step.send(value)
+        except StopIteration as stop:
+            if listener_error is not None:
+                raise listener_error from None
+            return stop.value
+        value, error = None, None
+        if isinstance(effect, ListenerCall):
+            try:
+                result = effect.fn(effect.partitions)
+                if inspect.isawaitable(result):
+                    run(result)  # type: ignore[arg-type]
+            except Exception as exc:
+                log.exception("%s listener failed", effect.what)
+                listener_error = listener_error or exc
+            continue
+        try:
+            value = run(effect)
+        except BaseException as exc:
+            error = exc
+
+
+async def drive_async(step: Step) -> Any:
+    """:func:`drive_sync` for ``AsyncConsumer``: listeners may be coroutine functions."""
+    value: Any = None
+    error: BaseException | None = None
+    listener_error: BaseException | None = None
+    while True:
+        try:
+            effect = step.throw(error) if error is not None else step.send(value)
+        except StopIteration as stop:
+            if listener_error is not None:
+                raise listener_error from None
+            return stop.value
+        value, error = None, None
+        if isinstance(effect, ListenerCall):
+            try:
+                result = effect.fn(effect.partitions)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                log.exception("%s listener failed", effect.what)
+                listener_error = listener_error or exc
+            continue
+        try:
+            value = await effect
+        except BaseException as exc:
+            error = exc

@@ -1,0 +1,204 @@
+"""Committed offsets of a group: OffsetCommit and OffsetFetch against the group coordinator,
+with the recovery the protocol asks for (re-discover a moved coordinator, back off while it
+loads, fail a commit for good when the group has moved on)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from kcore.admin.types import TopicPartition
+from kcore.cluster.coordinator import Backoff, CoordinatorLink
+from kcore.errors import (
+    BrokerConnectionError,
+    CommitFailedError,
+    KafkaError,
+    KcoreTimeoutError,
+    RebalanceInProgressError,
+    error_for_code,
+)
+from kcore.protocol.messages.offset_commit_request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kcore.protocol.messages.offset_fetch_request import (
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchRequestTopic,
+    OffsetFetchRequestTopics,
+)
+
+log = logging.getLogger("kcore.consumer.offsets")
+
+OFFSET_COMMIT, OFFSET_FETCH = 8, 9
+# The group moved on without this member: its commit can never succeed.
+REBALANCE_IN_PROGRESS = 27
+REBALANCED_CODES = frozenset({22, 25, 110})  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+# FENCED_MEMBER_EPOCH
+STALE_MEMBER_EPOCH = 113
+UNSTABLE_OFFSET_COMMIT = 88  # a transaction holding offsets for it is still open
+
+
+@dataclass(frozen=True)
+class MemberIdentity:
+    """Who commits: a member of the current generation (classic) or epoch (KIP-848), or a
+    consumer outside any group membership (generation -1, member id '')."""
+
+    generation: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+class GroupOffsets:
+    def __init__(self, link: CoordinatorLink, group_id: str) -> None:
+        self.link = link
+        self.group_id = group_id
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        member: MemberIdentity,
+        timeout: float | None,
+        metadata: str | None = "",
+    ) -> None:
+        """Commit ``offsets`` (the next offsets to read). Raises ``CommitFailedError`` when the
+        group rebalanced since, and the partition's Kafka error for any other failure."""
+        if not offsets:
+            return
+        by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
+        for tp, offset in offsets.items():
+            by_topic.setdefault(tp.topic, []).append(
+                OffsetCommitRequestPartition(
+                    partition_index=tp.partition,
+                    committed_offset=offset,
+                    committed_leader_epoch=-1,
+                    committed_metadata=metadata,
+                )
+            )
+        request = OffsetCommitRequest(
+            group_id=self.group_id,
+            generation_id_or_member_epoch=member.generation,
+            member_id=member.member_id,
+            group_instance_id=member.group_instance_id,
+            topics=[OffsetCommitRequestTopic(name=t, partitions=p) for t, p in by_topic.items()],
+        )
+        backoff = Backoff(self.link.cluster, timeout)
+        while True:
+            try:
+                # v10 names topics by id; names keep this independent of the metadata.
+                response = await self.link.send(request, max_version=9)
+            except (BrokerConnectionError, KcoreTimeoutError) as exc:
+                if not await backoff.sleep():
+                    raise KcoreTimeoutError(f"offset commit of {self.group_id!r}: {exc}") from exc
+                continue
+            codes = {
+                p.error_code for t in response.topics for p in t.partitions if p.error_code != 0
+            }
+            if not codes:
+                return
+            code = next(iter(codes))
+            if REBALANCE_IN_PROGRESS in codes:
+                # As Java: retriable once a poll has completed the rebalance (if the
+                # partitions are still this member's).
+                raise RebalanceInProgressError(
+                    f"offset commit of group {self.group_id!r}: the group is rebalancing; "
+                    "poll to rejoin, then commit again"
+                )
+            if any(c in REBALANCED_CODES for c in codes):
+                raise CommitFailedError(
+                    f"offset commit of group {self.group_id!r} failed: the group rebalanced "
+                    f"({_name(code)}) and the partitions may belong to another member now"
+                )
+            retry = all(
+                self.link.handle_error(c) or c == STALE_MEMBER_EPOCH or _retriable(c) for c in codes
+            )
+            if not retry or not await backoff.sleep():
+                err = error_for_code(code)
+                assert err is not None
+                raise type(err)(f"offset commit of group {self.group_id!r}: {err.message}")
+
+    async def fetch(
+        self,
+        partitions: Iterable[TopicPartition],
+        timeout: float | None,
+        require_stable: bool = True,
+    ) -> dict[TopicPartition, int | None]:
+        """The committed offsets of ``partitions`` (None: nothing committed). With
+        ``require_stable`` a partition with offsets in an open transaction waits (KIP-447)."""
+        tps = list(partitions)
+        if not tps:
+            return {}
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        backoff = Backoff(self.link.cluster, timeout)
+        while True:
+            try:
+                version = await self.link.version(OFFSET_FETCH, max_version=9)
+                request = self._fetch_request(by_topic, version, require_stable)
+                response = await self.link.send(request, version)
+            except (BrokerConnectionError, KcoreTimeoutError) as exc:
+                if not await backoff.sleep():
+                    raise KcoreTimeoutError(
+                        f"committed offsets of {self.group_id!r}: {exc}"
+                    ) from exc
+                continue
+            if version >= 8:
+                group = response.groups[0]
+                top_code, topics = group.error_code, group.topics
+            else:
+                top_code, topics = response.error_code, response.topics
+            codes = {top_code} if top_code else set()
+            out: dict[TopicPartition, int | None] = {}
+            for t in topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        codes.add(p.error_code)
+                    offset = p.committed_offset
+                    out[TopicPartition(t.name, p.partition_index)] = offset if offset >= 0 else None
+            if not codes:
+                return {tp: out.get(tp) for tp in tps}
+            code = next(iter(codes))
+            retry = all(
+                self.link.handle_error(c) or c == UNSTABLE_OFFSET_COMMIT or _retriable(c)
+                for c in codes
+            )
+            if not retry or not await backoff.sleep():
+                err = error_for_code(code)
+                assert err is not None
+                raise type(err)(f"committed offsets of group {self.group_id!r}: {err.message}")
+
+    def _fetch_request(
+        self, by_topic: dict[str, list[int]], version: int, require_stable: bool
+    ) -> OffsetFetchRequest:
+        if version >= 8:
+            group = OffsetFetchRequestGroup(
+                group_id=self.group_id,
+                topics=[
+                    OffsetFetchRequestTopics(name=t, partition_indexes=p)
+                    for t, p in by_topic.items()
+                ],
+            )
+            return OffsetFetchRequest(groups=[group], require_stable=require_stable)
+        return OffsetFetchRequest(
+            group_id=self.group_id,
+            topics=[
+                OffsetFetchRequestTopic(name=t, partition_indexes=p) for t, p in by_topic.items()
+            ],
+            require_stable=require_stable,
+        )
+
+
+def _name(code: int) -> str:
+    err = error_for_code(code)
+    return err.name if err is not None else str(code)
+
+
+def _retriable(code: int) -> bool:
+    err = error_for_code(code)
+    return isinstance(err, KafkaError) and err.retriable
+
+
+__all__ = ["GroupOffsets", "MemberIdentity"]

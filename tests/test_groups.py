@@ -1,0 +1,452 @@
+"""Consumer groups against real brokers: members of kcore (every assignor, and the KIP-848
+protocol), confluent-kafka and a killed process sharing one group; commits and restarts; static
+membership; the coordinator's broker killed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer as ConfluentConsumer
+
+import kcore
+from kcore.admin import NewTopic, TopicPartition
+from kcore.errors import FencedInstanceIdError
+
+FAST = {
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 500,
+    "auto.offset.reset": "earliest",
+    "metadata.max.age.ms": 2000,
+}
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create(bootstrap: str, topic: str, partitions: int, rf: int = 1) -> None:
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, partitions, rf)])
+
+
+def produce(bootstrap: str, topic: str, n: int, start: int = 0, **extra) -> None:
+    with kcore.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **extra}) as p:
+        for i in range(start, start + n):
+            p.send(topic, b"v%d" % i, key=b"k%d" % i)
+        p.flush(60)
+
+
+class Member(threading.Thread):
+    """A kcore group member polling in its own thread, keeping what it read."""
+
+    def __init__(self, bootstrap: str, group: str, topics, **extra) -> None:
+        super().__init__(daemon=True)
+        cfg = {"bootstrap.servers": bootstrap, "group.id": group, **FAST, **extra}
+        if cfg.get("group.protocol") == "consumer":  # the broker sets these under KIP-848
+            del cfg["session.timeout.ms"], cfg["heartbeat.interval.ms"]
+        self.consumer = kcore.Consumer(cfg)
+        self.topics = topics
+        self.records: list = []
+        self.events: list[tuple[str, list]] = []
+        self.stop_flag = threading.Event()
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        c = self.consumer
+        try:
+            c.subscribe(
+                self.topics,
+                on_assign=lambda ps: self.events.append(("assign", sorted(ps))),
+                on_revoke=lambda ps: self.events.append(("revoke", sorted(ps))),
+                on_lost=lambda ps: self.events.append(("lost", sorted(ps))),
+            )
+            while not self.stop_flag.is_set():
+                recs = c.poll(0.2)
+                with self.lock:
+                    self.records += recs
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def assignment(self) -> set[TopicPartition]:
+        return self.consumer.assignment()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(30)
+        self.consumer.close()
+
+
+def wait_for(cond, timeout: float = 60, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def partitions_split(assignments, topic: str, n: int) -> bool:
+    """Every partition of ``topic`` owned by exactly one member."""
+    owned = [tp for a in assignments for tp in a]
+    return sorted(owned) == [TopicPartition(topic, p) for p in range(n)]
+
+
+def total(members) -> int:
+    return sum(len(m.records) for m in members)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"partition.assignment.strategy": "range"},
+        {"partition.assignment.strategy": "roundrobin"},
+        {"partition.assignment.strategy": "cooperative-sticky"},
+        {"group.protocol": "consumer"},
+    ],
+    ids=["range", "roundrobin", "cooperative-sticky", "kip848"],
+)
+def test_members_split_the_partitions_and_read_each_record_once(kafka_cluster, extra):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("grp"), name("g")
+    create(bootstrap, topic, 6)
+    produce(bootstrap, topic, 3000)
+    members = [Member(bootstrap, group, [topic], **extra) for _ in range(3)]
+    try:
+        for m in members:  # staggered: rebalances happen while records are being read
+            m.start()
+            time.sleep(1.0)
+        produce(bootstrap, topic, 3000, start=3000)
+        wait_for(
+            lambda: (
+                partitions_split([m.assignment() for m in members], topic, 6)
+                and sorted(len(m.assignment()) for m in members) == [2, 2, 2]
+                and total(members) >= 6000
+            ),
+            90,
+            "the members to split the partitions and read everything",
+        )
+        for m in members:
+            assert m.error is None, m.error
+        seen = [(r.partition, r.offset) for m in members for r in m.records]
+        assert len(set(seen)) == 6000
+        # commits on revoke: a partition that moved is not read again by its new owner
+        assert len(seen) == 6000
+        if extra.get("partition.assignment.strategy") == "cooperative-sticky":
+            # incremental: the first member never had everything revoked at once
+            revokes = [ps for kind, ps in members[0].events if kind == "revoke"]
+            assert all(len(ps) < 6 for ps in revokes)
+    finally:
+        for m in members:
+            m.stop()
+
+
+def test_kcore_and_confluent_kafka_share_one_group(kafka_cluster):
+    """Default strategies on both sides (kcore: range, cooperative-sticky; librdkafka: range,
+    roundrobin): the group agrees on range, encoded in the standard consumer protocol."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("mixed"), name("g")
+    create(bootstrap, topic, 12)
+    produce(bootstrap, topic, 2400)
+    members = [Member(bootstrap, group, [topic]) for _ in range(3)]
+    peer = ConfluentConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+        }
+    )
+    peer.subscribe([topic])
+    peer_records: list = []
+    try:
+        for m in members:
+            m.start()
+
+        def settled() -> bool:
+            msg = peer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                peer_records.append((msg.partition(), msg.offset()))
+            kc = [m.assignment() for m in members]
+            theirs = {TopicPartition(tp.topic, tp.partition) for tp in peer.assignment()}
+            return (
+                partitions_split([*kc, theirs], topic, 12)
+                and all(kc)
+                and len(peer_records) + total(members) >= 2400
+            )
+
+        wait_for(settled, 90, "kcore and confluent-kafka members to share the partitions")
+        seen = [(r.partition, r.offset) for m in members for r in m.records] + peer_records
+        assert len(set(seen)) == 2400
+    finally:
+        peer.close()
+        for m in members:
+            m.stop()
+
+
+KILLED_MEMBER = r"""
+import json, sys, kcore, kcore.errors
+bootstrap, group, topic = sys.argv[1:4]
+c = kcore.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                    "heartbeat.interval.ms": 500})
+c.subscribe([topic])
+while True:
+    recs = c.poll(0.5, max_records=50)
+    for r in recs:
+        print(json.dumps(["R", r.partition, r.offset]), flush=True)
+    if recs:
+        try:
+            c.commit()
+        except kcore.errors.KcoreError:  # rebalancing: the next poll rejoins
+            continue
+        print(json.dumps(["C"] + [[tp.partition, o] for tp, o in
+              c.committed(c.assignment()).items() if o is not None]), flush=True)
+"""
+
+
+def test_a_killed_member_s_partitions_move_within_the_session_timeout(kafka_cluster):
+    """A member that dies without leaving: after session.timeout.ms the others own its
+    partitions; every record is read, and only records it read after its last commit twice."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("killed"), name("g")
+    create(bootstrap, topic, 12)
+    produce(bootstrap, topic, 1200)
+    members = [Member(bootstrap, group, [topic], **{"enable.auto.commit": True})]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_MEMBER, bootstrap, group, topic],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines: list = []
+
+    def read_child() -> None:
+        for line in proc.stdout:  # one at a time: the test watches them arrive
+            lines.append(json.loads(line))
+
+    reader = threading.Thread(target=read_child)
+    reader.start()
+    try:
+        members[0].start()
+        wait_for(lambda: len(members[0].assignment()) == 6, 60, "a split group")
+        produce(bootstrap, topic, 1200, start=1200)
+        wait_for(lambda: any(x[0] == "C" for x in lines), 60, "the child to read and commit")
+        # Let the child get a bit further, then kill it without a LeaveGroup.
+        produce(bootstrap, topic, 1200, start=2400)
+        time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        proc.wait(10)
+        reader.join(10)
+        wait_for(lambda: len(members[0].assignment()) == 12, 30, "the survivor to take everything")
+        moved_after = time.monotonic() - killed_at
+        assert moved_after < 6 + 10  # the session timeout, and a rebalance
+        wait_for(
+            lambda: (
+                len(
+                    {(r.partition, r.offset) for r in members[0].records}
+                    | {(x[1], x[2]) for x in lines if x[0] == "R"}
+                )
+                >= 3600
+            ),
+            60,
+            "every record to be read",
+        )
+        child = [(x[1], x[2]) for x in lines if x[0] == "R"]
+        last_commit: dict[int, int] = {}
+        for x in lines:
+            if x[0] == "C":
+                last_commit.update({p: o for p, o in x[1:]})
+        survivor = [(r.partition, r.offset) for r in members[0].records]
+        twice = set(child) & set(survivor)
+        # read twice only from the child's window after its last commit
+        assert all(o >= last_commit.get(p, 0) for p, o in twice), sorted(twice)[:10]
+        assert len(set(child) | set(survivor)) == 3600
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for m in members:
+            m.stop()
+
+
+def test_commit_then_restart_resumes_from_the_committed_offsets(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("resume"), name("g")
+    create(bootstrap, topic, 3)
+    produce(bootstrap, topic, 600)
+    cfg = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, **FAST}
+    first: list = []
+    with kcore.Consumer(cfg) as c:
+        c.subscribe([topic])
+        while len(first) < 300:
+            first += c.poll(0.5, max_records=300 - len(first))
+        c.commit()
+        positions = {tp: c.position(tp) for tp in c.assignment()}
+        assert c.committed(list(positions)) == positions
+        assert c.group_metadata().group_id == group
+        assert c.group_metadata().generation_id >= 1
+    rest: list = []
+    with kcore.Consumer(cfg) as c:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(rest) < 300 and time.monotonic() < deadline:
+            rest += c.poll(0.5)
+        time.sleep(0.5)
+        rest += c.poll(0.5)
+    both = [(r.partition, r.offset) for r in first + rest]
+    assert len(both) == 600 and len(set(both)) == 600
+
+
+def test_auto_commit_commits_on_close(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("autocommit"), name("g")
+    create(bootstrap, topic, 2)
+    produce(bootstrap, topic, 100)
+    cfg = {"bootstrap.servers": bootstrap, "group.id": group, **FAST}
+    got: list = []
+    with kcore.Consumer(cfg) as c:
+        c.subscribe(topic)
+        while len(got) < 100:
+            got += c.poll(0.5)
+    with kcore.Consumer(cfg) as c:
+        committed = c.committed([(topic, 0), (topic, 1)])
+    assert sum(o for o in committed.values() if o) == 100
+
+
+def test_static_member_restarts_without_a_rebalance(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("static"), name("g")
+    create(bootstrap, topic, 4)
+    cfg = {"bootstrap.servers": bootstrap, "group.id": group, **FAST, "session.timeout.ms": 30000}
+    a = Member(bootstrap, group, [topic], **{"group.instance.id": "a", "session.timeout.ms": 30000})
+    b = kcore.Consumer({**cfg, "group.instance.id": "b"})
+    b.subscribe([topic])
+    a.start()
+    try:
+        wait_for(
+            lambda: (
+                (b.poll(0.1) or True)
+                and partitions_split([a.assignment(), b.assignment()], topic, 4)
+            ),
+            60,
+            "a split group",
+        )
+        before = b.assignment()
+        generation = b.group_metadata().generation_id
+        b.close()  # a static member does not leave the group
+        b = kcore.Consumer({**cfg, "group.instance.id": "b"})
+        b.subscribe([topic])
+        wait_for(lambda: (b.poll(0.1) or True) and b.assignment(), 30, "b to rejoin")
+        assert b.assignment() == before
+        # no rebalance happened: a never lost its partitions
+        assert [k for k, _ in a.events] == ["assign"], a.events
+        assert b.group_metadata().generation_id == generation
+    finally:
+        b.close()
+        a.stop()
+
+
+def test_a_second_process_with_the_same_instance_id_fences_the_first(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("fenced"), name("g")
+    create(bootstrap, topic, 2)
+    cfg = {"bootstrap.servers": bootstrap, "group.id": group, **FAST, "group.instance.id": "same"}
+    first = kcore.Consumer(cfg)
+    second = kcore.Consumer(cfg)
+    try:
+        first.subscribe([topic])
+        wait_for(lambda: (first.poll(0.1) or True) and first.assignment(), 30, "first joined")
+        second.subscribe([topic])
+        wait_for(lambda: (second.poll(0.1) or True) and second.assignment(), 30, "second")
+        with pytest.raises(FencedInstanceIdError):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                first.poll(0.2)
+    finally:
+        second.close()
+        first.close()
+
+
+def test_pattern_subscription_picks_up_new_topics(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap_servers
+    prefix = name("pat")
+    create(bootstrap, f"{prefix}-a", 1)
+    cfg = {"bootstrap.servers": bootstrap, "group.id": name("g"), **FAST}
+    with kcore.Consumer(cfg) as c:
+        c.subscribe(re.compile(re.escape(prefix) + r"-.*"))
+        wait_for(lambda: (c.poll(0.1) or True) and c.assignment(), 30, "first topic")
+        create(bootstrap, f"{prefix}-b", 2)
+        wait_for(lambda: (c.poll(0.1) or True) and len(c.assignment()) == 3, 60, "the new topic")
+        assert {tp.topic for tp in c.assignment()} == {f"{prefix}-a", f"{prefix}-b"}
+
+
+def test_async_consumer_in_a_group(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("async-grp"), name("g")
+    create(bootstrap, topic, 3)
+    produce(bootstrap, topic, 300)
+    assigned: list = []
+
+    async def on_assign(ps):
+        await asyncio.sleep(0)
+        assigned.extend(ps)
+
+    async def main():
+        cfg = {"bootstrap.servers": bootstrap, "group.id": group, **FAST}
+        async with kcore.AsyncConsumer(cfg) as c:
+            c.subscribe([topic], on_assign=on_assign)
+            got: list = []
+            deadline = time.monotonic() + 60
+            while len(got) < 300 and time.monotonic() < deadline:
+                got += await c.poll(0.5)
+            await c.commit()
+            return got, await c.committed([(topic, p) for p in range(3)])
+
+    got, committed = asyncio.run(main())
+    assert len({(r.partition, r.offset) for r in got}) == 300
+    assert sorted(assigned) == [TopicPartition(topic, p) for p in range(3)]
+    assert sum(committed.values()) == 300
+
+
+def test_the_group_carries_on_when_the_coordinator_s_broker_dies(kafka_cluster3):
+    bootstrap = kafka_cluster3.bootstrap_servers
+    topic, group = name("coord-dies"), name("g")
+    create(bootstrap, topic, 6, rf=3)
+    produce(bootstrap, topic, 1200, acks="all")
+    members = [Member(bootstrap, group, [topic]) for _ in range(2)]
+    for m in members:
+        m.start()
+    killed = None
+    try:
+        wait_for(lambda: total(members) >= 1200, 60, "the first records")
+        coordinator = members[0].consumer._core.group.link.node_id
+        assert coordinator is not None
+        killed = coordinator
+        kafka_cluster3.kill_broker(coordinator)
+        produce(bootstrap, topic, 1200, start=1200, acks="all")
+        wait_for(
+            lambda: len({(r.partition, r.offset) for m in members for r in m.records}) >= 2400,
+            120,
+            "the records written after the coordinator died",
+        )
+        for m in members:
+            assert m.error is None, m.error
+        wait_for(
+            lambda: members[0].consumer._core.group.link.node_id not in (None, killed),
+            60,
+            "a new coordinator",
+        )
+    finally:
+        for m in members:
+            m.stop()
+        if killed is not None:
+            kafka_cluster3.start_broker(killed)
