@@ -84,6 +84,9 @@ class ClassicGroupMember:
         self.fatal: BaseException | None = None
         self.last_poll = time.monotonic()
         self.group_topics: set[str] = set()  # the leader: every member's topics
+        # Eager members revoke everything before rejoining; the sticky assignor's user data
+        # still names what they held.
+        self.last_assignment: list[TopicPartition] = []
         self._heartbeats: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
 
@@ -139,6 +142,7 @@ class ClassicGroupMember:
             self.lost = False
             self.last_poll = time.monotonic()
             self._start_heartbeats()
+            self.last_assignment = assignment
             return assignment
 
     async def _join_once(
@@ -157,7 +161,11 @@ class ClassicGroupMember:
                     metadata=encode_subscription(
                         Subscription(
                             topics=sorted(topics),
-                            user_data=a.subscription_user_data(topics, owned, self.generation),
+                            user_data=a.subscription_user_data(
+                                topics,
+                                owned if self.cooperative else self.last_assignment,
+                                self.generation,
+                            ),
                             owned_partitions=owned,
                             generation_id=self.generation,
                         )
