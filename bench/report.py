@@ -7,7 +7,9 @@ kcore is faster), then the issue's goals as pass/fail rows.
 
 The cluster (bench/test_cluster_bench.py), producer (bench/test_producer_bench.py) and consumer
 (bench/test_consumer_bench.py) runs get the same treatment; the producer's and the consumer's
-groups also show records/s, MB/s, CPU and peak RSS growth.
+groups also show records/s, MB/s, CPU and peak RSS growth. So do bench/test_group_bench.py's
+transactional group; its join and rebalance groups are latencies (no records/s), shown with
+their spread, CPU and, for rebalances, when the three members first covered the topic.
 
 With several files, each run gets its report, then one table puts the goal ratios side by side
 (the spread between runs is the noise of the machine).
@@ -34,6 +36,14 @@ PRODUCE_PEER_ORDER = ("confluent-kafka", "kafka-python", "aiokafka")
 # bench/test_consumer_bench.py: the same codecs; its diagnostic confluent-kafka row after the rest.
 CONSUME_ORDER = ("none", "lz4")
 CONSUME_PEER_ORDER = ("confluent-kafka (8 MiB partition fetch)",)
+# bench/test_group_bench.py: its groups in the order of the docs, its peers' variants.
+GROUP_KINDS = ("join", "rebalance", "txn")
+GROUP_PEER_ORDER = (
+    "confluent-kafka (cooperative-sticky)",
+    "confluent-kafka (group.protocol=consumer)",
+)
+# Its groups that are latencies (latency_table) rather than throughputs.
+LATENCY_GROUPS = ("join:", "rebalance:")
 
 
 @dataclass(frozen=True)
@@ -128,17 +138,70 @@ GOALS = (
             ),
         )
     ),
+    # bench/test_group_bench.py (times: not slower than confluent-kafka, like for like)
+    Goal(
+        "join to first record (classic) >= 1x confluent-kafka's",
+        "join:first-record",
+        ("kcore.join.classic",),
+        "confluent.join.classic",
+        1.0,
+        "groups",
+    ),
+    Goal(
+        "join to first record (group.protocol=consumer) >= 1x confluent-kafka's",
+        "join:first-record",
+        ("kcore.join.consumer",),
+        "confluent.join.consumer",
+        1.0,
+        "groups",
+    ),
+    Goal(
+        "rebalance, 3rd member (default assignors) >= 1x confluent-kafka's",
+        "rebalance:3rd-member",
+        ("kcore.rebalance.default",),
+        "confluent.rebalance.default",
+        1.0,
+        "groups",
+    ),
+    Goal(
+        "rebalance, 3rd member (cooperative-sticky) >= 1x confluent-kafka's",
+        "rebalance:3rd-member",
+        ("kcore.rebalance.cooperative-sticky",),
+        "confluent.rebalance.cooperative-sticky",
+        1.0,
+        "groups",
+    ),
+    Goal(
+        "rebalance, 3rd member (group.protocol=consumer) >= 1x confluent-kafka's",
+        "rebalance:3rd-member",
+        ("kcore.rebalance.consumer",),
+        "confluent.rebalance.consumer",
+        1.0,
+        "groups",
+    ),
+    Goal(
+        "transactions of 1,000 records >= 1.5x confluent-kafka's",
+        "txn:1000x100B",
+        ("kcore.txn.send", "kcore.txn.send_batch"),
+        "confluent.txn.produce",
+        1.5,
+        "groups",
+    ),
 )
 SUITE_TITLES = {
     "codec": "Codec benchmarks",
     "producer": "Producer benchmarks",
     "consumer": "Consumer benchmarks",
+    "groups": "Consumer group and transaction benchmarks",
 }
-# Suites whose goals are also shown by client CPU time (their rows record ``cpu_s``).
-CPU_SUITES = ("producer", "consumer")
+# Suites whose goals are also shown by client CPU time (their rows record ``cpu_s``; rows
+# without ``items``, the latencies, are left out).
+CPU_SUITES = ("producer", "consumer", "groups")
 # Group prefixes shown by client_table (records/s, MB/s, CPU, RSS), and whose ``settings``
 # extra_info machine_lines prints.
-CLIENT_GROUPS = {"produce:": "producer", "consume:": "consumer"}
+CLIENT_GROUPS = {"produce:": "producer", "consume:": "consumer", "txn:": "group and transaction"}
+# Group prefixes that ran against a broker (machine_lines names it).
+BROKER_GROUPS = ("cluster:", *CLIENT_GROUPS, *LATENCY_GROUPS)
 
 
 @dataclass
@@ -180,7 +243,7 @@ def load(path: Path) -> tuple[dict[str, Any], dict[str, list[Bench]]]:
             nbytes=info.get("nbytes"),
             output_bytes=info.get("output_bytes"),
             package=bool(info.get("package")),
-            info=info,
+            info={**info, "max_s": stats.get("max")},
         )
         groups.setdefault(bench.group, []).append(bench)
     return data, groups
@@ -188,7 +251,7 @@ def load(path: Path) -> tuple[dict[str, Any], dict[str, list[Bench]]]:
 
 def group_order(name: str) -> tuple[int, int, str]:
     kind, _, codec = name.partition(":")
-    kinds = ("encode", "decode", "crc32c", "murmur2", "cluster", "produce", "consume")
+    kinds = ("encode", "decode", "crc32c", "murmur2", "cluster", "produce", "consume", *GROUP_KINDS)
     k = kinds.index(kind) if kind in kinds else len(kinds)
     c = CODEC_ORDER.index(codec) if codec in CODEC_ORDER else len(CODEC_ORDER)
     if kind == "cluster" and codec in CLUSTER_ORDER:
@@ -237,7 +300,9 @@ def is_kcore(b: Bench) -> bool:
 
 
 def peer_order(b: Bench) -> tuple[int, str]:
-    order = PEER_ORDER + CLUSTER_PEER_ORDER + PRODUCE_PEER_ORDER + CONSUME_PEER_ORDER
+    order = (
+        PEER_ORDER + CLUSTER_PEER_ORDER + PRODUCE_PEER_ORDER + CONSUME_PEER_ORDER + GROUP_PEER_ORDER
+    )
     return (order.index(b.impl) if b.impl in order else len(order), b.impl)
 
 
@@ -312,6 +377,42 @@ def client_table(name: str, benches: list[Bench]) -> list[str]:
         ]
         for p in peers:
             row.append(fmt_ratio(p.median / b.median) if is_kcore(b) else "")
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    return lines
+
+
+def latency_table(name: str, benches: list[Bench]) -> list[str]:
+    """bench/test_group_bench.py's join and rebalance groups: a round is one event (a join, a
+    rebalance), so the spread of the rounds, the client's and the broker's CPU time per round
+    and, for rebalances, when the members first covered the topic (``covered_s_rounds``). A
+    kcore row's ratio is against its ``counterpart``: confluent-kafka with the same group
+    protocol and assignor (the other peers' ratios would compare different protocols)."""
+    kcore = sorted((b for b in benches if is_kcore(b)), key=lambda b: b.median)
+    peers = sorted((b for b in benches if not is_kcore(b)), key=peer_order)
+    by_key = {b.key: b for b in benches}
+    covered = any(b.info.get("covered_s_rounds") for b in benches)
+    head = ["implementation", "median", "min", "max", "rounds", "client CPU", "broker CPU"]
+    if covered:
+        head.append("covered (median)")
+    head += ["vs confluent-kafka, same protocol"]
+    lines = [f"### {name}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for b in kcore + peers:
+        cpu, broker_cpu = b.info.get("cpu_s"), b.info.get("broker_cpu_s")
+        row = [
+            f"**{b.label}**" if is_kcore(b) else b.label,
+            fmt_time(b.median),
+            fmt_time(b.min),
+            fmt_time(b.info["max_s"]) if b.info.get("max_s") is not None else "",
+            str(b.rounds),
+            fmt_time(cpu) if cpu is not None else "",
+            fmt_time(broker_cpu) if broker_cpu is not None else "",
+        ]
+        if covered:
+            rounds = sorted(b.info.get("covered_s_rounds") or [])
+            row.append(fmt_time(rounds[len(rounds) // 2]) if rounds else "")
+        peer = by_key.get(b.info.get("counterpart", "")) if is_kcore(b) else None
+        row.append(fmt_ratio(peer.median / b.median) if peer else "")
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     return lines
@@ -409,6 +510,11 @@ def evaluate(groups: dict[str, list[Bench]]) -> list[GoalResult]:
     return out
 
 
+def fmt_median(b: Bench) -> str:
+    per = fmt_per_item(b) or fmt_rate(b)
+    return f"{fmt_time(b.median)} ({per})" if per else fmt_time(b.median)
+
+
 def goals_table(results: list[GoalResult]) -> list[str]:
     head = [
         "goal",
@@ -430,9 +536,9 @@ def goals_table(results: list[GoalResult]) -> list[str]:
                 [
                     r.goal.text,
                     k.label if k else r.kcore_key,
-                    f"{fmt_time(k.median)} ({fmt_per_item(k) or fmt_rate(k)})" if k else "-",
+                    fmt_median(k) if k else "-",
                     p.label if p else "-",
-                    f"{fmt_time(p.median)} ({fmt_per_item(p) or fmt_rate(p)})" if p else "-",
+                    fmt_median(p) if p else "-",
                     fmt_ratio(r.ratio) if r.ratio is not None else "-",
                     f">= {r.goal.target:g}x",
                     f"**{r.verdict}**",
@@ -466,14 +572,14 @@ def machine_lines(data: dict[str, Any]) -> list[str]:
             f"{', '.join(kb.get('kafka_python_codecs', []))}",
         ]
         cluster_run = any(
-            str(b.get("group") or "").startswith(("cluster:", *CLIENT_GROUPS))
-            for b in data.get("benchmarks", [])
+            str(b.get("group") or "").startswith(BROKER_GROUPS) for b in data.get("benchmarks", [])
         )
         if cluster_run and "kafka_broker" in kb:  # bench/test_cluster_bench.py's broker
             lines.append(
                 f"- Kafka broker: {kb['kafka_broker']}; librdkafka (confluent-kafka): "
                 f"{kb.get('librdkafka', '?')}"
             )
+    shown: list[Any] = []
     for prefix, suite in CLIENT_GROUPS.items():
         settings = next(
             (
@@ -483,7 +589,8 @@ def machine_lines(data: dict[str, Any]) -> list[str]:
             ),
             None,
         )
-        if settings:  # the producer's or consumer's workload and the clients' matched settings
+        if settings and settings not in shown:  # the workload and the clients' matched settings
+            shown.append(settings)
             lines.append(
                 f"- {suite} workload and settings: "
                 + ", ".join(f"{k} {v}" for k, v in settings.items())
@@ -517,6 +624,8 @@ def report(path: Path) -> tuple[list[str], list[GoalResult]]:
     for name in sorted(groups, key=group_order):
         if name.startswith(tuple(CLIENT_GROUPS)):
             lines += client_table(name, groups[name])
+        elif name.startswith(LATENCY_GROUPS):
+            lines += latency_table(name, groups[name])
         else:
             lines += group_table(name, groups[name])
     lines += memory_lines(groups)
@@ -580,6 +689,8 @@ def cluster_across_runs(
         peers = sorted((b for b in first if not is_kcore(b)), key=peer_order)
         for k in kcore:
             for p in peers:
+                if k.info.get("counterpart") not in (None, p.key):
+                    continue  # bench/test_group_bench.py: like for like only
                 cells = []
                 for groups in runs:
                     by_key = {b.key: b for b in groups.get(name, [])}
@@ -606,6 +717,9 @@ def main(argv: list[str] | None = None) -> int:
         out += cluster_across_runs(args.json)
         out += cluster_across_runs(args.json, "produce:", "Producer")
         out += cluster_across_runs(args.json, "consume:", "Consumer")
+        out += cluster_across_runs(args.json, "join:", "Group join")
+        out += cluster_across_runs(args.json, "rebalance:", "Rebalance")
+        out += cluster_across_runs(args.json, "txn:", "Transactions")
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 
