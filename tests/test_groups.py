@@ -460,3 +460,37 @@ def test_the_group_carries_on_when_the_coordinator_s_broker_dies(kafka_cluster3)
             m.stop()
         if killed is not None:
             kafka_cluster3.start_broker(killed)
+
+
+def test_a_failing_listener_is_raised_after_the_rebalance_step_finishes():
+    """No broker: a listener's exception does not stop the step (the partitions still move);
+    poll raises it at the end, as Java does, and the sync and async drivers agree."""
+    from kcore.cluster.client import ClusterClient
+    from kcore.config import ClientConfig
+    from kcore.consumer.group import GroupCoordinator, drive_async, drive_sync
+
+    cfg = ClientConfig({"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}, role="consumer")
+    group = GroupCoordinator(ClusterClient(cfg), cfg, assignment=None)  # type: ignore[arg-type]
+    done: list[str] = []
+
+    def bad(partitions):
+        raise ValueError(f"listener saw {partitions}")
+
+    async def abad(partitions):
+        raise ValueError("async listener")
+
+    def step(fn):
+        def body():
+            yield from group._listener(fn, [TopicPartition("t", 0)], "on_assign")
+            done.append("after")
+
+        group._poll_step = body
+        return group.poll_step()
+
+    with pytest.raises(ValueError, match="listener saw"):
+        drive_sync(step(bad), run=asyncio.run)
+    with pytest.raises(ValueError, match="async listener"):
+        drive_sync(step(abad), run=asyncio.run)
+    with pytest.raises(ValueError, match="async listener"):
+        asyncio.run(drive_async(step(abad)))
+    assert done == ["after"] * 3

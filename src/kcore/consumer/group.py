@@ -85,6 +85,7 @@ class GroupCoordinator:
         self._joined_topics: dict[str, int] = {}  # topic -> partition count at the last join
         self._pending_commits: set[Any] = set()
         self.loop: asyncio.AbstractEventLoop | None = None  # set by the consumer's start
+        self._listener_error: Exception | None = None  # raised when the poll step ends
 
     # -- subscription (any thread) ----------------------------------------------------------------
 
@@ -133,7 +134,23 @@ class GroupCoordinator:
     # -- the step run by every poll ---------------------------------------------------------------
 
     def poll_step(self) -> Step:
-        """Everything group-related a poll does before it returns records."""
+        """Everything group-related a poll does before it returns records. A listener's
+        exception is raised once the step has finished (as Java's poll does)."""
+        self._listener_error = None
+        yield from self._poll_step()
+        if self._listener_error is not None:
+            error, self._listener_error = self._listener_error, None
+            raise error
+
+    def _listener(self, fn: Listener, partitions: list[TopicPartition], what: str) -> Step:
+        try:
+            yield ListenerCall(fn, partitions, what)
+        except Exception as exc:  # the rebalance goes on; poll raises it at the end
+            log.exception("%s listener failed", what)
+            if self._listener_error is None:
+                self._listener_error = exc
+
+    def _poll_step(self) -> Step:
         member = self.member
         if member.fatal is not None:
             raise member.fatal
@@ -153,7 +170,7 @@ class GroupCoordinator:
             # As Java: partitions lost get on_lost (falling back to on_revoke), and no commit.
             fn = self.on_lost or self.on_revoke
             if fn is not None:
-                yield ListenerCall(fn, owned, "on_lost")
+                yield from self._listener(fn, owned, "on_lost")
             self.assignment.remove_partitions(owned)
 
     def _revoke_step(self, partitions: list[TopicPartition]) -> Step:
@@ -162,10 +179,10 @@ class GroupCoordinator:
         if self.auto_commit:
             try:
                 yield self._commit_coro(self.assignment.positions(partitions))
-            except (CommitFailedError, KcoreError) as exc:
+            except KcoreError as exc:
                 log.warning("group %r: commit before revoke failed: %s", self.group_id, exc)
         if self.on_revoke is not None:
-            yield ListenerCall(self.on_revoke, partitions, "on_revoke")
+            yield from self._listener(self.on_revoke, partitions, "on_revoke")
         self.assignment.remove_partitions(partitions)
 
     def _assign_step(self, partitions: list[TopicPartition]) -> Step:
@@ -173,7 +190,7 @@ class GroupCoordinator:
         # No committed offset: None, and the fetcher applies auto.offset.reset.
         self.assignment.add_partitions({tp: committed.get(tp) for tp in partitions})
         if self.on_assign is not None:
-            yield ListenerCall(self.on_assign, partitions, "on_assign")
+            yield from self._listener(self.on_assign, partitions, "on_assign")
 
     def _topic_snapshot(self, topics: set[str]) -> dict[str, int]:
         md = self.cluster.cache.current
@@ -284,57 +301,41 @@ class GroupCoordinator:
 
 
 def drive_sync(step: Step, run: Callable[[Coroutine[Any, Any, Any]], Any]) -> Any:
-    """Run a step from a blocking caller: coroutines on the event loop (via ``run``), listeners
-    here. A listener's exception is raised after the step has finished (as Java's poll)."""
+    """Run a step from a blocking caller: its coroutines on the event loop (via ``run``), its
+    listener calls here, in the caller's thread; each outcome goes back into the step."""
     value: Any = None
     error: BaseException | None = None
-    listener_error: BaseException | None = None
     while True:
         try:
             effect = step.throw(error) if error is not None else step.send(value)
         except StopIteration as stop:
-            if listener_error is not None:
-                raise listener_error from None
             return stop.value
-        value, error = None, None
-        if isinstance(effect, ListenerCall):
-            try:
-                result = effect.fn(effect.partitions)
-                if inspect.isawaitable(result):
-                    run(result)  # type: ignore[arg-type]
-            except Exception as exc:
-                log.exception("%s listener failed", effect.what)
-                listener_error = listener_error or exc
-            continue
         try:
-            value = run(effect)
+            if isinstance(effect, ListenerCall):
+                result = effect.fn(effect.partitions)
+                value = run(result) if inspect.isawaitable(result) else result  # type: ignore[arg-type]
+            else:
+                value = run(effect)
+            error = None
         except BaseException as exc:
-            error = exc
+            value, error = None, exc
 
 
 async def drive_async(step: Step) -> Any:
     """:func:`drive_sync` for ``AsyncConsumer``: listeners may be coroutine functions."""
     value: Any = None
     error: BaseException | None = None
-    listener_error: BaseException | None = None
     while True:
         try:
             effect = step.throw(error) if error is not None else step.send(value)
         except StopIteration as stop:
-            if listener_error is not None:
-                raise listener_error from None
             return stop.value
-        value, error = None, None
-        if isinstance(effect, ListenerCall):
-            try:
-                result = effect.fn(effect.partitions)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception as exc:
-                log.exception("%s listener failed", effect.what)
-                listener_error = listener_error or exc
-            continue
         try:
-            value = await effect
+            if isinstance(effect, ListenerCall):
+                result = effect.fn(effect.partitions)
+                value = await result if inspect.isawaitable(result) else result
+            else:
+                value = await effect
+            error = None
         except BaseException as exc:
-            error = exc
+            value, error = None, exc
