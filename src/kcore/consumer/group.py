@@ -24,7 +24,7 @@ from kcore.cluster.coordinator import GROUP, CoordinatorLink
 from kcore.consumer.assignors import assignor_for
 from kcore.consumer.group_classic import ClassicGroupMember
 from kcore.consumer.group_consumer import ConsumerGroupMember
-from kcore.consumer.offsets import GroupOffsets, MemberIdentity
+from kcore.consumer.offsets import GroupOffsets
 from kcore.errors import CommitFailedError, KcoreError, RebalanceInProgressError
 
 log = logging.getLogger("kcore.consumer.group")
@@ -83,9 +83,11 @@ class GroupCoordinator:
         self.on_lost: Listener | None = None
         self.subscribed = False
         self._joined_topics: dict[str, int] = {}  # topic -> partition count at the last join
-        self._pending_commits: set[Any] = set()
         self.loop: asyncio.AbstractEventLoop | None = None  # set by the consumer's start
         self._listener_error: Exception | None = None  # raised when the poll step ends
+        # Auto-commits in flight: the loop keeps only weak references to tasks; each future
+        # holds its task until it is done.
+        self._pending_commits: set[Any] = set()
 
     # -- subscription (any thread) ----------------------------------------------------------------
 
@@ -246,12 +248,9 @@ class GroupCoordinator:
 
     # -- commits ----------------------------------------------------------------------------------
 
-    def _identity(self) -> MemberIdentity:
-        return self.member.identity
-
     async def _commit_coro(self, offsets: Mapping[TopicPartition, int]) -> None:
         try:
-            await self.offsets.commit(offsets, self._identity(), self.api_timeout_s)
+            await self.offsets.commit(offsets, self.member.identity, self.api_timeout_s)
         except (CommitFailedError, RebalanceInProgressError):
             if isinstance(self.member, ClassicGroupMember):
                 self.member.request_rejoin("a commit found the group rebalanced")

@@ -88,7 +88,6 @@ class ClassicGroupMember:
         # still names what they held.
         self.last_assignment: list[TopicPartition] = []
         self._heartbeats: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
 
     @property
     def identity(self) -> MemberIdentity:
@@ -311,11 +310,7 @@ class ClassicGroupMember:
             elif self.link.handle_error(code):
                 await backoff.sleep()
                 continue
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.heartbeat_interval_s)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()
+            await asyncio.sleep(self.heartbeat_interval_s)
 
     async def leave(self, reason: str = "the consumer is being closed") -> None:
         """LeaveGroup, so the group rebalances now rather than after the session timeout.
