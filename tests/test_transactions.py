@@ -536,7 +536,9 @@ class FakeCluster:
         self.sent_to: list[int] = []
         self.retry_backoff = ExponentialBackoff(1, 2)
 
-    async def find_coordinator(self, key: str, key_type: int = 0) -> BrokerInfo:
+    async def find_coordinator(
+        self, key: str, key_type: int = 0, timeout: float | None = None
+    ) -> BrokerInfo:
         self.lookups += 1
         return BrokerInfo(self.lookups, "127.0.0.1", 9092)
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
+from kcore.cluster.coordinator import GROUP, TRANSACTION, CoordinatorLink
 from kcore.errors import (
     BrokerConnectionError,
     KafkaError,
@@ -187,8 +188,8 @@ class TransactionManager:
         self.added: set[TopicPartition] = set()  # registered partitions (v1)
         self.pending: set[TopicPartition] = set()  # in an AddPartitionsToTxn in flight
         self.new: set[TopicPartition] = set()  # found by the sender, to be registered
-        self._txn_coordinator: int | None = None
-        self._group_coordinators: dict[str, int] = {}
+        self._txn_link = CoordinatorLink(cluster, transactional_id, TRANSACTION)
+        self._group_links: dict[str, CoordinatorLink] = {}  # TxnOffsetCommit under v2
         self._add_task: asyncio.Task[None] | None = None
 
     # -- the state machine (no I/O) ---------------------------------------------------------------
@@ -437,23 +438,20 @@ class TransactionManager:
         self.fatal(err)  # an error Java does not expect either
         raise self.fatal_error()
 
-    async def _coordinator(self, group: str | None) -> int:
+    def _link(self, group: str | None) -> CoordinatorLink:
+        """The transaction coordinator, or ``group``'s coordinator."""
         if group is None:
-            if self._txn_coordinator is None:
-                info = await self.cluster.find_coordinator(self.transactional_id, key_type=1)
-                self._txn_coordinator = info.node_id
-            return self._txn_coordinator
-        node = self._group_coordinators.get(group)
-        if node is None:
-            node = (await self.cluster.find_coordinator(group, key_type=0)).node_id
-            self._group_coordinators[group] = node
-        return node
+            return self._txn_link
+        link = self._group_links.get(group)
+        if link is None:
+            link = self._group_links[group] = CoordinatorLink(self.cluster, group, GROUP)
+        return link
 
-    def _forget(self, group: str | None) -> None:
-        if group is None:
-            self._txn_coordinator = None
-        else:
-            self._group_coordinators.pop(group, None)
+    async def _coordinator(self, group: str | None) -> int:
+        return await self._link(group).node()
+
+    def _forget(self, group: str | None, why: str) -> None:
+        self._link(group).mark_dead(why)
 
     async def _request(
         self,
@@ -484,7 +482,7 @@ class TransactionManager:
                 )
                 response = await self.cluster.send(node, build(version), version)
             except (BrokerConnectionError, KcoreTimeoutError) as exc:
-                self._forget(group)
+                self._forget(group, str(exc))
                 log.debug("%s: %s; retrying", call, exc)
                 await asyncio.sleep(self.cluster.retry_backoff.backoff_s(attempt - 1))
                 continue
@@ -492,7 +490,7 @@ class TransactionManager:
                 if not exc.retriable:
                     self._classify(call, [exc.code])  # raises
                     raise
-                self._forget(group)
+                self._forget(group, str(exc))
                 await asyncio.sleep(self.cluster.retry_backoff.backoff_s(attempt - 1))
                 continue
             try:
@@ -500,7 +498,7 @@ class TransactionManager:
                 return response
             except _Retry as retry:
                 if retry.refind:
-                    self._forget(group)
+                    self._forget(group, "the coordinator moved")
                 log.debug("%s: retrying (%s)", call, "refind" if retry.refind else "backoff")
                 backoff = retry.backoff_s
                 if backoff is None:
