@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
@@ -470,7 +471,8 @@ def test_a_failing_listener_is_raised_after_the_rebalance_step_finishes():
     from kcore.consumer.group import GroupCoordinator, drive_async, drive_sync
 
     cfg = ClientConfig({"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}, role="consumer")
-    group = GroupCoordinator(ClusterClient(cfg), cfg, assignment=None)  # type: ignore[arg-type]
+    no_partitions = SimpleNamespace(interrupt_wait=lambda: None)  # the listener moves none
+    group = GroupCoordinator(ClusterClient(cfg), cfg, no_partitions)  # type: ignore[arg-type]
     done: list[str] = []
 
     def bad(partitions):

@@ -21,7 +21,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 
 import kcore
 from kcore.admin import NewTopic
-from kcore.cluster.client import ClusterClient
+from kcore.cluster.client import ClusterClient, broker_id
 from kcore.cluster.metadata import BrokerInfo
 from kcore.errors import (
     MessageTooLargeError,
@@ -526,6 +526,11 @@ class FakeSender:
         pass
 
 
+class FakeConnection:
+    def version_for(self, api_key: int, **limits: object) -> int:
+        return 5 if limits.get("min_version") == 5 else 4
+
+
 class FakeCluster:
     """Answers EndTxn with the scripted error codes, one per request, and records which
     coordinator each request went to; each lookup names the next node."""
@@ -542,11 +547,13 @@ class FakeCluster:
         self.lookups += 1
         return BrokerInfo(self.lookups, "127.0.0.1", 9092)
 
-    async def version_for(self, node: int, api_key: int, **limits: object) -> int:
-        return 5 if limits.get("min_version") == 5 else 4
+    async def connection(self, node: int) -> FakeConnection:
+        return FakeConnection()
 
-    async def send(self, node: int, request: object, version: int) -> object:
-        self.sent_to.append(node)
+    async def send(
+        self, node: int, request: object, version: int, timeout: float | None = None
+    ) -> object:
+        self.sent_to.append(broker_id(node))  # (coordinators have connections of their own)
         return EndTxnResponse(error_code=self.codes.pop(0), producer_id=1000, producer_epoch=4)
 
 

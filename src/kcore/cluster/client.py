@@ -310,7 +310,7 @@ class ClusterClient:
         self._connecting.pop(node_id, None)
 
     async def _open(self, node_id: int) -> BrokerConnection:
-        broker = self.cache.current.brokers.get(node_id)
+        broker = self.cache.current.brokers.get(broker_id(node_id))
         if broker is None:
             self.cache.request_update()
             raise BrokerConnectionError(
@@ -324,7 +324,7 @@ class ClusterClient:
         if old is not None:
             old.close()
         conn = BrokerConnection(
-            broker.host, broker.port, self._settings_for(state.failures), node_id=node_id
+            broker.host, broker.port, self._settings_for(state.failures), node_id=broker.node_id
         )
         try:
             await conn.open()
@@ -616,6 +616,25 @@ class ClusterClient:
                 log.debug("closing idle connection to node %s", node_id)
                 conn.close()
                 del self._conns[node_id]
+
+
+# A coordinator gets a connection of its own, as in the Java client (which keys it the same
+# way): on the shared one, a JoinGroup or heartbeat would wait behind a fetch that the broker
+# holds for up to fetch.max.wait.ms, since a broker answers one request per connection at a time.
+_COORDINATOR_IDS = 2**31 - 1
+
+
+def coordinator_connection_id(node_id: int) -> int:
+    """The id under which ``ClusterClient`` keeps the coordinator connection to ``node_id``;
+    pass it wherever a node id goes (``send``, ``connection``, ``version_for``)."""
+    return _COORDINATOR_IDS - node_id
+
+
+def broker_id(connection_id: int) -> int:
+    """The broker a connection id (a node id, or a coordinator connection's id) leads to."""
+    if connection_id > _COORDINATOR_IDS // 2:
+        return _COORDINATOR_IDS - connection_id
+    return connection_id
 
 
 def _dedupe(attempts: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -10,8 +10,9 @@ import logging
 import time
 from typing import Any
 
-from kcore.cluster.client import ClusterClient
+from kcore.cluster.client import ClusterClient, coordinator_connection_id
 from kcore.errors import BrokerConnectionError, KcoreTimeoutError, error_for_code
+from kcore.network.connection import BrokerConnection
 
 log = logging.getLogger("kcore.coordinator")
 
@@ -75,19 +76,32 @@ class CoordinatorLink:
     ) -> Any:
         """One request to the coordinator. A connection failure forgets the coordinator (it is
         looked up again next time) and is raised."""
-        node = await self.node()
+        conn_id = coordinator_connection_id(await self.node())
         try:
             if version is None:
-                version = await self.cluster.version_for(node, request.API_KEY, **limits)
-            return await self.cluster.send(node, request, version, timeout=timeout)
+                version = await self.cluster.version_for(conn_id, request.API_KEY, **limits)
+            started = time.monotonic()
+            response = await self.cluster.send(conn_id, request, version, timeout=timeout)
+            log.debug(
+                "%r: %s v%d answered in %.0f ms",
+                self,
+                type(request).__name__,
+                version,
+                (time.monotonic() - started) * 1000,
+            )
+            return response
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
             self.mark_dead(str(exc))
             raise
 
     async def version(self, api_key: int, **limits: Any) -> int:
+        return (await self.connection()).version_for(api_key, **limits)
+
+    async def connection(self) -> BrokerConnection:
+        """The coordinator's own connection (not the one fetches and produces use)."""
         node = await self.node()
         try:
-            return await self.cluster.version_for(node, api_key, **limits)
+            return await self.cluster.connection(coordinator_connection_id(node))
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
             self.mark_dead(str(exc))
             raise

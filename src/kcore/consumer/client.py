@@ -138,6 +138,9 @@ class ConsumerCore:
         self.cluster.add_topics({tp.topic for tp in positions})
         self.wake()
 
+    def interrupt_wait(self) -> None:
+        self.fetcher.interrupt_wait()
+
     def remove_partitions(self, partitions: Iterable[TopicPartition]) -> None:
         with self.fetcher.lock:
             for tp in partitions:

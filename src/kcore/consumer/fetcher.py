@@ -109,6 +109,7 @@ class Fetcher:
     _reported_no_position: set[TopicPartition] = field(default_factory=set)
     _last_reset_error: str | None = None
     _served: int = 0
+    _interrupted: bool = False
 
     def wakeup(self) -> None:
         if self._wakeup is not None:
@@ -122,7 +123,7 @@ class Fetcher:
             self._wakeup.clear()
             # Offset lookups run beside the fetches (a lookup may wait for a leader for a
             # while; the other partitions go on being fetched meanwhile).
-            if self._reset_task is None or self._reset_task.done():
+            if (self._reset_task is None or self._reset_task.done()) and self._lacks_position():
                 self._reset_task = asyncio.get_running_loop().create_task(self._reset_guarded())
             try:
                 self._send_fetches()
@@ -135,10 +136,19 @@ class Fetcher:
             except asyncio.TimeoutError:
                 pass
 
+    def _lacks_position(self) -> bool:
+        with self.lock:
+            return any(st.position is None for st in self.states.values())
+
     async def _reset_guarded(self) -> None:
+        # Wake the fetch loop only when there is news (a position found, or a retry due after
+        # its backoff): waking it unconditionally made an idle consumer spin a core.
         try:
-            await self._reset_positions()
+            found = await self._reset_positions()
             self._last_reset_error = None
+            if found:
+                self.wakeup()
+            return
         except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
             if isinstance(exc, KafkaError) and not exc.retriable:
                 self._report_reset_error(exc)
@@ -151,8 +161,7 @@ class Fetcher:
             log.exception("fetcher: offset lookup")
             self._deliver_error(KcoreError(f"the offset lookup failed: {exc!r}"))
             await asyncio.sleep(self.cluster.retry_backoff.maximum_ms / 1000)
-        finally:
-            self.wakeup()
+        self.wakeup()
 
     def _report_reset_error(self, exc: BaseException) -> None:
         """To poll once, not at every retry of the same failing lookup."""
@@ -160,9 +169,9 @@ class Fetcher:
             self._last_reset_error = str(exc)
             self._deliver_error(exc)
 
-    async def _reset_positions(self) -> None:
+    async def _reset_positions(self) -> bool:
         """Partitions without a position get one: a pending seek_to_beginning/end, else
-        ``auto.offset.reset``."""
+        ``auto.offset.reset``. True when some partition got one."""
         with self.lock:
             todo = {
                 tp: st.reset_to or self.reset_policy
@@ -170,7 +179,7 @@ class Fetcher:
                 if st.position is None
             }
         if not todo:
-            return
+            return False
         without = {tp for tp, policy in todo.items() if policy == "none"}
         new = without - self._reported_no_position
         self._reported_no_position = without  # once per partition, until it gets a position
@@ -184,12 +193,13 @@ class Fetcher:
             )
         todo = {tp: p for tp, p in todo.items() if p != "none"}
         if not todo:
-            return
+            return False
         assert self._admin is not None
         specs: dict[TopicPartition | tuple[str, int], str | int] = {}
         for tp, where in todo.items():
             specs[tp] = where
         failed: AdminOperationError | None = None
+        found = False
         try:
             offsets = await self._admin.list_offsets(specs)
         except AdminOperationError as exc:  # some partitions failed: use the others' answers
@@ -205,8 +215,10 @@ class Fetcher:
                 ):
                     st.position = result.offset
                     st.reset_to = None
+                    found = True
         if failed is not None:
             raise failed
+        return found
 
     def _send_fetches(self) -> None:
         md = self.cluster.metadata
@@ -478,14 +490,24 @@ class Fetcher:
             pass
 
     def wait_for_data(self, timeout: float) -> None:
-        """Block the caller until data or an error is queued, or ``timeout`` passes."""
+        """Block the caller until data or an error is queued, ``interrupt_wait`` is called, or
+        ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         with self.lock:
-            while not self._deliverable():
+            while not (self._deliverable() or self._interrupted):
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopped:
                     return
                 self.lock.wait(left)
+            self._interrupted = False
+
+    def interrupt_wait(self) -> None:
+        """End the current (or next) wait for data early: the caller has other work, such as
+        a new group assignment to take on."""
+        with self.lock:
+            self._interrupted = True
+            self.lock.notify_all()
+        self._signal_data()
 
 
 def _first_batch_size(records: Any) -> int:

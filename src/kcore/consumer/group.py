@@ -51,6 +51,7 @@ class Assignment(Protocol):
     def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]: ...
     def add_partitions(self, positions: Mapping[TopicPartition, int | None]) -> None: ...
     def remove_partitions(self, partitions: Iterable[TopicPartition]) -> None: ...
+    def interrupt_wait(self) -> None: ...
 
 
 class GroupCoordinator:
@@ -72,6 +73,7 @@ class GroupCoordinator:
             self.member = ClassicGroupMember(
                 cluster, self.link, config, [assignor_for(n) for n in names]
             )
+        self.member.on_change = assignment.interrupt_wait
         self.auto_commit = bool(config["enable.auto.commit"])
         self.auto_commit_interval_s = int(config["auto.commit.interval.ms"]) / 1000
         self.next_auto_commit = time.monotonic() + self.auto_commit_interval_s
@@ -82,7 +84,7 @@ class GroupCoordinator:
         self.on_revoke: Listener | None = None
         self.on_lost: Listener | None = None
         self.subscribed = False
-        self._joined_topics: dict[str, int] = {}  # topic -> partition count at the last join
+        self._joined_topics: set[str] = set()  # what this member subscribed to at its last join
         self.loop: asyncio.AbstractEventLoop | None = None  # set by the consumer's start
         self._listener_error: Exception | None = None  # raised when the poll step ends
         # Auto-commits in flight: the loop keeps only weak references to tasks; each future
@@ -200,9 +202,13 @@ class GroupCoordinator:
 
     def _metadata_changed(self, member: ClassicGroupMember, topics: set[str]) -> bool:
         """A rejoin is due when the topics this member subscribes to changed (a pattern matched
-        a new topic), or partitions were added to one in the group (the leader sees every
-        member's topics)."""
-        return self._topic_snapshot(topics | member.group_topics) != self._joined_topics
+        a new topic), or, for the leader, the partition counts its assignment used changed
+        (the leader sees every member's topics). Followers do not compare partition counts:
+        their metadata may lag the leader's, and a rejoin on that is a needless rebalance."""
+        if topics != self._joined_topics:
+            return True
+        counts = member.assigned_counts
+        return counts is not None and self._topic_snapshot(set(counts)) != counts
 
     def _classic_step(self, member: ClassicGroupMember) -> Step:
         if member.lost:
@@ -220,7 +226,7 @@ class GroupCoordinator:
         if not topics and self.pattern is None:
             return
         assigned = set((yield member.join(topics, owned)))
-        self._joined_topics = self._topic_snapshot(topics | member.group_topics)
+        self._joined_topics = set(topics)
         revoked = sorted(owned - assigned)
         added = sorted(assigned - owned)
         if revoked:  # cooperative: hand these over, then rejoin so they can be reassigned

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kcore.admin.types import TopicPartition
@@ -83,11 +83,16 @@ class ClassicGroupMember:
         self.lost = False  # the group dropped this member: its partitions are another's now
         self.fatal: BaseException | None = None
         self.last_poll = time.monotonic()
-        self.group_topics: set[str] = set()  # the leader: every member's topics
+        # The leader: the partition count of every member's topic that its assignment used
+        # (None when not the leader). A change in them calls for a rejoin, as in Java.
+        self.assigned_counts: dict[str, int] | None = None
         # Eager members revoke everything before rejoining; the sticky assignor's user data
         # still names what they held.
         self.last_assignment: list[TopicPartition] = []
         self._heartbeats: asyncio.Task[None] | None = None
+        # Called when a rejoin becomes due (the heartbeat found the group rebalancing, say), so
+        # a poll waiting for records joins at once instead of at its next wait slice.
+        self.on_change: Callable[[], None] = lambda: None
 
     @property
     def identity(self) -> MemberIdentity:
@@ -99,6 +104,7 @@ class ClassicGroupMember:
         if self.rejoin_reason is None:
             log.info("group %r: rejoining (%s)", self.group_id, reason)
             self.rejoin_reason = reason
+            self.on_change()
 
     def _reset(self, reason: str, forget_member_id: bool) -> None:
         """The group no longer knows this member (or this generation): what it held is lost."""
@@ -186,6 +192,7 @@ class ClassicGroupMember:
         self.member_id = response.member_id
         self.generation = response.generation_id
         self.protocol_name = response.protocol_name
+        self.assigned_counts = None
         assignments: list[SyncGroupRequestAssignment] = []
         if response.leader == self.member_id and not getattr(response, "skip_assignment", False):
             assignments = await self._lead(response.members)
@@ -233,10 +240,15 @@ class ClassicGroupMember:
             for m in members
         ]
         topics = {t for s in subs for t in s.subscription.topics}
-        self.group_topics = topics
         self.cluster.add_topics(topics)
-        md = await self.cluster.refresh_metadata(topics)
+        # The cache serves when it knows every topic (the periodic refresh and partition-count
+        # checks keep it current); a refresh here could wait behind a fetch the broker holds
+        # for fetch.max.wait.ms, and every member waits for the leader's SyncGroup.
+        md = self.cluster.cache.current
+        if not topics <= md.topics.keys():
+            md = await self.cluster.refresh_metadata(topics)
         counts = {t: len(md.topics[t].partitions) for t in topics if t in md.topics}
+        self.assigned_counts = counts
         plan = assignor.assign(counts, subs)
         log.info(
             "group %r generation %d: leader assigned %s",

@@ -12,6 +12,7 @@ import base64
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kcore.admin.types import TopicPartition
@@ -76,6 +77,9 @@ class ConsumerGroupMember:
         self.last_poll = time.monotonic()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        # Called when the target assignment changes or the member is fenced, so a poll waiting
+        # for records reconciles at once instead of at its next wait slice.
+        self.on_change: Callable[[], None] = lambda: None
 
     @property
     def identity(self) -> MemberIdentity:
@@ -196,12 +200,16 @@ class ConsumerGroupMember:
                     (t.topic_id, list(t.partitions)) for t in response.assignment.topic_partitions
                 ]
             if self._target_ids is not None:
+                before = self.target
                 await self._resolve_target()
+                if self.target != before:
+                    self.on_change()
             return
         err = error_for_code(code, response.error_message)
         assert err is not None
         if code in (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID):
             self._fenced(err.name)
+            self.on_change()
             return
         if code == UNRELEASED_INSTANCE_ID or self.link.handle_error(code):
             raise _Retry(err.name)

@@ -447,9 +447,6 @@ class TransactionManager:
             link = self._group_links[group] = CoordinatorLink(self.cluster, group, GROUP)
         return link
 
-    async def _coordinator(self, group: str | None) -> int:
-        return await self._link(group).node()
-
     def _forget(self, group: str | None, why: str) -> None:
         self._link(group).mark_dead(why)
 
@@ -476,11 +473,11 @@ class TransactionManager:
                 raise KcoreError(f"{call}: no longer needed")
             attempt += 1
             try:
-                node = await self._coordinator(group)
-                version = await self.cluster.version_for(
-                    node, api_key, min_version=min_version, max_version=max_version
+                link = self._link(group)
+                version = await link.version(
+                    api_key, min_version=min_version, max_version=max_version
                 )
-                response = await self.cluster.send(node, build(version), version)
+                response = await link.send(build(version), version)
             except (BrokerConnectionError, KcoreTimeoutError) as exc:
                 self._forget(group, str(exc))
                 log.debug("%s: %s; retrying", call, exc)
@@ -535,7 +532,7 @@ class TransactionManager:
         of transaction protocol from the coordinator's ApiVersions."""
         self.check_initializable()
         await self._init_producer_id(bump=False)
-        conn = await self.cluster.connection(await self._coordinator(None))
+        conn = await self._txn_link.connection()
         self.version = transaction_version(conn.finalized_features, conn.api_versions)
         self.can_bump_epoch = conn.api_versions.get(INIT_PRODUCER_ID, (0, -1))[1] >= 3
         self.sender.configure_transactions(self.transactional_id, self.version)
