@@ -7,6 +7,7 @@ Asyncio, single loop. The synchronous APIs run it on a :class:`~kcore.network.Lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -147,7 +148,22 @@ class ClusterClient:
         the background refresh. Raises ``BootstrapError`` when no bootstrap server answers."""
         metadata = await self.bootstrap(timeout)
         if self._maintainer is None:
-            self._maintainer = asyncio.get_running_loop().create_task(self._maintain())
+            loop = asyncio.get_running_loop()
+            wanted = asyncio.Event()
+
+            def wake_maintainer() -> None:
+                # request_update may come from the caller's thread (the event is not safe there).
+                try:
+                    on_loop = asyncio.get_running_loop() is loop
+                except RuntimeError:
+                    on_loop = False
+                if on_loop:
+                    wanted.set()
+                elif not loop.is_closed():
+                    loop.call_soon_threadsafe(wanted.set)
+
+            self.cache.on_request = wake_maintainer
+            self._maintainer = loop.create_task(self._maintain(wanted))
         return metadata
 
     async def close(self) -> None:
@@ -573,15 +589,20 @@ class ClusterClient:
 
     # -- background upkeep ------------------------------------------------------------------------
 
-    async def _maintain(self) -> None:
-        """Refresh the metadata every ``metadata.max.age.ms`` (or at once when asked to), and
-        close connections idle for ``connections.max.idle.ms``."""
+    async def _maintain(self, wanted: asyncio.Event) -> None:
+        """Refresh the metadata every ``metadata.max.age.ms`` (or at once when asked to:
+        ``wanted`` is set), and close connections idle for ``connections.max.idle.ms``."""
         attempt = 0
         while not self._closed:
             wait = self.cache.seconds_until_update()
             if attempt:
                 wait = max(wait, self.retry_backoff.backoff_s(attempt - 1))
-            await asyncio.sleep(min(wait, 1.0, max(self.idle_timeout_s / 4, 0.01)))
+            wanted.clear()
+            if wait > 0:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(
+                        wanted.wait(), min(wait, 1.0, max(self.idle_timeout_s / 4, 0.01))
+                    )
             self._close_idle()
             if not self.cache.needs_update():
                 continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -129,12 +129,19 @@ class MetadataCache:
         self.last_refresh = 0.0  # monotonic time of the last successful refresh
         self.last_refresh_attempt = 0.0
         self._update_requested = True
+        # Called after each update (on the client's event loop), so work that waits for a
+        # leader, like the fetcher, goes on at once rather than at its next timer.
+        self.on_update: list[Callable[[], None]] = []
+        # Called (from any thread) when an update is requested: wakes the refresher.
+        self.on_request: Callable[[], None] | None = None
 
     # -- when to refresh --------------------------------------------------------------------------
 
     def request_update(self) -> None:
         """Something showed the map is stale: refresh at the next opportunity."""
         self._update_requested = True
+        if self.on_request is not None:
+            self.on_request()
 
     @property
     def update_requested(self) -> bool:
@@ -194,7 +201,12 @@ class MetadataCache:
         )
         self.last_refresh = self.last_refresh_attempt = now
         self._update_requested = False
+        self._updated()
         return self.current
+
+    def _updated(self) -> None:
+        for callback in self.on_update:
+            callback()
 
     def update_leader(
         self,
@@ -222,6 +234,7 @@ class MetadataCache:
         topics = dict(old.topics)
         topics[topic] = replace(info, partitions=parts)
         self.current = replace(old, brokers=known, topics=topics)
+        self._updated()
         return True
 
     def handle_error(self, error_code: int) -> bool:

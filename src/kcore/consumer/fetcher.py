@@ -41,6 +41,7 @@ from kcore.errors import (
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
+    NoOffsetForPartitionError,
     error_for_code,
 )
 from kcore.protocol.messages import FetchRequest
@@ -119,12 +120,16 @@ class Fetcher:
         self._wakeup = asyncio.Event()
         self._data_event = asyncio.Event()
         self._admin = AsyncAdminClient(self.cluster.config, cluster=self.cluster)
+        self.cluster.cache.on_update.append(self.wakeup)  # a leader found: fetch from it now
         while not self._stopped:
             self._wakeup.clear()
             # Offset lookups run beside the fetches (a lookup may wait for a leader for a
             # while; the other partitions go on being fetched meanwhile).
-            if (self._reset_task is None or self._reset_task.done()) and self._lacks_position():
-                self._reset_task = asyncio.get_running_loop().create_task(self._reset_guarded())
+            if self._reset_task is None or self._reset_task.done():
+                if self._lacks_position():
+                    self._reset_task = asyncio.get_running_loop().create_task(self._reset_guarded())
+                else:  # every partition has a position: report the next one to lose it
+                    self._reported_no_position.clear()
             try:
                 self._send_fetches()
             except Exception as exc:  # a bug must not stop fetching for good: report it
@@ -184,13 +189,7 @@ class Fetcher:
         new = without - self._reported_no_position
         self._reported_no_position = without  # once per partition, until it gets a position
         if new:
-            missing = sorted(f"{tp.topic}-{tp.partition}" for tp in new)
-            self._deliver_error(
-                KcoreError(
-                    f"no position for {', '.join(missing)} and auto.offset.reset is none: "
-                    "seek first"
-                )
-            )
+            self._deliver_error(NoOffsetForPartitionError(sorted(new)))
         todo = {tp: p for tp, p in todo.items() if p != "none"}
         if not todo:
             return False

@@ -53,6 +53,19 @@ class CommitFailedError(KcoreError):
     Java's ``CommitFailedException``: the consumer rejoins at its next poll."""
 
 
+class NoOffsetForPartitionError(KcoreError):
+    """Partitions have no position and ``auto.offset.reset`` is ``none``: the caller must
+    seek them (Java's ``NoOffsetForPartitionException``). ``partitions`` names them."""
+
+    def __init__(self, partitions: list[Any]) -> None:
+        self.partitions = list(partitions)
+        names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in self.partitions)
+        super().__init__(f"no position for {names} and auto.offset.reset is none: seek first")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.partitions,)
+
+
 class ProtocolError(KcoreError):
     """Bytes from a broker that do not parse as the response they claim to be, or a response
     that does not match any request in flight."""
