@@ -13,7 +13,7 @@ from confluent_kafka import Producer as ConfluentProducer
 
 import kcore
 from kcore.admin import NewTopic, TopicPartition
-from kcore.errors import KcoreError
+from kcore.errors import KcoreError, NoOffsetForPartitionError
 
 # Recent timestamps: records older than the broker's retention (7 days) may be deleted by
 # its retention check while a test runs.
@@ -186,8 +186,22 @@ def test_out_of_range_resets_and_latest_and_none(kafka_cluster):
         assert c.poll(0.5) == []
     with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "none"}) as c:
         c.assign([(topic, 0)])
-        with pytest.raises(KcoreError, match="auto.offset.reset is none"):
+        with pytest.raises(NoOffsetForPartitionError, match="auto.offset.reset is none") as e:
             read(c, 1, timeout=5)
+        assert e.value.partitions == [TopicPartition(topic, 0)]
+        # Reported while the partition had no position; a seek since makes it moot, and a
+        # partition that loses its position later (out of range) is reported again.
+        time.sleep(0.3)
+        c.seek((topic, 0), 5)
+        assert [r.offset for r in read(c, 15)] == list(range(5, 20))
+        c.seek((topic, 0), 1000)
+        with pytest.raises(NoOffsetForPartitionError):
+            read(c, 1, timeout=5)
+    with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "none"}) as c:
+        c.assign([(topic, 0)])
+        time.sleep(0.3)  # the fetcher may report "no position" before the seek
+        c.seek((topic, 0), 0)
+        assert [r.offset for r in read(c, 20)] == list(range(20))
 
 
 def test_follows_leadership_moves(kafka_cluster3):
