@@ -18,18 +18,21 @@ from kcore.admin.types import (
 )
 from kcore.errors import KafkaError
 from kcore.network.loop_thread import LoopThread
+from kcore.network.process_local import ProcessLocal
 
 __all__ = ["AdminClient"]
 
 
-class AdminClient:
+class AdminClient(ProcessLocal):
     """``kcore.AdminClient({"bootstrap.servers": "host:9092"})``: the Java AdminClient's
     operations, blocking. Bootstraps on construction (raising ``BootstrapError`` if no server
     answers within ``default.api.timeout.ms``); use as a context manager or call
     :meth:`close`. Each method's ``timeout`` (seconds) defaults to ``default.api.timeout.ms``.
+    Pickles as its config; a forked child's copy rebuilds itself on first use.
     """
 
     def __init__(self, config: Mapping[str, Any]) -> None:
+        self._process_local(config)
         self._loop = LoopThread("kcore-admin")
         try:
             self._async = self._loop.run(_make(config))

@@ -19,8 +19,9 @@ from kcore.codec import decode_columns, decode_records
 from kcore.config import ClientConfig
 from kcore.consumer.fetcher import FetchedData, Fetcher, PartitionState
 from kcore.consumer.group import GroupCoordinator, Listener, drive_async, drive_sync
-from kcore.errors import KcoreError
+from kcore.errors import KcoreError, NoOffsetForPartitionError
 from kcore.network.loop_thread import start_on_loop_thread
+from kcore.network.process_local import ProcessLocal
 
 log = logging.getLogger("kcore.consumer")
 
@@ -223,6 +224,19 @@ class ConsumerCore:
         at the next call)."""
         f = self.fetcher
         for data in list(f.completed):
+            if isinstance(data.error, NoOffsetForPartitionError):
+                # Reported by the fetcher in the moment between assign() and seek(), say: it
+                # holds only for partitions still without a position.
+                still = [
+                    tp
+                    for tp in data.error.partitions
+                    if tp in f.states and f.states[tp].position is None
+                ]
+                if not still:
+                    f.completed.remove(data)
+                    continue
+                if still != data.error.partitions:
+                    data.error = NoOffsetForPartitionError(still)
             if data.error is not None:
                 if have_records:
                     return None
@@ -362,11 +376,13 @@ def _empty_arrow() -> Any:
     return _with_topic(dc(b"").to_arrow(), TopicPartition("", 0))
 
 
-class Consumer:
+class Consumer(ProcessLocal):
     """``kcore.Consumer({"bootstrap.servers": ...})``: manual assignment (``assign``) or a
-    consumer group (``group.id`` and ``subscribe``). Java's config names and defaults."""
+    consumer group (``group.id`` and ``subscribe``). Java's config names and defaults. Pickles
+    as its config; a forked child's copy rebuilds itself on first use."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
+        self._process_local(config)
         self._core = ConsumerCore(config)
         self._loop = start_on_loop_thread("kcore-consumer", self._core.start)
 

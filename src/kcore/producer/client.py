@@ -9,19 +9,21 @@ from typing import Any
 from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
 from kcore.errors import KcoreError
 from kcore.network.loop_thread import start_on_loop_thread
+from kcore.network.process_local import ProcessLocal
 from kcore.producer.core import OnDelivery, ProducerCore
 from kcore.producer.results import DeliveryFuture, SendBatchResult
 
 __all__ = ["AsyncProducer", "Producer"]
 
 
-class Producer:
+class Producer(ProcessLocal):
     """``kcore.Producer({"bootstrap.servers": ...})``: Java producer semantics (``acks=all``,
     idempotence on, ``linger.ms=5``, ``batch.size=16384`` by default). ``send`` may be called
     from any thread; records are batched per partition in compiled builders and sent by a
-    network thread."""
+    network thread. Pickles as its config; a forked child's copy rebuilds itself on first use."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
+        self._process_local(config)
         self._core = ProducerCore(config)
         self._core.send_path.slow = partial(self._core.slow_send, self._counts)
         # The compiled path is the method itself: no Python frame per record.

@@ -394,6 +394,8 @@ class ProducerCore:
         )
         chunk = max(1, self.batch_size // per_record)
         count, available = counts
+        if partition is not None and not 0 <= partition < count:  # as send's check
+            raise KcoreError(f"{topic} has {count} partitions; there is no partition {partition}")
         if partition is not None or keys is None or self.ignore_keys:
             # One partition for everything given, or sticky chunks for unkeyed records.
             start = 0
