@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _codec  # noqa: F401  (fail at import if the compiled codec is missing)
+from . import _bundle_loader
+
+_bundle_loader.install(__spec__)  # no-op unless kcore runs from a Spark bundle (a zip)
+from . import _codec  # noqa: E402, F401  (fail at import if the compiled codec is missing)
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,381 @@
+"""kcore reaches Spark executors that do not have it installed: as the Spark bundle on
+``spark-submit --py-files``, and shipped by ``kcore.spark.register`` itself. Executors here are
+the Python workers of a ``local[2]`` master running a virtual environment without kcore or
+cramjam (pyspark and pyarrow linked in from this interpreter's site-packages, so that nothing is
+downloaded). Also: the bundle's extraction under concurrent workers, and its refusal to load on
+an interpreter it was not built for."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from kcore import _bundle_loader  # noqa: E402
+from kcore.spark import bundle as bundle_builder  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+SITE = Path(pyspark.__file__).parent.parent
+MURMUR2_21 = -973932308  # Java's Utils.murmur2("21".getBytes())
+
+# What executors report: where kcore, its codec and cramjam came from, and that they work.
+PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+
+
+    def probe(_=None):
+        import kcore
+        import kcore._codec as c
+        import kcore.codec as pub
+
+        cramjam = sys.modules["cramjam"]  # the codec's (a bundle's serves it once kcore loads)
+
+        data = b"kcore " * 1000
+        return json.dumps({
+            "python": sys.executable,
+            "kcore": kcore.__file__,
+            "codec": c.__file__,
+            "cramjam": cramjam.__file__,
+            "zstd": pub.decompress("zstd", pub.compress("zstd", data)) == data,
+            "lz4": pub.decompress("lz4", pub.compress("lz4", data)) == data,
+            "murmur2": pub.murmur2(b"21"),
+        })
+
+
+    def run_probes(spark, data_source=True):
+        rdd = spark.sparkContext.parallelize(range(2), 2).map(probe).collect()
+        source = data_source and probe_data_source(spark)
+        print("PROBES " + json.dumps({"rdd": rdd, "source": source or [], "driver": probe()}))
+
+
+    def probe_data_source(spark):
+        from pyspark.sql.datasource import DataSource, DataSourceReader
+
+        class ProbeReader(DataSourceReader):
+            def read(self, partition):
+                yield (probe(),)
+
+        class Probe(DataSource):
+            @classmethod
+            def name(cls):
+                return "kcoreprobe"
+
+            def schema(self):
+                return "probe string"
+
+            def reader(self, schema):
+                return ProbeReader()
+
+        # Registered after kcore's: a Python data source sees the files added before it was.
+        spark.dataSource.register(Probe)
+        return [row.probe for row in spark.read.format("kcoreprobe").load().collect()]
+    """
+)
+
+PY_FILES_APP = (
+    PROBE
+    + """
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.getOrCreate()
+from kcore.spark import shipping
+
+# What register() does first: the driver's kcore is the --py-files bundle, already shipped.
+assert shipping._workers_import_this_kcore(spark.sparkContext)  # workers: this very python
+files = spark.sparkContext.listFiles
+shipping.ensure_on_executors(spark)
+assert spark.sparkContext.listFiles == files, (files, spark.sparkContext.listFiles)
+assert shipping.local_bundle().name in files[0], (shipping.local_bundle(), files)
+run_probes(spark, data_source=False)
+spark.stop()
+"""
+)
+
+REGISTER_APP = (
+    PROBE
+    + """
+from pyspark.sql import SparkSession
+
+import kcore.spark
+
+from kcore.errors import ConfigError
+from kcore.spark import shipping
+
+spark = SparkSession.builder.getOrCreate()
+assert not shipping._workers_import_this_kcore(spark.sparkContext)  # they lack kcore
+spark.conf.set(shipping.SHIP_CONF, "sometimes")
+try:
+    kcore.spark.register(spark)
+except ConfigError as e:
+    assert shipping.SHIP_CONF in str(e), e
+else:
+    raise AssertionError("a bad shipToExecutors value was accepted")
+spark.conf.set(shipping.SHIP_CONF, "false")
+kcore.spark.register(spark)
+assert not spark.sparkContext.listFiles, spark.sparkContext.listFiles
+spark.conf.set(shipping.SHIP_CONF, "auto")
+kcore.spark.register(spark)
+kcore.spark.register(spark)  # twice is harmless
+print("FILES " + json.dumps(spark.sparkContext.listFiles))
+run_probes(spark)
+spark.stop()
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bundle")
+    res = subprocess.run(
+        [sys.executable, "-m", "kcore.spark.bundle", "-o", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    path = Path(res.stdout.strip())
+    python_tag, platform_tag = _bundle_loader.current_tags()
+    assert path.name == f"kcore-0.1.0-spark-{python_tag}-{platform_tag}.zip"
+    return path
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> Path:
+    """A virtual environment's python with pyspark and pyarrow but neither kcore nor cramjam.
+
+    Installing pyspark (a ~450 MB wheel) takes ~10 s even from pip's cache and needs the index
+    otherwise, so the packages are symlinked from this interpreter's site-packages instead."""
+    env_dir = tmp_path_factory.mktemp("bare-venv")
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    for name in ("pyspark", "py4j", "pyarrow"):
+        (site / name).symlink_to(SITE / name)
+    check = "import pyspark, pyarrow\nfor m in ('kcore', 'cramjam'):\n" + (
+        "    try:\n        __import__(m)\n    except ImportError:\n        pass\n"
+        "    else:\n        raise SystemExit(m + ' is importable')"
+    )
+    subprocess.run([str(python), "-c", check], check=True, env=_clean_env())
+    return python
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYSPARK"))}
+    return {**env, **extra}
+
+
+def _spark_submit(app: str, tmp_path: Path, env: dict[str, str], *args: str) -> dict:
+    script = tmp_path / "app.py"
+    script.write_text(app)
+    cmd = [
+        str(SPARK_SUBMIT),
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "512m",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        # C1 only and a small heap's GC: a JVM that lives seconds starts faster
+        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        *args,
+        str(script),
+    ]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-6000:]
+    lines = res.stdout.splitlines()
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(" ")
+        if key in ("PROBES", "FILES"):
+            out[key] = json.loads(value)
+    assert "PROBES" in out, res.stdout[-3000:] + res.stderr[-3000:]
+    return out
+
+
+def _check_executor_probe(raw: str, cache: Path, bundle_name: str, python: Path) -> None:
+    p = json.loads(raw)
+    assert p["python"] == str(python)
+    assert f"{bundle_name}/kcore/__init__.py" in p["kcore"]  # imported from the zip
+    codec = Path(p["codec"])
+    # The compiled codec, extracted to the cache, in a directory named by its content hash.
+    assert codec.suffix == ".so" and codec.parent.parent == cache, codec
+    assert codec.parent.name.startswith("kcore._codec-")
+    assert Path(p["cramjam"]).parent.parent == cache and Path(p["cramjam"]).parent.name.startswith(
+        "cramjam-"
+    )
+    assert p["zstd"] and p["lz4"]
+    assert p["murmur2"] == MURMUR2_21
+
+
+def test_py_files_bundle_runs_compiled_codec_on_executors(bundle, bare_python, tmp_path):
+    cache = tmp_path / "cache"
+    env = _clean_env(
+        PYSPARK_PYTHON=str(bare_python),
+        PYSPARK_DRIVER_PYTHON=str(bare_python),
+        KCORE_BUNDLE_CACHE=str(cache),
+    )
+    out = _spark_submit(PY_FILES_APP, tmp_path, env, "--py-files", str(bundle))
+    probes = out["PROBES"]
+    assert len(probes["rdd"]) == 2
+    for raw in probes["rdd"] + [probes["driver"]]:
+        _check_executor_probe(raw, cache, bundle.name, bare_python)
+
+
+def test_register_ships_the_drivers_kcore_to_executors_without_it(bare_python, tmp_path):
+    # The real case: kcore pip-installed where the driver runs, not where executors do.
+    cache = tmp_path / "cache"
+    env = _clean_env(
+        PYSPARK_PYTHON=str(bare_python),
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        KCORE_BUNDLE_CACHE=str(cache),
+    )
+    out = _spark_submit(REGISTER_APP, tmp_path, env)
+    [shipped] = [f for f in out["FILES"] if f.endswith(".zip")]  # once, though registered twice
+    name = shipped.rsplit("/", 1)[-1]
+    [built] = list((cache / "bundles").glob(f"*/{name}"))  # built from the installed kcore
+    probes = out["PROBES"]
+    assert len(probes["rdd"]) == 2 and len(probes["source"]) == 1
+    for raw in probes["rdd"] + probes["source"]:
+        _check_executor_probe(raw, cache, built.name, bare_python)
+    driver = json.loads(probes["driver"])
+    assert driver["python"] == sys.executable
+    assert ".zip" not in driver["kcore"]  # the driver keeps its installed kcore
+
+
+def _import_from_bundle(bundle: Path, cache: Path, code: str, python: str = sys.executable):
+    # -S: no site-packages, so neither the installed kcore nor cramjam is visible.
+    env = _clean_env(PYTHONPATH=str(bundle), KCORE_BUNDLE_CACHE=str(cache))
+    return subprocess.Popen(
+        [python, "-S", "-c", code],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_concurrent_workers_extract_once(bundle, tmp_path):
+    cache = tmp_path / "cache"
+    start = time.time() + 1.5  # all import at once, after their interpreters are up
+    code = (
+        f"import time; time.sleep(max(0, {start} - time.time()))\n"
+        "import kcore.codec as pub, kcore._codec as c\n"
+        "assert pub.decompress('zstd', pub.compress('zstd', b'x' * 999)) == b'x' * 999\n"
+        "print(c.__file__)"
+    )
+    procs = [_import_from_bundle(bundle, cache, code) for _ in range(6)]
+    results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
+    for p in procs:
+        p.stdout.close()
+        p.stderr.close()
+    assert all(rc == 0 for rc, _, _ in results), results
+    assert len({out for _, out, _ in results}) == 1  # all loaded the same file
+    entries = sorted(p.name for p in cache.iterdir())
+    # One directory per compiled module, no temporary leftovers from the losers of the race.
+    assert [e.split("-")[0] for e in entries] == ["cramjam", "kcore._codec"], entries
+    [so] = list(cache.glob("kcore._codec-*/*"))
+    with zipfile.ZipFile(bundle) as zf:
+        assert so.read_bytes() == zf.read(f"kcore/{so.name}")
+
+
+def _retagged(bundle: Path, out: Path, tag: str) -> Path:
+    """``bundle`` as if built for CPython ``tag`` (e.g. "399"): its compiled files renamed."""
+    current = sys.implementation.cache_tag.split("-")[1]
+
+    def rename(name: str) -> str:
+        return name.replace(f".cpython-{current}-", f".cpython-{tag}-")
+
+    target = out / bundle.name.replace(f"-cp{current}-", f"-cp{tag}-")
+    with zipfile.ZipFile(bundle) as src, zipfile.ZipFile(target, "w") as dst:
+        for name in src.namelist():
+            data = src.read(name)
+            if name == bundle_builder.MANIFEST:
+                manifest = json.loads(data)
+                manifest["python_tag"] = f"cp{tag}"
+                for native in manifest["natives"]:
+                    native["files"] = [rename(n) for n in native["files"]]
+                    native["main"] = rename(native["main"])
+                data = json.dumps(manifest).encode()
+            dst.writestr(rename(name), data)
+    return target
+
+
+def test_bundle_refuses_a_mismatching_interpreter(bundle, tmp_path):
+    other = _retagged(bundle, tmp_path, "399")
+    proc = _import_from_bundle(other, tmp_path / "cache", "import kcore")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    python_tag, platform_tag = _bundle_loader.current_tags()
+    assert f"is a kcore Spark bundle for cp399 on {platform_tag}" in err, err
+    assert f"this interpreter ({sys.executable}) is {python_tag}" in err, err
+    assert not (tmp_path / "cache").exists()  # refused before extracting anything
+
+
+def test_bundle_refuses_another_python_version(bundle, tmp_path):
+    # A real other CPython, where one is at hand (pyenv installs several on CI machines).
+    mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    candidates = [f"python3.{m}" for m in range(10, 15) if f"3.{m}" != mine]
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = [str(p) for p in sorted(pyenv.glob("3.1*/bin/python3")) if mine not in p.parts[-3]]
+    found += [p for p in map(shutil.which, candidates) if p]
+    if not found:
+        pytest.skip("no other CPython 3.10+ on this machine")
+    proc = _import_from_bundle(bundle, tmp_path / "cache", "import kcore", python=found[0])
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "ImportError" in err and "is a kcore Spark bundle for cp3" in err, err
+
+
+def test_bundle_from_wheels_matches_installed(bundle, tmp_path):
+    # wheels/build.sh builds from the kcore and cramjam wheels; the same files make the same
+    # compiled payloads as a bundle of the installed packages.
+    installed = bundle_builder.from_installed()
+    python_tag, platform_tag = _bundle_loader.current_tags()
+    tags = f"{python_tag}-{python_tag}-{platform_tag}"
+    kwheel = tmp_path / f"kcore-{installed.version}-{tags}.whl"
+    cwheel = tmp_path / f"cramjam-2.99.0-{tags}.whl"
+    with zipfile.ZipFile(kwheel, "w") as zf:
+        for name, data in installed.kcore_files.items():
+            zf.writestr(f"kcore/{name}", data)
+        zf.writestr("kcore/_codec.pyx", b"# sources are left out")
+    with zipfile.ZipFile(cwheel, "w") as zf:
+        for name, data in installed.cramjam_files.items():
+            zf.writestr(f"cramjam/{name}", data)
+        zf.writestr("cramjam/lz4.pyi", b"")
+        zf.writestr("cramjam-2.99.0.dist-info/licenses/", b"")
+        zf.writestr("cramjam-2.99.0.dist-info/licenses/LICENSE", b"MIT")
+    from_wheels = bundle_builder.from_wheels(kwheel, cwheel)
+    assert from_wheels.manifest()["natives"] == installed.manifest()["natives"]
+    assert from_wheels.kcore_files == installed.kcore_files
+    assert from_wheels.licenses == {"cramjam/LICENSE": b"MIT"}
+    assert from_wheels.file_name == bundle.name
+
+
+def test_builder_and_loader_hash_files_alike():
+    data = os.urandom(100)
+    a, b = hashlib.sha256(), hashlib.sha256()
+    bundle_builder.digest_file(a, "x.so", data)
+    _bundle_loader.digest_file(b, "x.so", data)
+    assert a.hexdigest() == b.hexdigest()

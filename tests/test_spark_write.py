@@ -1,0 +1,350 @@
+"""The write side of kcore's Spark data source: ``df.write`` / ``df.writeStream`` with
+``format("kcore")``, through a real ``local[2]`` Spark (one session for the module) into a real
+broker, read back with ``kcore.Consumer``: exactly the rows written (count and content) on the
+right partitions and topics; the JVM sink's option and column checks, at planning; a job against
+an unreachable broker fails in bounded time; streaming and transactional streaming writes; and
+one cached producer per executor process, reused by its tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql.functions import col, udf  # noqa: E402
+from pyspark.sql.types import (  # noqa: E402
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+import kcore  # noqa: E402
+import kcore.spark  # noqa: E402
+from kcore.admin import NewTopic  # noqa: E402
+from kcore.codec import partition_for_key  # noqa: E402
+from kcore.errors import KcoreError  # noqa: E402
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+HEADERS = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("kcore-spark-write")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "512m")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    kcore.spark.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def bootstrap(kafka_cluster) -> str:
+    return kafka_cluster.bootstrap_servers
+
+
+def new_topic(bootstrap: str, partitions: int = 3) -> str:
+    name = f"sw-{uuid.uuid4().hex[:8]}"
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(name, partitions, 1)])
+    return name
+
+
+def read_topic(
+    bootstrap: str, topic: str, partitions: int, expected: int, isolation: str = "read_uncommitted"
+) -> list[Any]:
+    """Every record of ``topic``: polls until ``expected`` arrived, then a little longer, so
+    that a duplicate or stray record would be seen too."""
+    config = {"bootstrap.servers": bootstrap, "isolation.level": isolation}
+    with kcore.Consumer(config) as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        for p in range(partitions):
+            consumer.seek((topic, p), 0)
+        records: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(records) < expected and time.monotonic() < deadline:
+            records += consumer.poll(0.5)
+        records += consumer.poll(0.5)
+        return records
+
+
+def writer(df: Any, bootstrap: str, **options: str) -> Any:
+    return df.write.format("kcore").option("kafka.bootstrap.servers", bootstrap).options(**options)
+
+
+# -- batch writes ---------------------------------------------------------------------------------
+
+
+def test_key_value_headers_partition_columns(spark, bootstrap):
+    topic = new_topic(bootstrap)
+    schema = StructType(
+        [
+            StructField("key", StringType()),
+            StructField("value", BinaryType()),
+            StructField("headers", HEADERS),
+            StructField("partition", IntegerType()),
+        ]
+    )
+    rows = [
+        (
+            f"k{i}",
+            b"v%d" % i if i % 7 else None,  # a few null values (tombstones)
+            [("n", b"%d" % i), ("empty", None)] if i % 3 else ([] if i % 2 else None),
+            i % 3,
+        )
+        for i in range(60)
+    ]
+    writer(spark.createDataFrame(rows, schema).repartition(2), bootstrap, topic=topic).mode(
+        "append"
+    ).save()
+
+    got = read_topic(bootstrap, topic, 3, len(rows))
+    assert len(got) == len(rows)
+    assert Counter((r.partition, r.key, r.value, r.headers) for r in got) == Counter(
+        (p, k.encode(), v, tuple(h or ())) for k, v, h, p in rows
+    )
+
+
+def test_columnar_path_partitioner_and_timestamps(spark, bootstrap):
+    topic = new_topic(bootstrap)
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("timestamp", TimestampType()),
+        ]
+    )
+    t0 = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+    rows = [
+        (
+            b"key%d" % i if i % 5 else None,
+            f"välue {i}",
+            None if i % 2 else i % 3,  # odd rows: the producer's partitioner decides
+            t0.replace(second=i % 60),
+        )
+        for i in range(500)
+    ]
+    writer(spark.createDataFrame(rows, schema).repartition(3), bootstrap, topic=topic).mode(
+        "append"
+    ).save()
+
+    got = read_topic(bootstrap, topic, 3, len(rows))
+    assert len(got) == len(rows)
+    assert Counter((r.key, r.value, r.timestamp) for r in got) == Counter(
+        (k, v.encode(), int(ts.timestamp() * 1000)) for k, v, _, ts in rows
+    )
+    by_value = {r.value: r.partition for r in got}
+    for key, value, partition, _ in rows:
+        if partition is not None:
+            assert by_value[value.encode()] == partition
+        elif key is not None:  # the Java default partitioner's choice, as the JVM sink's
+            assert by_value[value.encode()] == partition_for_key(key, 3)
+
+
+def test_topic_column_and_topic_option(spark, bootstrap):
+    first, second, forced = new_topic(bootstrap, 2), new_topic(bootstrap, 2), new_topic(bootstrap)
+    rows = [(first if i % 3 else second, f"v{i}", i % 2 if i % 3 else None) for i in range(30)]
+    df = spark.createDataFrame(rows, "topic string, value string, partition int")
+    writer(df, bootstrap).mode("append").save()
+    got = read_topic(bootstrap, first, 2, 20)
+    assert sorted((r.partition, r.value) for r in got) == sorted(
+        (p, v.encode()) for t, v, p in rows if t == first
+    )
+    assert len(read_topic(bootstrap, second, 2, 10)) == 10
+
+    # The option overrides the column (the partition column still applies).
+    writer(df, bootstrap, topic=forced).mode("append").save()
+    assert len(read_topic(bootstrap, forced, 3, 30)) == 30
+    assert len(read_topic(bootstrap, first, 2, 20)) == 20  # nothing more went there
+
+
+@pytest.mark.parametrize("kind", ["string", "binary"])
+def test_string_and_binary_key_and_value(spark, bootstrap, kind):
+    topic = new_topic(bootstrap, 1)
+    text = ["ünïcode", "", "plain"]
+    rows = [(t, t) if kind == "string" else (t.encode(), t.encode()) for t in text]
+    df = spark.createDataFrame(rows, f"key {kind}, value {kind}").coalesce(1)
+    writer(df, bootstrap, topic=topic).mode("append").save()
+    got = read_topic(bootstrap, topic, 1, 3)
+    assert [(r.key, r.value) for r in got] == [(t.encode(), t.encode()) for t in text]
+
+
+# -- checks at planning, and failures at run time -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "select, options, mode, expected",
+    [
+        ("'k' as key", {"topic": "t"}, "append", "required column 'value' not found"),
+        ("1 as value", {"topic": "t"}, "append", "column 'value' has unsupported type int"),
+        ("1 as key, 'v' as value", {"topic": "t"}, "append", "column 'key' has unsupported"),
+        ("'v' as value, 'p' as partition", {"topic": "t"}, "append", "column 'partition' has"),
+        ("'v' as value, array('h') as headers", {"topic": "t"}, "append", "column 'headers' has"),
+        ("'v' as value", {}, "append", "option required when no 'topic' column"),
+        ("'v' as value, 1 as topic", {}, "append", "column 'topic' has unsupported type int"),
+        ("'v' as value", {"topic": "t", "kafka.key.serializer": "x"}, "append", "key.serializer"),
+        ("'v' as value", {"topic": "t", "kafka.no.such.key": "1"}, "append", "kafka.no.such.key"),
+        ("'v' as value", {"topic": "t", "kafka.bootstrap.servers": ""}, "append", "bootstrap"),
+        ("'v' as value", {"topic": "t"}, "overwrite", "save mode overwrite is not allowed"),
+    ],
+)
+def test_bad_options_and_columns_fail_at_planning(
+    spark, bootstrap, select, options, mode, expected
+):
+    df = spark.range(1).selectExpr(*select.split(", "))
+    started = time.monotonic()
+    with pytest.raises(Exception, match="ConfigError") as info:
+        writer(df, bootstrap, **options).mode(mode).save()
+    assert expected in str(info.value)
+    assert time.monotonic() - started < 30  # no broker was waited for
+
+
+def test_null_topic_in_the_data_fails_the_job(spark, bootstrap):
+    topic = new_topic(bootstrap, 1)
+    df = spark.createDataFrame([(topic, "a"), (None, "b")], "topic string, value string")
+    with pytest.raises(Exception, match="null topic present in the data"):
+        writer(df.coalesce(1), bootstrap).mode("append").save()
+
+
+def test_unreachable_broker_fails_the_job_in_bounded_time(spark):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = {"topic": "t", "kafka.max.block.ms": "3000"}
+    empty = spark.range(0).selectExpr("cast(id as string) as value")
+    writer(empty, f"127.0.0.1:{port}", **options).mode("append").save()  # no rows: no producer
+
+    df = spark.range(10).selectExpr("cast(id as string) as value")
+    started = time.monotonic()
+    with pytest.raises(Exception, match="BootstrapError") as info:
+        writer(df, f"127.0.0.1:{port}", **options).mode("append").save()
+    assert "kcore" in str(info.value)
+    assert time.monotonic() - started < 60
+
+
+# -- streaming ------------------------------------------------------------------------------------
+
+
+def run_available_now(
+    spark, source_dir: str, checkpoint: str, one_task: bool = False, **options: str
+) -> None:
+    """One ``Trigger.AvailableNow`` run of the text files in ``source_dir`` into Kafka."""
+    df = spark.readStream.format("text").load(source_dir)
+    query = (
+        (df.coalesce(1) if one_task else df)
+        .writeStream.format("kcore")
+        .options(**options)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120), "the streaming query did not finish"
+    finally:
+        query.stop()
+
+
+def put(directory: str, name: str, lines: list[str]) -> None:
+    with open(os.path.join(directory, name), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def test_streaming_write_lands_every_row_once(spark, bootstrap, tmp_path):
+    topic = new_topic(bootstrap, 2)
+    source = tmp_path / "in"
+    source.mkdir()
+    options = {"kafka.bootstrap.servers": bootstrap, "topic": topic}
+    put(str(source), "a.txt", [f"a{i}" for i in range(100)])
+    run_available_now(spark, str(source), str(tmp_path / "ckpt"), **options)
+    put(str(source), "b.txt", [f"b{i}" for i in range(50)])
+    run_available_now(spark, str(source), str(tmp_path / "ckpt"), **options)  # only b is new
+
+    got = read_topic(bootstrap, topic, 2, 150)
+    assert sorted(r.value for r in got) == sorted(
+        [f"a{i}".encode() for i in range(100)] + [f"b{i}".encode() for i in range(50)]
+    )
+
+
+def test_transactional_streaming_write(spark, bootstrap, tmp_path):
+    """Each task writes in a transaction of id ``<prefix>-<partition>``: a read_committed
+    reader sees the query's rows, and not those of an earlier attempt of the same task that
+    never committed (a zombie: its transaction is aborted, its producer fenced)."""
+    topic = new_topic(bootstrap, 2)
+    prefix = f"txn-{topic}"
+    # What a crashed attempt of the query's one task (partition 0) leaves behind.
+    zombie = kcore.Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{prefix}-0"})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    for partition in (0, 1):
+        zombie.send_batch(topic, [b"zombie"] * 5, partition=partition).result(30)
+
+    source = tmp_path / "in"
+    source.mkdir()
+    put(str(source), "a.txt", [f"a{i}" for i in range(40)])
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "topic": topic,
+        "kafka.transactional.id": prefix,
+    }
+    run_available_now(spark, str(source), str(tmp_path / "ckpt"), one_task=True, **options)
+
+    committed = read_topic(bootstrap, topic, 2, 40, "read_committed")
+    assert sorted(r.value for r in committed) == sorted(f"a{i}".encode() for i in range(40))
+    everything = read_topic(bootstrap, topic, 2, 50)
+    assert sum(r.value == b"zombie" for r in everything) == 10  # written, then aborted
+    with pytest.raises(KcoreError, match="PRODUCER_FENCED"):  # the query's task fenced it
+        zombie.commit_transaction(30)
+    zombie.close(5)
+
+
+# -- the executor-side producer cache -------------------------------------------------------------
+
+
+def test_one_cached_producer_per_executor_process(spark, bootstrap):
+    topic = new_topic(bootstrap, 2)
+    client_id = f"reuse-{uuid.uuid4().hex[:6]}"  # a config of this test's own
+    options = {"topic": topic, "kafka.client.id": client_id}
+    df = spark.range(0, 100, 1, 2).selectExpr("cast(id as string) as value")
+    for _ in range(4):  # 8 tasks
+        writer(df, bootstrap, **options).mode("append").save()
+    assert len(read_topic(bootstrap, topic, 2, 400)) == 400
+
+    config = {"bootstrap.servers": bootstrap, "client.id": client_id}
+
+    def stats(_):
+        from kcore.spark import clients
+
+        return json.dumps(clients.stats(config))
+
+    # Python UDF tasks run in the same (reused) Python workers as the write tasks did.
+    reports = spark.range(0, 16, 1, 16).select(udf(stats, "string", useArrow=False)(col("id")))
+    reports = reports.collect()
+    by_pid = {s["pid"]: s for s in (json.loads(r[0]) for r in reports)}
+    assert sum(s["producers_lent"] for s in by_pid.values()) == 8
+    assert all(s["producers_created"] <= 1 for s in by_pid.values()), by_pid
+    assert sum(s["producers_created"] for s in by_pid.values()) <= 2  # local[2]: 2 workers
