@@ -151,47 +151,41 @@ def test_members_split_the_partitions_and_read_each_record_once(kafka_cluster, e
             m.stop()
 
 
-def test_kcore_and_confluent_kafka_share_one_group(kafka_cluster):
-    """Default strategies on both sides (kcore: range, cooperative-sticky; librdkafka: range,
-    roundrobin): the group agrees on range, encoded in the standard consumer protocol."""
-    bootstrap = kafka_cluster.bootstrap_servers
-    topic, group = name("mixed"), name("g")
-    create(bootstrap, topic, 12)
-    produce(bootstrap, topic, 2400)
-    members = [Member(bootstrap, group, [topic]) for _ in range(3)]
-    peer = ConfluentConsumer(
-        {
+class PeerMember(threading.Thread):
+    """A confluent-kafka group member; every call on its consumer is made from this thread."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.config = {
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "auto.offset.reset": "earliest",
             "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
         }
-    )
-    peer.subscribe([topic])
-    peer_records: list = []
-    try:
-        for m in members:
-            m.start()
+        self.topic = topic
+        self.records: list[tuple[int, int]] = []
+        self.owned: set[TopicPartition] = set()
+        self.stop_flag = threading.Event()
+        self.error: BaseException | None = None
 
-        def settled() -> bool:
-            msg = peer.poll(0.2)
-            if msg is not None and msg.error() is None:
-                peer_records.append((msg.partition(), msg.offset()))
-            kc = [m.assignment() for m in members]
-            theirs = {TopicPartition(tp.topic, tp.partition) for tp in peer.assignment()}
-            return (
-                partitions_split([*kc, theirs], topic, 12)
-                and all(kc)
-                and len(peer_records) + total(members) >= 2400
-            )
+    def run(self) -> None:
+        c = ConfluentConsumer(self.config)
+        try:
+            c.subscribe([self.topic])
+            while not self.stop_flag.is_set():
+                msg = c.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    self.records.append((msg.partition(), msg.offset()))
+                self.owned = {TopicPartition(tp.topic, tp.partition) for tp in c.assignment()}
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+        finally:
+            c.close()
 
-        wait_for(settled, 90, "kcore and confluent-kafka members to share the partitions")
-        seen = [(r.partition, r.offset) for m in members for r in m.records] + peer_records
-        assert len(set(seen)) == 2400
-    finally:
-        peer.close()
-        for m in members:
-            m.stop()
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(30)
 
 
 KILLED_MEMBER = r"""
@@ -215,14 +209,20 @@ while True:
 """
 
 
-def test_a_killed_member_s_partitions_move_within_the_session_timeout(kafka_cluster):
-    """A member that dies without leaving: after session.timeout.ms the others own its
-    partitions; every record is read, and only records it read after its last commit twice."""
+@pytest.mark.timeout(240)
+def test_kcore_and_confluent_members_share_a_group_and_survive_a_killed_member(kafka_cluster):
+    """3 kcore members (two here, one in a child process) and 1 confluent-kafka member in one
+    group on 12 partitions (default strategies on both sides: kcore range, cooperative-sticky;
+    librdkafka range, roundrobin; the group agrees on range, in the standard consumer
+    protocol). Every partition has exactly one owner. Then the child is SIGKILLed without
+    leaving: within the session timeout its partitions move to the others; every record is
+    read, and only records the child read after its last commit are read twice."""
     bootstrap = kafka_cluster.bootstrap_servers
-    topic, group = name("killed"), name("g")
+    topic, group = name("mixed"), name("g")
     create(bootstrap, topic, 12)
     produce(bootstrap, topic, 1200)
-    members = [Member(bootstrap, group, [topic], **{"enable.auto.commit": True})]
+    members = [Member(bootstrap, group, [topic]) for _ in range(2)]
+    peer = PeerMember(bootstrap, group, topic)
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLED_MEMBER, bootstrap, group, topic],
         stdout=subprocess.PIPE,
@@ -234,11 +234,27 @@ def test_a_killed_member_s_partitions_move_within_the_session_timeout(kafka_clus
         for line in proc.stdout:  # one at a time: the test watches them arrive
             lines.append(json.loads(line))
 
-    reader = threading.Thread(target=read_child)
+    reader = threading.Thread(target=read_child, daemon=True)
     reader.start()
+
+    def check_members() -> None:
+        for who in (*members, peer):
+            assert who.error is None, repr(who.error)
+
+    def survivors() -> list[set[TopicPartition]]:
+        check_members()
+        return [*(m.assignment() for m in members), peer.owned]
+
     try:
-        members[0].start()
-        wait_for(lambda: len(members[0].assignment()) == 6, 60, "a split group")
+        for m in (*members, peer):
+            m.start()
+
+        def split_four_ways() -> bool:
+            # The child's share is what the others leave: 3 partitions once all 4 have joined.
+            held = survivors()
+            return all(len(h) == 3 for h in held) and len(set().union(*held)) == 9
+
+        wait_for(split_four_ways, 90, "four members (one of them the child) to split the topic")
         produce(bootstrap, topic, 1200, start=1200)
         wait_for(lambda: any(x[0] == "C" for x in lines), 60, "the child to read and commit")
         # Let the child get a bit further, then kill it without a LeaveGroup.
@@ -248,33 +264,32 @@ def test_a_killed_member_s_partitions_move_within_the_session_timeout(kafka_clus
         killed_at = time.monotonic()
         proc.wait(10)
         reader.join(10)
-        wait_for(lambda: len(members[0].assignment()) == 12, 30, "the survivor to take everything")
-        moved_after = time.monotonic() - killed_at
-        assert moved_after < 6 + 10  # the session timeout, and a rebalance
         wait_for(
-            lambda: (
-                len(
-                    {(r.partition, r.offset) for r in members[0].records}
-                    | {(x[1], x[2]) for x in lines if x[0] == "R"}
-                )
-                >= 3600
-            ),
-            60,
-            "every record to be read",
+            lambda: partitions_split(survivors(), topic, 12) and all(survivors()),
+            30,
+            "the three survivors to take the child's partitions",
         )
-        child = [(x[1], x[2]) for x in lines if x[0] == "R"]
+        assert time.monotonic() - killed_at < 6 + 10  # the session timeout, and a rebalance
+
+        def survivors_read() -> set[tuple[int, int]]:
+            check_members()
+            kc = {(r.partition, r.offset) for m in members for r in list(m.records)}
+            return kc | set(peer.records)
+
+        child = {(x[1], x[2]) for x in lines if x[0] == "R"}
+        wait_for(lambda: len(survivors_read() | child) >= 3600, 60, "every record to be read")
+        assert len(survivors_read() | child) == 3600
         last_commit: dict[int, int] = {}
         for x in lines:
             if x[0] == "C":
                 last_commit.update({p: o for p, o in x[1:]})
-        survivor = [(r.partition, r.offset) for r in members[0].records]
-        twice = set(child) & set(survivor)
+        twice = child & survivors_read()
         # read twice only from the child's window after its last commit
         assert all(o >= last_commit.get(p, 0) for p, o in twice), sorted(twice)[:10]
-        assert len(set(child) | set(survivor)) == 3600
     finally:
         if proc.poll() is None:
             proc.kill()
+        peer.stop()
         for m in members:
             m.stop()
 
