@@ -21,7 +21,7 @@ from pyspark.sql.types import StructType
 from kcore.admin.client import AdminClient
 from kcore.admin.types import TopicPartition
 from kcore.consumer.client import Consumer
-from kcore.errors import KcoreError, KcoreTimeoutError
+from kcore.errors import KcoreError, KcoreTimeoutError, NoOffsetForPartitionError
 
 from .clients import get_consumer
 from .offsets import OffsetRange
@@ -169,22 +169,13 @@ def _read(
     consumer.assign([tp])
     consumer.seek(tp, part.start)
     pos = part.start
-    polled = False  # whether a poll went through yet
     progress_at = checked_at = time.monotonic()
     while pos < part.end:
+        rb: Any
         try:
-            rb: Any = consumer.poll_arrow(POLL_WAIT_S, max_records=part.end - pos)
-        except KcoreError:
-            if _position(consumer, tp) is None:
-                rb = None  # the offset went out of range: judged below
-            elif not polled:
-                # The consumer may report the instant between assign() and seek(), when the
-                # partition had no position yet: that is over.
-                polled = True
-                continue
-            else:
-                raise
-        polled = True
+            rb = consumer.poll_arrow(POLL_WAIT_S, max_records=part.end - pos)
+        except NoOffsetForPartitionError:
+            rb = None  # the offset went out of range (no auto.offset.reset): judged below
         now = time.monotonic()
         if rb is not None and rb.num_rows:
             offsets = rb.column("offset").to_numpy()
