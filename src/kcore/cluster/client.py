@@ -24,6 +24,7 @@ from kcore.errors import (
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
+    TopicAuthorizationFailedError,
     error_for_code,
 )
 from kcore.network.address import canonical_names, format_address, parse_address
@@ -497,12 +498,15 @@ class ClusterClient:
         self, topics: Iterable[str], timeout: float | None = None
     ) -> ClusterMetadata:
         """Refresh until every topic in ``topics`` is in the metadata with leaders for all its
-        partitions. Raises ``KcoreTimeoutError`` naming the missing ones."""
+        partitions. Raises ``KcoreTimeoutError`` naming the missing ones, and at once
+        ``TopicAuthorizationFailedError`` naming those a refresh said this client may not
+        access."""
         names = set(topics)
         self.add_topics(names)
         timeout = self._default_timeout() if timeout is None else timeout
         deadline = time.monotonic() + timeout
         attempt = 0
+        refreshed = False  # judge authorization by an answer to this call, not an older one
         while True:
             md = self.cache.current
             missing = sorted(
@@ -512,6 +516,11 @@ class ClusterClient:
             )
             if not missing:
                 return md
+            denied = [t for t in missing if t in md.unauthorized_topics]
+            if refreshed and denied:
+                raise TopicAuthorizationFailedError(
+                    f"not authorized to access topics: {', '.join(denied)}"
+                )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise KcoreTimeoutError(
@@ -522,6 +531,7 @@ class ClusterClient:
             attempt += 1
             try:
                 await asyncio.wait_for(self.refresh_metadata(names), max(remaining, 0.001))
+                refreshed = True
             except (BrokerConnectionError, asyncio.TimeoutError):
                 continue
 

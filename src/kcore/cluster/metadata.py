@@ -40,6 +40,7 @@ STALE_METADATA_CODES = frozenset(
     }
 )
 NULL_UUID = uuid.UUID(int=0)
+TOPIC_AUTHORIZATION_FAILED = 29
 
 
 class BrokerInfo(NamedTuple):
@@ -97,6 +98,8 @@ class ClusterMetadata:
     controller_id: int = -1
     brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
     topics: Mapping[str, TopicInfo] = field(default_factory=dict)
+    # Topics asked for by name that the broker answered with TOPIC_AUTHORIZATION_FAILED.
+    unauthorized_topics: frozenset[str] = frozenset()
 
     def partition(self, topic: str, partition: int) -> PartitionInfo | None:
         info = self.topics.get(topic)
@@ -173,10 +176,15 @@ class MetadataCache:
             b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers
         }
         topics: dict[str, TopicInfo] = {} if all_topics else dict(old.topics)
+        unauthorized = set() if all_topics else set(old.unauthorized_topics)
         for t in response.topics:
             name = t.name
             if name is None:  # a topic-id-only answer; kcore asks by name
                 continue
+            if t.error_code == TOPIC_AUTHORIZATION_FAILED:
+                unauthorized.add(name)
+            else:
+                unauthorized.discard(name)
             if t.error_code not in (0,) and not t.partitions:
                 # UNKNOWN_TOPIC_OR_PARTITION and friends: the topic is gone or not there yet.
                 topics.pop(name, None)
@@ -198,6 +206,7 @@ class MetadataCache:
             controller_id=response.controller_id,
             brokers=brokers,
             topics=topics,
+            unauthorized_topics=frozenset(unauthorized),
         )
         self.last_refresh = self.last_refresh_attempt = now
         self._update_requested = False

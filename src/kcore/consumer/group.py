@@ -25,7 +25,12 @@ from kcore.consumer.assignors import assignor_for
 from kcore.consumer.group_classic import ClassicGroupMember
 from kcore.consumer.group_consumer import ConsumerGroupMember
 from kcore.consumer.offsets import GroupOffsets
-from kcore.errors import CommitFailedError, KcoreError, RebalanceInProgressError
+from kcore.errors import (
+    CommitFailedError,
+    KcoreError,
+    RebalanceInProgressError,
+    TopicAuthorizationFailedError,
+)
 
 log = logging.getLogger("kcore.consumer.group")
 
@@ -90,6 +95,7 @@ class GroupCoordinator:
         # Auto-commits in flight: the loop keeps only weak references to tasks; each future
         # holds its task until it is done.
         self._pending_commits: set[Any] = set()
+        self._authorization_checked = -1.0  # the metadata refresh last checked for denied topics
 
     # -- subscription (any thread) ----------------------------------------------------------------
 
@@ -210,7 +216,24 @@ class GroupCoordinator:
         counts = member.assigned_counts
         return counts is not None and self._topic_snapshot(set(counts)) != counts
 
+    def _check_topic_authorization(self) -> None:
+        """As Java's classic consumer: subscribed topics (by name) that the metadata says this
+        client may not access raise from poll, once per metadata refresh; the rest of the
+        subscription is read meanwhile. (A pattern only matches topics the client may see;
+        under KIP-848 the broker answers the heartbeat with the error itself.)"""
+        cache = self.cluster.cache
+        if self.pattern is not None or cache.last_refresh == self._authorization_checked:
+            return
+        self._authorization_checked = cache.last_refresh
+        denied = sorted(cache.current.unauthorized_topics.intersection(self.topics))
+        if denied:
+            raise TopicAuthorizationFailedError(
+                f"group {self.group_id!r}: not authorized to access subscribed topics: "
+                + ", ".join(denied)
+            )
+
     def _classic_step(self, member: ClassicGroupMember) -> Step:
+        self._check_topic_authorization()
         if member.lost:
             yield from self._lost_step()
             member.lost = False

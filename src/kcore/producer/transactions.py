@@ -618,7 +618,12 @@ class TransactionManager:
                     group_id=group.group_id,
                 )
 
-            await self._request("AddOffsetsToTxn", ADD_OFFSETS, build_add, lambda r: [r.error_code])
+            await self._request(
+                f"AddOffsetsToTxn (group {group.group_id!r})",
+                ADD_OFFSETS,
+                build_add,
+                lambda r: [r.error_code],
+            )
         self.started = True
         by_topic: dict[str, list[TxnOffsetCommitRequestPartition]] = {}
         for tp, offset in offsets.items():
@@ -646,7 +651,7 @@ class TransactionManager:
             return [p.error_code for t in response.topics for p in t.partitions]
 
         await self._request(
-            "TxnOffsetCommit",
+            f"TxnOffsetCommit (group {group.group_id!r})",  # errors name the group, as Java's
             TXN_OFFSET_COMMIT,
             build_commit,
             codes,
