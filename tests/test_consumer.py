@@ -389,3 +389,28 @@ def test_a_partition_that_does_not_exist_is_reported_and_the_others_flow(kafka_c
                 errors.append(exc)
     assert len(got) == 100 and errors
     assert any("99" in str(e) for e in errors), errors
+
+
+def test_manual_assignment_with_a_group_id_resumes_from_the_committed_offset(kafka_cluster):
+    """As Java: assign() with a group.id starts at the group's committed offset, and only a
+    partition with nothing committed falls back to auto.offset.reset."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("assign-commit"), name("g")
+    create(bootstrap, topic, 2)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(20):
+            p.send(topic, b"%d" % i, partition=i % 2)
+        p.flush(30)
+    cfg = {"group.id": group, "auto.offset.reset": "earliest"}
+    with consumer(bootstrap, **cfg) as c:
+        c.assign([(topic, 0)])
+        got: list = []
+        while len(got) < 4:
+            got += c.poll(1.0, max_records=4 - len(got))
+        assert [r.offset for r in got] == [0, 1, 2, 3]
+        c.commit()  # the position: 4
+    with consumer(bootstrap, **cfg) as c:
+        c.assign([(topic, 0), (topic, 1)])  # partition 1: nothing committed
+        got = read(c, 6 + 10)
+        assert sorted(r.offset for r in got if r.partition == 0) == list(range(4, 10))
+        assert sorted(r.offset for r in got if r.partition == 1) == list(range(10))

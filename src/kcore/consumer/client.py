@@ -66,6 +66,9 @@ class ConsumerCore:
         self._fetch_task: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.group = GroupCoordinator(self.cluster, cfg, self) if cfg["group.id"] else None
+        if self.group is not None:
+            offsets, timeout = self.group.offsets, self.group.api_timeout_s
+            self.fetcher.committed_lookup = lambda tps: offsets.fetch(tps, timeout)
         self.manual = False  # assign() was used (exclusive with subscribe, as in Java)
 
     async def start(self) -> None:
@@ -108,7 +111,9 @@ class ConsumerCore:
         f = self.fetcher
         with f.lock:
             old = f.states
-            f.states = {tp: old.get(tp) or PartitionState() for tp in wanted}
+            # With a group.id, a new partition starts at the group's committed offset, if any.
+            fresh = self.group is not None
+            f.states = {tp: old.get(tp) or PartitionState(from_committed=fresh) for tp in wanted}
             f.completed = type(f.completed)(d for d in f.completed if d.tp in f.states)
         self.cluster.add_topics({tp.topic for tp in wanted})
         self.wake()

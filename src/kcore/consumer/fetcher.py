@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,10 @@ OFFSET_OUT_OF_RANGE = 1
 TOPIC_ID_VERSION = 13
 
 
+# The group's committed offsets of some partitions (None: nothing committed).
+CommittedLookup = Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, int | None]]]
+
+
 @dataclass
 class PartitionState:
     position: int | None = None  # next offset to hand out; None: reset per auto.offset.reset
@@ -70,6 +75,9 @@ class PartitionState:
     reset_to: str | None = None  # a pending seek_to_beginning/end ("earliest"/"latest")
     batch_bytes: int = 0  # size of the next batch, when the last fetch got only part of it
     served: int = 0  # when it last had data queued (fetch order: longest waiting first)
+    # Manually assigned with a group.id: start from the group's committed offset, if any,
+    # before auto.offset.reset (as Java does).
+    from_committed: bool = False
 
 
 @dataclass
@@ -111,6 +119,10 @@ class Fetcher:
     _last_reset_error: str | None = None
     _served: int = 0
     _interrupted: bool = False
+    # Set when the consumer has a group.id.
+    committed_lookup: (
+        Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, int | None]]] | None
+    ) = None
 
     def wakeup(self) -> None:
         if self._wakeup is not None:
@@ -175,8 +187,10 @@ class Fetcher:
             self._deliver_error(exc)
 
     async def _reset_positions(self) -> bool:
-        """Partitions without a position get one: a pending seek_to_beginning/end, else
+        """Partitions without a position get one: a pending seek_to_beginning/end, else the
+        group's committed offset (manual assignment with a group.id), else
         ``auto.offset.reset``. True when some partition got one."""
+        found = await self._positions_from_committed()
         with self.lock:
             todo = {
                 tp: st.reset_to or self.reset_policy
@@ -192,13 +206,12 @@ class Fetcher:
             self._deliver_error(NoOffsetForPartitionError(sorted(new)))
         todo = {tp: p for tp, p in todo.items() if p != "none"}
         if not todo:
-            return False
+            return found
         assert self._admin is not None
         specs: dict[TopicPartition | tuple[str, int], str | int] = {}
         for tp, where in todo.items():
             specs[tp] = where
         failed: AdminOperationError | None = None
-        found = False
         try:
             offsets = await self._admin.list_offsets(specs)
         except AdminOperationError as exc:  # some partitions failed: use the others' answers
@@ -217,6 +230,29 @@ class Fetcher:
                     found = True
         if failed is not None:
             raise failed
+        return found
+
+    async def _positions_from_committed(self) -> bool:
+        with self.lock:
+            wanted = [
+                tp
+                for tp, st in self.states.items()
+                if st.from_committed and st.position is None and st.reset_to is None
+            ]
+        if not wanted or self.committed_lookup is None:
+            return False
+        committed = await self.committed_lookup(wanted)  # errors: retried by the caller
+        found = False
+        with self.lock:
+            for tp in wanted:
+                st = self.states.get(tp)
+                if st is None or not st.from_committed:
+                    continue
+                st.from_committed = False  # asked once; without a commit: auto.offset.reset
+                offset = committed.get(tp)
+                if offset is not None and st.position is None and st.reset_to is None:
+                    st.position = offset
+                    found = True
         return found
 
     def _send_fetches(self) -> None:
