@@ -301,7 +301,13 @@ def test_sending_to_a_denied_topic_in_a_transaction_fails_at_once(authz):
         producer.begin_transaction()
         with within(SECONDS, "send()"), raises(TopicAuthorizationFailedError, DENIED_TOPIC):
             producer.send(DENIED_TOPIC, b"refused")
+        # As Java: the transaction cannot commit without the refused record; abort recovers.
+        with pytest.raises(TransactionStateError) as failed:
+            producer.commit_transaction()
+        assert failed.value.abortable
         producer.abort_transaction()
+        producer.begin_transaction()
+        producer.commit_transaction()
     finally:
         close_promptly(producer)
 

@@ -116,12 +116,19 @@ class ProducerCore:
         info = md.topics.get(topic)
         if info is None or not info.partitions:
             try:
-                md = await self.cluster.wait_for_topics([topic], self.max_block_s)
-            except KcoreTimeoutError:
-                raise KcoreTimeoutError(
-                    f"topic {topic!r} not in the metadata after max.block.ms "
-                    f"({self.max_block_s:g}s): does it exist?"
-                ) from None
+                try:
+                    md = await self.cluster.wait_for_topics([topic], self.max_block_s)
+                except KcoreTimeoutError:
+                    raise KcoreTimeoutError(
+                        f"topic {topic!r} not in the metadata after max.block.ms "
+                        f"({self.max_block_s:g}s): does it exist?"
+                    ) from None
+            except KcoreError as exc:
+                # As Java: a send that fails inside a transaction fails the transaction (a
+                # commit must not succeed without the record); abort_transaction recovers.
+                if self.txn is not None:
+                    self.txn.abortable(exc)
+                raise
             info = md.topics[topic]
         return len(info.partitions), [p for p, i in info.partitions.items() if i.leader >= 0]
 
