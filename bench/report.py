@@ -10,6 +10,8 @@ The cluster (bench/test_cluster_bench.py), producer (bench/test_producer_bench.p
 groups also show records/s, MB/s, CPU and peak RSS growth. So do bench/test_group_bench.py's
 transactional group; its join and rebalance groups are latencies (no records/s), shown with
 their spread, CPU and, for rebalances, when the three members first covered the topic.
+bench/test_spark_bench.py's groups (kcore's Spark data source against the JVM connector) show
+records/s and the CPU of Spark's JVM and its Python workers.
 
 With several files, each run gets its report, then one table puts the goal ratios side by side
 (the spread between runs is the noise of the machine).
@@ -44,6 +46,9 @@ GROUP_PEER_ORDER = (
 )
 # Its groups that are latencies (latency_table) rather than throughputs.
 LATENCY_GROUPS = ("join:", "rebalance:")
+# bench/test_spark_bench.py: its groups in the order of the docs, its peer.
+SPARK_ORDER = ("read", "write", "stream")
+SPARK_PEER_ORDER = ("spark-sql-kafka",)
 
 
 @dataclass(frozen=True)
@@ -187,19 +192,37 @@ GOALS = (
         1.5,
         "groups",
     ),
+    # bench/test_spark_bench.py (format("kcore") against format("kafka"), the JVM connector)
+    *(
+        Goal(
+            f"Spark {what} >= 1x the JVM Kafka connector's",
+            f"spark:{what}",
+            (f"kcore.{what}",),
+            f"kafka.{what}",
+            1.0,
+            "spark",
+        )
+        for what in SPARK_ORDER
+    ),
 )
 SUITE_TITLES = {
     "codec": "Codec benchmarks",
     "producer": "Producer benchmarks",
     "consumer": "Consumer benchmarks",
     "groups": "Consumer group and transaction benchmarks",
+    "spark": "Spark data source benchmarks",
 }
 # Suites whose goals are also shown by client CPU time (their rows record ``cpu_s``; rows
 # without ``items``, the latencies, are left out).
-CPU_SUITES = ("producer", "consumer", "groups")
+CPU_SUITES = ("producer", "consumer", "groups", "spark")
 # Group prefixes shown by client_table (records/s, MB/s, CPU, RSS), and whose ``settings``
 # extra_info machine_lines prints.
-CLIENT_GROUPS = {"produce:": "producer", "consume:": "consumer", "txn:": "group and transaction"}
+CLIENT_GROUPS = {
+    "produce:": "producer",
+    "consume:": "consumer",
+    "txn:": "group and transaction",
+    "spark:": "Spark",
+}
 # Group prefixes that ran against a broker (machine_lines names it).
 BROKER_GROUPS = ("cluster:", *CLIENT_GROUPS, *LATENCY_GROUPS)
 
@@ -251,7 +274,17 @@ def load(path: Path) -> tuple[dict[str, Any], dict[str, list[Bench]]]:
 
 def group_order(name: str) -> tuple[int, int, str]:
     kind, _, codec = name.partition(":")
-    kinds = ("encode", "decode", "crc32c", "murmur2", "cluster", "produce", "consume", *GROUP_KINDS)
+    kinds = (
+        "encode",
+        "decode",
+        "crc32c",
+        "murmur2",
+        "cluster",
+        "produce",
+        "consume",
+        *GROUP_KINDS,
+        "spark",
+    )
     k = kinds.index(kind) if kind in kinds else len(kinds)
     c = CODEC_ORDER.index(codec) if codec in CODEC_ORDER else len(CODEC_ORDER)
     if kind == "cluster" and codec in CLUSTER_ORDER:
@@ -260,6 +293,8 @@ def group_order(name: str) -> tuple[int, int, str]:
         c = PRODUCE_ORDER.index(codec)
     if kind == "consume" and codec in CONSUME_ORDER:
         c = CONSUME_ORDER.index(codec)
+    if kind == "spark" and codec in SPARK_ORDER:
+        c = SPARK_ORDER.index(codec)
     return (k, c, name)
 
 
@@ -301,7 +336,12 @@ def is_kcore(b: Bench) -> bool:
 
 def peer_order(b: Bench) -> tuple[int, str]:
     order = (
-        PEER_ORDER + CLUSTER_PEER_ORDER + PRODUCE_PEER_ORDER + CONSUME_PEER_ORDER + GROUP_PEER_ORDER
+        PEER_ORDER
+        + CLUSTER_PEER_ORDER
+        + PRODUCE_PEER_ORDER
+        + CONSUME_PEER_ORDER
+        + GROUP_PEER_ORDER
+        + SPARK_PEER_ORDER
     )
     return (order.index(b.impl) if b.impl in order else len(order), b.impl)
 
@@ -378,6 +418,34 @@ def client_table(name: str, benches: list[Bench]) -> list[str]:
         for p in peers:
             row.append(fmt_ratio(p.median / b.median) if is_kcore(b) else "")
         lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    return lines
+
+
+def spark_cpu_lines(groups: dict[str, list[Bench]]) -> list[str]:
+    """bench/test_spark_bench.py's rows: where the CPU went (median round): Spark's JVM, its
+    Python workers (kcore's reader and writer run there), the broker."""
+    rows = [
+        b
+        for name in sorted(groups, key=group_order)
+        if name.startswith("spark:")
+        for b in sorted(groups[name], key=lambda b: (not is_kcore(b), b.key))
+    ]
+    if not rows:
+        return []
+    lines = [
+        "### Spark: CPU time per round (median)",
+        "",
+        "| group | implementation | wall | JVM CPU | Python workers CPU | broker CPU |",
+        "|---|---|---|---|---|---|",
+    ]
+    for b in rows:
+        cells = [b.info.get(k) for k in ("jvm_cpu_s", "python_cpu_s", "broker_cpu_s")]
+        lines.append(
+            f"| {b.group} | {b.label} | {fmt_time(b.median)} | "
+            + " | ".join(f"{c:.2f} s" if c is not None else "" for c in cells)
+            + " |"
+        )
     lines.append("")
     return lines
 
@@ -628,6 +696,7 @@ def report(path: Path) -> tuple[list[str], list[GoalResult]]:
             lines += latency_table(name, groups[name])
         else:
             lines += group_table(name, groups[name])
+    lines += spark_cpu_lines(groups)
     lines += memory_lines(groups)
     return lines, results
 
@@ -720,6 +789,7 @@ def main(argv: list[str] | None = None) -> int:
         out += cluster_across_runs(args.json, "join:", "Group join")
         out += cluster_across_runs(args.json, "rebalance:", "Rebalance")
         out += cluster_across_runs(args.json, "txn:", "Transactions")
+        out += cluster_across_runs(args.json, "spark:", "Spark")
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 

@@ -16,21 +16,19 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyspark  # noqa: F401  (a dev dependency: missing means a broken setup, not a skip)
 import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
 
-pytest.importorskip("pyspark")
-pa = pytest.importorskip("pyarrow")
-
-import pyarrow.compute as pc  # noqa: E402
-from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
-
-from kcore.admin.client import AdminClient  # noqa: E402
-from kcore.admin.types import NewTopic, TopicPartition  # noqa: E402
-from kcore.errors import ConfigError, KcoreError  # noqa: E402
-from kcore.producer.client import Producer  # noqa: E402
-from kcore.spark.admission import delay_batch, rate_limit  # noqa: E402
-from kcore.spark.batch_reader import KafkaBatchReader  # noqa: E402
-from kcore.spark.offsets import (  # noqa: E402
+from kcore.admin.client import AdminClient
+from kcore.admin.types import NewTopic, TopicPartition
+from kcore.errors import ConfigError, KcoreError
+from kcore.producer.client import Producer
+from kcore.spark.admission import delay_batch, rate_limit
+from kcore.spark.batch_reader import KafkaBatchReader
+from kcore.spark.offsets import (
     OffsetRange,
     offsets_from_dict,
     offsets_to_dict,
@@ -38,10 +36,10 @@ from kcore.spark.offsets import (  # noqa: E402
     parse_partition_offsets,
     split_ranges,
 )
-from kcore.spark.options import parse_read_options, read_schema  # noqa: E402
-from kcore.spark.resolver import OffsetResolver  # noqa: E402
-from kcore.spark.source import KcoreDataSource  # noqa: E402
-from kcore.spark.stream_reader import KafkaStreamReader, plan_stream_batch  # noqa: E402
+from kcore.spark.options import parse_read_options, read_schema
+from kcore.spark.resolver import OffsetResolver
+from kcore.spark.source import KcoreDataSource
+from kcore.spark.stream_reader import KafkaStreamReader, plan_stream_batch
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
 # The produced records' timestamps start here (ms). Recent: the broker deletes records older

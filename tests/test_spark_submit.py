@@ -19,12 +19,11 @@ import venv
 import zipfile
 from pathlib import Path
 
+import pyspark
 import pytest
 
-pyspark = pytest.importorskip("pyspark")
-
-from kcore import _bundle_loader  # noqa: E402
-from kcore.spark import bundle as bundle_builder  # noqa: E402
+from kcore import _bundle_loader
+from kcore.spark import bundle as bundle_builder
 
 pytestmark = pytest.mark.slow
 

@@ -17,13 +17,11 @@ from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
 
+import pyspark  # noqa: F401  (a dev dependency: missing means a broken setup, not a skip)
 import pytest
-
-pytest.importorskip("pyspark")
-
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.functions import col, udf  # noqa: E402
-from pyspark.sql.types import (  # noqa: E402
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import col, udf
+from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     IntegerType,
@@ -33,11 +31,12 @@ from pyspark.sql.types import (  # noqa: E402
     TimestampType,
 )
 
-import kcore  # noqa: E402
-import kcore.spark  # noqa: E402
-from kcore.admin import NewTopic  # noqa: E402
-from kcore.codec import partition_for_key  # noqa: E402
-from kcore.errors import KcoreError  # noqa: E402
+import kcore
+import kcore.spark
+from kcore.admin import NewTopic
+from kcore.codec import partition_for_key
+from kcore.errors import KcoreError
+from kcore.spark.write_options import SINK_BATCH_SIZE
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -334,7 +333,12 @@ def test_one_cached_producer_per_executor_process(spark, bootstrap):
         writer(df, bootstrap, **options).mode("append").save()
     assert len(read_topic(bootstrap, topic, 2, 400)) == 400
 
-    config = {"bootstrap.servers": bootstrap, "client.id": client_id}
+    # The sink's producer config: the kafka.* options and the sink's batch.size default.
+    config = {
+        "bootstrap.servers": bootstrap,
+        "client.id": client_id,
+        "batch.size": str(SINK_BATCH_SIZE),
+    }
 
     def stats(_):
         from kcore.spark import clients

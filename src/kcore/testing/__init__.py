@@ -4,7 +4,8 @@
 ``ExternalCluster`` wraps an existing cluster (``KCORE_BOOTSTRAP``) and ``DockerKafkaCluster``
 (``kcore.testing.docker``) one started by testcontainers. The pytest plugin
 (``kcore.testing.pytest_plugin``) provides the fixtures ``kafka_cluster`` and ``kafka_cluster3``.
-``kcore.testing.security`` makes test certificates and TLS/SASL listeners.
+``kcore.testing.security`` makes test certificates and TLS/SASL listeners;
+``spark_kafka_jars`` fetches Spark's JVM Kafka connector (the Spark benchmark's peer).
 """
 
 from .cluster import (
@@ -33,6 +34,7 @@ from .security import (
     security_listeners,
     ssl_listener,
 )
+from .spark_jars import spark_kafka_jars
 from .versions import KAFKA_VERSION
 
 __all__ = [
@@ -57,5 +59,6 @@ __all__ = [
     "kafka_libs",
     "sasl_listener",
     "security_listeners",
+    "spark_kafka_jars",
     "ssl_listener",
 ]
