@@ -50,13 +50,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
-
-import kcore  # noqa: E402
-import kcore.spark  # noqa: E402
-from kcore.admin import NewTopic  # noqa: E402
-from kcore.testing.spark_jars import spark_kafka_jars  # noqa: E402
+import kcore
+import kcore.spark
+from kcore.admin import NewTopic
+from kcore.testing.spark_jars import spark_kafka_jars
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
