@@ -204,6 +204,15 @@ def kafka_libs(version: str | None = None) -> Path:
 
 
 def _fetch(home: Path, pom: str, version: str) -> None:
+    fetch_with_maven(
+        home, pom, f"the Kafka {version} jars", f"kafka_2.13-{version}.jar", kafka_version=version
+    )
+
+
+def fetch_with_maven(home: Path, pom: str, what: str, main_jar: str, **stamp: str) -> None:
+    """Copy ``pom``'s runtime dependencies into ``home/libs`` with Maven: staged, renamed into
+    place, then stamped (``_complete`` checks the stamp). ``what`` names the jars in logs and
+    errors; ``main_jar`` must be among them; ``stamp`` adds fields to the stamp."""
     mvn = mvn_executable()
     java_executable()  # Maven needs Java too; say so plainly rather than through mvn's error
     libs, staging = home / "libs", home / "libs.partial"
@@ -220,7 +229,7 @@ def _fetch(home: Path, pom: str, version: str) -> None:
         "-DincludeScope=runtime",
         f"-DoutputDirectory={staging}",
     ]
-    log.info("fetching the Kafka %s jars with Maven into %s", version, libs)
+    log.info("fetching %s with Maven into %s", what, libs)
     started = time.monotonic()
     try:
         res = subprocess.run(
@@ -240,26 +249,26 @@ def _fetch(home: Path, pom: str, version: str) -> None:
             else (exc.output or b"").decode(errors="replace")
         )
         raise KafkaJarsError(
-            f"Maven did not finish fetching the Kafka {version} jars within {_MVN_TIMEOUT:.0f}s "
+            f"Maven did not finish fetching {what} within {_MVN_TIMEOUT:.0f}s "
             f"({' '.join(cmd)}). Last output:\n{_tail(out)}"
         ) from None
-    main_jar = staging / f"kafka_2.13-{version}.jar"
-    if res.returncode != 0 or not main_jar.is_file():
-        why = f"exit status {res.returncode}" if res.returncode else f"no {main_jar.name}"
+    main = staging / main_jar
+    if res.returncode != 0 or not main.is_file():
+        why = f"exit status {res.returncode}" if res.returncode else f"no {main.name}"
         raise KafkaJarsError(
-            f"Maven could not fetch the Kafka {version} jars ({why}). Command: {' '.join(cmd)} "
+            f"Maven could not fetch {what} ({why}). Command: {' '.join(cmd)} "
             f"(pom: {home / 'pom.xml'}). Last lines of its output:\n"
             f"{_tail(res.stdout) or '(no output)'}"
         )
     shutil.rmtree(libs, ignore_errors=True)
     os.replace(staging, libs)
-    stamp = {
-        "kafka_version": version,
+    done = {
+        **stamp,
         "pom_sha256": _pom_digest(pom),
         "jars": sorted(p.name for p in libs.glob("*.jar")),
     }
-    _write_atomic(home / _STAMP, json.dumps(stamp, indent=1))
-    log.info("fetched %d jars in %.1fs", len(stamp["jars"]), time.monotonic() - started)
+    _write_atomic(home / _STAMP, json.dumps(done, indent=1))
+    log.info("fetched %d jars in %.1fs", len(done["jars"]), time.monotonic() - started)
 
 
 def tools_log4j2_config(version: str | None = None) -> Path:

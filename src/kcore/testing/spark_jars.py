@@ -21,33 +21,19 @@ Two quirks are handled here:
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import re
-import shutil
-import subprocess
-import time
 from pathlib import Path
 
 from . import versions
 from .errors import KafkaJarsError
-from .jars import (
-    _STAMP,
-    _complete,
-    _pom_digest,
-    _tail,
-    _write_atomic,
-    cache_root,
-    java_executable,
-    mvn_executable,
-)
+from .jars import _complete, cache_root, fetch_with_maven
 
 __all__ = ["TOKEN_PROVIDER_FALLBACK", "spark_kafka_jars", "spark_shipped_jars_dir"]
 
 log = logging.getLogger("kcore.testing")
 
-_MVN_TIMEOUT = 900.0
 SCALA_BINARY = "2.13"
 # The newest spark-token-provider-kafka-0-10_2.13 release every Central mirror we met has.
 TOKEN_PROVIDER_FALLBACK = "4.0.0"
@@ -206,54 +192,10 @@ def _fetch_first(home: Path, poms: list[str], version: str) -> None:
 
 
 def _fetch(home: Path, pom: str, version: str) -> None:
-    mvn = mvn_executable()
-    java_executable()  # Maven needs Java too; say so plainly rather than through mvn's error
-    libs, staging = home / "libs", home / "libs.partial"
-    (home / _STAMP).unlink(missing_ok=True)
-    shutil.rmtree(staging, ignore_errors=True)
-    _write_atomic(home / "pom.xml", pom)
-    cmd = [
-        mvn,
-        "-B",
-        "-q",
-        "-f",
-        str(home / "pom.xml"),
-        "dependency:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={staging}",
-    ]
-    log.info("fetching Spark %s's Kafka connector jars with Maven into %s", version, libs)
-    started = time.monotonic()
-    try:
-        res = subprocess.run(
-            cmd,
-            cwd=home,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            timeout=_MVN_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired:
-        raise KafkaJarsError(
-            f"Maven did not finish fetching Spark {version}'s Kafka connector within "
-            f"{_MVN_TIMEOUT:.0f}s ({' '.join(cmd)})"
-        ) from None
-    main_jar = staging / f"spark-sql-kafka-0-10_{SCALA_BINARY}-{version}.jar"
-    if res.returncode != 0 or not main_jar.is_file():
-        why = f"exit status {res.returncode}" if res.returncode else f"no {main_jar.name}"
-        raise KafkaJarsError(
-            f"Maven could not fetch Spark {version}'s Kafka connector ({why}). Command: "
-            f"{' '.join(cmd)} (pom: {home / 'pom.xml'}). Last lines of its output:\n"
-            f"{_tail(res.stdout) or '(no output)'}"
-        )
-    shutil.rmtree(libs, ignore_errors=True)
-    os.replace(staging, libs)
-    stamp = {
-        "spark_version": version,
-        "pom_sha256": _pom_digest(pom),
-        "jars": sorted(p.name for p in libs.glob("*.jar")),
-    }
-    _write_atomic(home / _STAMP, json.dumps(stamp, indent=1))
-    log.info("fetched %d jars in %.1fs", len(stamp["jars"]), time.monotonic() - started)
+    fetch_with_maven(
+        home,
+        pom,
+        f"Spark {version}'s Kafka connector jars",
+        f"spark-sql-kafka-0-10_{SCALA_BINARY}-{version}.jar",
+        spark_version=version,
+    )
