@@ -1,8 +1,8 @@
 """Type stubs for the compiled codec (src/kcore/_codec.pyx and src/kcore/_native/*.pxi)."""
 
 from array import array
-from collections.abc import Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from typing_extensions import Buffer
 
@@ -203,12 +203,32 @@ def decode_columns(
 ) -> ColumnarRecords: ...
 def decode_to_arrow(buf: Buffer, **options: Any) -> Any: ...
 
-class RecordFutureBase:
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+class DeliveryFuture:
     _batch: Any
     _index: int
     topic: str
     partition: int
     timestamp: int
+    def __init__(
+        self, batch: Any, index: int, topic: str, partition: int, timestamp: int
+    ) -> None: ...
+    def done(self) -> bool: ...
+    def result(self, timeout: float | None = None) -> RecordMetadata: ...
+    def exception(self, timeout: float | None = None) -> BaseException | None: ...
+    def add_done_callback(self, fn: Callable[[DeliveryFuture], Any]) -> None: ...
+    def __await__(self) -> Generator[Any, None, RecordMetadata]: ...
+
+class ProducerBatchBase:
+    builder: RecordBatchBuilder
+    result: Any
+    records: int
+    closed: bool
 
 class SendPath:
     slow: Any
@@ -216,7 +236,6 @@ class SendPath:
     def __init__(
         self,
         slow: Any,
-        future_type: type,
         tp_type: type,
         queues: Any,
         cache: Any,

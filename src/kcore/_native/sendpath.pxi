@@ -4,20 +4,123 @@
 # record needs a new batch, the topic's metadata, a serializer, a custom partitioner or a
 # callback. The GIL is held throughout (nothing here calls back into Python on the fast path),
 # which is what keeps it consistent with the sender thread: the sender closes a batch before it
-# builds it, and a closed batch is never appended to here.
+# builds it, and a closed batch is never appended to here. The accumulator closes a partition's
+# open batch before it queues another, and closes every batch it takes out of a queue (sent,
+# expired, aborted), so the open batch seen last stays the one to append to until it is closed.
 
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
+import asyncio as _asyncio
+from collections import namedtuple as _namedtuple
 from random import choice as _random_choice
 
+cimport cython
 
-cdef class RecordFutureBase:
-    """Fields of kcore.producer.DeliveryFuture (its methods are Python)."""
-    cdef public object _batch
-    cdef public Py_ssize_t _index
-    cdef public object topic
-    cdef public int32_t partition
-    cdef public int64_t timestamp
+from kcore.errors import KcoreTimeoutError
+
+
+RecordMetadata = _namedtuple("RecordMetadata", ["topic", "partition", "offset", "timestamp"])
+RecordMetadata.__module__ = "kcore.producer"
+RecordMetadata.__doc__ = """Where a record landed: ``timestamp`` is the record's (or the broker's,
+with LogAppendTime) timestamp in ms; ``offset`` is -1 with ``acks=0``."""
+
+
+@cython.final
+@cython.freelist(512)
+cdef class DeliveryFuture:
+    """What ``send`` returns: ``result(timeout)`` gives the :class:`RecordMetadata` or raises
+    the delivery error; ``await``-able too. It points at its batch's shared result (a
+    kcore.producer.results.BatchResult) and its index in the batch: one small object per
+    record, made from a free list by the compiled send path."""
+
+    cdef readonly object _batch
+    cdef readonly Py_ssize_t _index
+    cdef readonly str topic
+    cdef readonly int32_t partition
+    cdef readonly int64_t timestamp
+
+    def __init__(self, batch, Py_ssize_t index, str topic, int32_t partition,
+                 int64_t timestamp):
+        self._batch = batch
+        self._index = index
+        self.topic = topic
+        self.partition = partition
+        self.timestamp = timestamp
+
+    def done(self):
+        return self._batch.done
+
+    def _metadata(self):
+        b = self._batch
+        if b.error is not None:
+            raise b.error
+        base = b.base_offset
+        offset = base + self._index if base >= 0 else -1
+        log_append = b.log_append_time
+        return RecordMetadata(self.topic, self.partition, offset,
+                              log_append if log_append >= 0 else self.timestamp)
+
+    def result(self, timeout=None):
+        if not self._batch.wait(timeout):
+            raise KcoreTimeoutError(
+                f"record to {self.topic}-{self.partition} not delivered within {timeout:g}s")
+        return self._metadata()
+
+    def exception(self, timeout=None):
+        if not self._batch.wait(timeout):
+            raise KcoreTimeoutError(f"record to {self.topic}-{self.partition} still pending")
+        return self._batch.error
+
+    def add_done_callback(self, fn):
+        self._batch.add_callback(lambda _b: fn(self))
+
+    def __await__(self):
+        if not self._batch.done:
+            loop = _asyncio.get_running_loop()
+            waiter = loop.create_future()
+
+            def wake(_b):
+                loop.call_soon_threadsafe(_set_done, waiter)
+
+            self._batch.add_callback(wake)
+            yield from waiter.__await__()
+        return self._metadata()
+
+    def __repr__(self):
+        state = ("pending" if not self._batch.done
+                 else "failed" if self._batch.error is not None else "done")
+        return f"<DeliveryFuture {self.topic}-{self.partition} {state}>"
+
+
+def _set_done(waiter):
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+cdef class ProducerBatchBase:
+    """Fields of kcore.producer.accumulator.ProducerBatch that the compiled send path reads and
+    writes per record (C fields: no attribute lookup). The rest of the batch is Python."""
+    cdef public RecordBatchBuilder builder
+    cdef public object result
+    cdef public Py_ssize_t records
+    cdef public bint closed
+
+
+cdef class StickyState:
+    """The uniform sticky partitioner's state for one topic: the partition records without a
+    key go to, and the bytes sent to it since it was chosen."""
+    cdef int32_t partition
+    cdef Py_ssize_t sent
+
+
+cdef class TopicRoute:
+    """What the send path knows of one topic under one metadata snapshot: its partitions, and
+    for each the open batch last seen (None until looked up)."""
+    cdef int32_t count
+    cdef list tps          # TopicPartition per partition (the accumulator's queue keys)
+    cdef list open_batches # ProducerBatchBase or None per partition
+    cdef object info       # the TopicInfo (leaders, for the sticky partitioner's choice)
+    cdef StickyState sticky
 
 
 cdef inline int64_t now_ms() noexcept:
@@ -31,54 +134,81 @@ cdef class SendPath:
     the result of ``slow(...)`` with the same arguments."""
 
     cdef public object slow       # the producer's Python send, for everything else
-    cdef object future_type       # DeliveryFuture (a subclass of RecordFutureBase)
     cdef object tp_type           # TopicPartition
     cdef object queues            # the accumulator's {TopicPartition: deque[ProducerBatch]}
     cdef object cache             # the MetadataCache; its `current` changes on refresh
     cdef object seen_metadata
-    cdef dict topics              # topic -> list of TopicPartition, one per partition
-    cdef dict sticky              # topic -> [partition, bytes sent to it]
+    cdef dict routes              # topic -> TopicRoute under seen_metadata
+    cdef dict sticky              # topic -> StickyState (kept across metadata refreshes)
     cdef Py_ssize_t batch_size
     cdef public bint enabled      # off: always the slow path (closed, or custom settings)
 
-    def __init__(self, slow, future_type, tp_type, queues, cache, Py_ssize_t batch_size,
+    def __init__(self, slow, tp_type, queues, cache, Py_ssize_t batch_size,
                  bint enabled=True):
         self.slow = slow
-        self.future_type = future_type
         self.tp_type = tp_type
         self.queues = queues
         self.cache = cache
         self.seen_metadata = None
-        self.topics = {}
+        self.routes = {}
         self.sticky = {}
         self.batch_size = batch_size
         self.enabled = enabled
 
+    cdef StickyState sticky_state(self, str topic):
+        cdef StickyState state = <StickyState>self.sticky.get(topic)
+        if state is None:
+            state = StickyState.__new__(StickyState)
+            state.partition = -1
+            self.sticky[topic] = state
+        return state
+
+    cdef int32_t next_sticky(self, StickyState state, int32_t count, object available,
+                             Py_ssize_t size) except -1:
+        if state.partition < 0 or state.partition >= count or state.sent >= self.batch_size:
+            choices = [q for q in available if q < count] or list(range(count))
+            if state.partition >= 0 and len(choices) > 1:
+                choices = [q for q in choices if q != state.partition] or choices
+            state.partition = _random_choice(choices)
+            state.sent = 0
+        state.sent += size
+        return state.partition
+
     def sticky_partition(self, str topic, int32_t count, object available, Py_ssize_t size):
         """The uniform sticky partitioner (KIP-794): the topic's current partition until about
         ``batch.size`` bytes went to it, then another at random among ``available`` (those
-        with a leader). One state for send, send_batch and this fast path."""
-        cdef list state = <list>self.sticky.get(topic)
-        if state is None or <int32_t>state[0] >= count or <Py_ssize_t>state[1] >= self.batch_size:
-            choices = [q for q in available if q < count] or list(range(count))
-            if state is not None and len(choices) > 1:
-                choices = [q for q in choices if q != state[0]] or choices
-            state = [_random_choice(choices), 0]
-            self.sticky[topic] = state
-        state[1] = <Py_ssize_t>state[1] + size
-        return state[0]
+        with a leader). One state for send, send_batch and the compiled path."""
+        return self.next_sticky(self.sticky_state(topic), count, available, size)
+
+    cdef TopicRoute route(self, object md, str topic):
+        """The topic's route under snapshot ``md`` (None if the topic is not in it)."""
+        cdef TopicRoute route
+        cdef Py_ssize_t i, n
+        info = md.topics.get(topic)
+        if info is None or not info.partitions:
+            return None
+        n = len(info.partitions)
+        route = TopicRoute.__new__(TopicRoute)
+        route.count = <int32_t>n
+        route.tps = [self.tp_type(topic, i) for i in range(n)]
+        route.open_batches = [None] * n
+        route.info = info
+        route.sticky = self.sticky_state(topic)
+        self.routes[topic] = route
+        return route
 
     def send(self, topic, value, key=None, partition=None, timestamp_ms=None, headers=None,
              on_delivery=None):
-        cdef list tps
-        cdef int32_t p, count
+        cdef int32_t p
         cdef int64_t ts
-        cdef Py_ssize_t klen = -1, vlen = -1, size_before, index
+        cdef Py_ssize_t klen = -1, vlen = -1, index
         cdef const uint8_t* kp = NULL
         cdef const uint8_t* vp = NULL
         cdef RecordBatchBuilder builder
-        cdef RecordFutureBase future
-        cdef list state
+        cdef ProducerBatchBase batch
+        cdef DeliveryFuture future
+        cdef TopicRoute route
+        cdef StickyState sticky
         if (not self.enabled or on_delivery is not None or headers
                 or (key is not None and type(key) is not bytes)
                 or (value is not None and type(value) is not bytes)
@@ -87,15 +217,12 @@ cdef class SendPath:
         md = self.cache.current
         if md is not self.seen_metadata:  # a refresh: partition counts may have changed
             self.seen_metadata = md
-            self.topics.clear()
-        tps = <list>self.topics.get(topic)
-        if tps is None:
-            info = md.topics.get(topic)
-            if info is None or not info.partitions:
+            self.routes.clear()
+        route = <TopicRoute>self.routes.get(topic)
+        if route is None:
+            route = self.route(md, topic)
+            if route is None:
                 return self.slow(topic, value, key, partition, timestamp_ms, headers, on_delivery)
-            tps = [self.tp_type(topic, i) for i in range(len(info.partitions))]
-            self.topics[topic] = tps
-        count = <int32_t>len(tps)
         if key is not None:
             kp = <const uint8_t*>PyBytes_AS_STRING(key)
             klen = PyBytes_GET_SIZE(key)
@@ -104,36 +231,43 @@ cdef class SendPath:
             vlen = PyBytes_GET_SIZE(value)
         if partition is not None:
             p = partition
-            if p < 0 or p >= count:
+            if p < 0 or p >= route.count:
                 return self.slow(topic, value, key, partition, timestamp_ms, headers, on_delivery)
         elif kp != NULL:
-            p = (murmur2_c(kp, klen) & 0x7FFFFFFF) % count
+            p = (murmur2_c(kp, klen) & 0x7FFFFFFF) % route.count
         else:
-            state = <list>self.sticky.get(topic)
-            if state is None or <int32_t>state[0] >= count or <Py_ssize_t>state[1] >= self.batch_size:
-                info = md.topics.get(topic)
-                available = [q for q, pi in info.partitions.items() if pi.leader >= 0]
-                p = self.sticky_partition(topic, count, available, 21 + max(vlen, 0))
+            sticky = route.sticky
+            if (sticky.partition < 0 or sticky.partition >= route.count
+                    or sticky.sent >= self.batch_size):
+                available = [q for q, pi in route.info.partitions.items() if pi.leader >= 0]
+                p = self.next_sticky(sticky, route.count, available, 21 + max(vlen, 0))
             else:
-                p = state[0]
-                state[1] = <Py_ssize_t>state[1] + 21 + max(vlen, 0)
-        tp = tps[p]
-        queue = self.queues.get(tp)
-        if not queue:
-            return self.slow(topic, value, key, p, timestamp_ms, headers, on_delivery)
-        batch = queue[len(queue) - 1]  # (wraparound is off: no negative index)
-        if batch.closed:
-            return self.slow(topic, value, key, p, timestamp_ms, headers, on_delivery)
-        builder = <RecordBatchBuilder>batch.builder
+                p = sticky.partition
+                sticky.sent += 21 + max(vlen, 0)
+        # The partition's open batch: the one seen last time unless it was closed since (the
+        # accumulator closes a partition's open batch before it queues another).
+        batch = <ProducerBatchBase><object>PyList_GET_ITEM(route.open_batches, p)
+        if batch is None or batch.closed:
+            queue = self.queues.get(<object>PyList_GET_ITEM(route.tps, p))
+            if not queue:
+                return self.slow(topic, value, key, p, timestamp_ms, headers, on_delivery)
+            batch = <ProducerBatchBase?>queue[len(queue) - 1]  # (wraparound is off)
+            if batch.closed:
+                return self.slow(topic, value, key, p, timestamp_ms, headers, on_delivery)
+            route.open_batches[p] = batch
+        builder = batch.builder
         index = batch.records
         if index > 0 and builder.out.size + 21 + max(klen, 0) + max(vlen, 0) > self.batch_size:
             return self.slow(topic, value, key, p, timestamp_ms, headers, on_delivery)
         ts = now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
+        # From the closed check to here nothing can run other Python code (no call into
+        # Python, no allocation the garbage collector could act on), so the sender, which
+        # closes a batch before building it, cannot take this one in between.
         builder.write_record(kp, klen, vp, vlen, ts, None, 0, 0)
         batch.records = index + 1
         if builder.out.size >= self.batch_size:
             batch.closed = True  # full: the sender takes it at its next look
-        future = <RecordFutureBase>self.future_type.__new__(self.future_type)
+        future = DeliveryFuture.__new__(DeliveryFuture)
         future._batch = batch.result
         future._index = index
         future.topic = topic

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from kcore._codec import ProducerBatchBase
 from kcore.admin.types import TopicPartition
 from kcore.codec import RecordBatchBuilder
 from kcore.errors import KcoreError, KcoreTimeoutError
@@ -29,17 +30,14 @@ RECORD_OVERHEAD = 21
 BATCH_HEADER = 61
 
 
-class ProducerBatch:
-    """Records for one partition, sent (and retried) as one unit."""
+class ProducerBatch(ProducerBatchBase):
+    """Records for one partition, sent (and retried) as one unit. ``builder``, ``result``,
+    ``records`` and ``closed`` live in the compiled base, where the send path uses them."""
 
     __slots__ = (
         "tp",
-        "builder",
-        "result",
         "created",
-        "records",
         "reserved",
-        "closed",
         "sequence",
         "attempts",
         "retry_at",
@@ -279,7 +277,9 @@ class RecordAccumulator:
         with self._cond:
             for queue in self._queues.values():
                 while queue and now - queue[0].created > timeout_s:
-                    out.append(queue.popleft())
+                    batch = queue.popleft()
+                    batch.closed = True  # out of its queue: the send path must not append
+                    out.append(batch)
         return out
 
     def abort_all(self) -> list[ProducerBatch]:
@@ -287,6 +287,8 @@ class RecordAccumulator:
             out = [b for q in self._queues.values() for b in q]
             for q in self._queues.values():
                 q.clear()
+            for b in out:
+                b.closed = True  # out of its queue: the send path must not append
             return out
 
     def begin_flush(self) -> None:

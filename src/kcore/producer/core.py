@@ -83,7 +83,6 @@ class ProducerCore:
         # transactions it is on only inside a transaction (the slow path checks the state).
         self.send_path = SendPath(
             None,
-            DeliveryFuture,
             TopicPartition,
             self.accumulator._queues,
             self.cluster.cache,

@@ -1,27 +1,17 @@
 """Delivery results: one shared result per batch, and a small future per record pointing at it
-(a send makes one tiny object, not a lock or a condition)."""
+(a send makes one tiny object, not a lock or a condition). ``DeliveryFuture`` and
+``RecordMetadata`` are compiled (kcore._codec): the send path makes a future per record."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Callable, Generator
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
-from kcore._codec import RecordFutureBase
+from kcore._codec import DeliveryFuture, RecordMetadata
 from kcore.errors import KcoreTimeoutError
 
 __all__ = ["BatchResult", "DeliveryFuture", "RecordMetadata", "SendBatchResult"]
-
-
-class RecordMetadata(NamedTuple):
-    """Where a record landed: ``timestamp`` is the record's (or the broker's, with
-    LogAppendTime) timestamp in ms; ``offset`` is -1 with ``acks=0``."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
 
 
 class BatchResult:
@@ -76,73 +66,6 @@ class BatchResult:
 
     def wait(self, timeout: float | None) -> bool:
         return self._event.wait(timeout)
-
-
-class DeliveryFuture(RecordFutureBase):
-    """What ``send`` returns: ``result(timeout)`` gives the :class:`RecordMetadata` or raises
-    the delivery error; ``await``-able too. (Its fields live in the compiled base, which the
-    compiled send path fills without calling ``__init__``.)"""
-
-    __slots__ = ()
-    _batch: BatchResult
-    _index: int
-    topic: str
-    partition: int
-    timestamp: int
-
-    def __init__(self, batch: BatchResult, index: int, topic: str, partition: int, ts: int):
-        self._batch = batch
-        self._index = index
-        self.topic = topic
-        self.partition = partition
-        self.timestamp = ts
-
-    def done(self) -> bool:
-        return self._batch.done
-
-    def _metadata(self) -> RecordMetadata:
-        b = self._batch
-        if b.error is not None:
-            raise b.error
-        offset = b.base_offset + self._index if b.base_offset >= 0 else -1
-        ts = b.log_append_time if b.log_append_time >= 0 else self.timestamp
-        return RecordMetadata(self.topic, self.partition, offset, ts)
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        if not self._batch.wait(timeout):
-            raise KcoreTimeoutError(
-                f"record to {self.topic}-{self.partition} not delivered within {timeout:g}s"
-            )
-        return self._metadata()
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        if not self._batch.wait(timeout):
-            raise KcoreTimeoutError(f"record to {self.topic}-{self.partition} still pending")
-        return self._batch.error
-
-    def add_done_callback(self, fn: Callable[[DeliveryFuture], Any]) -> None:
-        self._batch.add_callback(lambda _b: fn(self))
-
-    def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        if not self._batch.done:
-            loop = asyncio.get_running_loop()
-            waiter: asyncio.Future[None] = loop.create_future()
-
-            def wake(_b: BatchResult) -> None:
-                loop.call_soon_threadsafe(_set_done, waiter)
-
-            self._batch.add_callback(wake)
-            yield from waiter.__await__()
-        return self._metadata()
-
-    def __repr__(self) -> str:
-        state = "pending" if not self.done() else "failed" if self._batch.error else "done"
-        return f"<DeliveryFuture {self.topic}-{self.partition} {state}>"
-
-
-def _set_done(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 class SendBatchResult:
