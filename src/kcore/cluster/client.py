@@ -78,7 +78,7 @@ def connection_settings(config: Mapping[str, Any]) -> ConnectionSettings:
         setup_timeout_s=int(config.get("socket.connection.setup.timeout.ms", 10000)) / 1000,
         max_in_flight=int(config.get("max.in.flight.requests.per.connection", 5)),
         all_dns_ips=config.get("client.dns.lookup", "use_all_dns_ips") == "use_all_dns_ips",
-        send_buffer_bytes=int(config.get("send.buffer.bytes", 131072)),
+        send_buffer_bytes=int(config.get("send.buffer.bytes", -1)),
         receive_buffer_bytes=int(config.get("receive.buffer.bytes", 65536)),
         ssl_context=build_ssl_context(config),
         sasl_mechanism=mechanism,

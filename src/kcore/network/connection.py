@@ -58,7 +58,7 @@ class ConnectionSettings:
     setup_timeout_s: float = 10.0
     max_in_flight: int = 5
     all_dns_ips: bool = True
-    send_buffer_bytes: int = 131072  # -1: the OS default
+    send_buffer_bytes: int = -1  # the OS default (autotuned); else SO_SNDBUF
     receive_buffer_bytes: int = 65536
     ssl_context: ssl.SSLContext | None = None
     sasl_mechanism: str | None = None
@@ -73,9 +73,9 @@ class _Stream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._can_write = asyncio.Event()
         self._can_write.set()
-        self._pending: list[bytes] = []
+        self._pending: list[bytes | bytearray] = []
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes | bytearray) -> None:
         """Queue ``data``; everything queued in one loop iteration goes out in one write (one
         system call for many pipelined requests)."""
         if not self._pending:
@@ -85,7 +85,10 @@ class _Stream(asyncio.Protocol):
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+            # A memoryview: what the socket does not take at once is sliced off without a copy
+            # (slicing bytes or a bytearray copies the rest before the transport buffers it).
+            data = memoryview(pending[0]) if len(pending) == 1 else b"".join(pending)
+            self.transport.write(data)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]

@@ -119,8 +119,9 @@ class KafkaProtocol:
 
     def send_request(
         self, request: Message, api_version: int, *, expect_response: bool | None = None
-    ) -> tuple[int, bytes]:
-        """Frame ``request`` at ``api_version``; return ``(correlation_id, bytes to send)``.
+    ) -> tuple[int, bytearray]:
+        """Frame ``request`` at ``api_version``; return ``(correlation_id, bytes to send)``
+        (the buffer it was encoded into: a Produce request's megabytes are not copied again).
 
         ``expect_response``: whether the broker will answer. By default it does, except for a
         ProduceRequest with ``acks == 0``. Requests that get no answer are not kept in flight.
@@ -146,7 +147,7 @@ class KafkaProtocol:
             self._in_flight[correlation_id] = InFlight(
                 api_key, api_version, response_class(api_key)
             )
-        return correlation_id, bytes(out)
+        return correlation_id, out
 
     @property
     def in_flight(self) -> Mapping[int, InFlight]:
