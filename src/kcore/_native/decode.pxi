@@ -270,7 +270,7 @@ cdef class RecordBatch:
         cdef Py_ssize_t pos = 0, base
         cdef int32_t i
         cdef RecordView r
-        cdef list out
+        cdef list out = None
         cdef bint every = min_offset < 0  # no filter: the list's length is known up front
         payload = self.payload()
         base = self.position + BATCH_HEADER_SIZE
@@ -278,6 +278,10 @@ cdef class RecordBatch:
         try:
             check_record_count(self.record_count, v.size, self.position)
             out = PyList_New(self.record_count) if every and self.record_count > 0 else []
+            # Out of the garbage collector's sight while it fills: the record allocations set
+            # off collections, and each would walk this young list of up to every record.
+            # (Its items cannot form a cycle with it; tracked again below, also on error.)
+            PyObject_GC_UnTrack(<void*>out)
             for i in range(self.record_count):
                 parse_record(v.data, v.size, &pos, &r, base)
                 if not every and self.base_offset + r.offset_delta < min_offset:
@@ -297,6 +301,8 @@ cdef class RecordBatch:
                     f"{v.size - pos} bytes left after the batch's {self.record_count} records",
                     base + pos)
         finally:
+            if out is not None and not PyObject_GC_IsTracked(out):
+                PyObject_GC_Track(<void*>out)
             view_close(&v, &pybuf)
         return out
 
@@ -651,5 +657,8 @@ def decode_records(object buf, bint allow_partial=True, int64_t min_offset=-1,
         records = batch.records()
         if min_offset >= 0 and records and records[0][0] < min_offset:
             records = [r for r in records if r[0] >= min_offset]
-        out.extend(records)
+        if not out:
+            out = records  # the first batch's list is the result: no copy of it
+        else:
+            out.extend(records)
     return out
