@@ -454,9 +454,11 @@ cdef class RecordBatchBuilder:
         cdef bytes result
         cdef uint8_t* p
         if self.codec != CODEC_NONE and self.record_count > 0:
+            # A view of the records where they are (no copy, and the framings' per-block
+            # slices of a memoryview copy nothing either).
             payload = compress_payload(
                 self.codec,
-                PyBytes_FromStringAndSize(<char*>self.out.data + BATCH_HEADER_SIZE, records_size),
+                memoryview(<object>self._batch)[BATCH_HEADER_SIZE:self.out.size],
                 self.level)
             payload_size = len(payload)
         if self.timestamp_type:
