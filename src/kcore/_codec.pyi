@@ -78,7 +78,7 @@ class RecordBatchBuilder:
         value: Buffer | None,
         timestamp_ms: int,
         headers: Sequence[Header] | None = None,
-    ) -> None: ...
+    ) -> int: ...
     def append_many(self, keys: Any, values: Any, timestamp_ms: int | Any) -> None: ...
     def build(self) -> bytes: ...
 
@@ -227,8 +227,9 @@ class DeliveryFuture:
 class ProducerBatchBase:
     builder: RecordBatchBuilder
     result: Any
-    records: int
     closed: bool
+    @property
+    def records(self) -> int: ...
 
 class SendPath:
     slow: Any

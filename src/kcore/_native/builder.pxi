@@ -323,8 +323,10 @@ cdef class RecordBatchBuilder:
         return 0
 
     def append(self, object key, object value, int64_t timestamp_ms, object headers=None):
-        """Add one record. ``key`` and ``value`` are bytes-like or None (None and b"" differ);
-        ``headers`` a sequence of ``(str | bytes, bytes | None)`` pairs."""
+        """Add one record; returns its index in the batch (its offset delta). ``key`` and
+        ``value`` are bytes-like or None (None and b"" differ); ``headers`` a sequence of
+        ``(str | bytes, bytes | None)`` pairs."""
+        cdef int32_t index
         cdef ByteView kv, vv
         cdef Py_buffer kb, vb
         cdef Py_ssize_t klen = -1, vlen = -1, hsize = 0
@@ -346,10 +348,12 @@ cdef class RecordBatchBuilder:
                 view_open(value, &vv, &vb)
                 vp = vv.data
                 vlen = vv.size
+            index = self.record_count  # (read and written within this C call)
             self.write_record(kp, klen, vp, vlen, timestamp_ms, headers, hsize, hcount)
         finally:
             view_close(&kv, &kb)
             view_close(&vv, &vb)
+        return index
 
     def append_many(self, object keys, object values, object timestamp_ms):
         """Add many records in one call. ``values`` (and ``keys``, or None for no keys) are

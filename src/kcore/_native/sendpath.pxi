@@ -102,8 +102,13 @@ cdef class ProducerBatchBase:
     writes per record (C fields: no attribute lookup). The rest of the batch is Python."""
     cdef public RecordBatchBuilder builder
     cdef public object result
-    cdef public Py_ssize_t records
     cdef public bint closed
+
+    @property
+    def records(self):
+        """Records in the batch: the builder's count, which each append moves inside one C
+        call (a separate counter could be moved by another thread between two lines)."""
+        return self.builder.record_count
 
 
 cdef class StickyState:
@@ -194,7 +199,10 @@ cdef class SendPath:
         route.open_batches = [None] * n
         route.info = info
         route.sticky = self.sticky_state(topic)
-        self.routes[topic] = route
+        # Making the TopicPartitions ran Python code, so another thread may have seen newer
+        # metadata meanwhile: keep the route only if it still describes the current snapshot.
+        if self.seen_metadata is md:
+            self.routes[topic] = route
         return route
 
     def send(self, topic, value, key=None, partition=None, timestamp_ms=None, headers=None,
@@ -212,8 +220,11 @@ cdef class SendPath:
         if (not self.enabled or on_delivery is not None or headers
                 or (key is not None and type(key) is not bytes)
                 or (value is not None and type(value) is not bytes)
-                or type(topic) is not str):
+                or type(topic) is not str
+                or (timestamp_ms is not None and type(timestamp_ms) is not int)):
             return self.slow(topic, value, key, partition, timestamp_ms, headers, on_delivery)
+        # (An exact int converts without running Python code; see the write below.)
+        ts = now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
         md = self.cache.current
         if md is not self.seen_metadata:  # a refresh: partition counts may have changed
             self.seen_metadata = md
@@ -254,19 +265,18 @@ cdef class SendPath:
             batch = <ProducerBatchBase?>queue[len(queue) - 1]  # (wraparound is off)
             if batch.closed:
                 return self.slow(topic, value, key, p, timestamp_ms, headers, on_delivery)
-            route.open_batches[p] = batch
         builder = batch.builder
-        index = batch.records
+        index = builder.record_count
         if index > 0 and builder.out.size + 21 + max(klen, 0) + max(vlen, 0) > self.batch_size:
             return self.slow(topic, value, key, p, timestamp_ms, headers, on_delivery)
-        ts = now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
         # From the closed check to here nothing can run other Python code (no call into
         # Python, no allocation the garbage collector could act on), so the sender, which
         # closes a batch before building it, cannot take this one in between.
         builder.write_record(kp, klen, vp, vlen, ts, None, 0, 0)
-        batch.records = index + 1
         if builder.out.size >= self.batch_size:
             batch.closed = True  # full: the sender takes it at its next look
+        # Remembered after the write: dropping the batch kept before may free objects.
+        route.open_batches[p] = batch
         future = DeliveryFuture.__new__(DeliveryFuture)
         future._batch = batch.result
         future._index = index

@@ -52,7 +52,6 @@ class ProducerBatch(ProducerBatchBase):
         self.builder = builder
         self.result = BatchResult()
         self.created = time.monotonic()
-        self.records = 0
         self.reserved = reserved
         self.closed = False  # no more appends (full, or sent once)
         self.sequence: int | None = None  # idempotence: first sequence, fixed once sent
@@ -120,7 +119,12 @@ class RecordAccumulator:
         self._reserve(reserved, deadline)
         builder = RecordBatchBuilder(self.compression, compression_level=self.compression_level)
         batch = ProducerBatch(tp, builder, min(reserved, self.buffer_memory))
-        self._queues.setdefault(tp, deque()).append(batch)
+        queue = self._queues.setdefault(tp, deque())
+        if queue and not queue[-1].closed:
+            # Another thread queued a batch while this one waited for memory: one open batch
+            # per partition, always the last (the compiled send path relies on it).
+            queue[-1].closed = True
+        queue.append(batch)
         self.incomplete.add(batch.result)
         return batch
 
@@ -152,9 +156,9 @@ class RecordAccumulator:
                 batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s)
                 wake = True  # (also starts the linger clock on the sender's side)
             builder = batch.builder
-            builder.append(key, value, timestamp_ms, headers)
-            index = batch.records
-            batch.records = index + 1
+            # The index comes from the append itself: the compiled send path appends to this
+            # batch without the lock, possibly between two lines here.
+            index = builder.append(key, value, timestamp_ms, headers)
             if builder.size_in_bytes >= self.batch_size:
                 batch.closed = True
                 wake = True
@@ -179,7 +183,6 @@ class RecordAccumulator:
                 queue[-1].closed = True
             batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s)
             batch.builder.append_many(keys, values, timestamp_ms)
-            batch.records = count
             batch.closed = True
             return batch
 

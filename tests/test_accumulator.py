@@ -1,0 +1,55 @@
+"""RecordAccumulator without a broker: the invariants the compiled send path relies on."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kcore.admin.types import TopicPartition
+from kcore.producer.accumulator import RecordAccumulator
+
+TP = TopicPartition("t", 0)
+
+
+def _accumulator(buffer_memory: int) -> RecordAccumulator:
+    return RecordAccumulator(
+        batch_size=100, linger_s=0.0, buffer_memory=buffer_memory, compression="none"
+    )
+
+
+def test_threads_waiting_for_memory_leave_one_open_batch_and_it_is_the_last() -> None:
+    """Two threads find the partition's batch full while buffer.memory is used up; once memory
+    comes back both queue a new batch. Only the last may be open (the send path appends to the
+    open batch it saw last, so a second open one would take records out of order)."""
+    acc = _accumulator(buffer_memory=300)
+    full, _, _ = acc.append(TP, None, b"x" * 79, 0, None, 5.0)  # fills its batch: 161 reserved
+    acc.append(TopicPartition("u", 0), None, b"y", 0, None, 5.0)  # 100 more: 261 of 300
+    assert full.closed
+    errors: list[BaseException] = []
+
+    def send(value: bytes) -> None:
+        try:
+            acc.append(TP, None, value, 0, None, 5.0)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=send, args=(v,)) for v in (b"a", b"b")]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)  # both wait in _reserve
+    for batch in acc.drain(time.monotonic() + 1, lambda tp, b, n: True):
+        acc.done(batch)  # memory back: both threads go on
+    for t in threads:
+        t.join(5)
+    assert not errors
+    queue = acc._queues[TP]
+    assert [b.closed for b in queue][:-1] == [True] * (len(queue) - 1)
+    assert sum(b.records for b in queue) == 2
+
+
+def test_append_returns_each_record_s_index_in_its_batch() -> None:
+    acc = _accumulator(buffer_memory=10_000)
+    got = [acc.append(TP, None, b"v", 0, None, 1.0) for _ in range(3)]
+    batch = got[0][0]
+    assert [(b is batch, index) for b, index, _ in got] == [(True, 0), (True, 1), (True, 2)]
+    assert batch.records == 3 == batch.builder.record_count
