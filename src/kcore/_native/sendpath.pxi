@@ -169,8 +169,12 @@ cdef class SendPath:
         return state
 
     cdef int32_t next_sticky(self, StickyState state, int32_t count, object available,
-                             Py_ssize_t size) except -1:
+                             object info, Py_ssize_t size) except -1:
+        """The partition for ``size`` more bytes; a new one is chosen among ``available`` (or,
+        when that is None, the partitions of ``info`` with a leader, listed only then)."""
         if state.partition < 0 or state.partition >= count or state.sent >= self.batch_size:
+            if available is None:
+                available = [q for q, pi in info.partitions.items() if pi.leader >= 0]
             choices = [q for q in available if q < count] or list(range(count))
             if state.partition >= 0 and len(choices) > 1:
                 choices = [q for q in choices if q != state.partition] or choices
@@ -183,7 +187,7 @@ cdef class SendPath:
         """The uniform sticky partitioner (KIP-794): the topic's current partition until about
         ``batch.size`` bytes went to it, then another at random among ``available`` (those
         with a leader). One state for send, send_batch and the compiled path."""
-        return self.next_sticky(self.sticky_state(topic), count, available, size)
+        return self.next_sticky(self.sticky_state(topic), count, available, None, size)
 
     cdef TopicRoute route(self, object md, str topic):
         """The topic's route under snapshot ``md`` (None if the topic is not in it)."""
@@ -216,7 +220,6 @@ cdef class SendPath:
         cdef ProducerBatchBase batch
         cdef DeliveryFuture future
         cdef TopicRoute route
-        cdef StickyState sticky
         if (not self.enabled or on_delivery is not None or headers
                 or (key is not None and type(key) is not bytes)
                 or (value is not None and type(value) is not bytes)
@@ -247,14 +250,7 @@ cdef class SendPath:
         elif kp != NULL:
             p = (murmur2_c(kp, klen) & 0x7FFFFFFF) % route.count
         else:
-            sticky = route.sticky
-            if (sticky.partition < 0 or sticky.partition >= route.count
-                    or sticky.sent >= self.batch_size):
-                available = [q for q, pi in route.info.partitions.items() if pi.leader >= 0]
-                p = self.next_sticky(sticky, route.count, available, 21 + max(vlen, 0))
-            else:
-                p = sticky.partition
-                sticky.sent += 21 + max(vlen, 0)
+            p = self.next_sticky(route.sticky, route.count, None, route.info, 21 + max(vlen, 0))
         # The partition's open batch: the one seen last time unless it was closed since (the
         # accumulator closes a partition's open batch before it queues another).
         batch = <ProducerBatchBase><object>PyList_GET_ITEM(route.open_batches, p)

@@ -170,17 +170,14 @@ class RecordAccumulator:
         keys: Any,
         values: Any,
         timestamp_ms: Any,
-        count: int,
         estimate: int,
         max_block_s: float,
     ) -> ProducerBatch:
-        """Add ``count`` records (columns) as one closed batch of their own."""
+        """Add the records (columns) as one closed batch of their own (``_new_batch`` closes
+        the partition's open batch)."""
         with self._cond:
             if self._closed:
                 raise KcoreError("the producer is closed")
-            queue = self._queues.get(tp)
-            if queue and not queue[-1].closed:
-                queue[-1].closed = True
             batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s)
             batch.builder.append_many(keys, values, timestamp_ms)
             batch.closed = True

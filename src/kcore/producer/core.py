@@ -459,7 +459,6 @@ class ProducerCore:
             k,
             v,
             t,
-            stop - start,
             (stop - start) * per_record,
             self.max_block_s,
         )
