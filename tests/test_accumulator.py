@@ -53,3 +53,21 @@ def test_append_returns_each_record_s_index_in_its_batch() -> None:
     batch = got[0][0]
     assert [(b is batch, index) for b, index, _ in got] == [(True, 0), (True, 1), (True, 2)]
     assert batch.records == 3 == batch.builder.record_count
+
+
+def test_a_landed_batch_gives_its_memory_back_at_once() -> None:
+    """done() frees the batch's bytes (payload and builder buffer) even while something
+    still holds the batch (the send path keeps the batch it saw last per partition)."""
+    acc = _accumulator(buffer_memory=10_000)
+    batch, _, _ = acc.append(TP, None, b"v" * 50, 0, None, 1.0)
+    (taken,) = acc.drain(time.monotonic() + 1, lambda tp, b, n: True)
+    taken.payload = taken.builder.build()
+    acc.done(taken)
+    assert taken is batch and taken.payload is None and batch.records == 1
+    assert acc._used == 0
+    try:
+        taken.builder.build()
+    except ValueError as exc:
+        assert "released" in str(exc)
+    else:
+        raise AssertionError("a released builder built a batch")

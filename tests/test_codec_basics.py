@@ -219,3 +219,60 @@ def test_records_made_as_a_named_tuple() -> None:
         decode_records(out, record_type=Short)
     del made
     gc.collect()
+
+
+def test_release_frees_the_buffer_and_ends_the_builder() -> None:
+    """release() (the producer's, once a batch landed) drops the buffer now; the record count
+    stays, and a later append or build is a clear error, not a write to freed memory."""
+    b = RecordBatchBuilder()
+    b.append(b"k", b"v" * 1000, 5)
+    built = b.build()
+    b.release()
+    b.release()  # twice is fine
+    assert b.record_count == 1 and decode_batches(built)[0].records()[0][3] == b"v" * 1000
+    with pytest.raises(ValueError, match="released"):
+        b.append(b"k", b"v", 6)
+    with pytest.raises(ValueError, match="released"):
+        b.append_many(None, [b"v"], 6)
+    with pytest.raises(ValueError, match="released"):
+        b.build()
+
+
+def test_a_failed_resize_loses_the_batch_loudly_not_into_freed_memory(tmp_path) -> None:
+    """When growing the batch fails (out of memory), CPython frees the object: the builder
+    must then raise on every use, naming the lost records, and never touch the old buffer.
+    Run in a child with a capped address space, so the allocation really fails."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import resource
+        from kcore.codec import RecordBatchBuilder
+        b = RecordBatchBuilder()
+        for i in range(3):
+            b.append(b"k", b"v" * 100, i)
+        big = memoryview(bytearray(256 << 20))
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (used + (64 << 20), hard))
+        try:
+            b.append(b"k", big, 9)
+        except MemoryError:
+            print("first: MemoryError")
+        for call in (lambda: b.append(b"k", b"v", 10), b.build):
+            try:
+                call()
+            except MemoryError as exc:
+                print("then:", exc)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (
+        out.stdout.splitlines()
+        == ["first: MemoryError"]
+        + ["then: this batch builder ran out of memory; its 3 record(s) are lost"] * 2
+    )

@@ -25,7 +25,7 @@ cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
     void PyObject_GC_Track(void* op)
     int PyObject_GC_IsTracked(object op)
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_CLEAR, Py_INCREF, Py_XDECREF
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeUTF8

@@ -192,6 +192,9 @@ cdef class RecordBatchBuilder:
     cdef OutBuf out
     cdef PyObject* _batch
     cdef bint _handed_out
+    # Why the builder takes no more writes: None, or "released" (its batch was delivered or
+    # failed: memory back) or "out of memory" (a resize failed and freed the records).
+    cdef object _ended
     cdef readonly int32_t record_count
     cdef int64_t base_timestamp
     cdef int64_t max_timestamp
@@ -214,6 +217,7 @@ cdef class RecordBatchBuilder:
         self.level = compression_level
         self._batch = NULL
         self._handed_out = False
+        self._ended = None
         self.out.data = NULL
         self.out.size = 0
         self.out.cap = 0
@@ -240,6 +244,8 @@ cdef class RecordBatchBuilder:
         cdef Py_ssize_t cap
         if need <= self.out.cap and not self._handed_out:
             return 0
+        if self._ended is not None:
+            self.raise_ended()
         cap = self.out.cap if self.out.cap > 0 else 4096
         while cap < need:
             cap *= 2
@@ -253,11 +259,41 @@ cdef class RecordBatchBuilder:
             self._batch = <PyObject*>fresh
             self._handed_out = False
         else:
-            _PyBytes_Resize(&self._batch, cap)  # sole owner: grows in place (realloc)
+            self.resize(cap)  # sole owner: grows in place (realloc)
         self.out.data = <uint8_t*>PyBytes_AS_STRING(<object>self._batch)
         self.out.cap = cap
         kcore_hint_huge_pages(self.out.data + self.out.size, cap - self.out.size)
         return 0
+
+    cdef int resize(self, Py_ssize_t size) except -1:
+        """_PyBytes_Resize of the sole-owned batch object. When it fails it has freed the
+        object (the records with it): the builder then refuses every later write and build
+        rather than use the freed buffer."""
+        try:
+            _PyBytes_Resize(&self._batch, size)
+        except MemoryError:
+            self.end("out of memory")
+            raise
+        return 0
+
+    cdef void end(self, str why) noexcept:
+        Py_CLEAR(self._batch)
+        self.out.data = NULL
+        self.out.cap = 0
+        self._handed_out = False
+        self._ended = why
+
+    cdef int raise_ended(self) except -1:
+        if self._ended == "released":
+            raise ValueError("this batch builder was released; it takes no more records")
+        raise MemoryError(
+            f"this batch builder ran out of memory; its {self.record_count} record(s) are lost")
+
+    def release(self):
+        """Free the buffer now (the batch's records were delivered or failed for good);
+        ``record_count`` stays. Later appends and builds raise ValueError."""
+        if self._ended is None:
+            self.end("released")
 
     def __len__(self):
         return self.record_count
@@ -457,6 +493,8 @@ cdef class RecordBatchBuilder:
         cdef int16_t attributes = <int16_t>self.codec
         cdef bytes result
         cdef uint8_t* p
+        if self._ended is not None:
+            self.raise_ended()
         if self.codec != CODEC_NONE and self.record_count > 0:
             # A view of the records where they are (no copy, and the framings' per-block
             # slices of a memoryview copy nothing either).
@@ -475,7 +513,7 @@ cdef class RecordBatchBuilder:
             # Uncompressed: finish the batch in place and hand the object over (shrinking a
             # sole-owned bytes object is a realloc, not a copy).
             self.reserve(0)  # a private object if the last build() handed the previous out
-            _PyBytes_Resize(&self._batch, self.out.size)
+            self.resize(self.out.size)
             self.out.cap = self.out.size
             self.out.data = <uint8_t*>PyBytes_AS_STRING(<object>self._batch)
             result = <bytes>self._batch

@@ -244,6 +244,10 @@ class RecordAccumulator:
         with self._cond:
             self._landed(batch)
             self._used -= batch.reserved
+            # The bytes go now, not when the batch object does: the send path keeps the batch
+            # it saw last per partition (until its next record there), outside buffer.memory.
+            batch.payload = None
+            batch.builder.release()
             self.incomplete.discard(batch.result)
             self._cond.notify_all()
 
