@@ -71,3 +71,36 @@ def test_a_landed_batch_gives_its_memory_back_at_once() -> None:
         assert "released" in str(exc)
     else:
         raise AssertionError("a released builder built a batch")
+
+
+def test_a_chunk_s_batch_is_closed_while_it_is_filled() -> None:
+    """append_chunk's batch is queued closed: Python code runs before its compiled loop (here,
+    iterating the values), and a send on another thread must not append to it first (the
+    chunk's records would not start at index 0, and their offsets would be reported wrong)."""
+    acc = _accumulator(buffer_memory=10_000)
+    acc.append(TP, None, b"open", 0, None, 1.0)  # an open batch the chunk must close
+    seen: list[bool] = []
+
+    class Values:
+        def __len__(self) -> int:
+            return 2
+
+        def __iter__(self):
+            seen.extend(b.closed for b in acc._queues[TP])
+            return iter([b"a", b"b"])
+
+    batch = acc.append_chunk(TP, None, Values(), 0, None, 100, 1.0)
+    assert seen == [True, True] and batch.closed and batch.records == 2
+    later, index, _ = acc.append(TP, None, b"c", 0, None, 1.0)
+    assert later is not batch and index == 0
+
+
+def test_a_chunk_with_bad_input_queues_nothing() -> None:
+    acc = _accumulator(buffer_memory=10_000)
+    try:
+        acc.append_chunk(TP, None, [b"a", 5], 0, None, 100, 1.0)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("an int value was taken")
+    assert not acc._queues[TP] and acc._used == 0 and not acc.incomplete

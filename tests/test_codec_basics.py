@@ -276,3 +276,64 @@ def test_a_failed_resize_loses_the_batch_loudly_not_into_freed_memory(tmp_path) 
         == ["first: MemoryError"]
         + ["then: this batch builder ran out of memory; its 3 record(s) are lost"] * 2
     )
+
+
+def _headers_one_by_one(rows, values):
+    b = RecordBatchBuilder()
+    for value, headers in zip(values, rows, strict=True):
+        b.append(None, value, 7, headers)
+    return b.build()
+
+
+def test_append_many_takes_headers_as_arrow_lists_or_python_pairs() -> None:
+    """append_many's headers, as Spark's list<struct<key, value>> column (any offsets
+    width, sliced, chunked, fields in either order) or per-record Python pairs, encode byte
+    for byte as append() with the same headers."""
+    import pyarrow as pa
+
+    rows = [[("a", b"1"), ("b", None)], None, [], [("c", b"")], [("d" * 300, b"x" * 200)]] * 7
+    values = [b"v%d" % i for i in range(len(rows))]
+    expected = _headers_one_by_one(rows, values)
+
+    def arrow(key_type, value_type, list_type=pa.list_, value_first=False):
+        fields = [("key", key_type), ("value", value_type)]
+        struct = pa.struct(fields[::-1] if value_first else fields)
+        data = [None if r is None else [{"key": k, "value": v} for k, v in r] for r in rows]
+        return pa.array(data, list_type(struct))
+
+    forms = {
+        "python": rows,
+        "list<string, binary>": arrow(pa.string(), pa.binary()),
+        "large": arrow(pa.large_string(), pa.large_binary(), pa.large_list),
+        "binary key": arrow(pa.binary(), pa.binary()),
+        "value first": arrow(pa.string(), pa.binary(), value_first=True),
+        "chunked": pa.chunked_array(
+            [arrow(pa.string(), pa.binary())[:9], arrow(pa.string(), pa.binary())[9:]]
+        ),
+    }
+    for form, headers in forms.items():
+        b = RecordBatchBuilder()
+        b.append_many(None, values, 7, headers)
+        assert b.build() == expected, form
+    sliced = arrow(pa.string(), pa.binary()).slice(3, 11)
+    b = RecordBatchBuilder()
+    b.append_many(None, values[3:14], 7, sliced)
+    assert b.build() == _headers_one_by_one(rows[3:14], values[3:14])
+
+
+def test_append_many_rejects_bad_headers() -> None:
+    import pyarrow as pa
+
+    b = RecordBatchBuilder()
+    with pytest.raises(ValueError, match="2 header lists for 3 values"):
+        b.append_many(None, [b"a", b"b", b"c"], 7, [None, None])
+    with pytest.raises(TypeError, match="list<struct<key, value>>"):
+        b.append_many(None, [b"a"], 7, pa.array([b"x"]))
+    null_key = pa.array(
+        [[{"key": None, "value": b"v"}]],
+        pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+    )
+    with pytest.raises(ValueError, match="header key is null"):
+        b.append_many(None, [b"a"], 7, null_key)
+    with pytest.raises(TypeError, match="header values are bytes"):
+        b.append_many(None, [b"a"], 7, [[("k", "str value")]])

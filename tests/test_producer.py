@@ -185,6 +185,40 @@ def test_send_batch(kafka_cluster, form):
     assert all(m.timestamp()[1] == BASE_TS for m in with_keys)
 
 
+@pytest.mark.parametrize("form", ["list", "pyarrow"])
+def test_send_batch_with_headers(kafka_cluster, form):
+    """send_batch's headers (Python pairs, or Spark's list<struct<key, value>> column), keyed
+    (rows regrouped by partition) and not, read back by confluent-kafka; a mismatched length
+    queues nothing."""
+    topic = name(f"batch-headers-{form}")
+    create(kafka_cluster.bootstrap_servers, topic, 3)
+    n = 3000
+    values = [b"value-%06d" % i for i in range(n)]
+    keys = [b"key-%03d" % (i % 50) for i in range(n)]
+    rows = [[("i", b"%d" % i), ("even", None)] if i % 2 == 0 else None for i in range(n)]
+    if form == "pyarrow":
+        entry = pa.struct([("key", pa.string()), ("value", pa.binary())])
+        data = [None if r is None else [{"key": k, "value": v} for k, v in r] for r in rows]
+        headers = pa.array(data, pa.list_(entry))
+    else:
+        headers = rows
+    with kcore.Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as producer:
+        with pytest.raises(ValueError, match="header lists"):
+            producer.send_batch(topic, values, keys, headers=headers[:10])
+        keyed = producer.send_batch(topic, values, keys, headers=headers, timestamp_ms=BASE_TS)
+        unkeyed = producer.send_batch(topic, values, headers=headers, timestamp_ms=BASE_TS)
+        keyed.result(60)
+        unkeyed.result(60)
+    back = read_all(kafka_cluster.bootstrap_servers, topic, 3, 2 * n)
+    msgs = [m for ms in back.values() for m in ms]
+    assert len(msgs) == 2 * n
+    for m in msgs:
+        i = int(m.value().split(b"-")[1])
+        want = None if i % 2 else [("i", b"%d" % i), ("even", None)]
+        assert m.headers() == want, (i, m.headers())
+        assert m.key() is None or m.partition() == partition_for_key(m.key(), 3)
+
+
 def test_delivery_callbacks_and_errors(kafka_cluster):
     topic = name("callbacks")
     create(kafka_cluster.bootstrap_servers, topic, 1)

@@ -126,6 +126,104 @@ cdef Py_ssize_t _address_of(memoryview mv) except? -1:
     return <Py_ssize_t>pb.buf
 
 
+cdef struct HeaderColumns:
+    # append_many's headers given as a pyarrow list<struct<key, value>> array (Spark's
+    # ``headers`` column): row i's headers are entries offsets[i]..offsets[i+1] of the two
+    # child columns. (Headers given as Python sequences are normalised up front instead.)
+    bint present
+    const uint8_t* validity   # the list array's validity bitmap, or NULL
+    const int32_t* offsets32
+    const int64_t* offsets64
+    Py_ssize_t array_offset
+    Column keys
+    Column values
+
+
+cdef int header_columns_open(object headers, Py_ssize_t n, HeaderColumns* hc,
+                             _ColumnHolder kh, _ColumnHolder vh) except -1:
+    hc.present = True
+    if hasattr(headers, "combine_chunks"):
+        headers = headers.combine_chunks()
+    type_name = str(headers.type)
+    if not type_name.startswith(("list<", "large_list<")):
+        raise TypeError(f"headers as an array must be list<struct<key, value>>, not {type_name}")
+    if len(headers) != n:
+        raise ValueError(f"{len(headers)} header lists for {n} values")
+    entries = headers.values  # the whole child: the list offsets index into it
+    if entries.type.num_fields != 2:
+        raise TypeError(f"header entries must be struct<key, value>, not {entries.type}")
+    kh.views.append(headers)
+    validity, offsets = headers.buffers()[:2]
+    hc.array_offset = headers.offset
+    hc.validity = NULL
+    hc.offsets32 = NULL
+    hc.offsets64 = NULL
+    mv = _buffer_of(validity, kh)
+    if mv is not None and headers.null_count:
+        hc.validity = <const uint8_t*><Py_ssize_t>_address_of(mv)
+    mv = _buffer_of(offsets, kh)
+    if type_name.startswith("list<"):
+        hc.offsets32 = <const int32_t*><Py_ssize_t>_address_of(mv)
+    else:
+        hc.offsets64 = <const int64_t*><Py_ssize_t>_address_of(mv)
+    # Fields named key and value (Spark's), else the first is the key and the second the value.
+    names = [entries.type.field(i).name for i in range(2)]
+    k = names.index("key") if "key" in names and "value" in names else 0
+    column_open(entries.field(k), &hc.keys, kh)
+    column_open(entries.field(1 - k), &hc.values, vh)
+    return 0
+
+
+cdef inline void header_range(HeaderColumns* hc, Py_ssize_t i, Py_ssize_t* start,
+                              Py_ssize_t* end) noexcept:
+    cdef Py_ssize_t j = i + hc.array_offset
+    if hc.validity != NULL and not (hc.validity[j >> 3] & (1 << (j & 7))):
+        start[0] = 0
+        end[0] = 0
+    elif hc.offsets32 != NULL:
+        start[0] = hc.offsets32[j]
+        end[0] = hc.offsets32[j + 1]
+    else:
+        start[0] = <Py_ssize_t>hc.offsets64[j]
+        end[0] = <Py_ssize_t>hc.offsets64[j + 1]
+
+
+cdef Py_ssize_t header_columns_size(HeaderColumns* hc, Py_ssize_t start,
+                                    Py_ssize_t end) except -1:
+    """Encoded size of entries start..end (arrow columns: nothing to release)."""
+    cdef Py_ssize_t j, size = 0, n
+    cdef const uint8_t* ptr = NULL
+    cdef Py_buffer unused
+    cdef bint acquired = False
+    for j in range(start, end):
+        column_get(&hc.keys, j, &ptr, &n, &unused, &acquired)
+        if n < 0:
+            raise ValueError("a header key is null (Kafka header keys are strings)")
+        size += uvarint_size(zigzag32(<int32_t>n)) + n
+        column_get(&hc.values, j, &ptr, &n, &unused, &acquired)
+        size += uvarint_size(zigzag32(<int32_t>n)) + (n if n > 0 else 0)
+    return size
+
+
+cdef uint8_t* write_header_columns(uint8_t* p, HeaderColumns* hc, Py_ssize_t start,
+                                   Py_ssize_t end) except NULL:
+    cdef Py_ssize_t j, n
+    cdef const uint8_t* ptr = NULL
+    cdef Py_buffer unused
+    cdef bint acquired = False
+    for j in range(start, end):
+        column_get(&hc.keys, j, &ptr, &n, &unused, &acquired)
+        p += put_uvarint64(p, zigzag32(<int32_t>n))
+        memcpy(p, ptr, n)
+        p += n
+        column_get(&hc.values, j, &ptr, &n, &unused, &acquired)
+        p += put_uvarint64(p, zigzag32(<int32_t>n))
+        if n > 0:
+            memcpy(p, ptr, n)
+            p += n
+    return p
+
+
 cdef inline int column_get(Column* col, Py_ssize_t i, const uint8_t** ptr, Py_ssize_t* n,
                            Py_buffer* pybuf, bint* acquired) except -1:
     cdef object item
@@ -320,7 +418,10 @@ cdef class RecordBatchBuilder:
     cdef inline int write_record(self, const uint8_t* key, Py_ssize_t klen,
                                  const uint8_t* value, Py_ssize_t vlen, int64_t ts,
                                  object headers, Py_ssize_t headers_size,
-                                 int32_t header_count) except -1:
+                                 int32_t header_count, HeaderColumns* hc,
+                                 Py_ssize_t h_start) except -1:
+        """Append one record. Its ``header_count`` headers are the normalised list
+        ``headers``, or when ``hc`` is not NULL entries from ``h_start`` of those columns."""
         cdef int64_t ts_delta
         cdef int32_t offset_delta = self.record_count
         cdef Py_ssize_t body
@@ -351,7 +452,10 @@ cdef class RecordBatchBuilder:
             p += vlen
         p += put_uvarint64(p, zigzag32(header_count))
         if header_count:
-            p = write_headers(p, headers)
+            if hc != NULL:
+                p = write_header_columns(p, hc, h_start, h_start + header_count)
+            else:
+                p = write_headers(p, headers)
         self.out.size = p - self.out.data
         self.record_count += 1
         if ts > self.max_timestamp:
@@ -385,19 +489,27 @@ cdef class RecordBatchBuilder:
                 vp = vv.data
                 vlen = vv.size
             index = self.record_count  # (read and written within this C call)
-            self.write_record(kp, klen, vp, vlen, timestamp_ms, headers, hsize, hcount)
+            self.write_record(kp, klen, vp, vlen, timestamp_ms, headers, hsize, hcount, NULL, 0)
         finally:
             view_close(&kv, &kb)
             view_close(&vv, &vb)
         return index
 
-    def append_many(self, object keys, object values, object timestamp_ms):
+    def append_many(self, object keys, object values, object timestamp_ms,
+                    object headers=None):
         """Add many records in one call. ``values`` (and ``keys``, or None for no keys) are
         sequences of bytes-like objects, str (written as UTF-8) or None, numpy fixed-width
         bytes or str arrays, or pyarrow binary/string arrays; ``timestamp_ms`` one int for
-        all, or a sequence/int64 array."""
+        all, or a sequence/int64 array; ``headers`` None, a pyarrow
+        ``list<struct<key, value>>`` array (as Spark's ``headers`` column), or a sequence
+        with one entry per record: None or ``(key, value)`` pairs as ``append`` takes."""
         cdef Column kc, vc
         cdef _ColumnHolder kh = _ColumnHolder(), vh = _ColumnHolder()
+        cdef _ColumnHolder hkh = _ColumnHolder(), hvh = _ColumnHolder()
+        cdef HeaderColumns hcols
+        cdef list prepared = None
+        cdef Py_ssize_t h_start = 0, h_end = 0, hsize = 0
+        cdef int32_t hcount = 0
         cdef Py_ssize_t i, n, klen, vlen
         cdef const uint8_t* kp = NULL
         cdef const uint8_t* vp = NULL
@@ -415,6 +527,22 @@ cdef class RecordBatchBuilder:
         n = vc.length
         if kc.kind != COL_NULL and kc.length != n:
             raise ValueError(f"{kc.length} keys for {n} values")
+        hcols.present = False
+        if headers is not None:
+            if (type(headers).__module__ or "").startswith("pyarrow"):
+                header_columns_open(headers, n, &hcols, hkh, hvh)
+            else:
+                # Python pairs: normalised (and sized) before the loop, which must run no
+                # Python code.
+                prepared = []
+                for entry in headers:
+                    if entry:
+                        entry = normalise_headers(entry)
+                        prepared.append((entry, headers_size(entry), len(entry)))
+                    else:
+                        prepared.append(None)
+                if len(prepared) != n:
+                    raise ValueError(f"{len(prepared)} header lists for {n} values")
         if isinstance(timestamp_ms, _Integral):
             ts = timestamp_ms  # an int, or a numpy integer scalar
         else:
@@ -450,7 +578,17 @@ cdef class RecordBatchBuilder:
             try:
                 column_get(&vc, i, &vp, &vlen, &vb, &vacq)
                 try:
-                    self.write_record(kp, klen, vp, vlen, ts, None, 0, 0)
+                    if hcols.present:
+                        header_range(&hcols, i, &h_start, &h_end)
+                        hcount = <int32_t>(h_end - h_start)
+                        hsize = header_columns_size(&hcols, h_start, h_end) if hcount else 0
+                        self.write_record(kp, klen, vp, vlen, ts, None, hsize, hcount, &hcols,
+                                          h_start)
+                    elif prepared is not None and PyList_GET_ITEM(prepared, i) != <PyObject*>None:
+                        entry, hsize, hcount = <tuple>PyList_GET_ITEM(prepared, i)
+                        self.write_record(kp, klen, vp, vlen, ts, entry, hsize, hcount, NULL, 0)
+                    else:
+                        self.write_record(kp, klen, vp, vlen, ts, None, 0, 0, NULL, 0)
                 finally:
                     if vacq:
                         PyBuffer_Release(&vb)

@@ -114,11 +114,14 @@ class RecordAccumulator:
             self._cond.wait(left)
         self._used += need
 
-    def _new_batch(self, tp: TopicPartition, estimate: int, deadline: float) -> ProducerBatch:
+    def _new_batch(
+        self, tp: TopicPartition, estimate: int, deadline: float, closed: bool = False
+    ) -> ProducerBatch:
         reserved = max(self.batch_size, estimate + BATCH_HEADER)
         self._reserve(reserved, deadline)
         builder = RecordBatchBuilder(self.compression, compression_level=self.compression_level)
         batch = ProducerBatch(tp, builder, min(reserved, self.buffer_memory))
+        batch.closed = closed
         queue = self._queues.setdefault(tp, deque())
         if queue and not queue[-1].closed:
             # Another thread queued a batch while this one waited for memory: one open batch
@@ -170,17 +173,27 @@ class RecordAccumulator:
         keys: Any,
         values: Any,
         timestamp_ms: Any,
+        headers: Any,
         estimate: int,
         max_block_s: float,
     ) -> ProducerBatch:
-        """Add the records (columns) as one closed batch of their own (``_new_batch`` closes
-        the partition's open batch)."""
+        """Add the records (columns) as one batch of their own, queued closed (``_new_batch``
+        closes the partition's open batch): Python code runs between queueing it and the
+        compiled loop, and the lock-free send path must not slip a record in first (the
+        chunk's records would no longer start at index 0)."""
         with self._cond:
             if self._closed:
                 raise KcoreError("the producer is closed")
-            batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s)
-            batch.builder.append_many(keys, values, timestamp_ms)
-            batch.closed = True
+            batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s, closed=True)
+            try:
+                batch.builder.append_many(keys, values, timestamp_ms, headers)
+            except BaseException:
+                # Bad input: none of the chunk's records may go out.
+                self._queues[tp].remove(batch)
+                self._used -= batch.reserved
+                self.incomplete.discard(batch.result)
+                self._cond.notify_all()
+                raise
             return batch
 
     # -- draining (network thread) ------------------------------------------------------------

@@ -67,12 +67,15 @@ class Producer(ProcessLocal):
         *,
         partition: int | None = None,
         timestamp_ms: Any = None,
+        headers: Any = None,
     ) -> SendBatchResult:
         """Queue many records in one call: ``values`` (and ``keys``) are lists, numpy
         fixed-width bytes arrays or pyarrow binary arrays; ``timestamp_ms`` one int or a
-        column. Keyed records go to their murmur2 partitions, the rest sticky."""
+        column; ``headers`` a pyarrow ``list<struct<key, value>>`` array (Spark's headers
+        column) or one entry per record (None or ``(key, value)`` pairs). Keyed records go
+        to their murmur2 partitions, the rest sticky."""
         return self._core.append_batch(
-            topic, values, keys, partition, timestamp_ms, self._counts(topic)
+            topic, values, keys, partition, timestamp_ms, self._counts(topic), headers
         )
 
     def flush(self, timeout: float | None = None) -> None:
@@ -182,9 +185,12 @@ class AsyncProducer:
         *,
         partition: int | None = None,
         timestamp_ms: Any = None,
+        headers: Any = None,
     ) -> SendBatchResult:
         counts = await self._counts(topic)
-        return self._core.append_batch(topic, values, keys, partition, timestamp_ms, counts)
+        return self._core.append_batch(
+            topic, values, keys, partition, timestamp_ms, counts, headers
+        )
 
     async def flush(self, timeout: float | None = None) -> None:
         await self._core.flush(timeout)

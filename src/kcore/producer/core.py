@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -381,6 +382,7 @@ class ProducerCore:
         partition: int | None,
         timestamp_ms: Any,
         counts: tuple[int, list[int]],
+        headers: Any = None,
     ) -> SendBatchResult:
         """Columns in: split by partition, then into chunks of about ``batch.size``, each one
         compiled ``append_many`` call."""
@@ -389,6 +391,16 @@ class ProducerCore:
         if self.txn is not None:
             self.txn.check_can_send()
         n = len(values)
+        # Lengths checked before any chunk is queued: a mismatch found in a later chunk
+        # would leave the earlier ones sent.
+        for what, column in (("keys", keys), ("header lists", headers)):
+            if column is not None and len(column) != n:
+                raise ValueError(f"{len(column)} {what} for {n} values")
+        if isinstance(timestamp_ms, numbers.Integral):  # also numpy's integer scalars
+            timestamp_ms = int(timestamp_ms)
+        elif timestamp_ms is not None:
+            if len(timestamp_ms) != n:
+                raise ValueError(f"{len(timestamp_ms)} timestamps for {n} values")
         out = SendBatchResult(topic)
         if n == 0:
             return out
@@ -397,6 +409,7 @@ class ProducerCore:
             RECORD_OVERHEAD
             + _mean_size(values, n)
             + (_mean_size(keys, n) if keys is not None else 0)
+            + _mean_headers_size(headers, n)
         )
         chunk = max(1, self.batch_size // per_record)
         count, available = counts
@@ -412,7 +425,7 @@ class ProducerCore:
                     if partition is not None
                     else self.send_path.sticky_partition(topic, count, available, self.batch_size)
                 )
-                self._chunk(out, topic, p, keys, values, ts, start, stop, per_record)
+                self._chunk(out, topic, p, keys, values, ts, headers, start, stop, per_record)
                 start = stop
         else:
             import numpy as np
@@ -430,9 +443,10 @@ class ProducerCore:
                 p = int(parts[group[0]])
                 gk, gv = _take(keys, group), _take(values, group)
                 gts = ts if isinstance(ts, int) else _take(ts, group)
+                gh = _take(headers, group) if headers is not None else None
                 for s in range(0, len(group), chunk):
                     e = min(len(group), s + chunk)
-                    self._chunk(out, topic, p, gk, gv, gts, s, e, per_record)
+                    self._chunk(out, topic, p, gk, gv, gts, gh, s, e, per_record)
         self.wake_sender()
         return out
 
@@ -444,21 +458,24 @@ class ProducerCore:
         keys: Any,
         values: Any,
         ts: Any,
+        headers: Any,
         start: int,
         stop: int,
         per_record: int,
     ) -> None:
         if start == 0 and stop == len(values):
-            k, v, t = keys, values, ts
+            k, v, t, h = keys, values, ts, headers
         else:
             k = keys[start:stop] if keys is not None else None
             v = values[start:stop]
             t = ts if isinstance(ts, int) else ts[start:stop]
+            h = headers[start:stop] if headers is not None else None
         batch = self.accumulator.append_chunk(
             TopicPartition(topic, partition),
             k,
             v,
             t,
+            h,
             (stop - start) * per_record,
             self.max_block_s,
         )
@@ -503,6 +520,20 @@ def _mean_size(column: Any, n: int) -> int:
     sample = [column[i] for i in range(0, n, max(1, n // 16))]
     sizes = [len(x) for x in sample if x is not None]
     return max(1, sum(sizes) // len(sizes)) if sizes else 1
+
+
+def _mean_headers_size(headers: Any, n: int) -> int:
+    """Average encoded bytes of a record's headers (their count included), cheaply."""
+    if headers is None or n == 0:
+        return 0
+    nbytes = getattr(headers, "nbytes", None)  # pyarrow: data, offsets, validity
+    if isinstance(nbytes, int):
+        return 1 + nbytes // n
+    sample = [headers[i] for i in range(0, n, max(1, n // 16))]
+    total = sum(
+        2 + len(k) + (len(v) if v is not None else 0) for entry in sample for k, v in entry or ()
+    )
+    return 1 + total // len(sample)
 
 
 def _take(column: Any, indices: Any) -> Any:

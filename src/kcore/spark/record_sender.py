@@ -4,8 +4,8 @@ every record sent was delivered.
 Rows are grouped by (topic, partition) and each group is one ``send_batch`` call: its key,
 value and timestamp columns go to the compiled codec as Arrow arrays (a string column is read
 as its UTF-8 bytes, no cast), so no Python code runs per row. Within a group the rows keep their
-order, so rows with the same key stay in order, as with the JVM sink. Headers are the exception:
-``send_batch`` takes none, so a batch that has headers is sent row by row (``send``), in order.
+order, so rows with the same key stay in order, as with the JVM sink. The headers column
+(``array<struct<key, value>>``) goes in as it is too.
 """
 
 from __future__ import annotations
@@ -46,53 +46,20 @@ class RecordSender:
         keys = batch.column("key") if "key" in cols else None
         values = batch.column("value")
         headers = batch.column("headers") if "headers" in cols else None
-        if headers is not None and pc.sum(pc.list_value_length(headers)).as_py():
-            self._send_rows(topics, partitions, stamps, keys, values, headers)
-        else:
-            send_batch = self.producer.send_batch
-            for topic, partition, rows in _groups(topics, partitions, n):
-                self._pending.append(
-                    send_batch(
-                        topic,
-                        _take(values, rows),
-                        _take(keys, rows),
-                        partition=partition,
-                        timestamp_ms=_take(stamps, rows),
-                    )
+        send_batch = self.producer.send_batch
+        for topic, partition, rows in _groups(topics, partitions, n):
+            self._pending.append(
+                send_batch(
+                    topic,
+                    _take(values, rows),
+                    _take(keys, rows),
+                    partition=partition,
+                    timestamp_ms=_take(stamps, rows),
+                    headers=_take(headers, rows),
                 )
+            )
         self.records += n
         self._pending = [r for r in self._pending if not _delivered(r)]  # fail fast
-
-    def _send_rows(
-        self,
-        topics: str | pa.Array,
-        partitions: np.ndarray | None,
-        stamps: np.ndarray | None,
-        keys: pa.Array | None,
-        values: pa.Array,
-        headers: pa.Array,
-    ) -> None:
-        n = len(values)
-        topic_list = [topics] * n if isinstance(topics, str) else topics.to_pylist()
-        none = [None] * n
-        part_list = (
-            none if partitions is None else [p if p >= 0 else None for p in partitions.tolist()]
-        )
-        ts_list = none if stamps is None else stamps.tolist()
-        key_list = none if keys is None else _bytes(keys).to_pylist()
-        value_list = _bytes(values).to_pylist()
-        send = self.producer.send
-        pending = self._pending
-        for t, v, k, p, ts, h in zip(
-            topic_list,
-            value_list,
-            key_list,
-            part_list,
-            ts_list,
-            _header_lists(headers),
-            strict=True,
-        ):
-            pending.append(send(t, v, k, partition=p, timestamp_ms=ts, headers=h))
 
     def finish(self) -> None:
         """Wait for every record sent (bounded by the settings' timeout); raise the first
@@ -172,23 +139,3 @@ def _take(column: Any, rows: np.ndarray | None) -> Any:
     if column is None or rows is None:
         return column
     return column.take(rows)
-
-
-def _bytes(column: pa.Array) -> pa.Array:
-    """A string column as binary (the same buffers), for per-row ``bytes`` values."""
-    if pa.types.is_large_string(column.type):
-        return column.cast(pa.large_binary())
-    return column.cast(pa.binary()) if pa.types.is_string(column.type) else column
-
-
-def _header_lists(column: pa.Array) -> Iterator[list[tuple[str, bytes | None]] | None]:
-    """Each row's headers as the (key, value) pairs ``send`` takes."""
-    flat = column.flatten()  # the rows' entries, back to back (null rows have none)
-    keys = flat.field("key").to_pylist()
-    values = _bytes(flat.field("value")).to_pylist()
-    lengths = pc.list_value_length(column).fill_null(0).to_pylist()
-    start = 0
-    for count in lengths:
-        pairs = zip(keys[start : start + count], values[start : start + count], strict=True)
-        yield list(pairs) or None
-        start += count
