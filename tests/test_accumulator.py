@@ -104,3 +104,47 @@ def test_a_chunk_with_bad_input_queues_nothing() -> None:
     else:
         raise AssertionError("an int value was taken")
     assert not acc._queues[TP] and acc._used == 0 and not acc.incomplete
+
+
+def test_a_batch_whose_builder_ran_out_of_memory_takes_no_more_records() -> None:
+    """Out of memory while appending closes the batch (its builder may have lost its buffer):
+    the next record starts a new batch instead of failing again, and building the old one
+    raises. Run in a child with a capped address space, so the allocation really fails."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import resource
+        from kcore.admin.types import TopicPartition
+        from kcore.producer.accumulator import RecordAccumulator
+        tp = TopicPartition("t", 0)
+        acc = RecordAccumulator(
+            batch_size=1 << 30, linger_s=0.0, buffer_memory=1 << 31, compression="none"
+        )
+        batch, _, _ = acc.append(tp, None, b"v" * 100, 0, None, 1.0)
+        big = memoryview(bytearray(256 << 20))
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * resource.getpagesize()
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        resource.setrlimit(resource.RLIMIT_AS, (used + (64 << 20), hard))
+        try:
+            acc.append(tp, None, big, 0, None, 1.0)
+        except MemoryError:
+            print("MemoryError; closed:", batch.closed)
+        later, index, _ = acc.append(tp, None, b"small", 0, None, 1.0)
+        print("new batch:", later is not batch, index)
+        try:
+            batch.builder.build()
+        except MemoryError as exc:
+            print(exc)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "MemoryError; closed: True",
+        "new batch: True 0",
+        "this batch builder ran out of memory; its 1 record(s) are lost",
+    ]

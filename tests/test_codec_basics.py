@@ -18,6 +18,7 @@ from kcore.codec import (
     encode_varlong,
     murmur2,
     partition_for_key,
+    prepare_headers,
 )
 from kcore.errors import (
     CorruptRecordError,
@@ -337,3 +338,12 @@ def test_append_many_rejects_bad_headers() -> None:
         b.append_many(None, [b"a"], 7, null_key)
     with pytest.raises(TypeError, match="header values are bytes"):
         b.append_many(None, [b"a"], 7, [[("k", "str value")]])
+    entry = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    null_entry = pa.ListArray.from_arrays(
+        [0, 3], pa.array([{"key": "k", "value": b"v"}, None, {"key": "k2", "value": b"2"}], entry)
+    )
+    with pytest.raises(ValueError, match="header key is null"):
+        b.append_many(None, [b"a"], 7, null_entry)
+    with pytest.raises(ValueError, match="header key is null"):
+        prepare_headers(null_entry, 1)
+    assert prepare_headers([None, [("k", bytearray(b"v"))], []], 3) == [None, [(b"k", b"v")], None]

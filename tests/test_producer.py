@@ -219,6 +219,34 @@ def test_send_batch_with_headers(kafka_cluster, form):
         assert m.key() is None or m.partition() == partition_for_key(m.key(), 3)
 
 
+def test_send_batch_checks_headers_up_front_and_reports_chunks_queued_before_an_error(
+    kafka_cluster,
+):
+    """A bad header anywhere fails send_batch before anything is queued; a bad value in a
+    later chunk (found only as that chunk is encoded) raises with the earlier chunks' result
+    attached, and those records are delivered."""
+    topic = name("batch-bad")
+    create(kafka_cluster.bootstrap_servers, topic, 1)
+    n = 5000
+    values = [b"v" * 100] * n
+    headers = [[("h", b"x")]] * (n - 1) + [[("h", "a str value")]]
+    config = {"bootstrap.servers": kafka_cluster.bootstrap_servers, "batch.size": 16384}
+    with kcore.Producer(config) as producer:
+        with pytest.raises(TypeError, match="header values are bytes"):
+            producer.send_batch(topic, values, headers=headers)
+        producer.flush(30)
+        with kcore.AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as admin:
+            assert admin.list_offsets({(topic, 0): "latest"})[TopicPartition(topic, 0)].offset == 0
+        with pytest.raises(TypeError) as caught:
+            producer.send_batch(topic, values[:-1] + [12345])
+        queued = caught.value.queued
+        assert 0 < len(queued) < n and "were queued" in "".join(caught.value.__notes__)
+        queued.result(30)
+        with kcore.AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as admin:
+            end = admin.list_offsets({(topic, 0): "latest"})[TopicPartition(topic, 0)].offset
+        assert end == len(queued)
+
+
 def test_delivery_callbacks_and_errors(kafka_cluster):
     topic = name("callbacks")
     create(kafka_cluster.bootstrap_servers, topic, 1)
@@ -424,6 +452,32 @@ def test_a_failing_sender_fails_the_records_instead_of_hanging(kafka_cluster, mo
             producer.send(topic, b"more")
     finally:
         producer.close(5)
+
+
+def test_a_batch_that_cannot_be_built_fails_alone(kafka_cluster, monkeypatch):
+    """A batch whose bytes cannot be made (its builder ran out of memory, say) fails its own
+    records; the other partitions' batches in the same request are delivered."""
+    from kcore.producer.sender import Sender
+
+    real = Sender._payload
+
+    def payload(self, batch):
+        if batch.tp.partition == 1:
+            raise MemoryError("this batch builder ran out of memory; its 1 record(s) are lost")
+        return real(self, batch)
+
+    monkeypatch.setattr(Sender, "_payload", payload)
+    topic = name("unbuildable")
+    create(kafka_cluster.bootstrap_servers, topic, 2)
+    config = {"bootstrap.servers": kafka_cluster.bootstrap_servers, "linger.ms": 200}
+    with kcore.Producer(config) as producer:
+        producer.send(topic, b"warm", partition=0).result(30)  # both in one request below
+        good = producer.send(topic, b"kept", partition=0)
+        bad = producer.send(topic, b"lost", partition=1)
+        with pytest.raises(KcoreError, match=f"{topic}-1: this batch builder ran out of memory"):
+            bad.result(30)
+        assert good.result(30).offset == 1
+        assert producer.send(topic, b"after", partition=0).result(30).offset == 2
 
 
 def test_the_java_console_consumer_reads_what_kcore_wrote(kafka_cluster):

@@ -32,6 +32,7 @@ from ._codec import (
     murmur2,
     partition_for_key,
     partitions_for_keys,
+    prepare_headers,
     set_buffer_pool_limit,
 )
 
@@ -60,6 +61,7 @@ __all__ = [
     "murmur2",
     "partition_for_key",
     "partitions_for_keys",
+    "prepare_headers",
     "set_buffer_pool_limit",
 ]
 

@@ -150,7 +150,7 @@ cdef int header_columns_open(object headers, Py_ssize_t n, HeaderColumns* hc,
     if len(headers) != n:
         raise ValueError(f"{len(headers)} header lists for {n} values")
     entries = headers.values  # the whole child: the list offsets index into it
-    if entries.type.num_fields != 2:
+    if not str(entries.type).startswith("struct<") or entries.type.num_fields != 2:
         raise TypeError(f"header entries must be struct<key, value>, not {entries.type}")
     kh.views.append(headers)
     validity, offsets = headers.buffers()[:2]
@@ -169,8 +169,10 @@ cdef int header_columns_open(object headers, Py_ssize_t n, HeaderColumns* hc,
     # Fields named key and value (Spark's), else the first is the key and the second the value.
     names = [entries.type.field(i).name for i in range(2)]
     k = names.index("key") if "key" in names and "value" in names else 0
-    column_open(entries.field(k), &hc.keys, kh)
-    column_open(entries.field(1 - k), &hc.values, vh)
+    # flatten(): the fields with the struct's own nulls merged in (a null entry has a null key).
+    fields = entries.flatten()
+    column_open(fields[k], &hc.keys, kh)
+    column_open(fields[1 - k], &hc.values, vh)
     return 0
 
 
@@ -195,12 +197,18 @@ cdef Py_ssize_t header_columns_size(HeaderColumns* hc, Py_ssize_t start,
     cdef const uint8_t* ptr = NULL
     cdef Py_buffer unused
     cdef bint acquired = False
+    if end - start > 0x7FFFFFFF:
+        raise ValueError("a record has more than 2**31 - 1 headers")
     for j in range(start, end):
         column_get(&hc.keys, j, &ptr, &n, &unused, &acquired)
         if n < 0:
             raise ValueError("a header key is null (Kafka header keys are strings)")
+        if n > 0x7FFFFFFF:
+            raise ValueError("a header key is larger than 2 GiB")
         size += uvarint_size(zigzag32(<int32_t>n)) + n
         column_get(&hc.values, j, &ptr, &n, &unused, &acquired)
+        if n > 0x7FFFFFFF:
+            raise ValueError("a header value is larger than 2 GiB")
         size += uvarint_size(zigzag32(<int32_t>n)) + (n if n > 0 else 0)
     return size
 
@@ -369,7 +377,7 @@ cdef class RecordBatchBuilder:
         rather than use the freed buffer."""
         try:
             _PyBytes_Resize(&self._batch, size)
-        except MemoryError:
+        except BaseException:  # (it has freed the object whatever it raised)
             self.end("out of memory")
             raise
         return 0
@@ -435,6 +443,8 @@ cdef class RecordBatchBuilder:
                 + uvarint_size(zigzag32(<int32_t>klen)) + (klen if klen > 0 else 0)
                 + uvarint_size(zigzag32(<int32_t>vlen)) + (vlen if vlen > 0 else 0)
                 + uvarint_size(zigzag32(header_count)) + headers_size)
+        if body > 0x7FFFFFFF:
+            raise ValueError("a record is larger than 2 GiB")
         self.reserve(body + 5)
         p = self.out.data + self.out.size
         p += put_uvarint64(p, zigzag32(<int32_t>body))
@@ -748,6 +758,30 @@ cdef uint8_t* write_headers(uint8_t* p, list headers) except NULL:
             memcpy(p, PyBytes_AS_STRING(hval), n)
             p += n
     return p
+
+
+def prepare_headers(object headers, Py_ssize_t n):
+    """Check the headers of ``n`` records as ``append_many`` takes them, before any is
+    written: a pyarrow ``list<struct<key, value>>`` array (returned as one contiguous array:
+    type, length and null keys checked) or one entry per record, None or ``(key, value)``
+    pairs (returned normalised: str keys as UTF-8 bytes). Raises TypeError or ValueError."""
+    cdef HeaderColumns hc
+    cdef _ColumnHolder kh = _ColumnHolder(), vh = _ColumnHolder()
+    cdef Py_ssize_t i, start = 0, end = 0
+    if headers is None:
+        return None
+    if (type(headers).__module__ or "").startswith("pyarrow"):
+        if hasattr(headers, "combine_chunks"):
+            headers = headers.combine_chunks()
+        header_columns_open(headers, n, &hc, kh, vh)
+        for i in range(n):  # sizes every row's headers: null keys and oversized ones raise
+            header_range(&hc, i, &start, &end)
+            header_columns_size(&hc, start, end)
+        return headers
+    rows = [normalise_headers(row) if row else None for row in headers]
+    if len(rows) != n:
+        raise ValueError(f"{len(rows)} header lists for {n} values")
+    return rows
 
 
 def partitions_for_keys(object keys, int32_t num_partitions):

@@ -268,7 +268,13 @@ cdef class SendPath:
         # From the closed check to here nothing can run other Python code (no call into
         # Python, no allocation the garbage collector could act on), so the sender, which
         # closes a batch before building it, cannot take this one in between.
-        builder.write_record(kp, klen, vp, vlen, ts, None, 0, 0, NULL, 0)
+        try:
+            builder.write_record(kp, klen, vp, vlen, ts, None, 0, 0, NULL, 0)
+        except MemoryError:
+            # The builder may have lost its buffer (RecordBatchBuilder.resize): no more
+            # appends; the sender fails the batch when it cannot build it.
+            batch.closed = True
+            raise
         if builder.out.size >= self.batch_size:
             batch.closed = True  # full: the sender takes it at its next look
         # Remembered after the write: dropping the batch kept before may free objects.

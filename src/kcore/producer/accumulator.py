@@ -161,7 +161,13 @@ class RecordAccumulator:
             builder = batch.builder
             # The index comes from the append itself: the compiled send path appends to this
             # batch without the lock, possibly between two lines here.
-            index = builder.append(key, value, timestamp_ms, headers)
+            try:
+                index = builder.append(key, value, timestamp_ms, headers)
+            except MemoryError:
+                # The builder may have lost its buffer (RecordBatchBuilder.resize): no more
+                # appends; the sender fails the batch when it cannot build it.
+                batch.closed = True
+                raise
             if builder.size_in_bytes >= self.batch_size:
                 batch.closed = True
                 wake = True

@@ -386,19 +386,21 @@ class ProducerCore:
     ) -> SendBatchResult:
         """Columns in: split by partition, then into chunks of about ``batch.size``, each one
         compiled ``append_many`` call."""
-        from kcore.codec import partitions_for_keys
+        from kcore.codec import partitions_for_keys, prepare_headers
 
         if self.txn is not None:
             self.txn.check_can_send()
         n = len(values)
-        # Lengths checked before any chunk is queued: a mismatch found in a later chunk
-        # would leave the earlier ones sent.
-        for what, column in (("keys", keys), ("header lists", headers)):
-            if column is not None and len(column) != n:
-                raise ValueError(f"{len(column)} {what} for {n} values")
+        # Checked before any chunk is queued (a bad input found in a later chunk would leave
+        # the earlier ones sent): lengths, and the headers whole.
+        if keys is not None and len(keys) != n:
+            raise ValueError(f"{len(keys)} keys for {n} values")
+        headers = prepare_headers(headers, n)
         if isinstance(timestamp_ms, numbers.Integral):  # also numpy's integer scalars
             timestamp_ms = int(timestamp_ms)
         elif timestamp_ms is not None:
+            if not hasattr(timestamp_ms, "__len__"):  # an iterator: its values, once
+                timestamp_ms = list(timestamp_ms)
             if len(timestamp_ms) != n:
                 raise ValueError(f"{len(timestamp_ms)} timestamps for {n} values")
         out = SendBatchResult(topic)
@@ -415,38 +417,53 @@ class ProducerCore:
         count, available = counts
         if partition is not None and not 0 <= partition < count:  # as send's check
             raise KcoreError(f"{topic} has {count} partitions; there is no partition {partition}")
-        if partition is not None or keys is None or self.ignore_keys:
-            # One partition for everything given, or sticky chunks for unkeyed records.
-            start = 0
-            while start < n:
-                stop = min(n, start + chunk)
-                p = (
-                    partition
-                    if partition is not None
-                    else self.send_path.sticky_partition(topic, count, available, self.batch_size)
-                )
-                self._chunk(out, topic, p, keys, values, ts, headers, start, stop, per_record)
-                start = stop
-        else:
-            import numpy as np
+        try:
+            if partition is not None or keys is None or self.ignore_keys:
+                # One partition for everything given, or sticky chunks for unkeyed records.
+                start = 0
+                while start < n:
+                    stop = min(n, start + chunk)
+                    p = (
+                        partition
+                        if partition is not None
+                        else self.send_path.sticky_partition(
+                            topic, count, available, self.batch_size
+                        )
+                    )
+                    self._chunk(out, topic, p, keys, values, ts, headers, start, stop, per_record)
+                    start = stop
+            else:
+                import numpy as np
 
-            parts = np.frombuffer(partitions_for_keys(keys, count), dtype=np.int32)
-            if (parts < 0).any():  # null keys: sticky, as for unkeyed records
-                parts = parts.copy()
-                parts[parts < 0] = self.send_path.sticky_partition(topic, count, available, 0)
-            order = np.argsort(parts, kind="stable")  # keeps send order within a partition
-            sorted_parts = parts[order]
-            bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-            for group in np.split(order, bounds):
-                if not len(group):
-                    continue
-                p = int(parts[group[0]])
-                gk, gv = _take(keys, group), _take(values, group)
-                gts = ts if isinstance(ts, int) else _take(ts, group)
-                gh = _take(headers, group) if headers is not None else None
-                for s in range(0, len(group), chunk):
-                    e = min(len(group), s + chunk)
-                    self._chunk(out, topic, p, gk, gv, gts, gh, s, e, per_record)
+                parts = np.frombuffer(partitions_for_keys(keys, count), dtype=np.int32)
+                if (parts < 0).any():  # null keys: sticky, as for unkeyed records
+                    parts = parts.copy()
+                    parts[parts < 0] = self.send_path.sticky_partition(topic, count, available, 0)
+                order = np.argsort(parts, kind="stable")  # keeps send order within a partition
+                sorted_parts = parts[order]
+                bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+                for group in np.split(order, bounds):
+                    if not len(group):
+                        continue
+                    p = int(parts[group[0]])
+                    gk, gv = _take(keys, group), _take(values, group)
+                    gts = ts if isinstance(ts, int) else _take(ts, group)
+                    gh = _take(headers, group) if headers is not None else None
+                    for s in range(0, len(group), chunk):
+                        e = min(len(group), s + chunk)
+                        self._chunk(out, topic, p, gk, gv, gts, gh, s, e, per_record)
+        except Exception as exc:
+            # Bad content (a value of the wrong type, say) in a later chunk: the earlier
+            # chunks are queued and will be delivered; say which, and hand over their result.
+            if len(out):
+                exc.queued = out  # type: ignore[attr-defined]
+                note = (
+                    f"send_batch: {len(out)} of the {n} records (the chunks before this error) "
+                    "were queued and will be sent; the exception's .queued is their result"
+                )
+                if hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(note)
+            raise
         self.wake_sender()
         return out
 

@@ -295,19 +295,32 @@ class Sender:
             by_topic[batch.tp.topic].append(batch)
         md = self.cluster.metadata
         topic_data = []
+        sent: list[ProducerBatch] = []  # what the request carries (and its answer settles)
         for topic, group in by_topic.items():
-            parts = [
-                PartitionProduceData(index=b.tp.partition, records=self._payload(b)) for b in group
-            ]
+            topic_id = None
             if version >= TOPIC_ID_VERSION:
                 info = md.topics.get(topic)
                 if info is None or info.topic_id is None:
                     self._retry_all(group, KcoreError(f"no topic id known for {topic}"))
                     continue
-                topic_data.append(TopicProduceData(topic_id=info.topic_id, partition_data=parts))
+                topic_id = info.topic_id
+            parts = []
+            for b in group:
+                try:
+                    payload = self._payload(b)
+                except Exception as exc:  # e.g. its builder ran out of memory: this batch only
+                    self._fail(b, KcoreError(f"{b.tp.topic}-{b.tp.partition}: {exc}"))
+                    continue
+                parts.append(PartitionProduceData(index=b.tp.partition, records=payload))
+                sent.append(b)
+            if not parts:
+                continue
+            if topic_id is not None:
+                topic_data.append(TopicProduceData(topic_id=topic_id, partition_data=parts))
             else:
                 topic_data.append(TopicProduceData(name=topic, partition_data=parts))
-        sent = [b for b in batches if any(b in g for g in by_topic.values())]
+        if not sent:
+            return
         request = ProduceRequest(
             transactional_id=self.transactional_id,
             acks=self.acks,
