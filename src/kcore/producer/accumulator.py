@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from kcore._codec import ProducerBatchBase
@@ -286,10 +286,13 @@ class RecordAccumulator:
         with self._cond:
             return any(b.order < order for b in self._queues.get(tp, ()))
 
-    def reset_sequences(self) -> None:
-        """A new producer epoch: waiting batches get new sequences when next sent."""
+    def reset_sequences(self, partitions: Collection[TopicPartition] | None = None) -> None:
+        """A new producer epoch: waiting batches (of ``partitions``, or all) get new sequences
+        when next sent."""
         with self._cond:
-            for queue in self._queues.values():
+            for tp, queue in self._queues.items():
+                if partitions is not None and tp not in partitions:
+                    continue
                 for b in queue:
                     b.sequence = None
                     b.payload = None

@@ -61,6 +61,7 @@ class ProducerCore:
             delivery_timeout_s=int(cfg["delivery.timeout.ms"]) / 1000,
             idempotent=self.idempotent,
             max_request_size=int(cfg["max.request.size"]),
+            retries=int(cfg["retries"]),
         )
         # transactional.id: records are sent only inside transactions (kcore.producer.transactions).
         self.txn: TransactionManager | None = None

@@ -8,7 +8,9 @@ as a duplicate. Up to ``max.in.flight.requests.per.connection`` batches of a par
 flight at once; order holds because sequences are given out in queue order when batches are
 taken (not when their request is built), a retried batch goes out only once nothing else of its
 partition is in flight, after an epoch bump nothing new goes out for a partition until
-its batches of the old epoch have come back (they are renumbered ahead of later ones), and a
+its batches of the old epoch have come back (a bump renumbers only the partitions whose
+sequence broke, and batches the broker rejected; other retries keep their numbering, so one
+the broker already wrote comes back DUPLICATE_SEQUENCE), and a
 partition has one batch in flight until one of the current producer id and epoch is written
 (before that the leader takes any first sequence, so a later batch could overtake).
 """
@@ -62,6 +64,7 @@ class Sender:
         delivery_timeout_s: float,
         idempotent: bool,
         max_request_size: int = 1048576,
+        retries: int = 2**31 - 1,
     ) -> None:
         self.cluster = cluster
         self.acc = accumulator
@@ -70,6 +73,7 @@ class Sender:
         self.delivery_timeout_s = delivery_timeout_s
         self.idempotent = idempotent
         self.max_request_size = max_request_size
+        self.retries = retries
         self.producer_id = -1
         self.producer_epoch = -1
         self._sequences: dict[TopicPartition, int] = defaultdict(int)
@@ -79,6 +83,13 @@ class Sender:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._epoch_bump: asyncio.Task[None] | None = None
+        # Partitions whose sequence broke (a numbered batch failed, or the broker saw a gap):
+        # the next epoch bump renumbers their waiting batches. Other partitions' retries keep
+        # their producer id, epoch and sequence, as Java's: renumbered, a batch the broker
+        # already wrote (its answer lost) would be written again.
+        self._rewrite: set[TopicPartition] = set()
+        # A failure the producer cannot go on from (the epoch bump failed): fails everything.
+        self._fatal: BaseException | None = None
         # Partitions where a batch of the current producer id and epoch has been written.
         self._acked: set[TopicPartition] = set()
         # Transactions (set by the producer when transactional.id is): batches are sent only
@@ -96,10 +107,14 @@ class Sender:
 
     # -- producer id ------------------------------------------------------------------------------
 
-    async def init_producer_id(self) -> None:
-        """InitProducerId; with a current id and epoch it asks for an epoch bump (KIP-360)."""
+    async def init_producer_id(self, timeout_s: float | None = None) -> None:
+        """InitProducerId; with a current id and epoch it asks for an epoch bump (KIP-360).
+        Retriable failures are retried, for ``timeout_s`` at most when given."""
         attempt = 0
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            if deadline is not None and time.monotonic() > deadline:
+                raise KcoreTimeoutError(f"no producer id within {timeout_s:g}s")
             node = self.cluster.least_loaded_node()
             if node is None:
                 await self.cluster.refresh_metadata()
@@ -164,6 +179,8 @@ class Sender:
 
     async def _run(self) -> None:
         while True:
+            if self._fatal is not None:
+                raise self._fatal
             now = time.monotonic()
             self._expire(now)
             if self._stopping and not self.acc.has_pending():
@@ -257,12 +274,13 @@ class Sender:
     def _assign_sequence(self, batch: ProducerBatch) -> None:
         if not self.idempotent:
             return
-        if batch.sequence is None or batch.producer != self._producer:
+        if batch.sequence is None:
             batch.sequence = self._sequences[batch.tp]
             batch.producer = self._producer
             self._sequences[batch.tp] = (batch.sequence + batch.records) & 0x7FFFFFFF
             batch.payload = None
-        self._flying.setdefault(batch.tp, {})[batch.order] = self._producer
+        assert batch.producer is not None
+        self._flying.setdefault(batch.tp, {})[batch.order] = batch.producer
 
     def _payload(self, batch: ProducerBatch) -> bytes:
         if batch.payload is None:
@@ -358,9 +376,14 @@ class Sender:
                     self._succeed(batch, p.base_offset if p.base_offset >= 0 else -1, -1)
                 elif code in SEQUENCE_ERRORS and self.idempotent:
                     self._land(batch)
-                    if batch.producer != self._producer or self._earlier_pending(batch):
+                    if batch.producer != self._producer:
+                        # Rejected under an older epoch (so not written): renumbered under
+                        # the current one when it goes again.
+                        batch.sequence = None
+                        self.acc.requeue(batch, time.monotonic())
+                    elif self._earlier_pending(batch):
                         # An earlier batch of the partition is being retried (so the broker
-                        # saw a gap), or an epoch bump already renumbers: just go again.
+                        # saw a gap): just go again after it.
                         self.acc.requeue(batch, time.monotonic())
                     elif self.txn is not None:
                         # A transaction does not bump its epoch in flight: the batch fails and
@@ -370,6 +393,7 @@ class Sender:
                         self._fail(batch, err)
                     else:
                         bump = True
+                        self._rewrite.add(batch.tp)
                         self.acc.requeue(batch, time.monotonic())
                 else:
                     err = error_for_code(code)
@@ -401,8 +425,13 @@ class Sender:
 
         async def bump() -> None:
             try:
-                await self.init_producer_id()
-                self.acc.reset_sequences()
+                await self.init_producer_id(self.delivery_timeout_s)
+                self.acc.reset_sequences(self._rewrite)
+                self._rewrite.clear()
+            except Exception as exc:
+                # As Java: the producer cannot go on (its sequences are broken); every
+                # record fails with the cause rather than wait out delivery.timeout.ms.
+                self._fatal = KcoreError(f"the producer's epoch bump failed: {exc!r}")
             finally:
                 self._epoch_bump = None
                 self.wakeup()
@@ -421,7 +450,11 @@ class Sender:
             self.cluster.cache.request_update()
         now = time.monotonic()
         self._land(batch)
-        if retriable and now - batch.created < self.delivery_timeout_s:
+        if (
+            retriable
+            and batch.attempts <= self.retries
+            and now - batch.created < self.delivery_timeout_s
+        ):
             log.debug("retrying %s after %s", batch.tp, exc)
             backoff = self.cluster.retry_backoff.backoff_s(batch.attempts - 1)
             self.acc.requeue(batch, now + backoff)
@@ -454,7 +487,8 @@ class Sender:
         ):
             # Later batches' sequences no longer follow on, and a sequence must never be used
             # twice in one epoch (the broker would take a reuse for a duplicate of what it has
-            # and drop it): a new epoch renumbers everything (KIP-360), as Java does.
+            # and drop it): a new epoch renumbers this partition's batches (KIP-360).
+            self._rewrite.add(batch.tp)
             self._start_epoch_bump()
         self.wakeup()
 
