@@ -343,6 +343,37 @@ def test_delivered_batches_hold_no_memory(kafka_cluster):
     assert held < 2 << 20, f"{held} bytes still allocated after flush"
 
 
+def test_close_with_a_timeout_fails_what_is_unacknowledged_at_the_deadline():
+    """A broker that stops answering (SIGSTOP) while a record is in flight: close(2) returns
+    within its timeout plus a little, not after request.timeout.ms, and the record fails."""
+    import os
+    import signal
+
+    with KafkaCluster(1) as cluster:
+        topic = name("close-deadline")
+        create(cluster.bootstrap_servers, topic, 1)
+        config = {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "request.timeout.ms": 60000,
+            "delivery.timeout.ms": 120000,
+        }
+        producer = kcore.Producer(config)
+        producer.send(topic, b"warm").result(30)
+        pid = cluster.nodes[0].process.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            future = producer.send(topic, b"unanswered")
+            time.sleep(0.5)  # sent, not answered
+            started = time.monotonic()
+            producer.close(2)
+            took = time.monotonic() - started
+            with pytest.raises(KcoreError, match="closed before the record was acknowledged"):
+                future.result(0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert took < 10, took
+
+
 def test_no_loss_no_duplicates_while_leaders_move_and_a_broker_dies(kafka_cluster3):
     """RF 3, min.insync.replicas 2, acks=all, idempotence: 200,000 keyed records while
     leadership moves and a broker is killed and restarted. Every record is acknowledged once and

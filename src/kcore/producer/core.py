@@ -185,6 +185,10 @@ class ProducerCore:
             aborted = True
         self.accumulator.close()
         await self.sender.stop(abort=aborted)
+        if aborted:
+            # As Java's close(timeout): at the deadline what is not acknowledged fails now,
+            # rather than after its request's request.timeout.ms.
+            self.sender.cancel_in_flight()
         if self._sender_task is not None:
             try:
                 await asyncio.wait_for(self._sender_task, 5)

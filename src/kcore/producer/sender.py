@@ -293,6 +293,14 @@ class Sender:
     async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
         try:
             await self._produce_once(node, batches)
+        except asyncio.CancelledError:
+            # close(timeout) ran out (cancel_in_flight): as Java's, unacknowledged records fail.
+            for batch in batches:
+                if batch.in_flight:
+                    self._fail(
+                        batch, KcoreError("the producer closed before the record was acknowledged")
+                    )
+            raise
         except Exception as exc:
             # A bug (or e.g. MemoryError building a batch) must not leave batches counted in
             # flight forever: fail those not answered yet.
@@ -509,6 +517,11 @@ class Sender:
             for batch in self.acc.abort_all():
                 self._fail(batch, KcoreError("the producer was closed before the record was sent"))
         self.wakeup()
+
+    def cancel_in_flight(self) -> None:
+        """Stop waiting for the Produce requests in flight (their records fail)."""
+        for task in list(self._tasks):
+            task.cancel()
 
     async def wait_in_flight(self) -> None:
         if self._tasks:
