@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from kcore.admin.types import TopicPartition
+from kcore.errors import KcoreError
 from kcore.producer.accumulator import RecordAccumulator
 from kcore.producer.sender import Sender
 
@@ -125,5 +126,42 @@ def test_a_failed_epoch_bump_fails_every_record_with_its_cause() -> None:
         await asyncio.wait_for(sender.run(), 10)
         assert batch.result.done and "epoch bump failed" in str(batch.result.error)
         assert "ClusterAuthorization" in str(batch.result.error)
+        try:
+            acc.append(P1, None, b"later", 0, None, 1.0)
+        except KcoreError as exc:
+            assert "epoch bump failed" in str(exc)
+        else:
+            raise AssertionError("a send after the fatal error was taken")
+
+    asyncio.run(main())
+
+
+def test_close_fails_a_request_cancelled_before_it_started() -> None:
+    """cancel_in_flight (close's deadline) may cancel a produce task before it ran at all: its
+    records fail at once instead of staying counted in flight."""
+    import asyncio
+
+    acc = RecordAccumulator(
+        batch_size=1000, linger_s=0.0, buffer_memory=100_000, compression="none"
+    )
+
+    async def main() -> None:
+        sender = Sender(
+            None,  # type: ignore[arg-type]  # (the task never runs)
+            acc,
+            acks=-1,
+            request_timeout_s=1.0,
+            delivery_timeout_s=30.0,
+            idempotent=False,
+        )
+        acc.append(P1, None, b"v", 0, None, 1.0)
+        (batch,) = _drain(acc)
+        sender._start_produce(1, [batch])
+        sender._stopping = True
+        sender.cancel_in_flight()
+        await sender.wait_in_flight()
+        await asyncio.sleep(0)
+        assert batch.result.done and "before the record was acknowledged" in str(batch.result.error)
+        assert not acc.has_pending() and not batch.in_flight
 
     asyncio.run(main())

@@ -90,6 +90,7 @@ class RecordAccumulator:
         self._used = 0
         self._flushing = 0
         self._closed = False
+        self._cause: BaseException | None = None
         self.incomplete: set[BatchResult] = set()
         self.wake_sender: Callable[[], None] | None = None  # set by the producer
 
@@ -100,7 +101,7 @@ class RecordAccumulator:
         need = min(need, self.buffer_memory)  # one oversized record may use all of it
         while self._used + need > self.buffer_memory:
             if self._closed:
-                raise KcoreError("the producer is closed")
+                raise self._closed_error()
             if self.wake_sender is not None:
                 # Memory comes back only as batches are sent: make sure the sender is awake to
                 # send the full ones (it may be asleep until linger or its idle timeout).
@@ -144,7 +145,7 @@ class RecordAccumulator:
         estimate = RECORD_OVERHEAD + _length(key) + _length(value)
         with self._cond:
             if self._closed:
-                raise KcoreError("the producer is closed")
+                raise self._closed_error()
             queue = self._queues.get(tp)
             batch = queue[-1] if queue else None
             wake = False
@@ -189,7 +190,7 @@ class RecordAccumulator:
         chunk's records would no longer start at index 0)."""
         with self._cond:
             if self._closed:
-                raise KcoreError("the producer is closed")
+                raise self._closed_error()
             batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s, closed=True)
             try:
                 batch.builder.append_many(keys, values, timestamp_ms, headers)
@@ -325,10 +326,16 @@ class RecordAccumulator:
         with self._cond:
             self._flushing -= 1
 
-    def close(self) -> None:
+    def close(self, cause: BaseException | None = None) -> None:
+        """No more records; ``cause``, when given, is named by every later append."""
         with self._cond:
             self._closed = True
+            self._cause = cause
             self._cond.notify_all()
+
+    def _closed_error(self) -> KcoreError:
+        cause = self._cause
+        return KcoreError("the producer is closed" + (f": {cause}" if cause is not None else ""))
 
     def pending_results(self) -> list[BatchResult]:
         with self._cond:

@@ -107,14 +107,10 @@ class Sender:
 
     # -- producer id ------------------------------------------------------------------------------
 
-    async def init_producer_id(self, timeout_s: float | None = None) -> None:
-        """InitProducerId; with a current id and epoch it asks for an epoch bump (KIP-360).
-        Retriable failures are retried, for ``timeout_s`` at most when given."""
+    async def init_producer_id(self) -> None:
+        """InitProducerId; with a current id and epoch it asks for an epoch bump (KIP-360)."""
         attempt = 0
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            if deadline is not None and time.monotonic() > deadline:
-                raise KcoreTimeoutError(f"no producer id within {timeout_s:g}s")
             node = self.cluster.least_loaded_node()
             if node is None:
                 await self.cluster.refresh_metadata()
@@ -168,11 +164,21 @@ class Sender:
         try:
             await self._run()
         except Exception as exc:
-            # A bug here must not leave callers waiting forever: fail what waits, refuse more.
-            log.exception("the producer's sender stopped")
-            self.acc.close()
-            error = KcoreError(f"the producer's sender stopped: {exc!r}")
+            # A fatal error (or a bug) must not leave callers waiting forever: fail what waits
+            # to be sent, refuse more. Batches in flight are settled by their answers (one
+            # the broker wrote must not be reported failed), then whatever is left fails.
+            if exc is self._fatal:
+                log.error("%s", exc)
+                error: BaseException = exc
+            else:
+                log.exception("the producer's sender stopped")
+                error = KcoreError(f"the producer's sender stopped: {exc!r}")
+            self._stopping = True  # (no epoch bump from here on)
+            self.acc.close(error)
             for batch in self.acc.abort_all():
+                self._fail(batch, error)
+            await self.wait_in_flight()
+            for batch in self.acc.abort_all():  # requeued by those answers
                 self._fail(batch, error)
             for result in self.acc.pending_results():  # taken from the queues, not sent
                 result.fail(error)
@@ -269,7 +275,17 @@ class Sender:
     def _start_produce(self, node: int, batches: list[ProducerBatch]) -> None:
         task = asyncio.get_running_loop().create_task(self._produce(node, batches))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda t: self._produce_done(t, batches))
+
+    def _produce_done(self, task: asyncio.Task[None], batches: list[ProducerBatch]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            # close(timeout) ran out (cancel_in_flight), perhaps before the task even started:
+            # as Java's close, what is not acknowledged fails now.
+            error = KcoreError("the producer closed before the record was acknowledged")
+            for batch in batches:
+                if batch.in_flight:
+                    self._fail(batch, error)
 
     def _assign_sequence(self, batch: ProducerBatch) -> None:
         if not self.idempotent:
@@ -293,14 +309,6 @@ class Sender:
     async def _produce(self, node: int, batches: list[ProducerBatch]) -> None:
         try:
             await self._produce_once(node, batches)
-        except asyncio.CancelledError:
-            # close(timeout) ran out (cancel_in_flight): as Java's, unacknowledged records fail.
-            for batch in batches:
-                if batch.in_flight:
-                    self._fail(
-                        batch, KcoreError("the producer closed before the record was acknowledged")
-                    )
-            raise
         except Exception as exc:
             # A bug (or e.g. MemoryError building a batch) must not leave batches counted in
             # flight forever: fail those not answered yet.
@@ -428,17 +436,19 @@ class Sender:
         )
 
     def _start_epoch_bump(self) -> None:
-        if self._epoch_bump is not None:
+        if self._epoch_bump is not None or self._fatal is not None or self._stopping:
             return
 
         async def bump() -> None:
             try:
-                await self.init_producer_id(self.delivery_timeout_s)
+                # Retriable failures are retried (meanwhile waiting batches expire at
+                # delivery.timeout.ms, and the producer goes on once a broker answers).
+                await self.init_producer_id()
                 self.acc.reset_sequences(self._rewrite)
                 self._rewrite.clear()
             except Exception as exc:
-                # As Java: the producer cannot go on (its sequences are broken); every
-                # record fails with the cause rather than wait out delivery.timeout.ms.
+                # Refused for good (e.g. not authorized): the producer cannot go on with broken
+                # sequences; every record waiting to be sent fails with the cause.
                 self._fatal = KcoreError(f"the producer's epoch bump failed: {exc!r}")
             finally:
                 self._epoch_bump = None
