@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from kcore.admin.types import TopicPartition
 from kcore.errors import KcoreError
@@ -16,22 +17,32 @@ def _drain(acc: RecordAccumulator):
     return acc.drain(time.monotonic() + 1, lambda tp, b, n: True)
 
 
+def _accumulator() -> RecordAccumulator:
+    return RecordAccumulator(
+        batch_size=1000, linger_s=0.0, buffer_memory=100_000, compression="none"
+    )
+
+
+def _sender(cluster: Any, acc: RecordAccumulator, *, idempotent: bool, **options: Any) -> Sender:
+    """A Sender over ``cluster``: None, or a stand-in with just what the test reaches."""
+    return Sender(
+        cluster,
+        acc,
+        acks=-1 if idempotent else 1,
+        request_timeout_s=1.0,
+        delivery_timeout_s=30.0,
+        idempotent=idempotent,
+        **options,
+    )
+
+
 def test_an_epoch_bump_renumbers_only_the_partitions_whose_sequence_broke() -> None:
     """A batch of P2 sent under the old producer id whose answer was lost keeps its id, epoch
     and sequence through a bump that P1's failure caused: the broker then answers
     DUPLICATE_SEQUENCE if it wrote it. Renumbered, it would be written a second time. P1's
     waiting batches are renumbered under the new id."""
-    acc = RecordAccumulator(
-        batch_size=1000, linger_s=0.0, buffer_memory=100_000, compression="none"
-    )
-    sender = Sender(
-        None,  # type: ignore[arg-type]  # (no network here)
-        acc,
-        acks=-1,
-        request_timeout_s=1.0,
-        delivery_timeout_s=30.0,
-        idempotent=True,
-    )
+    acc = _accumulator()
+    sender = _sender(None, acc, idempotent=True)  # (no network here)
     sender.producer_id, sender.producer_epoch = 1000, 0
     acc.append(P2, None, b"x", 0, None, 1.0)
     (x,) = _drain(acc)
@@ -57,9 +68,7 @@ def test_an_epoch_bump_renumbers_only_the_partitions_whose_sequence_broke() -> N
 
 def test_retries_bound_how_often_a_batch_goes_again() -> None:
     """retries=0: the first retriable error fails the batch (as Java's canRetry)."""
-    acc = RecordAccumulator(
-        batch_size=1000, linger_s=0.0, buffer_memory=100_000, compression="none"
-    )
+    acc = _accumulator()
 
     class Cluster:  # what _retry_or_fail touches
         class cache:
@@ -73,15 +82,7 @@ def test_retries_bound_how_often_a_batch_goes_again() -> None:
                 return 0.0
 
     for retries, requeued in ((0, False), (1, True)):
-        sender = Sender(
-            Cluster(),  # type: ignore[arg-type]
-            acc,
-            acks=1,
-            request_timeout_s=1.0,
-            delivery_timeout_s=30.0,
-            idempotent=False,
-            retries=retries,
-        )
+        sender = _sender(Cluster(), acc, idempotent=False, retries=retries)
         batch, _, _ = acc.append(P1, None, b"v", 0, None, 1.0)
         (taken,) = _drain(acc)
         taken.attempts += 1  # sent once
@@ -100,9 +101,7 @@ def test_a_failed_epoch_bump_fails_every_record_with_its_cause() -> None:
 
     from kcore.errors import error_for_code
 
-    acc = RecordAccumulator(
-        batch_size=1000, linger_s=0.0, buffer_memory=100_000, compression="none"
-    )
+    acc = _accumulator()
 
     class Cluster:
         def least_loaded_node(self) -> int:
@@ -112,14 +111,7 @@ def test_a_failed_epoch_bump_fails_every_record_with_its_cause() -> None:
             raise error_for_code(31)  # CLUSTER_AUTHORIZATION_FAILED
 
     async def main() -> None:
-        sender = Sender(
-            Cluster(),  # type: ignore[arg-type]
-            acc,
-            acks=-1,
-            request_timeout_s=1.0,
-            delivery_timeout_s=30.0,
-            idempotent=True,
-        )
+        sender = _sender(Cluster(), acc, idempotent=True)
         sender.producer_id, sender.producer_epoch = 1000, 0
         batch, _, _ = acc.append(P1, None, b"v", 0, None, 1.0)
         sender._start_epoch_bump()
@@ -141,19 +133,10 @@ def test_close_fails_a_request_cancelled_before_it_started() -> None:
     records fail at once instead of staying counted in flight."""
     import asyncio
 
-    acc = RecordAccumulator(
-        batch_size=1000, linger_s=0.0, buffer_memory=100_000, compression="none"
-    )
+    acc = _accumulator()
 
     async def main() -> None:
-        sender = Sender(
-            None,  # type: ignore[arg-type]  # (the task never runs)
-            acc,
-            acks=-1,
-            request_timeout_s=1.0,
-            delivery_timeout_s=30.0,
-            idempotent=False,
-        )
+        sender = _sender(None, acc, idempotent=False)  # (the task never runs)
         acc.append(P1, None, b"v", 0, None, 1.0)
         (batch,) = _drain(acc)
         sender._start_produce(1, [batch])

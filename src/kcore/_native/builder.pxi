@@ -542,17 +542,10 @@ cdef class RecordBatchBuilder:
             if (type(headers).__module__ or "").startswith("pyarrow"):
                 header_columns_open(headers, n, &hcols, hkh, hvh)
             else:
-                # Python pairs: normalised (and sized) before the loop, which must run no
-                # Python code.
-                prepared = []
-                for entry in headers:
-                    if entry:
-                        entry = normalise_headers(entry)
-                        prepared.append((entry, headers_size(entry), len(entry)))
-                    else:
-                        prepared.append(None)
-                if len(prepared) != n:
-                    raise ValueError(f"{len(prepared)} header lists for {n} values")
+                # Python pairs: normalised (private copies) and sized before the loop, which
+                # must run no Python code.
+                prepared = [None if row is None else (row, headers_size(row), len(row))
+                            for row in prepare_headers(headers, n)]
         if isinstance(timestamp_ms, _Integral):
             ts = timestamp_ms  # an int, or a numpy integer scalar
         else:

@@ -195,11 +195,10 @@ class RecordAccumulator:
             try:
                 batch.builder.append_many(keys, values, timestamp_ms, headers)
             except BaseException:
-                # Bad input: none of the chunk's records may go out.
+                # Bad input: none of the chunk's records may go out (out of its queue, then
+                # its memory given back as for a batch that landed).
                 self._queues[tp].remove(batch)
-                self._used -= batch.reserved
-                self.incomplete.discard(batch.result)
-                self._cond.notify_all()
+                self.done(batch)
                 raise
             return batch
 
