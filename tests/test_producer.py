@@ -374,6 +374,39 @@ def test_close_with_a_timeout_fails_what_is_unacknowledged_at_the_deadline():
         assert took < 10, took
 
 
+def test_retries_zero_fails_at_the_first_retriable_error():
+    """retries=0 (idempotence off, as Java requires): a request that times out (the broker is
+    SIGSTOPped) fails its record at once, instead of being retried until
+    delivery.timeout.ms."""
+    import os
+    import signal
+
+    with KafkaCluster(1) as cluster:
+        topic = name("no-retries")
+        create(cluster.bootstrap_servers, topic, 1)
+        config = {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "retries": 0,
+            "enable.idempotence": False,
+            "acks": 1,
+            "request.timeout.ms": 2000,
+            "delivery.timeout.ms": 60000,
+        }
+        with kcore.Producer(config) as producer:
+            producer.send(topic, b"warm").result(30)
+            pid = cluster.nodes[0].process.pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                future = producer.send(topic, b"unanswered")
+                with pytest.raises(KcoreError) as caught:
+                    future.result(30)
+                took = time.monotonic() - started
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        assert took < 15, (took, caught.value)
+
+
 def test_no_loss_no_duplicates_while_leaders_move_and_a_broker_dies(kafka_cluster3):
     """RF 3, min.insync.replicas 2, acks=all, idempotence: 200,000 keyed records while
     leadership moves and a broker is killed and restarted. Every record is acknowledged once and
