@@ -11,17 +11,21 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 from confluent_kafka import Consumer as ConfluentConsumer
 
 import kcore
 from kcore.admin import NewTopic
+from kcore.errors import KcoreError
 
 N = 100_000
 PARTITIONS = 6
 
 PROCESSOR = r"""
-import sys, kcore
+import logging, sys, kcore
+logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                    format="%(asctime)s %(name)s %(levelname)s %(message)s")
 from kcore.errors import KcoreError, TransactionStateError
 bootstrap, group, source, sink, txn_id = sys.argv[1:6]
 consumer = kcore.Consumer({
@@ -62,9 +66,15 @@ while True:
 
 
 class Processor:
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], log: Path) -> None:
+        # The processor's log goes to a file so that a timeout can show what it was doing.
+        self.log = log
+        self._log_file = log.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", PROCESSOR, *args], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", PROCESSOR, *args],
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            text=True,
         )
         self.done = 0
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -79,13 +89,47 @@ class Processor:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(10)
+        self._log_file.close()
+
+    def describe(self) -> str:
+        state = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+        tail = self.log.read_text(errors="replace").splitlines()[-60:]
+        return f"processor ({state}, {self.done} done), last lines of its log:\n" + "\n".join(tail)
 
 
-def wait_for(cond, timeout: float, what: str) -> None:
+class GroupProgress:
+    """How many input records the group has committed (the sum of its committed offsets: the
+    input is written without transactions, so offsets count records)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self._consumer = kcore.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        self._partitions = [(topic, p) for p in range(PARTITIONS)]
+        self._last = 0
+        self._checked = 0.0
+
+    def committed(self) -> int:
+        if time.monotonic() - self._checked >= 1:  # one OffsetFetch a second is plenty
+            self._checked = time.monotonic()
+            try:
+                offsets = self._consumer.committed(self._partitions, timeout=10)
+            except KcoreError:
+                return self._last  # the coordinator moving after the broker restart: ask again
+            self._last = sum(o or 0 for o in offsets.values())
+        return self._last
+
+    def __enter__(self) -> GroupProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._consumer.close()
+
+
+def wait_for(cond, timeout: float, what: str, *processors: Processor) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            details = "\n".join(p.describe() for p in processors)
+            raise AssertionError(f"timed out waiting for {what}\n{details}")
         time.sleep(0.2)
 
 
@@ -133,7 +177,7 @@ def read_committed_confluent(bootstrap: str, topic: str) -> list[bytes]:
     return values
 
 
-def test_consume_transform_produce_is_exactly_once_through_kills(kafka_cluster3):
+def test_consume_transform_produce_is_exactly_once_through_kills(kafka_cluster3, tmp_path):
     cluster = kafka_cluster3
     bootstrap = cluster.bootstrap_servers
     tag = uuid.uuid4().hex[:8]
@@ -151,18 +195,20 @@ def test_consume_transform_produce_is_exactly_once_through_kills(kafka_cluster3)
 
     args = [bootstrap, group, source, sink, txn_id]
     killed_broker = 2
-    first = Processor(args)
+    first = Processor(args, tmp_path / "first.log")
     second: Processor | None = None
     try:
-        wait_for(lambda: first.done >= N // 5, 120, "the processor to get going")
+        wait_for(lambda: first.done >= N // 5, 120, "the processor to get going", first)
         cluster.kill_broker(killed_broker)
-        wait_for(lambda: first.done >= N // 2, 180, "half the input, with a broker down")
+        wait_for(lambda: first.done >= N // 2, 180, "half the input, with a broker down", first)
         first.kill()  # mid-transaction, most likely: the next instance fences it
         cluster.start_broker(killed_broker)
-        second = Processor(args)
-        # The restarted process resumes from the committed offsets; it has nothing to count
-        # from the first, so wait until the output holds everything.
-        wait_for(lambda: second.done + first.done >= N, 240, "the rest of the input")
+        second = Processor(args, tmp_path / "second.log")
+        # The restarted process resumes from the committed offsets. Its count plus the first's
+        # is no measure of progress: the first may have been killed after its last commit took
+        # effect but before it printed it. The group's committed offsets are.
+        with GroupProgress(bootstrap, group, source) as progress:
+            wait_for(lambda: progress.committed() >= N, 240, "the rest of the input", first, second)
         time.sleep(2)
     finally:
         first.kill() if first.proc.poll() is None else None
