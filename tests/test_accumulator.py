@@ -6,6 +6,8 @@ import threading
 import time
 
 from kcore.admin.types import TopicPartition
+from kcore.codec import decode_batches
+from kcore.errors import KcoreError
 from kcore.producer.accumulator import RecordAccumulator
 
 TP = TopicPartition("t", 0)
@@ -148,3 +150,78 @@ def test_a_batch_whose_builder_ran_out_of_memory_takes_no_more_records() -> None
         "new batch: True 0",
         "this batch builder ran out of memory; its 1 record(s) are lost",
     ]
+
+
+def test_a_split_batch_s_halves_take_its_place_sequences_memory_and_futures() -> None:
+    """What the sender does with a batch the broker refused as too large: two halves, queued
+    where it was (before later batches), holding its sequence range and its reservation of
+    buffer.memory; every record's future answers from the half its record went to (each half
+    has its own base offset), also after a half is split again."""
+    from kcore.producer.results import DeliveryFuture
+
+    acc = RecordAccumulator(
+        batch_size=10_000, linger_s=0.0, buffer_memory=100_000, compression="lz4"
+    )
+    futures = []
+    for i in range(7):
+        batch, index, _ = acc.append(TP, b"k%d" % i, b"v%d" % i, 1000 + i, [("h", b"%d" % i)], 5.0)
+        futures.append(DeliveryFuture(batch.result, index, TP.topic, 0, 1000 + i))
+    batch.closed = True
+    later, _, _ = acc.append(TP, None, b"later", 2000, None, 5.0)
+    used = acc._used
+    (sent,) = acc.drain(time.monotonic() + 1, lambda tp, b, n: True)
+    assert sent is batch
+    sent.sequence, sent.producer = 40, (7, 0)
+    sent.payload = sent.builder.build()
+
+    first, second = acc.split(sent)
+    assert (first.records, second.records) == (3, 4)
+    assert (first.sequence, second.sequence) == (40, 43)
+    assert first.producer == second.producer == (7, 0)
+    assert sent.order == first.order < second.order < later.order
+    assert acc._used == used  # the halves hold the batch's reservation
+    assert [b for b in acc._queues[TP]] == [first, second, later]
+    assert not sent.result.done
+
+    # The second half is too large again: its quarters take its place.
+    acc._queues[TP].clear()
+    second.payload = second.builder.build()
+    third, fourth = acc.split(second)
+    assert (third.records, fourth.records, third.sequence, fourth.sequence) == (2, 2, 43, 45)
+    assert second.order == third.order < fourth.order < later.order
+
+    first.result.complete(100)
+    third.result.complete(200)
+    assert not sent.result.done
+    fourth.result.complete(300, log_append_time=5)
+    assert sent.result.done and sent.result.error is None
+    assert [f.result(0).offset for f in futures] == [100, 101, 102, 200, 201, 300, 301]
+    assert futures[6].result(0).timestamp == 5  # the part's log append time
+    assert sent.result.segments() == [(100, 3), (200, 2), (300, 2)]
+    records = [r for b in decode_batches(fourth.builder.build()) for r in b.records()]
+    assert [(r[1], r[2], r[3], r[4]) for r in records] == [
+        (1005, b"k5", b"v5", (("h", b"5"),)),
+        (1006, b"k6", b"v6", (("h", b"6"),)),
+    ]
+
+
+def test_a_split_batch_s_records_fail_with_their_own_half() -> None:
+    from kcore.producer.results import DeliveryFuture
+
+    acc = RecordAccumulator(
+        batch_size=10_000, linger_s=0.0, buffer_memory=100_000, compression="none"
+    )
+    for i in range(4):
+        batch, index, _ = acc.append(TP, None, b"v", 0, None, 5.0)
+        assert index == i
+    futures = [DeliveryFuture(batch.result, i, "t", 0, 0) for i in range(4)]
+    (sent,) = acc.drain(time.monotonic() + 1, lambda tp, b, n: True)
+    sent.payload = sent.builder.build()
+    first, second = acc.split(sent)
+    assert first.sequence is None and second.sequence is None  # not idempotent: none given
+    second.result.fail(KcoreError("refused"))
+    first.result.complete(10)
+    assert [f.exception(0) is None for f in futures] == [True, True, False, False]
+    assert futures[1].result(0).offset == 11
+    assert str(sent.result.error) == "refused"
+    assert "failed" in repr(futures[3]) and "done" in repr(futures[0])

@@ -641,3 +641,114 @@ def test_a_failed_batch_never_makes_a_later_one_a_duplicate(kafka_cluster):
     assert (first.offset, second.offset, third.offset) == (0, 1, 2)
     back = read_all(bootstrap, topic, 1, 3)
     assert [m.value() for m in back[0]] == [b"first", b"after", b"later"]
+
+
+@pytest.mark.parametrize(
+    "mode", ["idempotent", "idempotent-lz4", "not-idempotent", "transactional", "send_batch"]
+)
+def test_a_batch_too_large_for_the_topic_is_split_and_every_record_delivered(kafka_cluster, mode):
+    """batch.size over the topic's max.message.bytes: the broker refuses each batch as
+    MESSAGE_TOO_LARGE; the producer splits it (in halves, until the parts fit) and sends the
+    parts, as Java does, instead of failing every record. Each record is written once, in send
+    order, and its future gives the offset it was written at."""
+    import os
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("split")
+    create(bootstrap, topic, 2, **{"max.message.bytes": "20000"})
+    config: dict = {"bootstrap.servers": bootstrap, "batch.size": 400_000, "linger.ms": 300}
+    if mode == "idempotent-lz4":
+        config["compression.type"] = "lz4"
+    if mode == "not-idempotent":
+        config.update({"enable.idempotence": False, "acks": 1})
+    if mode == "transactional":
+        config["transactional.id"] = name("split-txn")
+    n = 300
+    # Random values: incompressible, so compression cannot bring a batch under the limit.
+    values = [b"%04d:" % i + os.urandom(1000) for i in range(n)]
+    with kcore.Producer(config) as producer:
+        if mode == "transactional":
+            producer.init_transactions()
+            producer.begin_transaction()
+        if mode == "send_batch":
+            results = [producer.send_batch(topic, values[:n], partition=0)]
+        else:
+            headers = [[("i", b"%d" % i)] if i % 3 else None for i in range(n)]
+            keys = [None if i % 5 == 0 else b"k%d" % i for i in range(n)]
+            delivered: list = []
+            results = [
+                producer.send(
+                    topic,
+                    values[i],
+                    key=keys[i],
+                    partition=i % 2,
+                    headers=headers[i],
+                    on_delivery=lambda err, md, i=i: delivered.append((i, err, md)),
+                )
+                for i in range(n)
+            ]
+        if mode == "transactional":
+            producer.commit_transaction()
+        producer.flush(60)
+        outcomes = [r.result(0) for r in results]
+    back = read_all(bootstrap, topic, 2, n)
+    assert sum(len(m) for m in back.values()) == n
+    if mode == "send_batch":
+        # One entry per part, in record order, covering the records with their offsets.
+        parts = outcomes[0]
+        assert len(parts) > 1 and sum(count for _, _, count in parts) == n
+        at = [(0, base + k) for _, base, count in parts for k in range(count)]
+        assert [m.value() for m in back[0]] == values
+        assert [(0, m.offset()) for m in back[0]] == at
+        return
+    by_offset = {(p, m.offset()): m for p, msgs in back.items() for m in msgs}
+    for i, md in enumerate(outcomes):
+        m = by_offset[(md.partition, md.offset)]  # the future's offset holds its record
+        assert m.value() == values[i]
+        assert m.key() == keys[i]
+        assert (m.headers() or None) == headers[i]
+    for p in (0, 1):
+        assert [m.value() for m in back[p]] == values[p::2]  # send order, each once
+    assert sorted(i for i, err, _ in delivered if err is None) == list(range(n))
+
+
+def test_a_split_batch_fails_only_its_record_that_cannot_fit(kafka_cluster):
+    """Among records that fit, one record over max.message.bytes: the split goes down to it,
+    it alone fails with MESSAGE_TOO_LARGE, the rest are delivered in order."""
+    from kcore.errors import MessageTooLargeError
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("split-one")
+    create(bootstrap, topic, 1, **{"max.message.bytes": "20000"})
+    values = [b"%03d" % i + b"x" * (30_000 if i == 37 else 500) for i in range(100)]
+    config = {"bootstrap.servers": bootstrap, "batch.size": 400_000, "linger.ms": 300}
+    with kcore.Producer(config) as producer:
+        futures = [producer.send(topic, v, partition=0) for v in values]
+        producer.flush(60)
+    with pytest.raises(MessageTooLargeError):
+        futures[37].result(0)
+    offsets = [f.result(0).offset for i, f in enumerate(futures) if i != 37]
+    assert offsets == list(range(99))
+    back = read_all(bootstrap, topic, 1, 99)
+    assert [m.value() for m in back[0]] == values[:37] + values[38:]
+
+
+def test_batches_in_flight_behind_a_split_one_go_again_after_its_halves(kafka_cluster):
+    """Idempotent, several batches of a partition in flight, each too large: the first comes
+    back MESSAGE_TOO_LARGE, the ones behind it OUT_OF_ORDER_SEQUENCE (the broker saw a gap).
+    The halves keep the first's sequences and go first; the others follow with theirs: every
+    record once, in send order."""
+    import os
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("split-flying")
+    create(bootstrap, topic, 1, **{"max.message.bytes": "20000"})
+    config = {"bootstrap.servers": bootstrap, "batch.size": 60_000, "linger.ms": 20}
+    values = [b"%04d:" % i + os.urandom(1000) for i in range(600)]
+    with kcore.Producer(config) as producer:
+        producer.send(topic, b"warm", partition=0).result(30)  # so more than one may fly
+        futures = [producer.send(topic, v, partition=0) for v in values]
+        producer.flush(60)
+    assert [f.result(0).offset for f in futures] == list(range(1, 601))
+    back = read_all(bootstrap, topic, 1, 601)
+    assert [m.value() for m in back[0]] == [b"warm", *values]

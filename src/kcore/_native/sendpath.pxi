@@ -52,10 +52,13 @@ cdef class DeliveryFuture:
 
     def _metadata(self):
         b = self._batch
+        index = self._index
+        if b.parts is not None:  # the batch was split: this record's part answers for it
+            b, index = b.locate(index)
         if b.error is not None:
             raise b.error
         base = b.base_offset
-        offset = base + self._index if base >= 0 else -1
+        offset = base + index if base >= 0 else -1
         log_append = b.log_append_time
         return RecordMetadata(self.topic, self.partition, offset,
                               log_append if log_append >= 0 else self.timestamp)
@@ -69,7 +72,10 @@ cdef class DeliveryFuture:
     def exception(self, timeout=None):
         if not self._batch.wait(timeout):
             raise KcoreTimeoutError(f"record to {self.topic}-{self.partition} still pending")
-        return self._batch.error
+        b = self._batch
+        if b.parts is not None:
+            b = b.locate(self._index)[0]
+        return b.error
 
     def add_done_callback(self, fn):
         self._batch.add_callback(lambda _b: fn(self))
@@ -87,8 +93,10 @@ cdef class DeliveryFuture:
         return self._metadata()
 
     def __repr__(self):
-        state = ("pending" if not self._batch.done
-                 else "failed" if self._batch.error is not None else "done")
+        b = self._batch
+        if b.done and b.parts is not None:
+            b = b.locate(self._index)[0]
+        state = "pending" if not b.done else "failed" if b.error is not None else "done"
         return f"<DeliveryFuture {self.topic}-{self.partition} {state}>"
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from kcore._codec import ProducerBatchBase
 from kcore.admin.types import TopicPartition
-from kcore.codec import RecordBatchBuilder
+from kcore.codec import RecordBatchBuilder, decode_batches
 from kcore.errors import KcoreError, KcoreTimeoutError
 from kcore.producer.results import BatchResult
 
@@ -45,6 +45,7 @@ class ProducerBatch(ProducerBatchBase):
         "order",
         "producer",
         "in_flight",
+        "span",
     )
 
     def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, reserved: int) -> None:
@@ -58,11 +59,14 @@ class ProducerBatch(ProducerBatchBase):
         self.attempts = 0
         self.retry_at = 0.0
         self.payload: bytes | None = None
-        self.order = next(_ORDER)  # creation order: retries keep it within a partition
+        self.order: float = next(_ORDER)  # creation order: retries keep it within a partition
         # (producer id, epoch) its sequence belongs to: an epoch bump, or a new producer id
         # (what a bump gives an idempotent producer without transactional.id), renumbers it.
         self.producer: tuple[int, int] | None = None
         self.in_flight = False
+        # The orders from ``order`` up to ``order + span`` are this batch's: the parts of a
+        # split take them, so they sort where the batch did, before every later batch.
+        self.span = 1.0
 
 
 class RecordAccumulator:
@@ -202,6 +206,47 @@ class RecordAccumulator:
                 raise
             return batch
 
+    def split(self, batch: ProducerBatch) -> list[ProducerBatch]:
+        """Split a sent batch the broker refused as too large (MESSAGE_TOO_LARGE) into two
+        halves queued in its place, as Java's producer splits one (it splits to ``batch.size``,
+        which never shrinks a batch when ``batch.size`` is over the topic's limit; halving
+        always does). The halves keep its creation time, attempts, producer id, epoch and
+        sequence range (the first half its first sequence, the second the rest), so batches
+        after it keep theirs; its result becomes the halves' (``BatchResult.split``)."""
+        assert batch.payload is not None and batch.records > 1
+        records = [r for b in decode_batches(batch.payload) for r in b.records()]
+        middle = len(records) // 2
+        halves: list[ProducerBatch] = []
+        with self._cond:
+            for number, part in enumerate((records[:middle], records[middle:])):
+                builder = RecordBatchBuilder(
+                    self.compression, compression_level=self.compression_level
+                )
+                for _offset, timestamp, key, value, headers in part:
+                    builder.append(key, value, timestamp, headers or None)
+                half = ProducerBatch(batch.tp, builder, 0)
+                half.closed = True
+                half.created = batch.created
+                half.attempts = batch.attempts
+                half.span = batch.span / 2
+                half.order = batch.order + number * half.span
+                if batch.sequence is not None:
+                    half.sequence = (batch.sequence + number * middle) & 0x7FFFFFFF
+                    half.producer = batch.producer
+                halves.append(half)
+            # The halves hold the batch's reservation of buffer.memory between them.
+            halves[0].reserved = batch.reserved // 2
+            halves[1].reserved = batch.reserved - halves[0].reserved
+            batch.reserved = 0
+            batch.result.split(
+                [(0, middle, halves[0].result), (middle, len(records) - middle, halves[1].result)]
+            )
+            for half in halves:
+                self.incomplete.add(half.result)
+                self.requeue(half, 0.0)
+            self.done(batch)  # its bytes go; its result completes with the halves'
+        return halves
+
     # -- draining (network thread) ------------------------------------------------------------
 
     def next_ready_in(self, now: float) -> float | None:
@@ -281,7 +326,7 @@ class RecordAccumulator:
         else:
             self._in_flight.pop(tp, None)
 
-    def waiting_earlier(self, tp: TopicPartition, order: int) -> bool:
+    def waiting_earlier(self, tp: TopicPartition, order: float) -> bool:
         """Whether a batch of ``tp`` created before ``order`` waits to be (re)sent."""
         with self._cond:
             return any(b.order < order for b in self._queues.get(tp, ()))

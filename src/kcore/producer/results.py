@@ -18,15 +18,29 @@ class BatchResult:
     """The outcome of one produce batch, shared by its records. Completed on the network
     thread, waited for on any thread."""
 
-    __slots__ = ("base_offset", "log_append_time", "error", "_event", "_callbacks", "_lock")
+    __slots__ = (
+        "base_offset",
+        "log_append_time",
+        "error",
+        "parts",
+        "_event",
+        "_callbacks",
+        "_lock",
+        "_parts_left",
+    )
 
     def __init__(self) -> None:
         self.base_offset = -1
         self.log_append_time = -1
         self.error: BaseException | None = None
+        # Set when the batch was split (the broker found it too large): ``(first index, count,
+        # result)`` per part, in record order. Each part has its own base offset (other
+        # producers may write between them), so a record's outcome is its part's (``locate``).
+        self.parts: list[tuple[int, int, BatchResult]] | None = None
         self._event = threading.Event()
         self._callbacks: list[Callable[[BatchResult], Any]] | None = None
         self._lock = threading.Lock()
+        self._parts_left = 0
 
     @property
     def done(self) -> bool:
@@ -55,6 +69,48 @@ class BatchResult:
 
                 logging.getLogger("kcore.producer").exception("delivery callback raised")
 
+    def split(self, parts: list[tuple[int, int, BatchResult]]) -> None:
+        """The batch's records now travel as ``parts`` (first index, count, result): done when
+        every part is; ``error`` is the first failed part's, ``base_offset`` the first part's."""
+        self.parts = parts
+        self._parts_left = len(parts)
+        for _, _, part in parts:
+            part.add_callback(self._part_done)
+
+    def _part_done(self, _part: BatchResult) -> None:
+        with self._lock:
+            self._parts_left -= 1
+            if self._parts_left:
+                return
+        assert self.parts is not None
+        first = self.parts[0][2]
+        self.base_offset = first.base_offset
+        self.log_append_time = first.log_append_time
+        self.error = next((p.error for _, _, p in self.parts if p.error is not None), None)
+        self._finish()
+
+    def locate(self, index: int) -> tuple[BatchResult, int]:
+        """The result that holds the record at ``index`` of this batch, and its index there."""
+        result = self
+        while result.parts is not None:
+            for start, count, part in result.parts:
+                if index < start + count:
+                    result, index = part, index - start
+                    break
+            else:
+                raise IndexError(index)
+        return result, index
+
+    def segments(self) -> list[tuple[int, int]]:
+        """``(base_offset, count)`` of each part this batch was delivered as, in record order
+        (one entry, count -1, for a batch that was never split)."""
+        if self.parts is None:
+            return [(self.base_offset, -1)]
+        out: list[tuple[int, int]] = []
+        for _, count, part in self.parts:
+            out += [(base, count if n < 0 else n) for base, n in part.segments()]
+        return out
+
     def add_callback(self, callback: Callable[[BatchResult], Any]) -> None:
         with self._lock:
             if not self._event.is_set():
@@ -71,7 +127,8 @@ class BatchResult:
 class SendBatchResult:
     """What ``send_batch`` returns: the batches the records went into. ``result(timeout)``
     waits for all and returns ``[(partition, base_offset, count), ...]`` in send order of the
-    chunks; raises the first delivery error."""
+    chunks (a chunk the broker found too large for one batch, split and sent in parts, gives an
+    entry per part); raises the first delivery error."""
 
     __slots__ = ("topic", "_parts")
 
@@ -98,7 +155,10 @@ class SendBatchResult:
                 )
             if r.error is not None:
                 raise r.error
-            out.append((partition, r.base_offset, count))
+            if r.parts is None:
+                out.append((partition, r.base_offset, count))
+            else:
+                out += [(partition, base, n) for base, n in r.segments()]
         return out
 
     def __len__(self) -> int:

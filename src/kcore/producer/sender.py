@@ -48,6 +48,9 @@ DUPLICATE_SEQUENCE = 46
 OUT_OF_ORDER_SEQUENCE = 45
 UNKNOWN_PRODUCER_ID = 59
 INVALID_PRODUCER_EPOCH = 47
+# A batch over the topic's max.message.bytes (or the broker's message.max.bytes): one of several
+# records is split and sent again, as Java does.
+TOO_LARGE = frozenset({10, 18})  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
 # Answers that mean the broker's idea of this partition's sequence differs from ours.
 SEQUENCE_ERRORS = frozenset({OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH})
 TOPIC_ID_VERSION = 13  # Produce v13 names topics by id
@@ -78,7 +81,7 @@ class Sender:
         self.producer_epoch = -1
         self._sequences: dict[TopicPartition, int] = defaultdict(int)
         # Batches in flight per partition: creation order -> (producer id, epoch) of their sequence.
-        self._flying: dict[TopicPartition, dict[int, tuple[int, int]]] = {}
+        self._flying: dict[TopicPartition, dict[float, tuple[int, int]]] = {}
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
@@ -411,6 +414,8 @@ class Sender:
                         bump = True
                         self._rewrite.add(batch.tp)
                         self.acc.requeue(batch, time.monotonic())
+                elif code in TOO_LARGE and batch.records > 1 and not batch.result.done:
+                    self._split(batch)
                 else:
                     err = error_for_code(code)
                     assert err is not None
@@ -421,6 +426,27 @@ class Sender:
             self._retry_or_fail(batch, KcoreError("the broker did not answer for the partition"))
         if bump:
             self._start_epoch_bump()
+
+    def _split(self, batch: ProducerBatch) -> None:
+        """The broker refused the batch as too large (so wrote none of it): its records go
+        again in two halves that keep its sequence range, so the batches after it, which come
+        back OUT_OF_ORDER_SEQUENCE meanwhile, go again after the halves with their own."""
+        self._land(batch)
+        try:
+            halves = self.acc.split(batch)
+        except Exception as exc:  # e.g. out of memory: this batch fails, as unsplittable
+            self._fail(batch, KcoreError(f"splitting a batch the broker found too large: {exc!r}"))
+            return
+        log.warning(
+            "%s-%s: a batch of %d records was too large for the broker; sending it in two "
+            "(%d and %d records)",
+            batch.tp.topic,
+            batch.tp.partition,
+            batch.records,
+            halves[0].records,
+            halves[1].records,
+        )
+        self.wakeup()
 
     def _land(self, batch: ProducerBatch) -> None:
         flying = self._flying.get(batch.tp)
