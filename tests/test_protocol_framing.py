@@ -57,6 +57,35 @@ def test_request_frame_header_v1() -> None:
     assert proto.in_flight[0].api_key == 3
 
 
+@pytest.mark.parametrize("version", [3, 9, 13])  # non-flexible, flexible, topic ids
+def test_a_produce_request_s_large_batches_are_spliced_not_copied(version: int) -> None:
+    """send_request_segments: the same bytes as send_request, with each records field of at
+    least SPLICE_MIN bytes listed as the very object the request holds (no copy), smaller ones
+    copied into the frame."""
+    from kcore.protocol.messages.produce_request import PartitionProduceData, TopicProduceData
+
+    big, other, small = b"a" * 20000, bytes(range(256)) * 100, b"s" * 100
+    topics = [
+        TopicProduceData(
+            name="t",
+            topic_id=uuid.UUID(int=7),
+            partition_data=[
+                PartitionProduceData(index=0, records=big),
+                PartitionProduceData(index=1, records=small),
+                PartitionProduceData(index=2, records=other),
+            ],
+        )
+    ]
+    request = m.ProduceRequest(acks=-1, timeout_ms=1000, topic_data=topics)
+    _, whole = KafkaProtocol("c").send_request(request, version)
+    corr, segments = KafkaProtocol("c").send_request_segments(request, version)
+    assert b"".join(segments) == whole
+    assert [s for s in segments if s is big or s is other] == [big, other]
+    assert len(segments) == 5
+    _, plain = KafkaProtocol("c").send_request_segments(m.MetadataRequest(topics=None), 1)
+    assert len(plain) == 1
+
+
 def test_request_frame_header_v2_keeps_client_id_non_compact() -> None:
     proto = KafkaProtocol("cli")
     proto.send_request(m.MetadataRequest(), 1)

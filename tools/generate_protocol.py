@@ -1012,8 +1012,7 @@ class ModuleGen:
         elif elem == "uuid":
             w(f"{out} += {value}.bytes")
         elif elem in ("string", "bytes", "records"):
-            kind = "string" if elem == "string" else "bytes"
-            name = ("compact_" if flexible else "") + ("nullable_" if nullable else "") + kind
+            name = ("compact_" if flexible else "") + ("nullable_" if nullable else "") + elem
             w(f"{self.h('write_' + name)}({out}, {value})")
         else:
             raise ValueError(f"cannot encode {f.type}")

@@ -11,6 +11,7 @@ correlation id.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import ssl
 import time
@@ -65,6 +66,34 @@ class ConnectionSettings:
     sasl_factory: SaslMechanismFactory | None = None
 
 
+Buffer = bytes | bytearray | memoryview
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
+
+
+def _write_gathered(fd: int, buffers: list[Buffer]) -> list[Buffer]:
+    """Write ``buffers`` to the non-blocking socket ``fd`` with ``writev`` for as long as it
+    takes them; returns what is left (the first buffer sliced where the socket stopped).
+    An error other than a full socket leaves the rest for the transport, which reports it."""
+    while buffers:
+        batch = buffers[:_IOV_MAX]
+        try:
+            written = os.writev(fd, batch)
+        except (BlockingIOError, InterruptedError):
+            return buffers
+        except OSError:
+            return buffers
+        whole = 0
+        for buffer in batch:
+            size = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
+            if written < size:
+                rest = memoryview(buffer)[written:] if written else buffer
+                return [rest, *buffers[whole + 1 :]]
+            written -= size
+            whole += 1
+        buffers = buffers[whole:]
+    return buffers
+
+
 class _Stream(asyncio.Protocol):
     """Bytes in and out of the transport; everything else happens in :class:`BrokerConnection`."""
 
@@ -73,25 +102,39 @@ class _Stream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._can_write = asyncio.Event()
         self._can_write.set()
-        self._pending: list[bytes | bytearray] = []
+        self._pending: list[Buffer] = []
+        self._fd = -1  # the socket, for gathering writes (plain TCP; TLS writes through SSL)
 
-    def send(self, data: bytes | bytearray) -> None:
-        """Queue ``data``; everything queued in one loop iteration goes out in one write (one
-        system call for many pipelined requests)."""
+    def send(self, segments: list[Buffer]) -> None:
+        """Queue a request's ``segments``; everything queued in one loop iteration goes out in
+        one write (one system call for many pipelined requests)."""
         if not self._pending:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append(data)
+        self._pending += segments
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
-        if self.transport is not None and not self.transport.is_closing():
-            # A memoryview: what the socket does not take at once is sliced off without a copy
-            # (slicing bytes or a bytearray copies the rest before the transport buffers it).
-            data = memoryview(pending[0]) if len(pending) == 1 else b"".join(pending)
-            self.transport.write(data)
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self._fd < 0:  # TLS: one write of everything (its records are copied to encrypt)
+            transport.write(memoryview(pending[0]) if len(pending) == 1 else b"".join(pending))
+            return
+        if not transport.get_write_buffer_size():
+            # Nothing buffered in the transport, so the socket may be written directly: the
+            # buffers as they are (a Produce request's batches are not copied into one frame,
+            # nor into the transport's buffer unless the socket does not take them at once).
+            pending = _write_gathered(self._fd, pending)
+        # What the socket did not take goes through the transport, which buffers it (a copy)
+        # until it can be written, and reports a socket error.
+        for buffer in pending:
+            transport.write(buffer)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and transport.get_extra_info("sslcontext") is None:
+            self._fd = sock.fileno()
 
     def data_received(self, data: bytes) -> None:
         self.owner._data_received(data)
@@ -387,7 +430,7 @@ class BrokerConnection:
             stream = self._stream
             if stream is None or stream.transport is None or self._closed_error is not None:
                 raise self._down_error()
-            correlation_id, data = self._proto.send_request(
+            correlation_id, segments = self._proto.send_request_segments(
                 request, version, expect_response=expect_response
             )
             waiter: asyncio.Future[Any] | None = None
@@ -395,7 +438,8 @@ class BrokerConnection:
                 waiter = asyncio.get_running_loop().create_future()
                 self._waiters[correlation_id] = waiter
             self.last_active = time.monotonic()
-            stream.send(data)
+            stream.send(segments)
+            del segments  # sent or buffered: not kept while the answer is awaited
             await stream.drain()
             if waiter is None:
                 return None

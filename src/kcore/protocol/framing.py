@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from kcore.errors import KcoreError, ProtocolError, UnsupportedVersionError
 from kcore.protocol.messages import APIS, response_class
 from kcore.protocol.messages.response_header import ResponseHeader
-from kcore.protocol.types import Message, check_version
+from kcore.protocol.types import FrameBuffer, Message, check_version
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -127,6 +127,31 @@ class KafkaProtocol:
         ProduceRequest with ``acks == 0``. Requests that get no answer are not kept in flight.
         Raises ``UnsupportedVersionError`` if the request class lacks ``api_version``.
         """
+        correlation_id, out = self._frame(request, api_version, expect_response, bytearray(4))
+        return correlation_id, out
+
+    def send_request_segments(
+        self, request: Message, api_version: int, *, expect_response: bool | None = None
+    ) -> tuple[int, list[bytes | bytearray | memoryview]]:
+        """As :meth:`send_request`, the frame as buffers to write one after the other: large
+        records fields (a Produce request's batches) are not copied into the frame but listed
+        as they are, for a gathering write (``os.writev``)."""
+        correlation_id, out = self._frame(request, api_version, expect_response, FrameBuffer(4))
+        if not out.splices:
+            return correlation_id, [out]
+        view = memoryview(out)
+        segments: list[bytes | bytearray | memoryview] = []
+        start = 0
+        for position, records in out.splices:
+            segments.append(view[start:position])
+            segments.append(records)
+            start = position
+        segments.append(view[start:])
+        return correlation_id, segments
+
+    def _frame(
+        self, request: Message, api_version: int, expect_response: bool | None, out: Any
+    ) -> tuple[int, Any]:
         api_key = request.API_KEY
         info = APIS.get(api_key) if api_key is not None else None
         if api_key is None or info is None or info.request != request.NAME:  # e.g. a response
@@ -135,13 +160,16 @@ class KafkaProtocol:
         if expect_response is None:
             expect_response = not (api_key == PRODUCE_KEY and getattr(request, "acks", 1) == 0)
         correlation_id = self._next_correlation_id
-        out = bytearray(4)  # the size, filled in below
+        # out: 4 bytes for the size, filled in below
         out += _HEADER_V1.pack(api_key, api_version, correlation_id, self._client_id_len)
         out += self._client_id_bytes
         if request_header_version(api_key, api_version) >= 2:
             out.append(0)  # no tagged fields in the header
         request.encode_into(out, api_version)  # raises before any state changes
-        _SIZE.pack_into(out, 0, len(out) - 4)
+        size = len(out) - 4
+        if type(out) is FrameBuffer:
+            size += sum(len(records) for _, records in out.splices)
+        _SIZE.pack_into(out, 0, size)
         self._next_correlation_id = 0 if correlation_id == _INT32_MAX else correlation_id + 1
         if expect_response:
             self._in_flight[correlation_id] = InFlight(

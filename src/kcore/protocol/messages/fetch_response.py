@@ -31,11 +31,11 @@ from kcore.protocol.types import (
     run_encoder as _run_encoder,
     tag_size_mismatch as _tag_size_mismatch,
     write_compact_length as _write_compact_length,
-    write_compact_nullable_bytes as _write_compact_nullable_bytes,
+    write_compact_nullable_records as _write_compact_nullable_records,
     write_compact_nullable_string as _write_compact_nullable_string,
     write_compact_string as _write_compact_string,
     write_length as _write_length,
-    write_nullable_bytes as _write_nullable_bytes,
+    write_nullable_records as _write_nullable_records,
     write_string as _write_string,
     write_tags as _write_tags,
 )
@@ -742,9 +742,9 @@ def _encode_PartitionData(o: PartitionData, out: bytearray, version: int) -> Non
     else:
         out += _S_i32.pack(o.preferred_read_replica)
     if version <= 11:
-        _write_nullable_bytes(out, o.records)
+        _write_nullable_records(out, o.records)
     else:
-        _write_compact_nullable_bytes(out, o.records)
+        _write_compact_nullable_records(out, o.records)
     if version >= 12:
         tags: list[tuple[int, bytearray]] = []
         if o.diverging_epoch != _DEFAULT_EpochEndOffset:

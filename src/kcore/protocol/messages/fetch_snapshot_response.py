@@ -24,8 +24,8 @@ from kcore.protocol.types import (
     run_decoder as _run_decoder,
     run_encoder as _run_encoder,
     tag_size_mismatch as _tag_size_mismatch,
-    write_compact_bytes as _write_compact_bytes,
     write_compact_length as _write_compact_length,
+    write_compact_records as _write_compact_records,
     write_compact_string as _write_compact_string,
     write_tags as _write_tags,
 )
@@ -454,7 +454,7 @@ def _encode_PartitionSnapshot(o: PartitionSnapshot, out: bytearray, version: int
     out += _S_i32_i16.pack(o.index, o.error_code)
     _encode_SnapshotId(o.snapshot_id, out, version)
     out += _S_i64_i64.pack(o.size, o.position)
-    _write_compact_bytes(out, o.unaligned_records)
+    _write_compact_records(out, o.unaligned_records)
     tags: list[tuple[int, bytearray]] = []
     if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
         t = bytearray()

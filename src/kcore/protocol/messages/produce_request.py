@@ -29,11 +29,11 @@ from kcore.protocol.types import (
     run_decoder as _run_decoder,
     run_encoder as _run_encoder,
     write_compact_length as _write_compact_length,
-    write_compact_nullable_bytes as _write_compact_nullable_bytes,
+    write_compact_nullable_records as _write_compact_nullable_records,
     write_compact_nullable_string as _write_compact_nullable_string,
     write_compact_string as _write_compact_string,
     write_length as _write_length,
-    write_nullable_bytes as _write_nullable_bytes,
+    write_nullable_records as _write_nullable_records,
     write_nullable_string as _write_nullable_string,
     write_string as _write_string,
     write_tags as _write_tags,
@@ -230,9 +230,9 @@ class ProduceRequest(_Message):
 def _encode_PartitionProduceData(o: PartitionProduceData, out: bytearray, version: int) -> None:
     out += _S_i32.pack(o.index)
     if version <= 8:
-        _write_nullable_bytes(out, o.records)
+        _write_nullable_records(out, o.records)
     else:
-        _write_compact_nullable_bytes(out, o.records)
+        _write_compact_nullable_records(out, o.records)
     if version >= 9:
         u = o._unknown_tagged_fields
         if u:

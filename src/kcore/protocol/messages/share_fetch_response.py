@@ -25,9 +25,9 @@ from kcore.protocol.types import (
     read_uuid as _read_uuid,
     run_decoder as _run_decoder,
     run_encoder as _run_encoder,
-    write_compact_bytes as _write_compact_bytes,
     write_compact_length as _write_compact_length,
     write_compact_nullable_string as _write_compact_nullable_string,
+    write_compact_records as _write_compact_records,
     write_compact_string as _write_compact_string,
     write_tags as _write_tags,
 )
@@ -536,7 +536,7 @@ def _encode_PartitionData(o: PartitionData, out: bytearray, version: int) -> Non
     out += _S_i16.pack(o.acknowledge_error_code)
     _write_compact_nullable_string(out, o.acknowledge_error_message)
     _encode_LeaderIdAndEpoch(o.current_leader, out, version)
-    _write_compact_bytes(out, o.records)
+    _write_compact_records(out, o.records)
     a = o.acquired_records
     if a is None:
         raise _null_not_allowed("PartitionData.acquired_records")
