@@ -148,3 +148,128 @@ def test_close_fails_a_request_cancelled_before_it_started() -> None:
         assert not acc.has_pending() and not batch.in_flight
 
     asyncio.run(main())
+
+
+class _Cluster:
+    """What the sender's answer handling touches, with no topics known (names in answers)."""
+
+    class cache:
+        class current:
+            topics: dict = {}
+
+        @staticmethod
+        def request_update() -> None:
+            pass
+
+        @staticmethod
+        def update_leader(*args: Any) -> bool:
+            return False
+
+    class metadata:
+        topics: dict = {}
+
+    class retry_backoff:
+        @staticmethod
+        def backoff_s(attempt: int) -> float:
+            return 0.0
+
+    @staticmethod
+    def handle_error_code(code: int) -> bool:
+        return False
+
+
+def _answer(sender: Sender, batch: Any, code: int) -> None:
+    from kcore.protocol.messages.produce_response import (
+        PartitionProduceResponse,
+        ProduceResponse,
+        TopicProduceResponse,
+    )
+
+    part = PartitionProduceResponse(index=batch.tp.partition, error_code=code, base_offset=-1)
+    response = ProduceResponse(
+        responses=[TopicProduceResponse(name=batch.tp.topic, partition_responses=[part])]
+    )
+    sender._handle_response(response, [batch], 9)
+
+
+def _send(sender: Sender, acc: RecordAccumulator) -> list:
+    batches = _drain(acc)
+    for b in batches:
+        sender._assign_sequence(b)
+        b.attempts += 1
+        sender._payload(b)
+    return batches
+
+
+def test_batches_in_flight_behind_a_split_one_go_again_after_its_halves() -> None:
+    """Two batches of a partition in flight; the first comes back MESSAGE_TOO_LARGE, the
+    second OUT_OF_ORDER_SEQUENCE (the broker saw the gap). The halves take the first's
+    sequences (0 and 2), the second keeps its own (4) and waits behind them; none goes while
+    another batch of the partition is in flight (they are retries)."""
+    acc = _accumulator()
+    sender = _sender(_Cluster(), acc, idempotent=True)
+    sender.producer_id, sender.producer_epoch = 1000, 0
+    sender._acked.add(P1)  # a batch was written before: several may fly
+    for i in range(6):
+        acc.append(P1, None, b"v%d" % i, 0, None, 1.0)
+        if i in (3, 5):
+            acc._queues[P1][-1].closed = True  # batches of 4 and 2 records
+    first, second = _send(sender, acc)[0], _send(sender, acc)[0]
+    assert (first.records, second.records) == (4, 2)
+    assert (first.sequence, second.sequence) == (0, 4)
+
+    _answer(sender, first, 10)  # MESSAGE_TOO_LARGE
+    halves = list(acc._queues[P1])[:2]
+    assert [(h.records, h.sequence, h.producer) for h in halves] == [
+        (2, 0, (1000, 0)),
+        (2, 2, (1000, 0)),
+    ]
+    assert not sender._sendable(P1, halves[0], acc._in_flight.get(P1, 0))  # second flies
+    _answer(sender, second, 45)  # OUT_OF_ORDER_SEQUENCE: goes again after the halves
+    assert list(acc._queues[P1])[:3] == [*halves, second]
+    assert second.sequence == 4 and not sender._epoch_bump
+    (h0,) = _send(sender, acc)
+    assert h0 is halves[0] and not sender._sendable(P1, halves[1], 1)
+    _answer(sender, h0, 0)
+    (h1,) = _send(sender, acc)
+    _answer(sender, h1, 0)
+    (again,) = _send(sender, acc)
+    assert again is second and again.sequence == 4
+    _answer(sender, again, 0)
+    assert first.result.done and first.result.error is None
+    assert not acc._queues[P1] and acc._used == 0 and not acc._in_flight
+
+
+def test_a_split_batch_s_halves_get_a_fresh_retries_budget() -> None:
+    """retries=1 and a batch sent once, refused as too large: a half meeting a retriable error
+    is retried once more (as Java's split batches start counting afresh), not failed."""
+    acc = _accumulator()
+    sender = _sender(_Cluster(), acc, idempotent=False, retries=1)
+    for i in range(4):
+        acc.append(P1, None, b"v%d" % i, 0, None, 1.0)
+    (batch,) = _send(sender, acc)
+    _answer(sender, batch, 10)
+    (half, _) = list(acc._queues[P1])
+    (sent,) = _send(sender, acc)
+    assert sent is half and sent.attempts == 2
+    _answer(sender, sent, 6)  # NOT_LEADER_OR_FOLLOWER: retriable
+    assert not half.result.done and acc._queues[P1][0] is half
+    (sent,) = _send(sender, acc)
+    _answer(sender, sent, 6)  # the one retry is used up
+    assert isinstance(half.result.error, KcoreError)
+
+
+def test_a_batch_that_cannot_be_split_fails_with_the_broker_s_answer() -> None:
+    """A header key the decoder refuses (bytes that are not UTF-8) makes the batch impossible
+    to split: its records fail with MESSAGE_TOO_LARGE, naming why, nothing queued again."""
+    from kcore.errors import MessageTooLargeError
+
+    acc = _accumulator()
+    sender = _sender(_Cluster(), acc, idempotent=False)
+    acc.append(P1, None, b"a", 0, [(b"\xff", b"x")], 1.0)
+    acc.append(P1, None, b"b", 0, None, 1.0)
+    (batch,) = _send(sender, acc)
+    _answer(sender, batch, 10)
+    assert isinstance(batch.result.error, MessageTooLargeError)
+    assert "could not be split" in str(batch.result.error)
+    assert not acc._queues[P1] and acc._used == 0

@@ -46,6 +46,7 @@ class ProducerBatch(ProducerBatchBase):
         "producer",
         "in_flight",
         "span",
+        "free_attempts",
     )
 
     def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, reserved: int) -> None:
@@ -65,8 +66,12 @@ class ProducerBatch(ProducerBatchBase):
         self.producer: tuple[int, int] | None = None
         self.in_flight = False
         # The orders from ``order`` up to ``order + span`` are this batch's: the parts of a
-        # split take them, so they sort where the batch did, before every later batch.
+        # split take them, so they sort where the batch did, before every later batch (exact
+        # while order < 2**(53 - depth of splitting): far beyond any producer's batch count).
         self.span = 1.0
+        # Sends that do not count against ``retries``: those of the batch a split came from
+        # (as Java's split batches start their attempt count afresh).
+        self.free_attempts = 0
 
 
 class RecordAccumulator:
@@ -214,26 +219,28 @@ class RecordAccumulator:
         sequence range (the first half its first sequence, the second the rest), so batches
         after it keep theirs; its result becomes the halves' (``BatchResult.split``)."""
         assert batch.payload is not None and batch.records > 1
+        # First everything that may fail (decoding, encoding: e.g. out of memory), with no
+        # state changed; then the swap, which does not fail.
         records = [r for b in decode_batches(batch.payload) for r in b.records()]
         middle = len(records) // 2
         halves: list[ProducerBatch] = []
+        for number, part in enumerate((records[:middle], records[middle:])):
+            builder = RecordBatchBuilder(self.compression, compression_level=self.compression_level)
+            for _offset, timestamp, key, value, headers in part:
+                builder.append(key, value, timestamp, headers or None)
+            half = ProducerBatch(batch.tp, builder, 0)
+            half.closed = True
+            half.created = batch.created
+            # Sent as often as the batch (a retry: it goes once nothing of its partition is in
+            # flight), but with a fresh retries budget.
+            half.attempts = half.free_attempts = batch.attempts
+            half.span = batch.span / 2
+            half.order = batch.order + number * half.span
+            if batch.sequence is not None:
+                half.sequence = (batch.sequence + number * middle) & 0x7FFFFFFF
+                half.producer = batch.producer
+            halves.append(half)
         with self._cond:
-            for number, part in enumerate((records[:middle], records[middle:])):
-                builder = RecordBatchBuilder(
-                    self.compression, compression_level=self.compression_level
-                )
-                for _offset, timestamp, key, value, headers in part:
-                    builder.append(key, value, timestamp, headers or None)
-                half = ProducerBatch(batch.tp, builder, 0)
-                half.closed = True
-                half.created = batch.created
-                half.attempts = batch.attempts
-                half.span = batch.span / 2
-                half.order = batch.order + number * half.span
-                if batch.sequence is not None:
-                    half.sequence = (batch.sequence + number * middle) & 0x7FFFFFFF
-                    half.producer = batch.producer
-                halves.append(half)
             # The halves hold the batch's reservation of buffer.memory between them.
             halves[0].reserved = batch.reserved // 2
             halves[1].reserved = batch.reserved - halves[0].reserved

@@ -414,28 +414,33 @@ class Sender:
                         bump = True
                         self._rewrite.add(batch.tp)
                         self.acc.requeue(batch, time.monotonic())
-                elif code in TOO_LARGE and batch.records > 1 and not batch.result.done:
-                    self._split(batch)
                 else:
                     err = error_for_code(code)
                     assert err is not None
                     if p.error_message:
                         err = type(err)(p.error_message)
-                    self._retry_or_fail(batch, err)
+                    if code in TOO_LARGE and batch.records > 1 and not batch.result.done:
+                        self._split(batch, err)
+                    else:
+                        self._retry_or_fail(batch, err)
         for batch in pending.values():  # not in the answer at all
             self._retry_or_fail(batch, KcoreError("the broker did not answer for the partition"))
         if bump:
             self._start_epoch_bump()
 
-    def _split(self, batch: ProducerBatch) -> None:
+    def _split(self, batch: ProducerBatch, error: KafkaError) -> None:
         """The broker refused the batch as too large (so wrote none of it): its records go
         again in two halves that keep its sequence range, so the batches after it, which come
         back OUT_OF_ORDER_SEQUENCE meanwhile, go again after the halves with their own."""
         self._land(batch)
         try:
             halves = self.acc.split(batch)
-        except Exception as exc:  # e.g. out of memory: this batch fails, as unsplittable
-            self._fail(batch, KcoreError(f"splitting a batch the broker found too large: {exc!r}"))
+        except Exception as exc:
+            # It cannot be split (out of memory; a header key that is not UTF-8, which the
+            # decoder refuses): its records fail with the broker's answer.
+            self._fail(
+                batch, type(error)(f"{error.message}; the batch could not be split: {exc!r}")
+            )
             return
         log.warning(
             "%s-%s: a batch of %d records was too large for the broker; sending it in two "
@@ -494,13 +499,10 @@ class Sender:
             self.cluster.cache.request_update()
         now = time.monotonic()
         self._land(batch)
-        if (
-            retriable
-            and batch.attempts <= self.retries
-            and now - batch.created < self.delivery_timeout_s
-        ):
+        attempts = batch.attempts - batch.free_attempts
+        if retriable and attempts <= self.retries and now - batch.created < self.delivery_timeout_s:
             log.debug("retrying %s after %s", batch.tp, exc)
-            backoff = self.cluster.retry_backoff.backoff_s(batch.attempts - 1)
+            backoff = self.cluster.retry_backoff.backoff_s(max(attempts - 1, 0))
             self.acc.requeue(batch, now + backoff)
             self.wakeup()
             return
