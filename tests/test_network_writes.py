@@ -8,6 +8,7 @@ import asyncio
 import os
 import socket
 import threading
+import time
 
 from kcore.network.connection import _Stream, _write_gathered
 
@@ -52,40 +53,84 @@ def test_write_gathered_returns_what_the_socket_did_not_take() -> None:
         b.close()
 
 
-def test_a_stream_keeps_the_order_of_writes_while_the_socket_is_full() -> None:
-    """Requests flushed while the transport still buffers an earlier one's rest go behind it;
-    once the reader catches up, every byte arrives in order."""
+class _Owner:
+    def _data_received(self, data: bytes) -> None:
+        pass
 
-    class Owner:
-        def _data_received(self, data: bytes) -> None:
-            pass
+    def _lost(self, exc: Exception | None) -> None:
+        pass
 
-        def _lost(self, exc: Exception | None) -> None:
-            pass
 
-    async def run() -> bytes:
+def test_a_stream_keeps_the_order_of_writes_while_the_socket_fills_and_empties(
+    monkeypatch,
+) -> None:
+    """Requests flushed while the transport still buffers an earlier one's rest go behind it,
+    and once it has written its buffer out, straight to the socket again: with a reader taking
+    the bytes slowly meanwhile, every byte arrives in order, and both paths were taken."""
+    import kcore.network.connection as connection
+
+    direct = []
+    original = connection._write_gathered
+
+    def spy(fd: int, buffers: list) -> list:
+        rest = original(fd, buffers)
+        direct.append(len(rest))
+        return rest
+
+    monkeypatch.setattr(connection, "_write_gathered", spy)
+
+    async def run() -> None:
         a, b = _pair(8192)
         loop = asyncio.get_running_loop()
-        _, stream = await loop.create_connection(lambda: _Stream(Owner()), sock=a)  # type: ignore[arg-type]
+        _, stream = await loop.create_connection(lambda: _Stream(_Owner()), sock=a)  # type: ignore[arg-type]
         assert stream._fd == a.fileno()
-        sent = []
-        for i in range(6):
-            segments = [b"%d:" % i, os.urandom(150_000), b"small", os.urandom(70_000)]
-            sent += segments
-            stream.send(segments)
-            await asyncio.sleep(0)  # each flush runs on its own
-        assert stream.transport.get_write_buffer_size() > 0  # the socket filled up
-        total = sum(len(x) for x in sent)
-        b.setblocking(False)
-        got = bytearray()
-        while len(got) < total:
-            try:
-                got += b.recv(1 << 20)
-            except BlockingIOError:
-                await asyncio.sleep(0.001)
+        plan = [[b"%d:" % i, os.urandom(150_000), b"small", os.urandom(70_000)] for i in range(40)]
+        total = sum(len(x) for segments in plan for x in segments)
+        got: list[bytes] = []
+
+        def reader() -> None:  # slow at first, then takes whatever comes
+            b.settimeout(30)
+            have = 0
+            while have < total:
+                chunk = b.recv(65536 if have > 2_000_000 else 4096)
+                if not chunk:
+                    break
+                got.append(chunk)
+                have += len(chunk)
+                if have < 2_000_000:
+                    time.sleep(0.0005)
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        for i, segments in enumerate(plan):
+            stream.send(list(segments))
+            await asyncio.sleep(0.002 if i % 3 else 0.05)  # sometimes long enough to empty
+        deadline = time.monotonic() + 60
+        while thread.is_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        sent = [x for segments in plan for x in segments]
         stream.transport.close()
         b.close()
-        assert bytes(got) == b"".join(sent)
-        return bytes(got)
+        assert b"".join(got) == b"".join(sent)
 
     asyncio.run(run())
+    assert any(direct), "the socket never filled up: the transport's path was not taken"
+    assert len(direct) > 1, "nothing went straight to the socket after the transport's turn"
+
+
+def test_writes_to_a_peer_that_hung_up_stop_at_the_first_error(caplog) -> None:
+    """The peer is gone: the first write's error closes the transport and the request's other
+    segments are not written (each would log asyncio's "socket.send() raised exception")."""
+
+    async def run() -> None:
+        a, b = _pair(8192)
+        loop = asyncio.get_running_loop()
+        _, stream = await loop.create_connection(lambda: _Stream(_Owner()), sock=a)  # type: ignore[arg-type]
+        b.close()
+        for _ in range(3):
+            stream.send([os.urandom(100_000) for _ in range(9)])
+            await asyncio.sleep(0.01)
+        stream.transport.close()
+
+    asyncio.run(run())
+    assert sum("socket.send() raised" in r.getMessage() for r in caplog.records) <= 1

@@ -84,6 +84,34 @@ def test_a_produce_request_s_large_batches_are_spliced_not_copied(version: int) 
     assert len(segments) == 5
     _, plain = KafkaProtocol("c").send_request_segments(m.MetadataRequest(topics=None), 1)
     assert len(plain) == 1
+    # A bytearray may be changed by its owner before the frame is written: copied, not spliced.
+    mutable = m.ProduceRequest(
+        acks=-1,
+        timeout_ms=1000,
+        topic_data=[
+            TopicProduceData(
+                name="t", partition_data=[PartitionProduceData(index=0, records=bytearray(big))]
+            )
+        ],
+    )
+    _, copied = KafkaProtocol("c").send_request_segments(mutable, 9)
+    assert len(copied) == 1 and b"".join(copied) == KafkaProtocol("c").send_request(mutable, 9)[1]
+
+
+def test_a_failed_encode_leaves_no_splice_behind() -> None:
+    from kcore.protocol.types import FrameBuffer, run_encoder, write_records
+
+    out = FrameBuffer(4)
+
+    def encode(obj, out, version):
+        out += b"head"
+        write_records(out, b"r" * 20000)
+        assert out.splices
+        raise ValueError("bad field")
+
+    with pytest.raises(ValueError, match="bad field"):
+        run_encoder(m.ApiVersionsRequest(), encode, out, 0)
+    assert bytes(out) == bytes(4) and out.splices == []
 
 
 def test_request_frame_header_v2_keeps_client_id_non_compact() -> None:

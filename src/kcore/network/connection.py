@@ -67,7 +67,10 @@ class ConnectionSettings:
 
 
 Buffer = bytes | bytearray | memoryview
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
+try:
+    _IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))
+except (AttributeError, ValueError, OSError):
+    _IOV_MAX = 16
 
 
 def _write_gathered(fd: int, buffers: list[Buffer]) -> list[Buffer]:
@@ -125,15 +128,18 @@ class _Stream(asyncio.Protocol):
             # buffers as they are (a Produce request's batches are not copied into one frame,
             # nor into the transport's buffer unless the socket does not take them at once).
             pending = _write_gathered(self._fd, pending)
-        # What the socket did not take goes through the transport, which buffers it (a copy)
-        # until it can be written, and reports a socket error.
+        # What the socket did not take goes through the transport, which buffers it until it
+        # can be written (Python 3.11 copies it then) and reports a socket error.
         for buffer in pending:
+            if transport.is_closing():  # (further writes would each log a warning)
+                break
             transport.write(buffer)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
-        if sock is not None and transport.get_extra_info("sslcontext") is None:
+        plain = transport.get_extra_info("sslcontext") is None
+        if sock is not None and plain and hasattr(os, "writev"):  # (not on Windows)
             self._fd = sock.fileno()
 
     def data_received(self, data: bytes) -> None:

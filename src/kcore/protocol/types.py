@@ -173,11 +173,17 @@ def run_encoder(
     try:
         fn(obj, out, version)
     except (struct.error, ValueError, OverflowError) as exc:
-        del out[start:]
+        _truncate(out, start)
         raise ValueError(f"cannot encode {obj.NAME} v{version}: {exc}") from exc
     except BaseException:
-        del out[start:]
+        _truncate(out, start)
         raise
+
+
+def _truncate(out: bytearray, size: int) -> None:
+    del out[size:]
+    if type(out) is FrameBuffer:
+        out.splices = [(p, b) for p, b in out.splices if p < size]
 
 
 def run_decoder(
@@ -462,7 +468,8 @@ class FrameBuffer(bytearray):
 
 
 def _put_records(out: bytearray, b: Any) -> None:
-    if type(out) is FrameBuffer and len(b) >= SPLICE_MIN:
+    # Only bytes, which cannot change: a caller's bytearray could be reused before it is sent.
+    if type(out) is FrameBuffer and type(b) is bytes and len(b) >= SPLICE_MIN:
         out.splices.append((len(out), b))
     else:
         out += b
