@@ -273,3 +273,51 @@ def test_a_batch_that_cannot_be_split_fails_with_the_broker_s_answer() -> None:
     assert isinstance(batch.result.error, MessageTooLargeError)
     assert "could not be split" in str(batch.result.error)
     assert not acc._queues[P1] and acc._used == 0
+
+
+def test_an_epoch_bump_keeps_the_numbering_of_a_batch_that_may_have_been_written() -> None:
+    """A batch of P1 whose request timed out (the broker may have written it) keeps its producer
+    id, epoch and sequence through a bump that renumbers P1: sent again under them, the broker
+    answers DUPLICATE_SEQUENCE if it wrote it; renumbered, it would be written twice. Only when
+    the broker rejects it under the old epoch is it renumbered, still ahead of later batches."""
+    import asyncio
+
+    from kcore.errors import KcoreTimeoutError
+
+    acc = _accumulator()
+
+    class Cluster(_Cluster):
+        async def version_for(self, node: int, api: int, **limits: int) -> int:
+            return 9
+
+        async def send(self, node: int, request: Any, version: int) -> Any:
+            raise KcoreTimeoutError("no answer")
+
+    sender = _sender(Cluster(), acc, idempotent=True)
+    sender.producer_id, sender.producer_epoch = 1000, 0
+    acc.append(P1, None, b"c", 0, None, 1.0)
+    (c,) = _drain(acc)
+    sender._assign_sequence(c)
+    asyncio.run(sender._produce_once(1, [c]))  # times out: requeued, maybe written
+    assert c.maybe_written and acc._queues[P1][0] is c
+    acc.append(P1, None, b"d", 0, None, 1.0)  # a batch never sent
+
+    sender._rewrite.add(P1)  # P1's sequence broke elsewhere: a bump renumbers P1
+    sender.producer_id = 1001
+    sender._sequences.clear()
+    acc.reset_sequences(sender._rewrite)
+    c_again, d = list(acc._queues[P1])
+    assert c_again is c and (c.producer, c.sequence) == ((1000, 0), 0)
+    assert d.sequence is None
+
+    (sent,) = _drain(acc)
+    sender._assign_sequence(sent)
+    sent.attempts += 1
+    assert sent is c and c.producer == (1000, 0)
+    assert not sender._sendable(P1, d, 1)  # new-epoch batches wait for the old one
+    _answer(sender, c, 45)  # OUT_OF_ORDER_SEQUENCE under the old id: it was not written
+    assert c.sequence is None and not c.maybe_written
+    assert list(acc._queues[P1]) == [c, d]
+    for b in _drain(acc) + _drain(acc):
+        sender._assign_sequence(b)
+    assert [(c.producer, c.sequence), (d.producer, d.sequence)] == [((1001, 0), 0), ((1001, 0), 1)]

@@ -47,6 +47,7 @@ class ProducerBatch(ProducerBatchBase):
         "in_flight",
         "span",
         "free_attempts",
+        "maybe_written",
     )
 
     def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, reserved: int) -> None:
@@ -72,6 +73,11 @@ class ProducerBatch(ProducerBatchBase):
         # Sends that do not count against ``retries``: those of the batch a split came from
         # (as Java's split batches start their attempt count afresh).
         self.free_attempts = 0
+        # Sent with its sequence and never answered (a timeout, a connection lost after the
+        # request went out): the broker may have written it, so it keeps its producer id, epoch
+        # and sequence through an epoch bump (the broker then answers DUPLICATE_SEQUENCE, or
+        # rejects it under the old epoch, and only then is it renumbered).
+        self.maybe_written = False
 
 
 class RecordAccumulator:
@@ -340,12 +346,16 @@ class RecordAccumulator:
 
     def reset_sequences(self, partitions: Collection[TopicPartition] | None = None) -> None:
         """A new producer epoch: waiting batches (of ``partitions``, or all) get new sequences
-        when next sent."""
+        when next sent. With ``partitions`` (an idempotent producer's epoch bump), a batch
+        that may have been written keeps its numbering (``maybe_written``): renumbered, it
+        would be written a second time."""
         with self._cond:
             for tp, queue in self._queues.items():
                 if partitions is not None and tp not in partitions:
                     continue
                 for b in queue:
+                    if partitions is not None and b.maybe_written:
+                        continue
                     b.sequence = None
                     b.payload = None
 

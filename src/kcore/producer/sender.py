@@ -9,8 +9,9 @@ flight at once; order holds because sequences are given out in queue order when 
 taken (not when their request is built), a retried batch goes out only once nothing else of its
 partition is in flight, after an epoch bump nothing new goes out for a partition until
 its batches of the old epoch have come back (a bump renumbers only the partitions whose
-sequence broke, and batches the broker rejected; other retries keep their numbering, so one
-the broker already wrote comes back DUPLICATE_SEQUENCE), and a
+sequence broke, and batches the broker rejected, never one sent and left unanswered; other
+retries keep their numbering, so one the broker already wrote comes back DUPLICATE_SEQUENCE),
+and a
 partition has one batch in flight until one of the current producer id and epoch is written
 (before that the leader takes any first sequence, so a later batch could overtake).
 """
@@ -367,6 +368,9 @@ class Sender:
         try:
             response = await self.cluster.send(node, request, version)
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
+            for batch in sent:  # the request may have reached the broker
+                if batch.sequence is not None:
+                    batch.maybe_written = True
             self._retry_all(sent, exc)
             return
         if response is None:  # acks=0: the broker does not answer
@@ -395,6 +399,9 @@ class Sender:
                     self._succeed(batch, p.base_offset if p.base_offset >= 0 else -1, -1)
                 elif code in SEQUENCE_ERRORS and self.idempotent:
                     self._land(batch)
+                    # Not written, nor by an earlier attempt (that would have come back
+                    # DUPLICATE_SEQUENCE): an epoch bump may renumber it.
+                    batch.maybe_written = False
                     if batch.producer != self._producer:
                         # Rejected under an older epoch (so not written): renumbered under
                         # the current one when it goes again.
