@@ -174,6 +174,10 @@ def test_a_split_batch_s_halves_take_its_place_sequences_memory_and_futures() ->
     sent.sequence, sent.producer = 40, (7, 0)
     sent.payload = sent.builder.build()
 
+    early: list = []  # waits from before the splits: its wait moves to the record's part
+    early_waiter = threading.Thread(target=lambda: early.append(futures[4].result(30).offset))
+    early_waiter.start()
+    time.sleep(0.05)
     first, second = acc.split(sent)
     assert (first.records, second.records) == (3, 4)
     assert (first.sequence, second.sequence) == (40, 43)
@@ -190,9 +194,19 @@ def test_a_split_batch_s_halves_take_its_place_sequences_memory_and_futures() ->
     assert (third.records, fourth.records, third.sequence, fourth.sequence) == (2, 2, 43, 45)
     assert second.order == third.order < fourth.order < later.order
 
+    waiting: list = []
+    waiter = threading.Thread(target=lambda: waiting.append(futures[3].result(30).offset))
+    waiter.start()  # waits on the record's part (the third quarter), not on the whole batch
+    called: list = []
+    futures[0].add_done_callback(lambda f: called.append(f.result(0).offset))
     first.result.complete(100)
+    assert called == [100] and futures[0].done() and not futures[3].done()
+    assert futures[1].result(0).offset == 101  # its half is done: no wait for the others
     third.result.complete(200)
-    assert not sent.result.done
+    waiter.join(10)
+    early_waiter.join(10)
+    assert waiting == [200] and early == [201]
+    assert not sent.result.done and "pending" in repr(futures[6])
     fourth.result.complete(300, log_append_time=5)
     assert sent.result.done and sent.result.error is None
     assert [f.result(0).offset for f in futures] == [100, 101, 102, 200, 201, 300, 301]

@@ -321,3 +321,38 @@ def test_an_epoch_bump_keeps_the_numbering_of_a_batch_that_may_have_been_written
     for b in _drain(acc) + _drain(acc):
         sender._assign_sequence(b)
     assert [(c.producer, c.sequence), (d.producer, d.sequence)] == [((1001, 0), 0), ((1001, 0), 1)]
+
+
+def test_a_batch_answered_with_an_error_after_the_append_keeps_its_numbering_too() -> None:
+    """REQUEST_TIMED_OUT (the leader appended, replicas did not follow in time) does not say
+    the batch was not written: it keeps its numbering through a bump, as an unanswered one."""
+    import asyncio
+
+    from kcore.protocol.messages.produce_response import (
+        PartitionProduceResponse,
+        ProduceResponse,
+        TopicProduceResponse,
+    )
+
+    acc = _accumulator()
+
+    class Cluster(_Cluster):
+        async def version_for(self, node: int, api: int, **limits: int) -> int:
+            return 9
+
+        async def send(self, node: int, request: Any, version: int) -> Any:
+            part = PartitionProduceResponse(index=1, error_code=7, base_offset=-1)
+            return ProduceResponse(
+                responses=[TopicProduceResponse(name="t", partition_responses=[part])]
+            )
+
+    sender = _sender(Cluster(), acc, idempotent=True)
+    sender.producer_id, sender.producer_epoch = 1000, 0
+    acc.append(P1, None, b"a", 0, None, 1.0)
+    (a,) = _drain(acc)
+    sender._assign_sequence(a)
+    asyncio.run(sender._produce_once(1, [a]))
+    assert a.maybe_written and acc._queues[P1][0] is a
+    sender.producer_id = 1001
+    acc.reset_sequences({P1})
+    assert (a.producer, a.sequence) == ((1000, 0), 0)

@@ -48,7 +48,12 @@ cdef class DeliveryFuture:
         self.timestamp = timestamp
 
     def done(self):
-        return self._batch.done
+        b = self._batch
+        if b.done:
+            return True
+        if b.parts is not None:  # split: this record's part may be done before the rest
+            return b.locate(self._index)[0].done
+        return False
 
     def _metadata(self):
         b = self._batch
@@ -64,13 +69,13 @@ cdef class DeliveryFuture:
                               log_append if log_append >= 0 else self.timestamp)
 
     def result(self, timeout=None):
-        if not self._batch.wait(timeout):
+        if not self._batch.wait_record(self._index, timeout):
             raise KcoreTimeoutError(
                 f"record to {self.topic}-{self.partition} not delivered within {timeout:g}s")
         return self._metadata()
 
     def exception(self, timeout=None):
-        if not self._batch.wait(timeout):
+        if not self._batch.wait_record(self._index, timeout):
             raise KcoreTimeoutError(f"record to {self.topic}-{self.partition} still pending")
         b = self._batch
         if b.parts is not None:
@@ -78,23 +83,23 @@ cdef class DeliveryFuture:
         return b.error
 
     def add_done_callback(self, fn):
-        self._batch.add_callback(lambda _b: fn(self))
+        self._batch.add_callback(lambda _b: fn(self), self._index)
 
     def __await__(self):
-        if not self._batch.done:
+        if not self.done():
             loop = _asyncio.get_running_loop()
             waiter = loop.create_future()
 
             def wake(_b):
                 loop.call_soon_threadsafe(_set_done, waiter)
 
-            self._batch.add_callback(wake)
+            self._batch.add_callback(wake, self._index)
             yield from waiter.__await__()
         return self._metadata()
 
     def __repr__(self):
         b = self._batch
-        if b.done and b.parts is not None:
+        if b.parts is not None:
             b = b.locate(self._index)[0]
         state = "pending" if not b.done else "failed" if b.error is not None else "done"
         return f"<DeliveryFuture {self.topic}-{self.partition} {state}>"

@@ -73,10 +73,10 @@ class ProducerBatch(ProducerBatchBase):
         # Sends that do not count against ``retries``: those of the batch a split came from
         # (as Java's split batches start their attempt count afresh).
         self.free_attempts = 0
-        # Sent with its sequence and never answered (a timeout, a connection lost after the
-        # request went out): the broker may have written it, so it keeps its producer id, epoch
-        # and sequence through an epoch bump (the broker then answers DUPLICATE_SEQUENCE, or
-        # rejects it under the old epoch, and only then is it renumbered).
+        # Sent with its sequence, and no answer since has said it was not written (only a
+        # sequence error does): the broker may have written it, so it keeps its producer id,
+        # epoch and sequence through an epoch bump (the broker then answers DUPLICATE_SEQUENCE,
+        # or rejects it under the old epoch, and only then is it renumbered).
         self.maybe_written = False
 
 
@@ -358,6 +358,7 @@ class RecordAccumulator:
                         continue
                     b.sequence = None
                     b.payload = None
+                    b.maybe_written = False
 
     def expire(self, now: float, timeout_s: float) -> list[ProducerBatch]:
         """Take out waiting batches older than ``delivery.timeout.ms``."""

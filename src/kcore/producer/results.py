@@ -38,7 +38,8 @@ class BatchResult:
         # producers may write between them), so a record's outcome is its part's (``locate``).
         self.parts: list[tuple[int, int, BatchResult]] | None = None
         self._event = threading.Event()
-        self._callbacks: list[Callable[[BatchResult], Any]] | None = None
+        # (callback, index of the record it is for, or -1 for the whole batch)
+        self._callbacks: list[tuple[Callable[[BatchResult], Any], int]] | None = None
         self._lock = threading.Lock()
         self._parts_left = 0
 
@@ -61,7 +62,7 @@ class BatchResult:
                 return
             self._event.set()
             callbacks, self._callbacks = self._callbacks, None
-        for callback in callbacks or ():
+        for callback, _ in callbacks or ():
             try:
                 callback(self)
             except Exception:  # a user's callback must not break delivery of the others
@@ -71,9 +72,18 @@ class BatchResult:
 
     def split(self, parts: list[tuple[int, int, BatchResult]]) -> None:
         """The batch's records now travel as ``parts`` (first index, count, result): done when
-        every part is; ``error`` is the first failed part's, ``base_offset`` the first part's."""
-        self.parts = parts
-        self._parts_left = len(parts)
+        every part is; ``error`` is the first failed part's, ``base_offset`` the first part's.
+        A record's own callbacks (and waiters) move to its part: a part delivered answers for
+        its records without waiting for the others."""
+        with self._lock:
+            self.parts = parts
+            self._parts_left = len(parts)
+            callbacks = self._callbacks or []
+            self._callbacks = [(c, i) for c, i in callbacks if i < 0]
+        for callback, index in callbacks:
+            if index >= 0:
+                part, at = self._part_of(index)
+                part.add_callback(callback, at)
         for _, _, part in parts:
             part.add_callback(self._part_done)
 
@@ -89,17 +99,28 @@ class BatchResult:
         self.error = next((p.error for _, _, p in self.parts if p.error is not None), None)
         self._finish()
 
+    def _part_of(self, index: int) -> tuple[BatchResult, int]:
+        assert self.parts is not None
+        for start, count, part in self.parts:
+            if index < start + count:
+                return part, index - start
+        raise IndexError(index)
+
     def locate(self, index: int) -> tuple[BatchResult, int]:
         """The result that holds the record at ``index`` of this batch, and its index there."""
         result = self
         while result.parts is not None:
-            for start, count, part in result.parts:
-                if index < start + count:
-                    result, index = part, index - start
-                    break
-            else:
-                raise IndexError(index)
+            result, index = result._part_of(index)
         return result, index
+
+    def wait_record(self, index: int, timeout: float | None) -> bool:
+        """Wait until the record at ``index`` is delivered or failed: its part's outcome when
+        the batch is split meanwhile (the whole batch may take longer)."""
+        if self._event.is_set():
+            return True
+        done = threading.Event()
+        self.add_callback(lambda _r: done.set(), index)
+        return done.wait(timeout)
 
     def segments(self) -> list[tuple[int, int]]:
         """``(base_offset, count)`` of each part this batch was delivered as, in record order
@@ -111,13 +132,22 @@ class BatchResult:
             out += [(base, count if n < 0 else n) for base, n in part.segments()]
         return out
 
-    def add_callback(self, callback: Callable[[BatchResult], Any]) -> None:
+    def add_callback(self, callback: Callable[[BatchResult], Any], index: int = -1) -> None:
+        """Call ``callback(result)`` once the batch is done, or with ``index`` once the record
+        at that index is (its part's result, for a split batch)."""
         with self._lock:
             if not self._event.is_set():
-                if self._callbacks is None:
-                    self._callbacks = []
-                self._callbacks.append(callback)
-                return
+                if index < 0 or self.parts is None:
+                    if self._callbacks is None:
+                        self._callbacks = []
+                    self._callbacks.append((callback, index))
+                    return
+            elif index < 0 or self.parts is None:
+                index = -1  # done: call it now
+        if index >= 0:  # split: its part calls it
+            part, at = self._part_of(index)
+            part.add_callback(callback, at)
+            return
         callback(self)
 
     def wait(self, timeout: float | None) -> bool:

@@ -365,12 +365,16 @@ class Sender:
             timeout_ms=int(self.request_timeout_s * 1000),
             topic_data=topic_data,
         )
+        for batch in sent:
+            # From now on the broker may write it, whatever comes back but a sequence error
+            # (an answer lost; REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND or
+            # NOT_LEADER_OR_FOLLOWER after the leader appended): an epoch bump must not
+            # renumber it.
+            if batch.sequence is not None:
+                batch.maybe_written = True
         try:
             response = await self.cluster.send(node, request, version)
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
-            for batch in sent:  # the request may have reached the broker
-                if batch.sequence is not None:
-                    batch.maybe_written = True
             self._retry_all(sent, exc)
             return
         if response is None:  # acks=0: the broker does not answer
