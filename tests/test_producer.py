@@ -185,6 +185,42 @@ def test_send_batch(kafka_cluster, form):
     assert all(m.timestamp()[1] == BASE_TS for m in with_keys)
 
 
+@pytest.mark.parametrize("form", ["pyarrow-us", "pyarrow-chunked-ms", "numpy-ns"])
+def test_send_batch_takes_a_column_of_times(kafka_cluster, form):
+    """timestamp_ms as a pyarrow timestamp column (any unit, chunked too) or numpy datetime64:
+    each record's timestamp in milliseconds; a null (NaT) is the time of sending, as in Spark's
+    Kafka sink."""
+    topic = name("batch-times")
+    create(kafka_cluster.bootstrap_servers, topic, 1)
+    n = 1000
+    ms = [BASE_TS + 1000 * i for i in range(n)]
+    values = [b"v%d" % i for i in range(n)]
+    if form == "pyarrow-us":
+        micros = [t * 1000 if i != 7 else None for i, t in enumerate(ms)]
+        times = pa.array(micros, pa.timestamp("us"))
+    elif form == "pyarrow-chunked-ms":
+        times = pa.chunked_array(
+            [
+                pa.array(ms[:400], pa.timestamp("ms", "UTC")),
+                pa.array(ms[400:], pa.timestamp("ms", "UTC")),
+            ]
+        )
+    else:
+        times = np.array(ms, dtype="datetime64[ms]").astype("datetime64[ns]")
+        times[7] = np.datetime64("NaT")
+    before = int(time.time() * 1000)
+    with kcore.Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as producer:
+        producer.send_batch(topic, values, partition=0, timestamp_ms=times).result(60)
+    after = int(time.time() * 1000)
+    got = [m.timestamp()[1] for m in read_all(kafka_cluster.bootstrap_servers, topic, 1, n)[0]]
+    assert len(got) == n
+    if form == "pyarrow-chunked-ms":
+        assert got == ms
+    else:
+        assert got[:7] + got[8:] == ms[:7] + ms[8:]
+        assert before <= got[7] <= after
+
+
 @pytest.mark.parametrize("form", ["list", "pyarrow"])
 def test_send_batch_with_headers(kafka_cluster, form):
     """send_batch's headers (Python pairs, or Spark's list<struct<key, value>> column), keyed

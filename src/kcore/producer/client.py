@@ -71,7 +71,8 @@ class Producer(ProcessLocal):
     ) -> SendBatchResult:
         """Queue many records in one call: ``values`` (and ``keys``) are lists, numpy
         fixed-width bytes arrays or pyarrow binary arrays; ``timestamp_ms`` one int or a
-        column; ``headers`` a pyarrow ``list<struct<key, value>>`` array (Spark's headers
+        column (ints in milliseconds, or a pyarrow timestamp or numpy datetime64 column, nulls
+        taken as now); ``headers`` a pyarrow ``list<struct<key, value>>`` array (Spark's headers
         column) or one entry per record (None or ``(key, value)`` pairs). Keyed records go
         to their murmur2 partitions, the rest sticky."""
         return self._core.append_batch(

@@ -406,6 +406,7 @@ class ProducerCore:
         elif timestamp_ms is not None:
             if not hasattr(timestamp_ms, "__len__"):  # an iterator: its values, once
                 timestamp_ms = list(timestamp_ms)
+            timestamp_ms = _milliseconds(timestamp_ms)
             if len(timestamp_ms) != n:
                 raise ValueError(f"{len(timestamp_ms)} timestamps for {n} values")
         out = SendBatchResult(topic)
@@ -530,6 +531,31 @@ def _delivery_callback(on_delivery: OnDelivery) -> Callable[[DeliveryFuture], No
         on_delivery(None, metadata)
 
     return call
+
+
+def _milliseconds(column: Any) -> Any:
+    """A column of times (pyarrow ``timestamp``, numpy ``datetime64``) as int64 milliseconds
+    since the epoch, null or NaT as the time now (as Spark's Kafka sink); other columns as
+    they are (ints in milliseconds)."""
+    dtype = getattr(column, "dtype", None)
+    if getattr(dtype, "kind", "") == "M":  # numpy datetime64
+        import numpy as np
+
+        ms = column.astype("datetime64[ms]")
+        nat = np.isnat(ms)
+        ms = ms.view("int64")
+        if nat.any():
+            ms = np.where(nat, int(time.time() * 1000), ms)
+        return np.ascontiguousarray(ms)
+    if type(column).__module__.startswith("pyarrow"):
+        import pyarrow as pa
+
+        if pa.types.is_timestamp(column.type):
+            ms = column.cast(pa.timestamp("ms", column.type.tz), safe=False).cast(pa.int64())
+            if ms.null_count:
+                ms = ms.fill_null(int(time.time() * 1000))
+            return ms
+    return column
 
 
 def _mean_size(column: Any, n: int) -> int:
