@@ -537,24 +537,21 @@ def _milliseconds(column: Any) -> Any:
     """A column of times (pyarrow ``timestamp``, numpy ``datetime64``) as int64 milliseconds
     since the epoch, null or NaT as the time now (as Spark's Kafka sink); other columns as
     they are (ints in milliseconds)."""
+    if type(column).__module__.startswith("pyarrow"):
+        import pyarrow as pa
+
+        if pa.types.is_timestamp(column.type):  # UTC instants: through numpy, which floors
+            column = column.to_numpy(zero_copy_only=False)  # (nulls: NaT)
     dtype = getattr(column, "dtype", None)
     if getattr(dtype, "kind", "") == "M":  # numpy datetime64
         import numpy as np
 
-        ms = column.astype("datetime64[ms]")
+        ms = column.astype("datetime64[ms]")  # floors sub-millisecond parts, as Java's
         nat = np.isnat(ms)
         ms = ms.view("int64")
         if nat.any():
             ms = np.where(nat, int(time.time() * 1000), ms)
         return np.ascontiguousarray(ms)
-    if type(column).__module__.startswith("pyarrow"):
-        import pyarrow as pa
-
-        if pa.types.is_timestamp(column.type):
-            ms = column.cast(pa.timestamp("ms", column.type.tz), safe=False).cast(pa.int64())
-            if ms.null_count:
-                ms = ms.fill_null(int(time.time() * 1000))
-            return ms
     return column
 
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,9 +24,9 @@ class BatchResult:
         "log_append_time",
         "error",
         "parts",
-        "_event",
+        "_done",
+        "_cond",
         "_callbacks",
-        "_lock",
         "_parts_left",
     )
 
@@ -37,15 +38,16 @@ class BatchResult:
         # result)`` per part, in record order. Each part has its own base offset (other
         # producers may write between them), so a record's outcome is its part's (``locate``).
         self.parts: list[tuple[int, int, BatchResult]] | None = None
-        self._event = threading.Event()
+        self._done = False
+        # Notified when the batch is done or split (waiters for one record move to its part).
+        self._cond = threading.Condition(threading.Lock())
         # (callback, index of the record it is for, or -1 for the whole batch)
         self._callbacks: list[tuple[Callable[[BatchResult], Any], int]] | None = None
-        self._lock = threading.Lock()
         self._parts_left = 0
 
     @property
     def done(self) -> bool:
-        return self._event.is_set()
+        return self._done
 
     def complete(self, base_offset: int, log_append_time: int = -1) -> None:
         self.base_offset = base_offset
@@ -57,15 +59,16 @@ class BatchResult:
         self._finish()
 
     def _finish(self) -> None:
-        with self._lock:
-            if self._event.is_set():
+        with self._cond:
+            if self._done:
                 return
-            self._event.set()
+            self._done = True
             callbacks, self._callbacks = self._callbacks, None
+            self._cond.notify_all()
         for callback, _ in callbacks or ():
             try:
                 callback(self)
-            except Exception:  # a user's callback must not break delivery of the others
+            except BaseException:  # a user's callback must not break delivery of the others
                 import logging
 
                 logging.getLogger("kcore.producer").exception("delivery callback raised")
@@ -73,22 +76,27 @@ class BatchResult:
     def split(self, parts: list[tuple[int, int, BatchResult]]) -> None:
         """The batch's records now travel as ``parts`` (first index, count, result): done when
         every part is; ``error`` is the first failed part's, ``base_offset`` the first part's.
-        A record's own callbacks (and waiters) move to its part: a part delivered answers for
+        A record's own callbacks and waiters move to its part: a part delivered answers for
         its records without waiting for the others."""
-        with self._lock:
+        with self._cond:
+            assert not self._done and self.parts is None
             self.parts = parts
             self._parts_left = len(parts)
             callbacks = self._callbacks or []
             self._callbacks = [(c, i) for c, i in callbacks if i < 0]
-        for callback, index in callbacks:
-            if index >= 0:
-                part, at = self._part_of(index)
-                part.add_callback(callback, at)
-        for _, _, part in parts:
-            part.add_callback(self._part_done)
+            self._cond.notify_all()
+        try:
+            for callback, index in callbacks:
+                if index >= 0:
+                    part, at = self._part_of(index)
+                    part.add_callback(callback, at)
+        finally:
+            # After the records' callbacks: the last part runs them before the whole batch's.
+            for _, _, part in parts:
+                part.add_callback(self._part_done)
 
     def _part_done(self, _part: BatchResult) -> None:
-        with self._lock:
+        with self._cond:
             self._parts_left -= 1
             if self._parts_left:
                 return
@@ -113,15 +121,6 @@ class BatchResult:
             result, index = result._part_of(index)
         return result, index
 
-    def wait_record(self, index: int, timeout: float | None) -> bool:
-        """Wait until the record at ``index`` is delivered or failed: its part's outcome when
-        the batch is split meanwhile (the whole batch may take longer)."""
-        if self._event.is_set():
-            return True
-        done = threading.Event()
-        self.add_callback(lambda _r: done.set(), index)
-        return done.wait(timeout)
-
     def segments(self) -> list[tuple[int, int]]:
         """``(base_offset, count)`` of each part this batch was delivered as, in record order
         (one entry, count -1, for a batch that was never split)."""
@@ -135,8 +134,8 @@ class BatchResult:
     def add_callback(self, callback: Callable[[BatchResult], Any], index: int = -1) -> None:
         """Call ``callback(result)`` once the batch is done, or with ``index`` once the record
         at that index is (its part's result, for a split batch)."""
-        with self._lock:
-            if not self._event.is_set():
+        with self._cond:
+            if not self._done:
                 if index < 0 or self.parts is None:
                     if self._callbacks is None:
                         self._callbacks = []
@@ -151,7 +150,29 @@ class BatchResult:
         callback(self)
 
     def wait(self, timeout: float | None) -> bool:
-        return self._event.wait(timeout)
+        """Wait until the whole batch is done."""
+        if self._done:
+            return True
+        with self._cond:
+            return self._cond.wait_for(lambda: self._done, timeout)
+
+    def wait_record(self, index: int, timeout: float | None) -> bool:
+        """Wait until the record at ``index`` is delivered or failed: its part's outcome when
+        the batch is split meanwhile (the whole batch may take longer)."""
+        if self._done:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        result = self
+        while True:
+            with result._cond:
+                while not result._done and result.parts is None:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    result._cond.wait(left)
+                if result._done:
+                    return True
+            result, index = result._part_of(index)  # split meanwhile: follow the record
 
 
 class SendBatchResult:
@@ -173,8 +194,6 @@ class SendBatchResult:
         return all(r.done for _, _, r in self._parts)
 
     def result(self, timeout: float | None = None) -> list[tuple[int, int, int]]:
-        import time
-
         deadline = None if timeout is None else time.monotonic() + timeout
         out = []
         for partition, count, r in self._parts:
