@@ -443,6 +443,41 @@ def test_retries_zero_fails_at_the_first_retriable_error():
         assert took < 15, (took, caught.value)
 
 
+def test_records_in_flight_fail_at_delivery_timeout_not_after_their_request():
+    """delivery.timeout.ms bounds the time to a record's outcome even while its request is out
+    (as Java's): with the broker SIGSTOPped, the first attempt times out at request.timeout.ms
+    and the retry hangs in connection setup; the record fails at the delivery timeout, not
+    a request or setup timeout later. Once the broker is back, later records go through."""
+    import os
+    import signal
+
+    with KafkaCluster(1) as cluster:
+        topic = name("in-flight-expiry")
+        create(cluster.bootstrap_servers, topic, 1)
+        config = {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "linger.ms": 0,
+            "request.timeout.ms": 4000,
+            "delivery.timeout.ms": 6000,
+            "socket.connection.setup.timeout.ms": 20000,
+            "socket.connection.setup.timeout.max.ms": 20000,
+        }
+        with kcore.Producer(config) as producer:
+            producer.send(topic, b"warm").result(30)
+            pid = cluster.nodes[0].process.pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                future = producer.send(topic, b"unanswered")
+                with pytest.raises(KcoreTimeoutError, match="delivery.timeout.ms"):
+                    future.result(60)
+                took = time.monotonic() - started
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert 5.5 < took < 9, took
+            assert producer.send(topic, b"after").result(60).offset >= 1
+
+
 def test_no_loss_no_duplicates_while_leaders_move_and_a_broker_dies(kafka_cluster3):
     """RF 3, min.insync.replicas 2, acks=all, idempotence: 200,000 keyed records while
     leadership moves and a broker is killed and restarted. Every record is acknowledged once and

@@ -356,3 +356,39 @@ def test_a_batch_answered_with_an_error_after_the_append_keeps_its_numbering_too
     sender.producer_id = 1001
     acc.reset_sequences({P1})
     assert (a.producer, a.sequence) == ((1000, 0), 0)
+
+
+def test_a_batch_in_flight_past_delivery_timeout_fails_its_records_and_is_not_sent_again() -> None:
+    """At delivery.timeout.ms a batch still in flight fails its records (KcoreTimeoutError) but
+    keeps its memory and place until its answer; an answer that would send it again (a sequence
+    error) fails it instead, and a late success only gives its memory back."""
+    from kcore.errors import KcoreTimeoutError
+
+    acc = _accumulator()
+    sender = _sender(_Cluster(), acc, idempotent=True)
+    sender.producer_id, sender.producer_epoch = 1000, 0
+    sender._acked.add(P1)
+    for value in (b"a", b"b"):
+        acc.append(P1, None, value, 0, None, 1.0)
+        acc._queues[P1][-1].closed = True
+    (first,) = _drain(acc)
+    sender._assign_sequence(first)
+    sender._sent.add(first)
+    (second,) = _drain(acc)
+    sender._assign_sequence(second)
+    sender._sent.add(second)
+    for b in (first, second):
+        b.attempts += 1
+        b.created -= 60  # past delivery.timeout.ms (30 s here)
+    used = acc._used
+    sender._expire(time.monotonic())
+    assert isinstance(first.result.error, KcoreTimeoutError)
+    assert isinstance(second.result.error, KcoreTimeoutError)
+    assert acc._used == used and acc._in_flight[P1] == 2  # still out: memory and order kept
+    _answer(sender, first, 0)  # written after all: its records were told it timed out
+    assert isinstance(first.result.error, KcoreTimeoutError)
+    bumps: list[int] = []
+    sender._start_epoch_bump = lambda: bumps.append(1)  # type: ignore[method-assign]
+    _answer(sender, second, 45)  # would go again: fails instead (its sequence broke: a bump)
+    assert not acc._queues[P1] and acc._used == 0 and not sender._sent
+    assert bumps and P1 in sender._rewrite

@@ -96,6 +96,10 @@ class Sender:
         self._fatal: BaseException | None = None
         # Partitions where a batch of the current producer id and epoch has been written.
         self._acked: set[TopicPartition] = set()
+        # Batches taken to be sent and not answered yet: their records fail at
+        # delivery.timeout.ms even while their request is out, as Java's (KIP-91).
+        self._sent: set[ProducerBatch] = set()
+        self._next_in_flight_check = 0.0
         # Transactions (set by the producer when transactional.id is): batches are sent only
         # inside one, to registered partitions, with the transactional id.
         self.txn: TransactionManager | None = None
@@ -246,13 +250,24 @@ class Sender:
 
     def _expire(self, now: float) -> None:
         for batch in self.acc.expire(now, self.delivery_timeout_s):
-            self._fail(
-                batch,
-                KcoreTimeoutError(
-                    f"{batch.tp.topic}-{batch.tp.partition}: {batch.records} record(s) not "
-                    f"delivered within delivery.timeout.ms ({self.delivery_timeout_s:g}s)"
-                ),
-            )
+            self._fail(batch, self._timed_out(batch))
+        # Not in a transaction: ending one must wait for the answers of its requests in flight
+        # (a Produce landing after the abort marker would be a hanging transaction), and the
+        # records' results are what that waits on.
+        if self._sent and self.txn is None and now >= self._next_in_flight_check:
+            self._next_in_flight_check = now + 0.1
+            for batch in [b for b in self._sent if now - b.created > self.delivery_timeout_s]:
+                if not batch.result.done:
+                    # Only its records are told (they may yet be written: a timeout, as Java's):
+                    # the batch stays in flight, with its memory, order and sequence, until its
+                    # answer, which then settles it (it is not sent again).
+                    batch.result.fail(self._timed_out(batch, " (its request is unanswered)"))
+
+    def _timed_out(self, batch: ProducerBatch, detail: str = "") -> KcoreTimeoutError:
+        return KcoreTimeoutError(
+            f"{batch.tp.topic}-{batch.tp.partition}: {batch.records} record(s) not delivered "
+            f"within delivery.timeout.ms ({self.delivery_timeout_s:g}s){detail}"
+        )
 
     def _dispatch(self, batches: list[ProducerBatch]) -> None:
         by_node: dict[int, list[ProducerBatch]] = defaultdict(list)
@@ -262,6 +277,7 @@ class Sender:
                 self.acc.requeue(batch, time.monotonic())
                 continue
             self._assign_sequence(batch)  # now, in queue order, not when a request is built
+            self._sent.add(batch)
             by_node[leader.node_id].append(batch)
         for node, group in by_node.items():
             # Requests of at most max.request.size (always at least one batch each), as Java.
@@ -406,7 +422,9 @@ class Sender:
                     # Not written, nor by an earlier attempt (that would have come back
                     # DUPLICATE_SEQUENCE): an epoch bump may renumber it.
                     batch.maybe_written = False
-                    if batch.producer != self._producer:
+                    if batch.result.done:  # timed out in flight: not sent again
+                        self._fail(batch, self._timed_out(batch))
+                    elif batch.producer != self._producer:
                         # Rejected under an older epoch (so not written): renumbered under
                         # the current one when it goes again.
                         batch.sequence = None
@@ -465,6 +483,7 @@ class Sender:
         self.wakeup()
 
     def _land(self, batch: ProducerBatch) -> None:
+        self._sent.discard(batch)
         flying = self._flying.get(batch.tp)
         if flying is not None:
             flying.pop(batch.order, None)
