@@ -381,14 +381,16 @@ def test_a_batch_in_flight_past_delivery_timeout_fails_its_records_and_is_not_se
         b.attempts += 1
         b.created -= 60  # past delivery.timeout.ms (30 s here)
     used = acc._used
+    bumps: list[int] = []
+    sender._start_epoch_bump = lambda: bumps.append(1)  # type: ignore[method-assign]
     sender._expire(time.monotonic())
     assert isinstance(first.result.error, KcoreTimeoutError)
     assert isinstance(second.result.error, KcoreTimeoutError)
     assert acc._used == used and acc._in_flight[P1] == 2  # still out: memory and order kept
-    _answer(sender, first, 0)  # written after all: its records were told it timed out
+    _answer(sender, first, 6)  # NOT_LEADER_OR_FOLLOWER: not retried; the timeout stands
     assert isinstance(first.result.error, KcoreTimeoutError)
-    bumps: list[int] = []
-    sender._start_epoch_bump = lambda: bumps.append(1)  # type: ignore[method-assign]
+    assert not acc._queues[P1]
     _answer(sender, second, 45)  # would go again: fails instead (its sequence broke: a bump)
     assert not acc._queues[P1] and acc._used == 0 and not sender._sent
+    assert isinstance(second.result.error, KcoreTimeoutError)
     assert bumps and P1 in sender._rewrite

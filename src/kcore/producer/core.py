@@ -178,9 +178,17 @@ class ProducerCore:
                 log.info("close: aborting the open transaction failed: %s", exc)
         self.closed = True
         self.send_path.enabled = False  # every send now takes the checked (and refused) path
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             await self.flush(timeout)
             aborted = False
+            # Records already told they timed out (delivery.timeout.ms passed while in flight)
+            # may have requests out still: those count, within the same deadline.
+            while self.accumulator.has_pending():
+                if deadline is not None and time.monotonic() >= deadline:
+                    aborted = True
+                    break
+                await asyncio.sleep(0.02)
         except KcoreTimeoutError:
             aborted = True
         self.accumulator.close()

@@ -50,18 +50,18 @@ class BatchResult:
         return self._done
 
     def complete(self, base_offset: int, log_append_time: int = -1) -> None:
-        self.base_offset = base_offset
-        self.log_append_time = log_append_time
-        self._finish()
+        self._finish(base_offset, log_append_time, None)
 
     def fail(self, error: BaseException) -> None:
-        self.error = error
-        self._finish()
+        self._finish(-1, -1, error)
 
-    def _finish(self) -> None:
+    def _finish(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
         with self._cond:
-            if self._done:
+            if self._done:  # the first outcome stands (e.g. a timeout, then a late answer)
                 return
+            self.base_offset = base_offset
+            self.log_append_time = log_append_time
+            self.error = error
             self._done = True
             callbacks, self._callbacks = self._callbacks, None
             self._cond.notify_all()
@@ -102,10 +102,8 @@ class BatchResult:
                 return
         assert self.parts is not None
         first = self.parts[0][2]
-        self.base_offset = first.base_offset
-        self.log_append_time = first.log_append_time
-        self.error = next((p.error for _, _, p in self.parts if p.error is not None), None)
-        self._finish()
+        error = next((p.error for _, _, p in self.parts if p.error is not None), None)
+        self._finish(first.base_offset, first.log_append_time, error)
 
     def _part_of(self, index: int) -> tuple[BatchResult, int]:
         assert self.parts is not None

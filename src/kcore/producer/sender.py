@@ -216,6 +216,8 @@ class Sender:
                 # batches in flight): until an answer arrives, or briefly.
                 wait = 0.005
             timeout = 1.0 if wait is None else min(max(wait, 0.0005), 1.0)
+            if self._sent and self.txn is None:
+                timeout = min(timeout, 0.1)  # in-flight records' delivery.timeout.ms
             self._wakeup.clear()
             if wait is None or wait > 0:
                 try:
@@ -360,6 +362,11 @@ class Sender:
                 topic_id = info.topic_id
             parts = []
             for b in group:
+                if b.result.done:
+                    # Its records were told it timed out while this waited for a connection:
+                    # not sent now (as Java's expired batches).
+                    self._fail(b, self._timed_out(b))
+                    continue
                 try:
                     payload = self._payload(b)
                 except Exception as exc:  # e.g. its builder ran out of memory: this batch only
