@@ -6,10 +6,14 @@ twice while leaders move and a broker dies."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -379,12 +383,21 @@ def test_delivered_batches_hold_no_memory(kafka_cluster):
     assert held < 2 << 20, f"{held} bytes still allocated after flush"
 
 
+@contextlib.contextmanager
+def broker_stopped(cluster: KafkaCluster) -> Iterator[None]:
+    """The cluster's (first) broker SIGSTOPped for the block: it takes connections and answers
+    nothing."""
+    pid = cluster.nodes[0].process.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def test_close_with_a_timeout_fails_what_is_unacknowledged_at_the_deadline():
     """A broker that stops answering (SIGSTOP) while a record is in flight: close(2) returns
     within its timeout plus a little, not after request.timeout.ms, and the record fails."""
-    import os
-    import signal
-
     with KafkaCluster(1) as cluster:
         topic = name("close-deadline")
         create(cluster.bootstrap_servers, topic, 1)
@@ -395,9 +408,7 @@ def test_close_with_a_timeout_fails_what_is_unacknowledged_at_the_deadline():
         }
         producer = kcore.Producer(config)
         producer.send(topic, b"warm").result(30)
-        pid = cluster.nodes[0].process.pid
-        os.kill(pid, signal.SIGSTOP)
-        try:
+        with broker_stopped(cluster):
             future = producer.send(topic, b"unanswered")
             time.sleep(0.5)  # sent, not answered
             started = time.monotonic()
@@ -405,8 +416,6 @@ def test_close_with_a_timeout_fails_what_is_unacknowledged_at_the_deadline():
             took = time.monotonic() - started
             with pytest.raises(KcoreError, match="closed before the record was acknowledged"):
                 future.result(0)
-        finally:
-            os.kill(pid, signal.SIGCONT)
         assert took < 10, took
 
 
@@ -414,9 +423,6 @@ def test_retries_zero_fails_at_the_first_retriable_error():
     """retries=0 (idempotence off, as Java requires): a request that times out (the broker is
     SIGSTOPped) fails its record at once, instead of being retried until
     delivery.timeout.ms."""
-    import os
-    import signal
-
     with KafkaCluster(1) as cluster:
         topic = name("no-retries")
         create(cluster.bootstrap_servers, topic, 1)
@@ -430,16 +436,12 @@ def test_retries_zero_fails_at_the_first_retriable_error():
         }
         with kcore.Producer(config) as producer:
             producer.send(topic, b"warm").result(30)
-            pid = cluster.nodes[0].process.pid
-            os.kill(pid, signal.SIGSTOP)
-            try:
+            with broker_stopped(cluster):
                 started = time.monotonic()
                 future = producer.send(topic, b"unanswered")
                 with pytest.raises(KcoreError) as caught:
                     future.result(30)
                 took = time.monotonic() - started
-            finally:
-                os.kill(pid, signal.SIGCONT)
         assert took < 15, (took, caught.value)
 
 
@@ -448,9 +450,6 @@ def test_records_in_flight_fail_at_delivery_timeout_not_after_their_request():
     (as Java's): with the broker SIGSTOPped, the first attempt times out at request.timeout.ms
     and the retry hangs in connection setup; the record fails at the delivery timeout, not
     a request or setup timeout later. Once the broker is back, later records go through."""
-    import os
-    import signal
-
     with KafkaCluster(1) as cluster:
         topic = name("in-flight-expiry")
         create(cluster.bootstrap_servers, topic, 1)
@@ -463,21 +462,19 @@ def test_records_in_flight_fail_at_delivery_timeout_not_after_their_request():
             "socket.connection.setup.timeout.max.ms": 20000,
         }
         producer = kcore.Producer(config)
-        producer.send(topic, b"warm").result(30)
-        pid = cluster.nodes[0].process.pid
-        os.kill(pid, signal.SIGSTOP)
         try:
-            started = time.monotonic()
-            future = producer.send(topic, b"unanswered")
-            with pytest.raises(KcoreTimeoutError, match="delivery.timeout.ms"):
-                future.result(60)
-            took = time.monotonic() - started
-            # Its request may still be out: close(timeout) keeps to its deadline all the same.
-            started = time.monotonic()
-            producer.close(2)
-            closing = time.monotonic() - started
+            producer.send(topic, b"warm").result(30)
+            with broker_stopped(cluster):
+                started = time.monotonic()
+                future = producer.send(topic, b"unanswered")
+                with pytest.raises(KcoreTimeoutError, match="delivery.timeout.ms"):
+                    future.result(60)
+                took = time.monotonic() - started
+                # Its request may still be out: close(timeout) keeps to its deadline all the same.
+                started = time.monotonic()
+                producer.close(2)
+                closing = time.monotonic() - started
         finally:
-            os.kill(pid, signal.SIGCONT)
             producer.close()
         assert 5.5 < took < 10, took
         assert closing < 5, closing
@@ -729,7 +726,6 @@ def test_a_batch_too_large_for_the_topic_is_split_and_every_record_delivered(kaf
     MESSAGE_TOO_LARGE; the producer splits it (in halves, until the parts fit) and sends the
     parts, as Java does, instead of failing every record. Each record is written once, in send
     order, and its future gives the offset it was written at."""
-    import os
 
     bootstrap = kafka_cluster.bootstrap_servers
     topic = name("split")
@@ -816,8 +812,6 @@ def test_batches_in_flight_behind_a_split_one_go_again_after_its_halves(kafka_cl
     back MESSAGE_TOO_LARGE, the ones behind it OUT_OF_ORDER_SEQUENCE (the broker saw a gap).
     The halves keep the first's sequences and go first; the others follow with theirs: every
     record once, in send order."""
-    import os
-
     bootstrap = kafka_cluster.bootstrap_servers
     topic = name("split-flying")
     create(bootstrap, topic, 1, **{"max.message.bytes": "20000"})

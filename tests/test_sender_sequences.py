@@ -178,18 +178,47 @@ class _Cluster:
         return False
 
 
-def _answer(sender: Sender, batch: Any, code: int) -> None:
+def _response(tp: TopicPartition, code: int) -> Any:
+    """A Produce response with ``code`` for ``tp`` alone."""
     from kcore.protocol.messages.produce_response import (
         PartitionProduceResponse,
         ProduceResponse,
         TopicProduceResponse,
     )
 
-    part = PartitionProduceResponse(index=batch.tp.partition, error_code=code, base_offset=-1)
-    response = ProduceResponse(
-        responses=[TopicProduceResponse(name=batch.tp.topic, partition_responses=[part])]
+    part = PartitionProduceResponse(index=tp.partition, error_code=code, base_offset=-1)
+    return ProduceResponse(
+        responses=[TopicProduceResponse(name=tp.topic, partition_responses=[part])]
     )
-    sender._handle_response(response, [batch], 9)
+
+
+def _answer(sender: Sender, batch: Any, code: int) -> None:
+    sender._handle_response(_response(batch.tp, code), [batch], 9)
+
+
+class _Broker(_Cluster):
+    """A stand-in that takes Produce requests (v9): ``answer()`` gives the response or
+    raises."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    async def version_for(self, node: int, api: int, **limits: int) -> int:
+        return 9
+
+    async def send(self, node: int, request: Any, version: int) -> Any:
+        return self.answer()
+
+
+def _numbered_and_sent(sender: Sender, acc: RecordAccumulator, value: bytes) -> Any:
+    """A batch of one record to P1, numbered by ``sender`` and put through one Produce."""
+    import asyncio
+
+    acc.append(P1, None, value, 0, None, 1.0)
+    (batch,) = _drain(acc)
+    sender._assign_sequence(batch)
+    asyncio.run(sender._produce_once(1, [batch]))
+    return batch
 
 
 def _send(sender: Sender, acc: RecordAccumulator) -> list:
@@ -280,25 +309,15 @@ def test_an_epoch_bump_keeps_the_numbering_of_a_batch_that_may_have_been_written
     id, epoch and sequence through a bump that renumbers P1: sent again under them, the broker
     answers DUPLICATE_SEQUENCE if it wrote it; renumbered, it would be written twice. Only when
     the broker rejects it under the old epoch is it renumbered, still ahead of later batches."""
-    import asyncio
-
     from kcore.errors import KcoreTimeoutError
 
+    def no_answer() -> Any:
+        raise KcoreTimeoutError("no answer")
+
     acc = _accumulator()
-
-    class Cluster(_Cluster):
-        async def version_for(self, node: int, api: int, **limits: int) -> int:
-            return 9
-
-        async def send(self, node: int, request: Any, version: int) -> Any:
-            raise KcoreTimeoutError("no answer")
-
-    sender = _sender(Cluster(), acc, idempotent=True)
+    sender = _sender(_Broker(no_answer), acc, idempotent=True)
     sender.producer_id, sender.producer_epoch = 1000, 0
-    acc.append(P1, None, b"c", 0, None, 1.0)
-    (c,) = _drain(acc)
-    sender._assign_sequence(c)
-    asyncio.run(sender._produce_once(1, [c]))  # times out: requeued, maybe written
+    c = _numbered_and_sent(sender, acc, b"c")  # times out: requeued, maybe written
     assert c.maybe_written and acc._queues[P1][0] is c
     acc.append(P1, None, b"d", 0, None, 1.0)  # a batch never sent
 
@@ -326,32 +345,10 @@ def test_an_epoch_bump_keeps_the_numbering_of_a_batch_that_may_have_been_written
 def test_a_batch_answered_with_an_error_after_the_append_keeps_its_numbering_too() -> None:
     """REQUEST_TIMED_OUT (the leader appended, replicas did not follow in time) does not say
     the batch was not written: it keeps its numbering through a bump, as an unanswered one."""
-    import asyncio
-
-    from kcore.protocol.messages.produce_response import (
-        PartitionProduceResponse,
-        ProduceResponse,
-        TopicProduceResponse,
-    )
-
     acc = _accumulator()
-
-    class Cluster(_Cluster):
-        async def version_for(self, node: int, api: int, **limits: int) -> int:
-            return 9
-
-        async def send(self, node: int, request: Any, version: int) -> Any:
-            part = PartitionProduceResponse(index=1, error_code=7, base_offset=-1)
-            return ProduceResponse(
-                responses=[TopicProduceResponse(name="t", partition_responses=[part])]
-            )
-
-    sender = _sender(Cluster(), acc, idempotent=True)
+    sender = _sender(_Broker(lambda: _response(P1, 7)), acc, idempotent=True)
     sender.producer_id, sender.producer_epoch = 1000, 0
-    acc.append(P1, None, b"a", 0, None, 1.0)
-    (a,) = _drain(acc)
-    sender._assign_sequence(a)
-    asyncio.run(sender._produce_once(1, [a]))
+    a = _numbered_and_sent(sender, acc, b"a")
     assert a.maybe_written and acc._queues[P1][0] is a
     sender.producer_id = 1001
     acc.reset_sequences({P1})

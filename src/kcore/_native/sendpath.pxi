@@ -47,19 +47,19 @@ cdef class DeliveryFuture:
         self.partition = partition
         self.timestamp = timestamp
 
-    def done(self):
+    cdef tuple _located(self):
+        """(the result that answers for this record, its index there): the batch's own, or,
+        if the batch was split, its part's (each part may be done before the rest)."""
         b = self._batch
-        if b.done:
-            return True
-        if b.parts is not None:  # split: this record's part may be done before the rest
-            return b.locate(self._index)[0].done
-        return False
+        if b.parts is None:
+            return b, self._index
+        return b.locate(self._index)
+
+    def done(self):
+        return self._located()[0].done
 
     def _metadata(self):
-        b = self._batch
-        index = self._index
-        if b.parts is not None:  # the batch was split: this record's part answers for it
-            b, index = b.locate(index)
+        b, index = self._located()
         if b.error is not None:
             raise b.error
         base = b.base_offset
@@ -77,10 +77,7 @@ cdef class DeliveryFuture:
     def exception(self, timeout=None):
         if not self._batch.wait_record(self._index, timeout):
             raise KcoreTimeoutError(f"record to {self.topic}-{self.partition} still pending")
-        b = self._batch
-        if b.parts is not None:
-            b = b.locate(self._index)[0]
-        return b.error
+        return self._located()[0].error
 
     def add_done_callback(self, fn):
         self._batch.add_callback(lambda _b: fn(self), self._index)
@@ -98,9 +95,7 @@ cdef class DeliveryFuture:
         return self._metadata()
 
     def __repr__(self):
-        b = self._batch
-        if b.parts is not None:
-            b = b.locate(self._index)[0]
+        b = self._located()[0]
         state = "pending" if not b.done else "failed" if b.error is not None else "done"
         return f"<DeliveryFuture {self.topic}-{self.partition} {state}>"
 
