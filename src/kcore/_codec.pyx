@@ -57,6 +57,7 @@ from kcore.errors import (
 )
 
 include "_native/buffers.pxi"
+include "_native/arena_cache.pxi"
 include "_native/varint.pxi"
 include "_native/hashing.pxi"
 include "_native/compression.pxi"

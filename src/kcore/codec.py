@@ -15,6 +15,7 @@ from ._codec import (
     LegacyBatch,
     RecordBatch,
     RecordBatchBuilder,
+    arena_cache_stats,
     compress,
     crc32c,
     crc32c_implementation,
@@ -33,6 +34,7 @@ from ._codec import (
     partition_for_key,
     partitions_for_keys,
     prepare_headers,
+    set_arena_cache_limit,
     set_buffer_pool_limit,
 )
 
@@ -43,6 +45,7 @@ __all__ = [
     "LegacyBatch",
     "RecordBatch",
     "RecordBatchBuilder",
+    "arena_cache_stats",
     "columns_as_numpy",
     "compress",
     "crc32c",
@@ -62,6 +65,7 @@ __all__ = [
     "partition_for_key",
     "partitions_for_keys",
     "prepare_headers",
+    "set_arena_cache_limit",
     "set_buffer_pool_limit",
 ]
 
