@@ -97,14 +97,17 @@ def _partitions(column: pa.Array) -> np.ndarray | None:
     return np.asarray(column.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _timestamps(column: pa.Array) -> np.ndarray:
-    """Record timestamps in ms as int64 (the time now where null): from a timestamp column, or
-    a double column of seconds since the epoch (as the JVM sink casts it)."""
+def _timestamps(column: pa.Array) -> pa.Array | np.ndarray:
+    """Record timestamps as the JVM sink makes them. A timestamp column goes to ``send_batch``
+    as it is, which floors it to ms and takes null as the time now. A double column is seconds
+    since the epoch cast as Spark casts a double to a timestamp (truncated to microseconds; NaN
+    and infinities are null), then floored to ms (``DateTimeUtils.toMillis``)."""
     if pa.types.is_timestamp(column.type):
-        ms = column.cast(pa.timestamp("ms", column.type.tz), safe=False).cast(pa.int64())
-    else:
-        ms = pc.multiply(column, 1000.0).cast(pa.int64(), safe=False)
-    return ms.fill_null(int(time.time() * 1000)).to_numpy(zero_copy_only=False)
+        return column
+    seconds = column.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls: NaN
+    given = np.isfinite(seconds)
+    micros = np.trunc(np.where(given, seconds, 0.0) * 1_000_000).astype(np.int64)
+    return np.where(given, np.floor_divide(micros, 1000), int(time.time() * 1000))
 
 
 def _groups(
