@@ -189,11 +189,11 @@ def test_send_batch(kafka_cluster, form):
     assert all(m.timestamp()[1] == BASE_TS for m in with_keys)
 
 
-@pytest.mark.parametrize("form", ["pyarrow-us", "pyarrow-chunked-ms", "numpy-ns"])
+@pytest.mark.parametrize("form", ["pyarrow-us", "pyarrow-chunked-ms", "numpy-ns", "numpy-scalar"])
 def test_send_batch_takes_a_column_of_times(kafka_cluster, form):
-    """timestamp_ms as a pyarrow timestamp column (any unit, chunked too) or numpy datetime64:
-    each record's timestamp in milliseconds; a null (NaT) is the time of sending, as in Spark's
-    Kafka sink."""
+    """timestamp_ms as a pyarrow timestamp column (any unit, chunked too) or numpy datetime64
+    (an array, or one time for all): each record's timestamp in milliseconds, floored; a null
+    (NaT) is the time of sending, as in Spark's Kafka sink."""
     topic = name("batch-times")
     create(kafka_cluster.bootstrap_servers, topic, 1)
     n = 1000
@@ -209,9 +209,11 @@ def test_send_batch_takes_a_column_of_times(kafka_cluster, form):
                 pa.array(ms[400:], pa.timestamp("ms", "UTC")),
             ]
         )
-    else:
+    elif form == "numpy-ns":
         times = np.array(ms, dtype="datetime64[ms]").astype("datetime64[ns]")
         times[7] = np.datetime64("NaT")
+    else:
+        times = np.datetime64(BASE_TS * 1000 + 999, "us")
     before = int(time.time() * 1000)
     with kcore.Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as producer:
         producer.send_batch(topic, values, partition=0, timestamp_ms=times).result(60)
@@ -220,6 +222,8 @@ def test_send_batch_takes_a_column_of_times(kafka_cluster, form):
     assert len(got) == n
     if form == "pyarrow-chunked-ms":
         assert got == ms
+    elif form == "numpy-scalar":
+        assert got == [BASE_TS] * n
     else:
         assert got[:7] + got[8:] == ms[:7] + ms[8:]
         assert before <= got[7] <= after

@@ -411,6 +411,9 @@ class ProducerCore:
         headers = prepare_headers(headers, n)
         if isinstance(timestamp_ms, numbers.Integral):  # also numpy's integer scalars
             timestamp_ms = int(timestamp_ms)
+        elif _is_datetime64_scalar(timestamp_ms):  # one time for all, as one int is
+            ms = _milliseconds(timestamp_ms.reshape(1))[0]
+            timestamp_ms = int(ms)
         elif timestamp_ms is not None:
             if not hasattr(timestamp_ms, "__len__"):  # an iterator: its values, once
                 timestamp_ms = list(timestamp_ms)
@@ -561,6 +564,10 @@ def _milliseconds(column: Any) -> Any:
             ms = np.where(nat, int(time.time() * 1000), ms)
         return np.ascontiguousarray(ms)
     return column
+
+
+def _is_datetime64_scalar(value: Any) -> bool:
+    return type(value).__name__ == "datetime64" and type(value).__module__ == "numpy"
 
 
 def _mean_size(column: Any, n: int) -> int:
