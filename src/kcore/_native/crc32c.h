@@ -159,32 +159,55 @@ static int kcore_cpu_has_crc(void) {
     return __builtin_cpu_supports("sse4.2");
 }
 
-#elif defined(__aarch64__) && defined(__GNUC__)
+#elif defined(__aarch64__) && defined(__GNUC__) && (defined(__linux__) || defined(__APPLE__))
+/* The compilers' CRC builtins, in a function compiled for the CRC extension whatever the
+ * build's baseline; used only where the CPU reports it. */
 #define KCORE_CRC_HW 1
+#ifdef __APPLE__
+#include <sys/sysctl.h>
+#else
 #include <sys/auxv.h>
 #ifndef HWCAP_CRC32
 #define HWCAP_CRC32 (1 << 7)
 #endif
+#endif
 
-__attribute__((target("+crc"))) static uint32_t kcore_crc32c_hw(uint32_t crc, const uint8_t *p,
-                                                               size_t n) {
+#ifdef __clang__
+#define KCORE_TARGET_CRC __attribute__((target("crc")))
+#define KCORE_CRC32CB __builtin_arm_crc32cb
+#define KCORE_CRC32CD __builtin_arm_crc32cd
+#else
+#define KCORE_TARGET_CRC __attribute__((target("+crc")))
+#define KCORE_CRC32CB __builtin_aarch64_crc32cb
+#define KCORE_CRC32CD __builtin_aarch64_crc32cx
+#endif
+
+KCORE_TARGET_CRC static uint32_t kcore_crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
     crc = ~crc;
     while (n && ((uintptr_t)p & 7)) {
-        crc = __builtin_aarch64_crc32cb(crc, *p++);
+        crc = KCORE_CRC32CB(crc, *p++);
         n--;
     }
     while (n >= 8) {
         uint64_t a;
         memcpy(&a, p, 8);
-        crc = __builtin_aarch64_crc32cx(crc, a);
+        crc = KCORE_CRC32CD(crc, a);
         p += 8;
         n -= 8;
     }
-    while (n--) crc = __builtin_aarch64_crc32cb(crc, *p++);
+    while (n--) crc = KCORE_CRC32CB(crc, *p++);
     return ~crc;
 }
 
+#ifdef __APPLE__
+static int kcore_cpu_has_crc(void) {
+    int has = 0;
+    size_t size = sizeof(has);
+    return sysctlbyname("hw.optional.armv8_crc32", &has, &size, NULL, 0) == 0 && has;
+}
+#else
 static int kcore_cpu_has_crc(void) { return (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0; }
+#endif
 
 #else
 #define KCORE_CRC_HW 0
