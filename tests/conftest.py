@@ -3,6 +3,11 @@ plugin)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import venv
+from pathlib import Path
+
 import pytest
 
 from kcore.testing import KafkaCluster
@@ -18,3 +23,40 @@ def unreachable_cluster():
     behind a NAT or a load balancer); its real port on 127.0.0.1 still works for bootstrap."""
     with KafkaCluster(1, advertised_host=UNREACHABLE_HOST) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory) -> Path:
+    """A virtual environment's python with what Spark's Python workers need for kcore's data
+    source (pyspark, pyarrow, numpy) but neither kcore nor cramjam: an executor that kcore
+    reaches only by being shipped there.
+
+    Installing pyspark (a ~450 MB wheel) takes ~10 s even from pip's cache and needs the index
+    otherwise, so the packages are symlinked from this interpreter's site-packages instead."""
+    import numpy
+    import pyspark
+
+    env_dir = tmp_path_factory.mktemp("bare-venv")
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    ours = Path(pyspark.__file__).parent.parent
+    for name in ("pyspark", "py4j", "pyarrow", "numpy", "numpy.libs"):
+        if name == "numpy.libs" and not (ours / name).exists():
+            continue  # numpy's bundled libraries: only some wheels have them
+        (site / name).symlink_to(ours / name)
+    assert Path(numpy.__file__).parent == ours / "numpy"
+    check = "import pyspark, pyarrow, numpy\nfor m in ('kcore', 'cramjam'):\n" + (
+        "    try:\n        __import__(m)\n    except ImportError:\n        pass\n"
+        "    else:\n        raise SystemExit(m + ' is importable')"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYSPARK"))}
+    subprocess.run([str(python), "-c", check], check=True, env=env)
+    return python

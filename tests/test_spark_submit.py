@@ -1,9 +1,9 @@
 """kcore reaches Spark executors that do not have it installed: as the Spark bundle on
 ``spark-submit --py-files``, and shipped by ``kcore.spark.register`` itself. Executors here are
 the Python workers of a ``local[2]`` master running a virtual environment without kcore or
-cramjam (pyspark and pyarrow linked in from this interpreter's site-packages, so that nothing is
-downloaded). Also: the bundle's extraction under concurrent workers, and its refusal to load on
-an interpreter it was not built for."""
+cramjam (pyspark, pyarrow and numpy linked in from this interpreter's site-packages, so that
+nothing is downloaded). Also: the bundle's extraction under concurrent workers, and its refusal
+to load on an interpreter it was not built for."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import venv
 import zipfile
 from pathlib import Path
 
@@ -28,7 +27,6 @@ from kcore.spark import bundle as bundle_builder
 pytestmark = pytest.mark.slow
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-SITE = Path(pyspark.__file__).parent.parent
 MURMUR2_21 = -973932308  # Java's Utils.murmur2("21".getBytes())
 
 # What executors report: where kcore, its codec and cramjam came from, and that they work.
@@ -150,33 +148,6 @@ def bundle(tmp_path_factory) -> Path:
     python_tag, platform_tag = _bundle_loader.current_tags()
     assert path.name == f"kcore-0.1.0-spark-{python_tag}-{platform_tag}.zip"
     return path
-
-
-@pytest.fixture(scope="module")
-def bare_python(tmp_path_factory) -> Path:
-    """A virtual environment's python with pyspark and pyarrow but neither kcore nor cramjam.
-
-    Installing pyspark (a ~450 MB wheel) takes ~10 s even from pip's cache and needs the index
-    otherwise, so the packages are symlinked from this interpreter's site-packages instead."""
-    env_dir = tmp_path_factory.mktemp("bare-venv")
-    venv.EnvBuilder(with_pip=False).create(env_dir)
-    python = env_dir / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
-    for name in ("pyspark", "py4j", "pyarrow"):
-        (site / name).symlink_to(SITE / name)
-    check = "import pyspark, pyarrow\nfor m in ('kcore', 'cramjam'):\n" + (
-        "    try:\n        __import__(m)\n    except ImportError:\n        pass\n"
-        "    else:\n        raise SystemExit(m + ' is importable')"
-    )
-    subprocess.run([str(python), "-c", check], check=True, env=_clean_env())
-    return python
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
