@@ -31,3 +31,27 @@ def test_spark_pipeline(kafka_cluster):
         assert any(line.startswith(phase) and "20,000" in line for line in out.splitlines()), out
     # maxOffsetsPerTrigger is a quarter of the rows: the stream ran in several micro-batches
     assert sum("micro-batch" in line for line in out.splitlines()) >= 4, out
+
+
+@pytest.mark.broker
+def test_roundtrip(kafka_cluster):
+    env = {**os.environ, "KCORE_BOOTSTRAP": kafka_cluster.bootstrap_servers}
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "roundtrip.py"),
+            "--records",
+            "20000",
+            "--compression",
+            "lz4",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = res.stdout
+    assert res.returncode == 0, f"exit {res.returncode}\n{out}\n{res.stderr[-4000:]}"
+    assert "produced 20,000 records" in out and "consumed 20,000 records" in out, out
+    assert "OK: every record came back once" in out, out
