@@ -1,5 +1,6 @@
 """The ``kcore`` command line against real brokers: ``metadata`` (checked against Kafka's own
-``kafka-topics --describe``) and ``doctor`` on healthy and broken set-ups."""
+``kafka-topics --describe``), ``produce`` and ``consume``, and ``doctor`` on healthy and broken
+set-ups."""
 
 from __future__ import annotations
 
@@ -122,3 +123,79 @@ def test_bad_config_is_reported_with_the_key_meant(capsys):
     assert main(["doctor", "-b", "127.0.0.1:1", "-X", "request.timeout.m=5"]) == 1
     err = capsys.readouterr().err
     assert "request.timeout.m" in err and "did you mean 'request.timeout.ms'" in err
+
+
+def kcore_in(stdin: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "kcore", *args], input=stdin, capture_output=True, timeout=120
+    )
+
+
+def test_produce_and_consume(kafka_cluster, tmp_path):
+    """Lines in (stdin and a file; keys split off with -K; a header on each; one partition with
+    -p), records out (-e stops at the end; JSON lines with base64 for non-UTF-8 bytes; -o -N;
+    -c); keyed records on the Java client's partitions; a group commits what it read."""
+    from kcore.codec import partition_for_key
+
+    bs = kafka_cluster.bootstrap_servers
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, partitions=3)
+    lines = b"".join(b"user-%d:event %d\n" % (i % 5, i) for i in range(30)) + b"no separator"
+    proc = kcore_in(lines, "produce", "-b", bs, "-t", topic, "-K", ":", "-H", "src=cli")
+    assert proc.returncode == 0, proc.stderr
+    assert b"produced 31 of 31 records to " + topic.encode() in proc.stderr
+    raw = tmp_path / "raw.bin"
+    raw.write_bytes(b"\xff\xfe binary\n")
+    proc = kcore_in(b"", "produce", "-b", bs, "-t", topic, "-p", "0", str(raw), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "topic": topic,
+        "records": 1,
+        "delivered": 1,
+        "partitions": {"0": 1},
+        "failed": 0,
+        "error": None,
+    }
+
+    proc = kcore_in(b"", "consume", "-b", bs, "-t", topic, "-e", "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(got) == 32 and b"consumed 32 records" in proc.stderr
+    keyed = [r for r in got if r.get("key", "").startswith("user-")]
+    assert sorted(int(r["value"].split()[1]) for r in keyed) == list(range(30))
+    for r in keyed:
+        assert r["partition"] == partition_for_key(r["key"].encode(), 3)
+        assert r["headers"] == [{"key": "src", "value": "cli"}]
+    [plain] = [r for r in got if r.get("value") == "no separator"]
+    assert "key" not in plain  # a null key
+    [binary] = [r for r in got if "value_base64" in r]
+    assert binary["partition"] == 0 and binary["value_base64"] == "//4gYmluYXJ5"
+
+    proc = kcore_in(b"", "consume", "-b", bs, "-t", topic, "-p", "0", "-o", "-1", "-e")
+    assert proc.returncode == 0 and proc.stdout == b"\xff\xfe binary\n", proc.stderr
+    proc = kcore_in(b"", "consume", "-b", bs, "-t", topic, "-c", "5", "-K", "=")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 5, proc.stderr
+
+    group = ["consume", "-b", bs, "-t", topic, "-g", f"g-{topic}", "-e"]
+    first, again = kcore_in(b"", *group), kcore_in(b"", *group)
+    assert first.returncode == 0 and len(first.stdout.splitlines()) == 32, first.stderr
+    assert again.returncode == 0 and again.stdout == b"", again.stderr  # committed
+
+
+def test_produce_and_consume_mistakes(kafka_cluster, tmp_path):
+    bs = kafka_cluster.bootstrap_servers
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, partitions=2)
+    cases = [
+        (["consume", "-t", "no-such-topic", "-e"], "topic 'no-such-topic' does not exist"),
+        (["consume", "-t", topic, "-p", "5", "-e"], "there is no partition 5"),
+        (["consume", "-t", topic, "-o", "soon"], "-o takes beginning, end"),
+        (["produce", "-t", topic, str(tmp_path / "missing.txt")], "missing.txt: No such file"),
+        (["produce", "-t", topic, "-X", "fetch.min.bytes=5"], "a consumer setting"),
+        (["metadata", "-F", str(tmp_path / "missing.properties")], "-F "),
+        (["metadata", "-t", "no-such-topic"], "no such topic: no-such-topic"),
+    ]
+    for args, expected in cases:
+        proc = kcore_in(b"", args[0], "-b", bs, *args[1:])
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert expected in proc.stderr.decode() and b"Traceback" not in proc.stderr, args

@@ -251,14 +251,50 @@ def test_async_consumer(kafka_cluster):
             got = []
             while len(got) < 100:
                 got += await c.poll(5.0)
+            assert await c.position((topic, 0)) == 100
             rb = None
             c.seek_to_beginning()
             rb = await c.poll_arrow(5.0)
-            return got, rb
+            # The same position and lookup methods as the blocking consumer.
+            found = await c.offsets_for_times({(topic, 0): got[40].timestamp})
+            assert found[TopicPartition(topic, 0)].offset <= 40
+            c.seek((topic, 0), 90)
+            c.pause([(topic, 0)])
+            assert await c.poll(0.5) == []
+            c.resume([(topic, 0)])
+            tail = []
+            while len(tail) < 10:
+                tail += await c.poll(5.0)
+            return got, rb, tail
 
-    got, rb = asyncio.run(main())
+    got, rb, tail = asyncio.run(main())
     assert [r.value for r in got] == [b"%d" % i for i in range(100)]
     assert rb.num_rows > 0
+    assert [r.offset for r in tail] == list(range(90, 100))
+
+
+def test_polling_with_nothing_assigned_is_an_error(kafka_cluster):
+    """As Java's IllegalStateException: poll/poll_arrow (sync and async) with neither an
+    assignment nor a subscription raise at once, naming what to call, instead of waiting out
+    the timeout for nothing; an emptied assignment counts too."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    with consumer(bootstrap) as c:
+        for poll in (c.poll, c.poll_arrow):
+            started = time.monotonic()
+            with pytest.raises(KcoreError, match=r"no partitions assigned.*assign\(\)"):
+                poll(5.0)
+            assert time.monotonic() - started < 1
+        c.assign([])
+        with pytest.raises(KcoreError, match="no partitions assigned"):
+            c.poll(5.0)
+
+    async def main() -> None:
+        async with kcore.AsyncConsumer({"bootstrap.servers": bootstrap}) as ac:
+            for poll in (ac.poll, ac.poll_arrow):
+                with pytest.raises(KcoreError, match="no partitions assigned"):
+                    await poll(5.0)
+
+    asyncio.run(main())
 
 
 def test_fetches_ending_in_a_partial_batch(kafka_cluster):

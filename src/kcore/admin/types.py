@@ -135,12 +135,12 @@ class ListOffsetsResult(NamedTuple):
 class AdminOperationError(KcoreError):
     """Some items of an admin operation failed. ``errors`` maps each failed item (topic name,
     ``TopicPartition``, ``ConfigResource``) to its ``KafkaError``; ``results`` holds what
-    succeeded."""
+    succeeded (a dict, empty for operations that return nothing per item)."""
 
     def __init__(self, operation: str, errors: Mapping[Any, KafkaError], results: Any = None):
         self.operation = operation
         self.errors = dict(errors)
-        self.results = results
+        self.results = {} if results is None else results
         items = "; ".join(f"{_item_text(k)}: {v}" for k, v in self.errors.items())
         super().__init__(f"{operation} failed for {len(self.errors)} item(s): {items}")
 

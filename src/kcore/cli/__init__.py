@@ -1,4 +1,5 @@
-"""The ``kcore`` command line (also ``python -m kcore``): ``metadata`` and ``doctor``."""
+"""The ``kcore`` command line (also ``python -m kcore``): ``metadata``, ``produce``, ``consume``
+and ``doctor``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from kcore.errors import ConfigError, KcoreError
 
@@ -21,7 +22,10 @@ def _client_config(args: argparse.Namespace) -> dict[str, Any]:
     for path in args.config_file or []:
         from kcore.testing.cluster import read_properties
 
-        config.update(read_properties(path))
+        try:
+            config.update(read_properties(path))
+        except OSError as exc:
+            raise KcoreError(f"-F {path}: {exc.strerror or exc}") from None
     for item in args.set or []:
         key, sep, value = item.partition("=")
         if not sep:
@@ -31,10 +35,19 @@ def _client_config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
-def _parsed(config: dict[str, Any]) -> Any:
+# The client each command runs, whose settings -X and -F take.
+_ROLES: dict[str, Literal["admin", "producer", "consumer"]] = {
+    "metadata": "admin",
+    "doctor": "admin",
+    "produce": "producer",
+    "consume": "consumer",
+}
+
+
+def _parsed(config: dict[str, Any], command: str) -> Any:
     from kcore.config import ClientConfig
 
-    return ClientConfig(config, role="admin")
+    return ClientConfig(config, role=_ROLES[command])
 
 
 def _add_connection_args(p: argparse.ArgumentParser) -> None:
@@ -70,6 +83,47 @@ def build_parser() -> argparse.ArgumentParser:
         "-t", "--topic", action="append", help="only this topic (repeatable); default: all"
     )
     meta.add_argument("--internal", action="store_true", help="include internal topics")
+    produce = sub.add_parser("produce", help="send lines of stdin or files as records")
+    _add_connection_args(produce)
+    produce.add_argument("-t", "--topic", required=True)
+    produce.add_argument("files", nargs="*", metavar="FILE", help="read these (default: stdin)")
+    produce.add_argument("-p", "--partition", type=int, help="all records to this partition")
+    produce.add_argument(
+        "-K", dest="key_separator", metavar="SEP", help="split each line into key SEP value"
+    )
+    produce.add_argument(
+        "-H",
+        dest="header",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a header on every record (repeatable)",
+    )
+    consume = sub.add_parser("consume", help="print a topic's records")
+    _add_connection_args(consume)
+    consume.add_argument("-t", "--topic", required=True)
+    consume.add_argument(
+        "-p",
+        "--partition",
+        type=int,
+        action="append",
+        default=[],
+        help="only this partition (repeatable); default: all",
+    )
+    consume.add_argument(
+        "-o",
+        "--offset",
+        default="beginning",
+        help="beginning (default), end, an offset, or -N (N before the end)",
+    )
+    consume.add_argument("-c", "--count", type=int, help="stop after this many records")
+    consume.add_argument(
+        "-e", "--exit", action="store_true", help="stop at the end offsets seen at start"
+    )
+    consume.add_argument("-g", "--group", help="join this consumer group (subscribe, commit)")
+    consume.add_argument(
+        "-K", dest="key_separator", metavar="SEP", help="print key SEP value per record"
+    )
     doctor = sub.add_parser(
         "doctor", help="diagnose bootstrap, advertised-listener, TLS and SASL problems"
     )
@@ -85,7 +139,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     try:
-        config = _parsed(_client_config(args))
+        raw = _client_config(args)
+        config = _parsed(raw, args.command)  # checked up front: a bad key fails here
+        if args.command == "produce":
+            from kcore.cli.produce import run_produce
+
+            return run_produce(
+                config,
+                args.topic,
+                args.files,
+                args.partition,
+                args.key_separator,
+                args.header,
+                args.json,
+            )
+        if args.command == "consume":
+            from kcore.cli.consume import parse_offset, run_consume
+
+            return run_consume(
+                raw,
+                args.topic,
+                args.partition,
+                parse_offset(args.offset),
+                args.count,
+                args.exit,
+                args.group,
+                args.key_separator,
+                args.json,
+            )
         if args.command == "metadata":
             from kcore.cli.metadata import run_metadata
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import ClusterMetadata
+
+UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION
 
 __all__ = ["metadata_json", "render_metadata", "run_metadata"]
 
@@ -86,4 +89,11 @@ def run_metadata(
         print(json.dumps(metadata_json(md, include_internal), indent=2))
     else:
         print(render_metadata(md, include_internal))
+    # Topics asked for by name that the cluster does not have: said, and the exit status is 1.
+    missing = [
+        t for t in topics or [] if t not in md.topics or md.topics[t].error_code == UNKNOWN_TOPIC
+    ]
+    if missing:
+        print(f"kcore metadata: no such topic: {', '.join(missing)}", file=sys.stderr)
+        return 1
     return 0

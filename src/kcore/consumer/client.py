@@ -269,6 +269,24 @@ class ConsumerCore:
         st.position = max(st.position or 0, data.end_offset)
         self.wake()
 
+    async def partitions_for(self, topic: str) -> list[int]:
+        md = await self.cluster.refresh_metadata([topic])
+        info = md.topics.get(topic)
+        return [] if info is None or info.error_code else sorted(info.partitions)
+
+    def check_can_poll(self) -> None:
+        """As Java's consumer: polling with neither a subscription nor an assignment is a
+        mistake (it would wait out every timeout and return nothing), not an empty result."""
+        if self.group is not None and self.group.subscribed:
+            return
+        with self.fetcher.lock:
+            if self.fetcher.states:
+                return
+        raise KcoreError(
+            "the consumer has no partitions assigned and no subscription: call assign() "
+            "(or subscribe() with a group.id) before polling"
+        )
+
     def take_records(self, max_records: int) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
         with self.fetcher.lock:
@@ -487,8 +505,14 @@ class Consumer(ProcessLocal):
     def resume(self, partitions: Iterable[Any]) -> None:
         self._core.resume(partitions)
 
+    def partitions_for(self, topic: str, timeout: float = 60) -> list[int]:
+        """The topic's partition numbers from fresh metadata (Java's ``partitionsFor``); empty
+        if the topic does not exist."""
+        return self._loop.run(self._core.partitions_for(topic), timeout)
+
     def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
         """Records from the assigned partitions, waiting up to ``timeout`` seconds for some."""
+        self._core.check_can_poll()
         limit = max_records or self._core.max_poll_records
         deadline = time.monotonic() + timeout
         while True:
@@ -502,6 +526,7 @@ class Consumer(ProcessLocal):
     def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
         """A ``pyarrow.RecordBatch`` (key, value, topic, partition, offset, timestamp,
         timestampType, headers), decoded column by column by the codec."""
+        self._core.check_can_poll()
         limit = max_records or 1 << 30
         deadline = time.monotonic() + timeout
         while True:
@@ -597,9 +622,37 @@ class AsyncConsumer:
     def seek_to_end(self, partitions: Iterable[Any] = ()) -> None:
         self._core.seek_to(partitions, "latest")
 
+    async def position(
+        self, partition: TopicPartition | tuple[str, int], timeout: float = 60
+    ) -> int:
+        """The next offset to be handed out (looked up first if it is not known yet)."""
+        deadline = time.monotonic() + timeout
+        while (pos := self._core.position(partition)) is None:
+            if time.monotonic() > deadline:
+                raise KcoreError(f"no position for {partition} within {timeout:g}s")
+            await asyncio.sleep(0.01)
+        return pos
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition | tuple[str, int], int], timeout: float = 60
+    ) -> dict[TopicPartition, ListOffsetsResult]:
+        return await self._core.admin.list_offsets(timestamps, timeout=timeout)
+
+    def pause(self, partitions: Iterable[Any]) -> None:
+        self._core.pause(partitions)
+
+    def resume(self, partitions: Iterable[Any]) -> None:
+        self._core.resume(partitions)
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition numbers from fresh metadata (Java's ``partitionsFor``); empty
+        if the topic does not exist."""
+        return await self._core.partitions_for(topic)
+
     async def poll(
         self, timeout: float = 1.0, max_records: int | None = None
     ) -> list[ConsumerRecord]:
+        self._core.check_can_poll()
         limit = max_records or self._core.max_poll_records
         deadline = time.monotonic() + timeout
         while True:
@@ -613,6 +666,7 @@ class AsyncConsumer:
             )
 
     async def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
+        self._core.check_can_poll()
         deadline = time.monotonic() + timeout
         while True:
             await self._group_step()
