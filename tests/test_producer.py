@@ -319,6 +319,21 @@ def test_async_producer(kafka_cluster):
             batch = await p.send_batch(topic, [b"x"] * 50)
             await p.flush(30)
             assert batch.done()
+            # A SendBatchResult is awaited without blocking the loop: while its records are
+            # sent, a ticker task keeps running.
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0.001)
+
+            tick_task = asyncio.create_task(ticker())
+            parts = await (await p.send_batch(topic, [b"y"] * 200_000, partition=1))
+            tick_task.cancel()
+            assert sum(n for _, _, n in parts) == 200_000 and {p for p, _, _ in parts} == {1}
+            assert ticks > 1
             return metas
 
     metas = asyncio.run(main())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 from kcore._codec import DeliveryFuture, RecordMetadata
@@ -208,5 +208,26 @@ class SendBatchResult:
                 out += [(partition, base, n) for base, n in r.segments()]
         return out
 
+    def __await__(self) -> Generator[Any, None, list[tuple[int, int, int]]]:
+        """``await result`` (AsyncProducer): ``result()`` without blocking the event loop."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        for _, _, r in self._parts:
+            if not r.done:
+                waiter: asyncio.Future[None] = loop.create_future()
+
+                def wake(_: BatchResult, waiter: asyncio.Future[None] = waiter) -> None:
+                    loop.call_soon_threadsafe(_wake, waiter)
+
+                r.add_callback(wake)
+                yield from waiter.__await__()
+        return self.result(0)
+
     def __len__(self) -> int:
         return sum(c for _, c, _ in self._parts)
+
+
+def _wake(waiter: Any) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
