@@ -25,7 +25,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 import kcore
 from kcore.admin import NewTopic, TopicPartition
 from kcore.codec import partition_for_key
-from kcore.errors import KcoreError, KcoreTimeoutError
+from kcore.errors import KcoreError, KcoreTimeoutError, MessageTooLargeError
 from kcore.testing import KafkaCluster
 
 # Recent timestamps: records older than the broker's retention (7 days) may be deleted by
@@ -338,6 +338,33 @@ def test_async_producer(kafka_cluster):
 
     metas = asyncio.run(main())
     assert len({(m.partition, m.offset) for m in metas}) == 100
+
+
+def test_records_that_can_never_be_sent_fail_at_once(kafka_cluster):
+    """As Java's ensureValidRecordSize: a record larger than max.request.size or buffer.memory
+    gets a failed future (and its callback the error) at once, never queued; keys and values
+    that are not bytes raise TypeError naming which and how to fix it."""
+    topic = name("never-fits")
+    create(kafka_cluster.bootstrap_servers, topic, 1)
+    small = {"bootstrap.servers": kafka_cluster.bootstrap_servers, "max.request.size": 2000}
+    with kcore.Producer(small) as producer:
+        seen = []
+        for key in (None, b"k"):  # unkeyed and keyed (the compiled path hands both over)
+            future = producer.send(topic, b"x" * 3000, key, on_delivery=lambda e, m: seen.append(e))
+            with pytest.raises(
+                MessageTooLargeError, match=r"larger than max.request.size \(2000\)"
+            ):
+                future.result(0)
+        assert len(seen) == 2 and all(isinstance(e, MessageTooLargeError) for e in seen)
+        assert producer.send(topic, b"x" * 1000).result(30).offset == 0  # the rest goes on
+        with pytest.raises(TypeError, match=r"value is a str; encode it"):
+            producer.send(topic, "text")
+        with pytest.raises(TypeError, match=r"key must be bytes-like or None, not int"):
+            producer.send(topic, b"v", 5)
+    tiny = {"bootstrap.servers": kafka_cluster.bootstrap_servers, "buffer.memory": 4096}
+    with kcore.Producer(tiny) as producer:
+        with pytest.raises(MessageTooLargeError, match=r"larger than buffer.memory \(4096\)"):
+            producer.send(topic, b"x" * 5000).result(0)
 
 
 def test_backpressure_then_nothing_lost(tmp_path):

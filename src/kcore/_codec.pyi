@@ -248,6 +248,7 @@ class SendPath:
         cache: Any,
         batch_size: int,
         enabled: bool = True,
+        max_payload: int = ...,
     ) -> None: ...
     def sticky_partition(self, topic: str, count: int, available: Any, size: int) -> int: ...
     def send(

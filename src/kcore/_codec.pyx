@@ -22,6 +22,7 @@ from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from cpython.object cimport PyObject
 
 cdef extern from "Python.h":
+    const Py_ssize_t PY_SSIZE_T_MAX
     void PyObject_GC_UnTrack(void* op)
     void PyObject_GC_Track(void* op)
     int PyObject_GC_IsTracked(object op)

@@ -154,10 +154,11 @@ cdef class SendPath:
     cdef dict routes              # topic -> TopicRoute under seen_metadata
     cdef dict sticky              # topic -> StickyState (kept across metadata refreshes)
     cdef Py_ssize_t batch_size
+    cdef Py_ssize_t max_payload   # key + value bytes above which the slow path checks the size
     cdef public bint enabled      # off: always the slow path (closed, or custom settings)
 
     def __init__(self, slow, tp_type, queues, cache, Py_ssize_t batch_size,
-                 bint enabled=True):
+                 bint enabled=True, Py_ssize_t max_payload=PY_SSIZE_T_MAX):
         self.slow = slow
         self.tp_type = tp_type
         self.queues = queues
@@ -166,6 +167,7 @@ cdef class SendPath:
         self.routes = {}
         self.sticky = {}
         self.batch_size = batch_size
+        self.max_payload = max_payload
         self.enabled = enabled
 
     cdef StickyState sticky_state(self, str topic):
@@ -251,6 +253,8 @@ cdef class SendPath:
         if value is not None:
             vp = <const uint8_t*>PyBytes_AS_STRING(value)
             vlen = PyBytes_GET_SIZE(value)
+        if max(klen, 0) + max(vlen, 0) > self.max_payload:  # maybe too large: checked there
+            return self.slow(topic, value, key, partition, timestamp_ms, headers, on_delivery)
         if partition is not None:
             p = partition
             if p < 0 or p >= route.count:

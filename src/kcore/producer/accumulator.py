@@ -408,6 +408,15 @@ class RecordAccumulator:
             return bool(self.incomplete)
 
 
+def record_size(key: Any, value: Any, headers: Any) -> int:
+    """An upper bound of a record's size in a batch of its own, as Java's
+    estimateSizeInBytesUpperBound: the batch header, the record's varints, its bytes."""
+    size = BATCH_HEADER + RECORD_OVERHEAD + _length(key) + _length(value)
+    for hkey, hvalue in headers or ():
+        size += 10 + len(hkey.encode() if isinstance(hkey, str) else hkey) + _length(hvalue)
+    return size
+
+
 def _length(data: Any) -> int:
     if data is None:
         return 0

@@ -15,9 +15,14 @@ from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.codec import partition_for_key
 from kcore.config import ClientConfig
-from kcore.errors import KcoreError, KcoreTimeoutError, TransactionStateError
-from kcore.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator
-from kcore.producer.results import DeliveryFuture, RecordMetadata, SendBatchResult
+from kcore.errors import (
+    KcoreError,
+    KcoreTimeoutError,
+    MessageTooLargeError,
+    TransactionStateError,
+)
+from kcore.producer.accumulator import BATCH_HEADER, RECORD_OVERHEAD, RecordAccumulator, record_size
+from kcore.producer.results import BatchResult, DeliveryFuture, RecordMetadata, SendBatchResult
 from kcore.producer.sender import Sender
 from kcore.producer.transactions import TransactionManager, TxnState
 
@@ -83,6 +88,9 @@ class ProducerCore:
         )
         # The compiled per-record path; it hands anything unusual to ``slow_send``. With
         # transactions it is on only inside a transaction (the slow path checks the state).
+        # As Java's ensureValidRecordSize: a record larger than max.request.size or than
+        # buffer.memory fails at once (it could never be sent, or never fit the buffer).
+        self.max_record_size = min(int(cfg["max.request.size"]), int(cfg["buffer.memory"]))
         self.send_path = SendPath(
             None,
             TopicPartition,
@@ -90,6 +98,7 @@ class ProducerCore:
             self.cluster.cache,
             self.batch_size,
             enabled=self._fast_path and self.txn is None,
+            max_payload=self.max_record_size - RECORD_OVERHEAD - BATCH_HEADER,
         )
         self.loop: asyncio.AbstractEventLoop | None = None
         self._counts_memo: tuple[Any, dict[str, tuple[int, list[int]]]] = (None, {})
@@ -255,8 +264,40 @@ class ProducerCore:
         if self.txn is not None:  # (before waiting for a topic's metadata)
             self.txn.check_can_send()
         key, value = self.serialize(key, value)
+        _check_payload("key", key)
+        _check_payload("value", value)
         p = self.choose_partition(topic, key, value, partition, counts(topic))
+        size = record_size(key, value, headers)
+        if size > self.max_record_size:
+            which = (
+                "max.request.size"
+                if self.max_record_size == int(self.config["max.request.size"])
+                else "buffer.memory"
+            )
+            error = MessageTooLargeError(
+                f"the record is {size} bytes when serialized, larger than {which} "
+                f"({self.max_record_size})"
+            )
+            return self.failed_future(topic, p, timestamp_ms, error, on_delivery)
         return self.append(topic, value, key, p, timestamp_ms, headers, on_delivery)
+
+    def failed_future(
+        self,
+        topic: str,
+        partition: int,
+        timestamp_ms: int | None,
+        error: BaseException,
+        on_delivery: OnDelivery | None,
+    ) -> DeliveryFuture:
+        """A record refused before it was queued: a future that has failed (as Java's
+        FutureFailure), its callback called with the error."""
+        result = BatchResult()
+        result.fail(error)
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        future = DeliveryFuture(result, 0, topic, partition, ts)
+        if on_delivery is not None:
+            future.add_done_callback(_delivery_callback(on_delivery))
+        return future
 
     def append(
         self,
@@ -564,6 +605,24 @@ def _milliseconds(column: Any) -> Any:
             ms = np.where(nat, int(time.time() * 1000), ms)
         return np.ascontiguousarray(ms)
     return column
+
+
+def _check_payload(name: str, data: Any) -> None:
+    """A key or value must be bytes-like or None; say which, and how to fix text."""
+    if data is None or isinstance(data, (bytes, bytearray, memoryview)):
+        return
+    if isinstance(data, str):
+        raise TypeError(
+            f"the record's {name} is a str; encode it (e.g. {name}.encode()) or set "
+            f"{name}.serializer"
+        )
+    try:
+        memoryview(data)
+    except TypeError:
+        raise TypeError(
+            f"the record's {name} must be bytes-like or None, not {type(data).__name__} "
+            f"(or set {name}.serializer)"
+        ) from None
 
 
 def _is_datetime64_scalar(value: Any) -> bool:
