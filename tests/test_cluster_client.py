@@ -64,6 +64,40 @@ def test_bootstrap_failure_lists_every_address_within_the_timeout():
     run(main())
 
 
+def test_an_http_server_at_the_bootstrap_address_is_named():
+    """A peer that answers in HTTP (a proxy, a web server on the port) is said to be one, not
+    taken for a TLS listener."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def main():
+        port = server.getsockname()[1]
+        client = ClusterClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        with pytest.raises(BootstrapError, match="the peer answered in HTTP"):
+            await client.start(2.0)
+        await client.close()
+
+    try:
+        run(main())
+    finally:
+        server.close()
+
+
 def test_requests_pipeline_on_one_connection(kafka_cluster):
     from kcore.protocol.messages import MetadataRequest
 

@@ -323,7 +323,9 @@ class BrokerConnection:
                 response = await self._call(request, min(version, theirs[1]))
         except (BrokerConnectionError, ProtocolError) as exc:
             reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
-            if self.settings.ssl_context is None:
+            if "1213486160" in reason:  # b"HTTP" read as a frame size: not a Kafka port
+                hint = " (the peer answered in HTTP: an HTTP server or proxy, not a Kafka broker)"
+            elif self.settings.ssl_context is None:
                 hint = (
                     " (a TLS listener drops plaintext clients like this; check security.protocol)"
                 )
