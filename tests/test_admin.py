@@ -10,7 +10,7 @@ import pytest
 
 from kcore import AdminClient
 from kcore.admin import AdminOperationError, AsyncAdminClient, ConfigResource, NewTopic
-from kcore.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from kcore.errors import KcoreTimeoutError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 
 def name(prefix: str = "admin") -> str:
@@ -74,8 +74,12 @@ def test_errors_name_the_item(admin):
     with pytest.raises(AdminOperationError) as info:
         admin.delete_topics([missing], timeout=30)
     assert isinstance(info.value.errors[missing], UnknownTopicOrPartitionError)
-    with pytest.raises(AdminOperationError):
+    with pytest.raises(AdminOperationError) as info:
         admin.alter_configs({("topic", missing): {"retention.ms": "1000"}}, timeout=30)
+    assert info.value.results == {}  # a dict, also for operations with nothing per item
+    # Offsets of a topic that does not exist (yet) are waited for; the timeout names it.
+    with pytest.raises(KcoreTimeoutError, match=f"within 2s.*topics not available.*{missing}"):
+        admin.list_offsets({(missing, 0): "latest"}, timeout=2)
     admin.delete_topics([topic])
 
 

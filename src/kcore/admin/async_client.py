@@ -124,17 +124,20 @@ class AsyncAdminClient:
         timeout = self.default_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         attempt = 0
+        said = ""  # the last failure that said what was wrong (a bare timeout says nothing)
         while True:
             try:
                 return await asyncio.wait_for(attempt_fn(), max(deadline - time.monotonic(), 0))
             except (KafkaError, BrokerConnectionError, KcoreTimeoutError, TimeoutError) as exc:
                 if isinstance(exc, KafkaError) and not exc.retriable:
                     raise
+                said = str(exc) or said
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     if isinstance(exc, (TimeoutError, KcoreTimeoutError)):
+                        detail = f" (last: {said})" if said else ""
                         raise KcoreTimeoutError(
-                            f"{what} did not finish within {timeout:g}s"
+                            f"{what} did not finish within {timeout:g}s{detail}"
                         ) from exc
                     raise
                 self.cluster.cache.request_update()
@@ -407,13 +410,17 @@ class AsyncAdminClient:
         level = {"read_uncommitted": 0, "read_committed": 1}[isolation_level]
         results: dict[TopicPartition, ListOffsetsResult] = {}
         final_errors: dict[Any, KafkaError] = {}
+        deadline = time.monotonic() + (self.default_timeout if timeout is None else timeout)
 
         async def attempt() -> None:
             pending = {tp: ts for tp, ts in wanted.items() if tp not in results}
             pending = {tp: ts for tp, ts in pending.items() if tp not in final_errors}
             if not pending:
                 return
-            md = await self.cluster.wait_for_topics({tp.topic for tp in pending}, timeout)
+            # Just inside the call's deadline, so that a topic that never appears is named in
+            # the timeout error (the call's own timeout would cut this wait short, unnamed).
+            left = max(0.0, deadline - time.monotonic() - 0.05)
+            md = await self.cluster.wait_for_topics({tp.topic for tp in pending}, left)
             by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
             for tp, ts in pending.items():
                 part = md.partition(tp.topic, tp.partition)

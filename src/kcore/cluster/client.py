@@ -524,7 +524,7 @@ class ClusterClient:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise KcoreTimeoutError(
-                    f"topics not available within {timeout:g}s: {', '.join(missing)}"
+                    f"topics not available within {timeout:.3g}s: {', '.join(missing)}"
                 )
             if attempt:
                 await asyncio.sleep(min(remaining, self.retry_backoff.backoff_s(attempt - 1)))
