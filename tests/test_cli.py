@@ -190,6 +190,7 @@ def test_produce_and_consume_mistakes(kafka_cluster, tmp_path):
         (["consume", "-t", "no-such-topic", "-e"], "topic 'no-such-topic' does not exist"),
         (["consume", "-t", topic, "-p", "5", "-e"], "there is no partition 5"),
         (["consume", "-t", topic, "-o", "soon"], "-o takes beginning, end"),
+        (["consume", "-t", topic, "-g", "g", "-p", "0"], "-g joins a group"),
         (["produce", "-t", topic, str(tmp_path / "missing.txt")], "missing.txt: No such file"),
         (["produce", "-t", topic, "-X", "fetch.min.bytes=5"], "a consumer setting"),
         (["metadata", "-F", str(tmp_path / "missing.properties")], "-F "),

@@ -273,6 +273,31 @@ def test_async_consumer(kafka_cluster):
     assert [r.offset for r in tail] == list(range(90, 100))
 
 
+def test_beginning_end_offsets_and_partitions_for(kafka_cluster):
+    """Java's beginningOffsets/endOffsets/partitionsFor; the end under read_committed is the
+    last stable offset (an open transaction's records are not counted)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("edges")
+    create(bootstrap, topic, 2)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        p.send_batch(topic, [b"v"] * 10, partition=0).result(30)
+    txn = kcore.Producer({"bootstrap.servers": bootstrap, "transactional.id": name("edges-tx")})
+    txn.init_transactions()
+    txn.begin_transaction()
+    txn.send(topic, b"open", partition=0).result(30)  # written, not committed
+    try:
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        with consumer(bootstrap) as c:
+            assert c.partitions_for(topic) == [0, 1] and c.partitions_for(name("none")) == []
+            assert c.beginning_offsets(tps) == {tps[0]: 0, tps[1]: 0}
+            assert c.end_offsets(tps) == {tps[0]: 11, tps[1]: 0}
+        with consumer(bootstrap, **{"isolation.level": "read_committed"}) as c:
+            assert c.end_offsets(tps) == {tps[0]: 10, tps[1]: 0}
+    finally:
+        txn.abort_transaction()
+        txn.close()
+
+
 def test_polling_with_nothing_assigned_is_an_error(kafka_cluster):
     """As Java's IllegalStateException: poll/poll_arrow (sync and async) with neither an
     assignment nor a subscription raise at once, naming what to call, instead of waiting out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -78,17 +79,21 @@ def run_consume(
 
     config = dict(config)
     if group:
+        if partitions or isinstance(offset, int):
+            raise KcoreError("-g joins a group (subscribe, committed offsets): not with -p or -o N")
         config["group.id"] = group
         config.setdefault("auto.offset.reset", "earliest" if offset == "beginning" else "latest")
+    elif offset != "end":
+        # An offset below the log's start (deleted by retention) starts at its beginning.
+        config.setdefault("auto.offset.reset", "earliest")
+    sep = key_separator.encode("utf-8", "surrogateescape") if key_separator else None
     out = sys.stdout.buffer
     seen = 0
     with kcore.Consumer(config) as consumer:
         tps = _partitions(consumer, topic, partitions)
-        ends: dict[TopicPartition, int] = {}
-        if exit_at_end or isinstance(offset, int):
-            found = consumer.offsets_for_times({tp: "latest" for tp in tps})  # type: ignore[misc]
-            ends = {tp: r.offset for tp, r in found.items()}
-        if group and not partitions:
+        # Where -e stops: the ends as they are now (read_committed: the last stable offsets).
+        ends = consumer.end_offsets(tps) if exit_at_end or isinstance(offset, int) else {}
+        if group:
             consumer.subscribe([topic])
         else:
             consumer.assign(tps)
@@ -97,25 +102,36 @@ def run_consume(
             elif offset == "end":
                 consumer.seek_to_end()
             elif isinstance(offset, int):
+                starts = consumer.beginning_offsets(tps)
                 for tp in tps:
-                    consumer.seek(tp, offset if offset >= 0 else max(0, ends[tp] + offset))
-        done = {tp for tp, end in ends.items() if end == 0} if exit_at_end else set()
-        while count is None or seen < count:
-            if exit_at_end and consumer.assignment() == set(tps):  # a group: once it has all
-                done |= {tp for tp in tps if consumer.position(tp) >= ends[tp]}
-                if len(done) == len(tps):
+                    at = offset if offset >= 0 else ends[tp] + offset
+                    consumer.seek(tp, max(starts[tp], at))
+        try:
+            while count is None or seen < count:
+                if exit_at_end and _at_end(consumer, ends):
                     break
-            limit = None if count is None else count - seen
-            for r in consumer.poll(timeout=0.5, max_records=limit):
-                if as_json:
-                    out.write(json.dumps(record_json(r)).encode() + b"\n")
-                else:
-                    if key_separator is not None:
-                        out.write((r.key or b"") + key_separator.encode())
-                    out.write((r.value or b"") + b"\n")
-                seen += 1
-            out.flush()
+                limit = None if count is None else count - seen
+                for r in consumer.poll(timeout=0.5, max_records=limit):
+                    if as_json:
+                        out.write(json.dumps(record_json(r)).encode() + b"\n")
+                    else:
+                        if sep is not None:
+                            out.write((r.key or b"") + sep)
+                        out.write((r.value or b"") + b"\n")
+                    seen += 1
+                out.flush()
+        except BrokenPipeError:  # `kcore consume ... | head`: the reader has had enough
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except KeyboardInterrupt:
+            pass  # Ctrl-C ends a consume that would go on: commit and summary as usual
         if group:
             consumer.commit()
     print(f"consumed {seen} records from {topic}", file=sys.stderr)
     return 0
+
+
+def _at_end(consumer: Any, ends: Mapping[TopicPartition, int]) -> bool:
+    """Every partition this consumer reads is at the end seen at the start (a group member:
+    those assigned to it, once it has some)."""
+    mine = consumer.assignment()
+    return bool(mine) and all(consumer.position(tp) >= ends[tp] for tp in mine if tp in ends)

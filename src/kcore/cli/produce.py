@@ -48,8 +48,8 @@ def run_produce(
         k, eq, v = item.partition("=")
         if not eq:
             raise KcoreError(f"-H takes key=value, not {item!r}")
-        pairs.append((k, v.encode()))
-    sep: bytes | None = key_separator.encode() if key_separator else None
+        pairs.append((k, v.encode("utf-8", "surrogateescape")))
+    sep = key_separator.encode("utf-8", "surrogateescape") if key_separator else None
     results = []
     with kcore.Producer(config) as producer:
         for line in _lines(paths):

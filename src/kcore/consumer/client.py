@@ -269,6 +269,19 @@ class ConsumerCore:
         st.position = max(st.position or 0, data.end_offset)
         self.wake()
 
+    async def edge_offsets(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], which: str, timeout: float
+    ) -> dict[TopicPartition, int]:
+        """``earliest`` or ``latest`` offsets; ``latest`` under this consumer's isolation.level
+        (read_committed: the last stable offset), as Java's beginningOffsets/endOffsets."""
+        level = "read_committed" if self.fetcher.isolation_level else "read_uncommitted"
+        found = await self.admin.list_offsets(
+            {TopicPartition(*tp): which for tp in partitions},
+            isolation_level=level,
+            timeout=timeout,
+        )
+        return {tp: r.offset for tp, r in found.items()}
+
     async def partitions_for(self, topic: str) -> list[int]:
         md = await self.cluster.refresh_metadata([topic])
         info = md.topics.get(topic)
@@ -505,6 +518,19 @@ class Consumer(ProcessLocal):
     def resume(self, partitions: Iterable[Any]) -> None:
         self._core.resume(partitions)
 
+    def beginning_offsets(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], timeout: float = 60
+    ) -> dict[TopicPartition, int]:
+        """Each partition's first offset (Java's ``beginningOffsets``)."""
+        return self._loop.run(self._core.edge_offsets(partitions, "earliest", timeout))
+
+    def end_offsets(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], timeout: float = 60
+    ) -> dict[TopicPartition, int]:
+        """Each partition's end: the next offset to be written, or with read_committed the
+        last stable offset (Java's ``endOffsets``)."""
+        return self._loop.run(self._core.edge_offsets(partitions, "latest", timeout))
+
     def partitions_for(self, topic: str, timeout: float = 60) -> list[int]:
         """The topic's partition numbers from fresh metadata (Java's ``partitionsFor``); empty
         if the topic does not exist."""
@@ -643,6 +669,16 @@ class AsyncConsumer:
 
     def resume(self, partitions: Iterable[Any]) -> None:
         self._core.resume(partitions)
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], timeout: float = 60
+    ) -> dict[TopicPartition, int]:
+        return await self._core.edge_offsets(partitions, "earliest", timeout)
+
+    async def end_offsets(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], timeout: float = 60
+    ) -> dict[TopicPartition, int]:
+        return await self._core.edge_offsets(partitions, "latest", timeout)
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition numbers from fresh metadata (Java's ``partitionsFor``); empty

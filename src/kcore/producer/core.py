@@ -90,7 +90,9 @@ class ProducerCore:
         # transactions it is on only inside a transaction (the slow path checks the state).
         # As Java's ensureValidRecordSize: a record larger than max.request.size or than
         # buffer.memory fails at once (it could never be sent, or never fit the buffer).
-        self.max_record_size = min(int(cfg["max.request.size"]), int(cfg["buffer.memory"]))
+        self.max_request_size = int(cfg["max.request.size"])
+        self.buffer_memory = int(cfg["buffer.memory"])
+        self.max_record_size = min(self.max_request_size, self.buffer_memory)
         self.send_path = SendPath(
             None,
             TopicPartition,
@@ -98,7 +100,11 @@ class ProducerCore:
             self.cluster.cache,
             self.batch_size,
             enabled=self._fast_path and self.txn is None,
-            max_payload=self.max_record_size - RECORD_OVERHEAD - BATCH_HEADER,
+            # Without headers a record's size is at most its key and value plus 11 bytes of
+            # varints (two lengths of up to 5, a header count of 1) over the fixed overheads:
+            # up to this the compiled path cannot meet a record Java refuses; above, Python
+            # checks the exact size.
+            max_payload=self.max_record_size - RECORD_OVERHEAD - BATCH_HEADER - 11,
         )
         self.loop: asyncio.AbstractEventLoop | None = None
         self._counts_memo: tuple[Any, dict[str, tuple[int, list[int]]]] = (None, {})
@@ -266,20 +272,28 @@ class ProducerCore:
         key, value = self.serialize(key, value)
         _check_payload("key", key)
         _check_payload("value", value)
-        p = self.choose_partition(topic, key, value, partition, counts(topic))
         size = record_size(key, value, headers)
-        if size > self.max_record_size:
-            which = (
-                "max.request.size"
-                if self.max_record_size == int(self.config["max.request.size"])
-                else "buffer.memory"
+        if size > self.max_record_size:  # before choosing a partition, as Java's doSend
+            return self.failed_future(
+                topic,
+                -1 if partition is None else partition,
+                timestamp_ms,
+                self.too_large(size),
+                on_delivery,
             )
-            error = MessageTooLargeError(
-                f"the record is {size} bytes when serialized, larger than {which} "
-                f"({self.max_record_size})"
-            )
-            return self.failed_future(topic, p, timestamp_ms, error, on_delivery)
+        p = self.choose_partition(topic, key, value, partition, counts(topic))
         return self.append(topic, value, key, p, timestamp_ms, headers, on_delivery)
+
+    def too_large(self, size: int) -> MessageTooLargeError:
+        """Java's ensureValidRecordSize: max.request.size first, then buffer.memory."""
+        which, limit = (
+            ("max.request.size", self.max_request_size)
+            if size > self.max_request_size
+            else ("buffer.memory", self.buffer_memory)
+        )
+        return MessageTooLargeError(
+            f"the record is {size} bytes when serialized, larger than {which} ({limit})"
+        )
 
     def failed_future(
         self,
@@ -290,7 +304,10 @@ class ProducerCore:
         on_delivery: OnDelivery | None,
     ) -> DeliveryFuture:
         """A record refused before it was queued: a future that has failed (as Java's
-        FutureFailure), its callback called with the error."""
+        FutureFailure), its callback called with the error; inside a transaction, the
+        transaction fails with it (a commit must not succeed without the record)."""
+        if self.txn is not None:
+            self.txn.abortable(error)
         result = BatchResult()
         result.fail(error)
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms

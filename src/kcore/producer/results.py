@@ -218,7 +218,10 @@ class SendBatchResult:
                 waiter: asyncio.Future[None] = loop.create_future()
 
                 def wake(_: BatchResult, waiter: asyncio.Future[None] = waiter) -> None:
-                    loop.call_soon_threadsafe(_wake, waiter)
+                    try:
+                        loop.call_soon_threadsafe(_wake, waiter)
+                    except RuntimeError:  # that loop is closed: nobody waits any more
+                        pass
 
                 r.add_callback(wake)
                 yield from waiter.__await__()
