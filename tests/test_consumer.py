@@ -234,6 +234,33 @@ def test_follows_leadership_moves(kafka_cluster3):
     assert len({(r.partition, r.offset) for r in got}) == n
 
 
+def test_an_offline_partition_does_not_hold_up_the_others(kafka_cluster3):
+    """Partition 1 of the topic lives only on a stopped broker (no leader): a consumer of
+    partition 0 still finds its position and reads (as Java's, whose lookup asks partition 0's
+    leader only); before, the offset lookup waited for every partition of the topic to have a
+    leader, and failed after default.api.timeout.ms."""
+    bootstrap = kafka_cluster3.bootstrap_servers
+    topic = name("offline-neighbour")
+    ids = kafka_cluster3.node_ids
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, replica_assignment={0: [ids[0]], 1: [ids[1]]})])
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        p.send_batch(topic, [b"zero-%d" % i for i in range(10)], partition=0).result(30)
+        p.send_batch(topic, [b"one"] * 5, partition=1).result(30)
+    kafka_cluster3.stop_broker(ids[1])
+    try:
+        tp0 = TopicPartition(topic, 0)
+        with consumer(bootstrap, **{"default.api.timeout.ms": 30000}) as c:
+            started = time.monotonic()
+            c.assign([tp0])
+            got = read(c, 10, timeout=20)
+            assert [r.value for r in got] == [b"zero-%d" % i for i in range(10)]
+            assert c.end_offsets([tp0], timeout=20) == {tp0: 10}
+            assert time.monotonic() - started < 20
+    finally:
+        kafka_cluster3.start_broker(ids[1])
+
+
 def test_async_consumer(kafka_cluster):
     bootstrap = kafka_cluster.bootstrap_servers
     topic = name("async-consume")

@@ -420,7 +420,7 @@ class AsyncAdminClient:
             # Just inside the call's deadline, so that a topic that never appears is named in
             # the timeout error (the call's own timeout would cut this wait short, unnamed).
             left = max(0.0, deadline - time.monotonic() - 0.05)
-            md = await self.cluster.wait_for_topics({tp.topic for tp in pending}, left)
+            md = await self.cluster.wait_for_topics({tp.topic for tp in pending}, left, pending)
             by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
             for tp, ts in pending.items():
                 part = md.partition(tp.topic, tp.partition)

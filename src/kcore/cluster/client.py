@@ -495,25 +495,36 @@ class ClusterClient:
         return await self.bootstrap(topics=topics)
 
     async def wait_for_topics(
-        self, topics: Iterable[str], timeout: float | None = None
+        self,
+        topics: Iterable[str],
+        timeout: float | None = None,
+        partitions: Iterable[tuple[str, int]] | None = None,
     ) -> ClusterMetadata:
         """Refresh until every topic in ``topics`` is in the metadata with leaders for all its
-        partitions. Raises ``KcoreTimeoutError`` naming the missing ones, and at once
-        ``TopicAuthorizationFailedError`` naming those a refresh said this client may not
-        access."""
+        partitions, or with ``partitions`` only for those of them that exist (one partition's
+        offline leader must not hold up a lookup of another's). Raises ``KcoreTimeoutError``
+        naming the missing ones, and at once ``TopicAuthorizationFailedError`` naming those a
+        refresh said this client may not access."""
         names = set(topics)
+        only: dict[str, set[int]] | None = None
+        if partitions is not None:
+            only = {}
+            for topic, partition in partitions:  # (a TopicPartition is such a pair)
+                only.setdefault(topic, set()).add(partition)
         self.add_topics(names)
         timeout = self._default_timeout() if timeout is None else timeout
         deadline = time.monotonic() + timeout
         attempt = 0
         refreshed = False  # judge authorization by an answer to this call, not an older one
+
+        def led(topic: str, md: ClusterMetadata) -> bool:
+            parts = md.topics[topic].partitions
+            wanted = parts.keys() if only is None else only.get(topic, set()) & parts.keys()
+            return all(parts[p].leader >= 0 for p in wanted)
+
         while True:
             md = self.cache.current
-            missing = sorted(
-                t
-                for t in names
-                if t not in md.topics or any(p.leader < 0 for p in md.topics[t].partitions.values())
-            )
+            missing = sorted(t for t in names if t not in md.topics or not led(t, md))
             if not missing:
                 return md
             denied = [t for t in missing if t in md.unauthorized_topics]
@@ -540,7 +551,7 @@ class ClusterClient:
     ) -> BrokerInfo:
         """The current leader of ``topic``/``partition``, refreshing the metadata until there
         is one (or ``timeout``)."""
-        md = await self.wait_for_topics([topic], timeout)
+        md = await self.wait_for_topics([topic], timeout, [(topic, partition)])
         leader = md.leader_for(topic, partition)
         if leader is None:
             raise KcoreError(f"{topic} has no partition {partition}")
