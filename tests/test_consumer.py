@@ -237,8 +237,8 @@ def test_follows_leadership_moves(kafka_cluster3):
 def test_an_offline_partition_does_not_hold_up_the_others(kafka_cluster3):
     """Partition 1 of the topic lives only on a stopped broker (no leader): a consumer of
     partition 0 still finds its position and reads (as Java's, whose lookup asks partition 0's
-    leader only); before, the offset lookup waited for every partition of the topic to have a
-    leader, and failed after default.api.timeout.ms."""
+    leader only), and a new producer sends to partition 0; before, both waited for every
+    partition of the topic to have a leader, and failed after their timeouts."""
     bootstrap = kafka_cluster3.bootstrap_servers
     topic = name("offline-neighbour")
     ids = kafka_cluster3.node_ids
@@ -257,6 +257,12 @@ def test_an_offline_partition_does_not_hold_up_the_others(kafka_cluster3):
             assert [r.value for r in got] == [b"zero-%d" % i for i in range(10)]
             assert c.end_offsets([tp0], timeout=20) == {tp0: 10}
             assert time.monotonic() - started < 20
+        # A new producer (as Java's) needs the topic, not a leader for every partition: an
+        # unkeyed record goes to the partition that has one, at once.
+        with kcore.Producer({"bootstrap.servers": bootstrap, "max.block.ms": 20000}) as p:
+            started = time.monotonic()
+            assert p.send(topic, b"new").result(20).partition == 0
+            assert time.monotonic() - started < 15
     finally:
         kafka_cluster3.start_broker(ids[1])
 

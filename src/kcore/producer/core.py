@@ -127,13 +127,15 @@ class ProducerCore:
 
     async def topic_partitions(self, topic: str) -> tuple[int, list[int]]:
         """(partition count, partitions with a leader), waiting up to max.block.ms for the
-        topic's metadata the first time, as Java's send does."""
+        topic's metadata the first time, as Java's send does: for the topic to be known, not
+        for every partition to have a leader (records for one without wait in the
+        accumulator; unkeyed ones go to those with)."""
         md = self.cluster.metadata
         info = md.topics.get(topic)
         if info is None or not info.partitions:
             try:
                 try:
-                    md = await self.cluster.wait_for_topics([topic], self.max_block_s)
+                    md = await self.cluster.wait_for_topics([topic], self.max_block_s, ())
                 except KcoreTimeoutError:
                     raise KcoreTimeoutError(
                         f"topic {topic!r} not in the metadata after max.block.ms "
