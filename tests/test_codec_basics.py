@@ -347,3 +347,18 @@ def test_append_many_rejects_bad_headers() -> None:
     with pytest.raises(ValueError, match="header key is null"):
         prepare_headers(null_entry, 1)
     assert prepare_headers([None, [("k", bytearray(b"v"))], []], 3) == [None, [(b"k", b"v")], None]
+
+
+def test_record_size_upper_bound_is_javas_estimate():
+    """AbstractRecords.estimateSizeInBytesUpperBound for one record in a v2 batch of its own:
+    61 (batch header) + 21 (record overhead) + zigzag length varint and bytes per field (a
+    null is 1) + the header count and each header's key and value. Buffers count their bytes."""
+    from array import array
+
+    from kcore._codec import record_size_upper_bound as size
+
+    assert size(None, b"x" * 100) == 61 + 21 + 1 + (2 + 100) + 1
+    assert size(b"k", b"x" * 100, [("h", b"v"), ("i", None)]) == 61 + 21 + 2 + 102 + 1 + 4 + 3
+    assert size(None, array("q", [0] * 4)) == 61 + 21 + 1 + (1 + 32) + 1
+    assert size(b"", None) == 61 + 21 + 1 + 1 + 1
+    assert size(None, b"x" * 64) == 61 + 21 + 1 + (2 + 64) + 1  # 64 zigzags to 128: 2 bytes

@@ -810,3 +810,39 @@ def partitions_for_keys(object keys, int32_t num_partitions):
                 PyBuffer_Release(&kb)
                 kacq = False
     return result
+
+
+cdef Py_ssize_t field_size(object data) except -1:
+    """A length-prefixed record field as Java sizes it: its zigzag length varint and its bytes,
+    a null one byte. What is neither text nor a contiguous buffer counts as empty (the append
+    that follows refuses it, with its own message)."""
+    cdef ByteView v
+    cdef Py_buffer pybuf
+    cdef Py_ssize_t n = 0
+    if data is None:
+        return 1
+    if PyUnicode_Check(data):  # a header key
+        PyUnicode_AsUTF8AndSize(data, &n)
+    else:
+        try:
+            view_open(data, &v, &pybuf)
+        except (TypeError, BufferError):
+            pass
+        else:
+            n = v.size
+            view_close(&v, &pybuf)
+    return uvarint_size(<uint64_t>n << 1) + n
+
+
+def record_size_upper_bound(key, value, headers=None):
+    """Java's AbstractRecords.estimateSizeInBytesUpperBound for one record alone in a v2 batch
+    (what its producer compares with max.request.size and buffer.memory): the batch header, the
+    record's fixed overhead, each field with its length varint (a null is one byte), the header
+    count and each header's key and value."""
+    cdef Py_ssize_t size = BATCH_HEADER_SIZE + 21 + field_size(key) + field_size(value)
+    if not headers:
+        return size + 1  # a header count of 0
+    size += uvarint_size(<uint64_t>len(headers) << 1)
+    for hkey, hvalue in headers:
+        size += field_size(hkey) + field_size(hvalue)
+    return size

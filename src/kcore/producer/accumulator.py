@@ -408,33 +408,6 @@ class RecordAccumulator:
             return bool(self.incomplete)
 
 
-def record_size(key: Any, value: Any, headers: Any) -> int:
-    """Java's estimateSizeInBytesUpperBound for one record in a v2 batch of its own: the batch
-    header, the record's fixed overhead, and each length varint with its bytes (a null is one
-    byte), the header count and each header's key and value."""
-    size = BATCH_HEADER + RECORD_OVERHEAD + _sized(key) + _sized(value)
-    size += _varint_size(len(headers or ()))
-    for hkey, hvalue in headers or ():
-        size += _sized(hkey.encode() if isinstance(hkey, str) else hkey) + _sized(hvalue)
-    return size
-
-
-def _sized(data: Any) -> int:
-    if data is None:
-        return 1
-    n = _length(data)
-    return _varint_size(n) + n
-
-
-def _varint_size(n: int) -> int:
-    """Bytes of the zigzag varint of a non-negative int (Java's ByteUtils.sizeOfVarint)."""
-    z, size = n << 1, 1
-    while z >= 0x80:
-        z >>= 7
-        size += 1
-    return size
-
-
 def _length(data: Any) -> int:
     """Bytes of a key or value (a memoryview, array or numpy array counts its bytes, not its
     items: the builder writes them all)."""

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kcore._codec import SendPath
+from kcore._codec import SendPath, record_size_upper_bound
 from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.codec import partition_for_key
@@ -21,7 +21,7 @@ from kcore.errors import (
     MessageTooLargeError,
     TransactionStateError,
 )
-from kcore.producer.accumulator import BATCH_HEADER, RECORD_OVERHEAD, RecordAccumulator, record_size
+from kcore.producer.accumulator import BATCH_HEADER, RECORD_OVERHEAD, RecordAccumulator
 from kcore.producer.results import BatchResult, DeliveryFuture, RecordMetadata, SendBatchResult
 from kcore.producer.sender import Sender
 from kcore.producer.transactions import TransactionManager, TxnState
@@ -274,7 +274,7 @@ class ProducerCore:
         key, value = self.serialize(key, value)
         _check_payload("key", key)
         _check_payload("value", value)
-        size = record_size(key, value, headers)
+        size = record_size_upper_bound(key, value, headers)
         if size > self.max_record_size:  # before choosing a partition, as Java's doSend
             return self.failed_future(
                 topic,
