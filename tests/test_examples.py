@@ -12,20 +12,27 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-@pytest.mark.broker
-@pytest.mark.slow
-def test_spark_pipeline(kafka_cluster):
-    env = {**os.environ, "KCORE_BOOTSTRAP": kafka_cluster.bootstrap_servers}
+def run_example(cluster, script: str, *args: str, timeout: float) -> str:
+    """Run an example as a user would, against ``cluster``; its stdout, once it succeeded."""
+    env = {**os.environ, "KCORE_BOOTSTRAP": cluster.bootstrap_servers}
     res = subprocess.run(
-        [sys.executable, str(EXAMPLES / "pipeline.py"), "--rows", "20000", "--partitions", "3"],
+        [sys.executable, str(EXAMPLES / script), *args],
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=timeout,
     )
-    out = res.stdout
-    assert res.returncode == 0, f"exit {res.returncode}\n{out}\n{res.stderr[-4000:]}"
+    assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr[-4000:]}"
+    return res.stdout
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_spark_pipeline(kafka_cluster):
+    out = run_example(
+        kafka_cluster, "pipeline.py", "--rows", "20000", "--partitions", "3", timeout=400
+    )
     assert "OK: 20,000 events written and read back by a batch and a streaming query" in out
     for phase in ("write (batch)", "read (batch)", "read (stream)"):
         assert any(line.startswith(phase) and "20,000" in line for line in out.splitlines()), out
@@ -35,23 +42,8 @@ def test_spark_pipeline(kafka_cluster):
 
 @pytest.mark.broker
 def test_roundtrip(kafka_cluster):
-    env = {**os.environ, "KCORE_BOOTSTRAP": kafka_cluster.bootstrap_servers}
-    res = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLES / "roundtrip.py"),
-            "--records",
-            "20000",
-            "--compression",
-            "lz4",
-        ],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    out = run_example(
+        kafka_cluster, "roundtrip.py", "--records", "20000", "--compression", "lz4", timeout=300
     )
-    out = res.stdout
-    assert res.returncode == 0, f"exit {res.returncode}\n{out}\n{res.stderr[-4000:]}"
     assert "produced 20,000 records" in out and "consumed 20,000 records" in out, out
     assert "OK: every record came back once" in out, out
