@@ -13,7 +13,7 @@ from confluent_kafka import Producer as ConfluentProducer
 
 import kcore
 from kcore.admin import NewTopic, TopicPartition
-from kcore.errors import KcoreError, NoOffsetForPartitionError
+from kcore.errors import KcoreError, NoOffsetForPartitionError, OffsetOutOfRangeError
 
 # Recent timestamps: records older than the broker's retention (7 days) may be deleted by
 # its retention check while a test runs.
@@ -189,14 +189,26 @@ def test_out_of_range_resets_and_latest_and_none(kafka_cluster):
         with pytest.raises(NoOffsetForPartitionError, match="auto.offset.reset is none") as e:
             read(c, 1, timeout=5)
         assert e.value.partitions == [TopicPartition(topic, 0)]
-        # Reported while the partition had no position; a seek since makes it moot, and a
-        # partition that loses its position later (out of range) is reported again.
+        # position() says so too (as Java), rather than waiting out its timeout.
+        t0 = time.monotonic()
+        with pytest.raises(NoOffsetForPartitionError):
+            c.position((topic, 0), timeout=30)
+        assert time.monotonic() - t0 < 10
+        # Reported while the partition had no position; a seek since makes it moot. An
+        # offset out of range is reported (as Java's OffsetOutOfRangeException, naming it)
+        # and the position stays where it was until the caller seeks.
         time.sleep(0.3)
         c.seek((topic, 0), 5)
         assert [r.offset for r in read(c, 15)] == list(range(5, 20))
         c.seek((topic, 0), 1000)
-        with pytest.raises(NoOffsetForPartitionError):
+        with pytest.raises(OffsetOutOfRangeError, match="offset 1000 is out of range") as oor:
             read(c, 1, timeout=5)
+        assert oor.value.partitions == {TopicPartition(topic, 0): 1000}
+        assert c.position((topic, 0)) == 1000
+        with pytest.raises(OffsetOutOfRangeError):  # again, until a seek
+            read(c, 1, timeout=5)
+        c.seek((topic, 0), 18)
+        assert [r.offset for r in read(c, 2)] == [18, 19]
     with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "none"}) as c:
         c.assign([(topic, 0)])
         time.sleep(0.3)  # the fetcher may report "no position" before the seek

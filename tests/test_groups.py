@@ -21,7 +21,7 @@ from confluent_kafka import Consumer as ConfluentConsumer
 
 import kcore
 from kcore.admin import NewTopic, TopicPartition
-from kcore.errors import FencedInstanceIdError
+from kcore.errors import FencedInstanceIdError, KcoreError
 
 FAST = {
     "session.timeout.ms": 6000,
@@ -403,16 +403,126 @@ def test_a_second_process_with_the_same_instance_id_fences_the_first(kafka_clust
 
 
 def test_pattern_subscription_picks_up_new_topics(kafka_cluster):
+    """A pattern matches whole topic names (Java's Pattern.matches): ``-[ab]`` does not take
+    ``-a-dlq``."""
     bootstrap = kafka_cluster.bootstrap_servers
     prefix = name("pat")
     create(bootstrap, f"{prefix}-a", 1)
+    create(bootstrap, f"{prefix}-a-dlq", 1)
     cfg = {"bootstrap.servers": bootstrap, "group.id": name("g"), **FAST}
     with kcore.Consumer(cfg) as c:
-        c.subscribe(re.compile(re.escape(prefix) + r"-.*"))
+        c.subscribe(re.compile(re.escape(prefix) + r"-[ab]"))
         wait_for(lambda: (c.poll(0.1) or True) and c.assignment(), 30, "first topic")
         create(bootstrap, f"{prefix}-b", 2)
         wait_for(lambda: (c.poll(0.1) or True) and len(c.assignment()) == 3, 60, "the new topic")
         assert {tp.topic for tp in c.assignment()} == {f"{prefix}-a", f"{prefix}-b"}
+
+
+def test_unsubscribe_and_close_revoke_and_commit_first(kafka_cluster):
+    """As Java's onLeavePrepare: unsubscribe() and close() commit (auto-commit) and call
+    on_revoke with what the member owns, in the caller's thread, before leaving. unsubscribe()
+    also ends a manual assignment, so subscribe() works after assign(); subscribe([]) and
+    assign([]) are unsubscribe()."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("leave"), name("g")
+    create(bootstrap, topic, 2)
+    produce(bootstrap, topic, 50)
+    cfg = {"bootstrap.servers": bootstrap, "group.id": group, **FAST}
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    events: list = []
+    caller = threading.get_ident()
+
+    def on_revoke(ps):
+        assert threading.get_ident() == caller
+        events.append(("revoke", sorted(ps)))
+
+    def subscribe(c, topics=(topic,)):
+        c.subscribe(
+            list(topics),
+            on_assign=lambda ps: events.append(("assign", sorted(ps))),
+            on_revoke=on_revoke,
+        )
+
+    with kcore.Consumer(cfg) as c:
+        subscribe(c)
+        got: list = []
+        wait_for(lambda: (got.extend(c.poll(0.2)) or True) and len(got) == 50, 60, "50 records")
+        c.unsubscribe()
+        assert events == [("assign", tps), ("revoke", tps)]
+        assert c.assignment() == set()
+        assert sum(c.committed(tps).values()) == 50  # committed before on_revoke
+        c.assign([tps[0]])  # manual after unsubscribe
+        assert c.assignment() == {tps[0]}
+        with pytest.raises(KcoreError, match="unsubscribe"):
+            c.subscribe([topic])
+        c.assign([])
+        assert c.assignment() == set()
+        subscribe(c)  # allowed again
+        wait_for(lambda: (c.poll(0.2) or True) and len(c.assignment()) == 2, 60, "assignment")
+        c.subscribe([])
+        assert events[-1] == ("revoke", tps) and c.assignment() == set()
+        subscribe(c)
+        wait_for(lambda: (c.poll(0.2) or True) and len(c.assignment()) == 2, 60, "assignment")
+        events.clear()
+    assert events == [("revoke", tps)]  # by close()
+
+
+def test_partitions_stay_when_the_committed_offset_lookup_fails(kafka_cluster):
+    """The group assigns partitions and the first committed-offset lookup fails: the member
+    keeps them and looks again (before, the join was done and the partitions were lost until
+    the next rebalance)."""
+    from kcore.errors import KcoreTimeoutError
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("lookup"), name("g")
+    create(bootstrap, topic, 2)
+    produce(bootstrap, topic, 40)
+    cfg = {"bootstrap.servers": bootstrap, "group.id": group, **FAST, "enable.auto.commit": False}
+    with kcore.Consumer(cfg) as c:
+        c.assign([(topic, 0), (topic, 1)])
+        c.commit({(topic, 0): 10, (topic, 1): 10})
+    with kcore.Consumer(cfg) as c:
+        offsets = c._core.group.offsets
+        real, calls = offsets.fetch, []
+
+        async def flaky(partitions, timeout):
+            calls.append(sorted(partitions))
+            if len(calls) == 1:
+                raise KcoreTimeoutError("injected: the coordinator did not answer")
+            return await real(partitions, timeout)
+
+        offsets.fetch = flaky
+        c.subscribe([topic])
+        got: list = []
+        wait_for(lambda: (got.extend(c.poll(0.2)) or True) and len(got) == 20, 60, "records")
+        assert len(calls) >= 2
+        firsts = {p: min(r.offset for r in got if r.partition == p) for p in (0, 1)}
+        assert firsts == {0: 10, 1: 10}
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"], ids=["classic", "kip848"])
+def test_a_member_that_stopped_polling_rejoins_at_its_next_poll(kafka_cluster, protocol):
+    """max.poll.interval.ms passes without a poll: the member leaves (its partitions are
+    lost), and its next poll joins again and reads on (under KIP-848 it stayed out)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("stale"), name("g")
+    create(bootstrap, topic, 2)
+    produce(bootstrap, topic, 20)
+    cfg = {"bootstrap.servers": bootstrap, "group.id": group, **FAST, "group.protocol": protocol}
+    cfg["max.poll.interval.ms"] = 1500
+    if protocol == "consumer":
+        del cfg["session.timeout.ms"], cfg["heartbeat.interval.ms"]
+    events: list = []
+    with kcore.Consumer(cfg) as c:
+        c.subscribe([topic], on_lost=lambda ps: events.append(("lost", sorted(ps))))
+        got: list = []
+        wait_for(lambda: (got.extend(c.poll(0.2)) or True) and len(got) == 20, 60, "records")
+        time.sleep(4)  # no poll: the member leaves the group
+        produce(bootstrap, topic, 20, start=20)
+        more: list = []
+        wait_for(lambda: (more.extend(c.poll(0.2)) or True) and len(more) >= 20, 60, "rejoin")
+        assert events and events[0][0] == "lost"
+        assert {r.value for r in more} >= {b"v%d" % i for i in range(20, 40)}
 
 
 def test_async_consumer_in_a_group(kafka_cluster):

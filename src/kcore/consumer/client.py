@@ -42,6 +42,17 @@ def _tps(partitions: Iterable[TopicPartition | tuple[str, int]]) -> list[TopicPa
     return [TopicPartition(*tp) for tp in partitions]
 
 
+Topics = Iterable[str] | str | re.Pattern[str]
+
+
+def _subscription(topics: Topics) -> list[str] | str | re.Pattern[str]:
+    """``subscribe``'s argument, an iterable made a list (empty: Java's unsubscribe)."""
+    return topics if isinstance(topics, (str, re.Pattern)) else list(topics)
+
+
+_LEAVE_TIMEOUT_S = 8  # close(): a dead coordinator must not hold it up longer
+
+
 class ConsumerCore:
     """Assignment, positions and the poll logic; the fetcher runs on the event loop."""
 
@@ -51,8 +62,7 @@ class ConsumerCore:
         self.cluster = ClusterClient(cfg)
         self.max_poll_records = int(cfg["max.poll.records"])
         self.check_crcs = bool(cfg["check.crcs"])
-        reset = cfg.auto_offset_reset() if hasattr(cfg, "auto_offset_reset") else None
-        policy = reset[0] if isinstance(reset, tuple) else str(cfg["auto.offset.reset"])
+        policy, duration_s = cfg.auto_offset_reset()
         self.fetcher = Fetcher(
             self.cluster,
             max_wait_ms=int(cfg["fetch.max.wait.ms"]),
@@ -60,7 +70,8 @@ class ConsumerCore:
             max_bytes=int(cfg["fetch.max.bytes"]),
             partition_max_bytes=int(cfg["max.partition.fetch.bytes"]),
             isolation_level=1 if cfg["isolation.level"] == "read_committed" else 0,
-            reset_policy={"earliest": "earliest", "latest": "latest"}.get(policy, "none"),
+            reset_policy=policy,
+            reset_duration_s=duration_s or 0.0,
         )
         self.admin = AsyncAdminClient(cfg, cluster=self.cluster)
         self._fetch_task: asyncio.Task[None] | None = None
@@ -106,8 +117,11 @@ class ConsumerCore:
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         if self.group is not None and self.group.subscribed:
             raise KcoreError("assign() on a subscribed consumer: unsubscribe first")
-        self.manual = True
         wanted = _tps(partitions)
+        if not wanted:  # as Java: assign([]) is unsubscribe()
+            self.unassign()
+            return
+        self.manual = True
         f = self.fetcher
         with f.lock:
             old = f.states
@@ -137,11 +151,14 @@ class ConsumerCore:
                     out[tp] = st.position
             return out
 
-    def add_partitions(self, positions: Mapping[TopicPartition, int | None]) -> None:
+    def add_partitions(self, partitions: Iterable[TopicPartition]) -> None:
+        """Partitions the group gave this member: they start at the group's committed offset
+        (looked up by the fetcher), else at ``auto.offset.reset``."""
+        partitions = list(partitions)
         with self.fetcher.lock:
-            for tp, offset in positions.items():
-                self.fetcher.states[tp] = PartitionState(position=offset)
-        self.cluster.add_topics({tp.topic for tp in positions})
+            for tp in partitions:
+                self.fetcher.states[tp] = PartitionState(from_committed=True)
+        self.cluster.add_topics({tp.topic for tp in partitions})
         self.wake()
 
     def interrupt_wait(self) -> None:
@@ -153,6 +170,12 @@ class ConsumerCore:
                 if self.fetcher.states.pop(tp, None) is not None:
                     self.fetcher.drop_queued(tp)
 
+    def unassign(self) -> None:
+        """Drop a manual assignment (``unsubscribe()``, ``assign([])``)."""
+        if self.manual:
+            self.remove_partitions(self.owned())
+            self.manual = False
+
     def subscribe(
         self,
         topics: Iterable[str] | str | re.Pattern[str],
@@ -163,9 +186,16 @@ class ConsumerCore:
         if self.group is None:
             raise KcoreError("subscribe() needs group.id in the consumer's config")
         if self.manual:
-            raise KcoreError("subscribe() on a consumer that used assign(): unassign first")
+            raise KcoreError(
+                "subscribe() on a consumer that used assign(): unsubscribe() (or assign([])) first"
+            )
         self.group.subscribe(topics, on_assign, on_revoke, on_lost)
         self.wake()
+
+    def leaving(self) -> GroupCoordinator | None:
+        """The group to leave before an unsubscribe or close: one this consumer subscribed to."""
+        group = self.group
+        return group if group is not None and group.subscribed else None
 
     def require_group(self) -> GroupCoordinator:
         if self.group is None:
@@ -198,10 +228,23 @@ class ConsumerCore:
 
     def _drop_buffered(self, tp: TopicPartition) -> None:
         self.fetcher.drop_queued(tp)
+        st = self.fetcher.states[tp]
+        st.errors, st.retry_at = 0, 0.0  # a seek is fetched at once, whatever failed before
 
     def position(self, tp: TopicPartition | tuple[str, int]) -> int | None:
+        """None while it is being looked up; raises ``NoOffsetForPartitionError`` once the
+        lookup found nothing to start from and ``auto.offset.reset`` is ``none``."""
+        tp = TopicPartition(*tp)
         with self.fetcher.lock:
-            return self._state(TopicPartition(*tp)).position
+            st = self._state(tp)
+            if (
+                st.position is None
+                and st.reset_to is None
+                and not st.from_committed
+                and self.fetcher.lacks_reset(tp)
+            ):
+                raise NoOffsetForPartitionError([tp])
+            return st.position
 
     def pause(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         with self.fetcher.lock:
@@ -243,6 +286,9 @@ class ConsumerCore:
                 if still != data.error.partitions:
                     data.error = NoOffsetForPartitionError(still)
             if data.error is not None:
+                if data.tp.partition >= 0 and data.tp not in f.states:
+                    f.completed.remove(data)  # about a partition unassigned since
+                    continue
                 if have_records:
                     return None
                 f.completed.remove(data)
@@ -427,6 +473,11 @@ class Consumer(ProcessLocal):
         return self._core.cluster
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Read these partitions (no group membership). ``assign([])`` is ``unsubscribe()``."""
+        partitions = list(partitions)
+        if not partitions:
+            self.unsubscribe()
+            return
         self._core.assign(partitions)
 
     def assignment(self) -> set[TopicPartition]:
@@ -446,13 +497,22 @@ class Consumer(ProcessLocal):
         listeners run inside ``poll``, in this thread, with a list of ``TopicPartition``:
         ``on_revoke`` before partitions go (after auto-commit has committed them),
         ``on_assign`` when partitions arrive, ``on_lost`` when the group has already given
-        them to another member (default: ``on_revoke``)."""
+        them to another member (default: ``on_revoke``). ``subscribe([])`` is
+        ``unsubscribe()``."""
+        topics = _subscription(topics)
+        if topics == []:
+            self.unsubscribe()
+            return
         self._core.subscribe(topics, on_assign, on_revoke, on_lost)
 
     def unsubscribe(self) -> None:
-        group = self._core.require_group()
-        self._core.remove_partitions(self._core.owned())
-        self._loop.run(group.unsubscribe())
+        """Stop reading: a subscription's partitions are committed (auto-commit) and revoked
+        (``on_revoke`` runs here) and the member leaves its group; a manual assignment is
+        dropped. A listener's exception is raised after leaving."""
+        self._core.unassign()
+        group = self._core.leaving()
+        if group is not None:
+            drive_sync(group.leave_step(), self._loop.run)
 
     def commit(
         self,
@@ -568,11 +628,24 @@ class Consumer(ProcessLocal):
             yield from self.poll(1.0)
 
     def close(self) -> None:
-        if self._loop.is_running:
-            try:
-                self._loop.run(self._core.close(), 15)
-            finally:
-                self._loop.close()
+        """Leave the group as :meth:`unsubscribe` does (within 8 s of group I/O; listeners
+        run here), commit a manual assignment's positions under auto-commit, close the
+        connections. A listener's exception is raised once all that is done."""
+        if not self._loop.is_running:
+            return
+        error: Exception | None = None
+        try:
+            group = self._core.leaving()
+            if group is not None:
+                try:
+                    drive_sync(group.leave_step(_LEAVE_TIMEOUT_S), self._loop.run)
+                except Exception as exc:  # a listener's: closing goes on first
+                    error = exc
+            self._loop.run(self._core.close(), 15)
+        finally:
+            self._loop.close()
+        if error is not None:
+            raise error
 
     def __enter__(self) -> Consumer:
         return self
@@ -598,6 +671,11 @@ class AsyncConsumer:
         await self.close()
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """As :meth:`Consumer.assign`; ``assign([])`` on a subscribed consumer raises (leaving
+        the group is I/O: ``await unsubscribe()``)."""
+        partitions = list(partitions)
+        if not partitions:
+            self._refuse_leaving("assign([])")
         self._core.assign(partitions)
 
     def assignment(self) -> set[TopicPartition]:
@@ -610,13 +688,28 @@ class AsyncConsumer:
         on_revoke: Listener | None = None,
         on_lost: Listener | None = None,
     ) -> None:
-        """As :meth:`Consumer.subscribe`; listeners may be coroutine functions."""
+        """As :meth:`Consumer.subscribe`; listeners may be coroutine functions.
+        ``subscribe([])`` drops a manual assignment, and on a subscribed consumer raises
+        (``await unsubscribe()``)."""
+        topics = _subscription(topics)
+        if topics == []:
+            self._refuse_leaving("subscribe([])")
+            self._core.unassign()
+            return
         self._core.subscribe(topics, on_assign, on_revoke, on_lost)
 
+    def _refuse_leaving(self, call: str) -> None:
+        if self._core.leaving() is not None:
+            raise KcoreError(
+                f"{call} unsubscribes, and leaving the group is I/O: await unsubscribe()"
+            )
+
     async def unsubscribe(self) -> None:
-        group = self._core.require_group()
-        self._core.remove_partitions(self._core.owned())
-        await group.unsubscribe()
+        """As :meth:`Consumer.unsubscribe`; listeners may be coroutine functions."""
+        self._core.unassign()
+        group = self._core.leaving()
+        if group is not None:
+            await drive_async(group.leave_step())
 
     async def commit(
         self, offsets: Mapping[TopicPartition | tuple[str, int], int] | None = None
@@ -715,4 +808,14 @@ class AsyncConsumer:
             )
 
     async def close(self) -> None:
+        """As :meth:`Consumer.close`."""
+        error: Exception | None = None
+        group = self._core.leaving()
+        if group is not None and self._core.loop is not None:
+            try:
+                await drive_async(group.leave_step(_LEAVE_TIMEOUT_S))
+            except Exception as exc:  # a listener's: closing goes on first
+                error = exc
         await self._core.close()
+        if error is not None:
+            raise error

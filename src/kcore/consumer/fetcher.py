@@ -43,6 +43,7 @@ from kcore.errors import (
     KcoreError,
     KcoreTimeoutError,
     NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
     error_for_code,
 )
 from kcore.protocol.messages import FetchRequest
@@ -53,10 +54,13 @@ __all__ = ["FetchedData", "Fetcher", "PartitionState"]
 BATCH_HEADER = 12  # base offset (8) and length (4): the same in magic 0, 1 and 2
 MAX_INT32 = 2**31 - 1
 PREFETCH_RESPONSES = 3  # per partition, queued ahead of poll
+_NO_PARTITION = TopicPartition("", -1)  # a queued error about no partition in particular
 
 log = logging.getLogger("kcore.consumer")
 
 OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+KAFKA_STORAGE_ERROR = 56
 TOPIC_ID_VERSION = 13
 
 
@@ -75,9 +79,11 @@ class PartitionState:
     reset_to: str | None = None  # a pending seek_to_beginning/end ("earliest"/"latest")
     batch_bytes: int = 0  # size of the next batch, when the last fetch got only part of it
     served: int = 0  # when it last had data queued (fetch order: longest waiting first)
-    # Manually assigned with a group.id: start from the group's committed offset, if any,
-    # before auto.offset.reset (as Java does).
+    # With a group.id (assigned by hand or by the group): start from the group's committed
+    # offset, if any, before auto.offset.reset (as Java does).
     from_committed: bool = False
+    errors: int = 0  # fetch errors in a row (its backoff grows with them)
+    retry_at: float = 0.0  # after a fetch error: not fetched again before (time.monotonic())
 
 
 @dataclass
@@ -103,7 +109,8 @@ class Fetcher:
     max_bytes: int
     partition_max_bytes: int
     isolation_level: int
-    reset_policy: str
+    reset_policy: str  # earliest, latest, none, by_duration
+    reset_duration_s: float = 0.0  # by_duration's
     states: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     lock: threading.Condition = field(default_factory=threading.Condition)
     completed: deque[FetchedData] = field(default_factory=deque)
@@ -153,6 +160,10 @@ class Fetcher:
             except asyncio.TimeoutError:
                 pass
 
+    def lacks_reset(self, tp: TopicPartition) -> bool:
+        """``tp`` was found to have no committed offset under ``auto.offset.reset=none``."""
+        return tp in self._reported_no_position
+
     def _lacks_position(self) -> bool:
         with self.lock:
             return any(st.position is None for st in self.states.values())
@@ -192,10 +203,11 @@ class Fetcher:
         ``auto.offset.reset``. True when some partition got one."""
         found = await self._positions_from_committed()
         with self.lock:
+            # Not those still waiting for their committed offset (added during that lookup).
             todo = {
                 tp: st.reset_to or self.reset_policy
                 for tp, st in self.states.items()
-                if st.position is None
+                if st.position is None and not (st.from_committed and st.reset_to is None)
             }
         if not todo:
             return False
@@ -207,15 +219,7 @@ class Fetcher:
         todo = {tp: p for tp, p in todo.items() if p != "none"}
         if not todo:
             return found
-        assert self._admin is not None
-        specs: dict[TopicPartition | tuple[str, int], str | int] = {}
-        for tp, where in todo.items():
-            specs[tp] = where
-        failed: AdminOperationError | None = None
-        try:
-            offsets = await self._admin.list_offsets(specs)
-        except AdminOperationError as exc:  # some partitions failed: use the others' answers
-            offsets, failed = dict(exc.results or {}), exc
+        offsets, failed = await self._look_up(todo)
         with self.lock:
             for tp, result in offsets.items():
                 st = self.states.get(tp)
@@ -231,6 +235,37 @@ class Fetcher:
         if failed is not None:
             raise failed
         return found
+
+    async def _look_up(
+        self, todo: dict[TopicPartition, str]
+    ) -> tuple[dict[TopicPartition, Any], AdminOperationError | None]:
+        """ListOffsets for the reset policies in ``todo`` (under this consumer's isolation
+        level, as Java: "latest" is the last stable offset under read_committed). ``by_duration``
+        asks for the first offset at or after now minus the duration; with no record that
+        recent, the partition starts at its end (KIP-1106)."""
+        assert self._admin is not None
+        level = "read_committed" if self.isolation_level else "read_uncommitted"
+        since = int(time.time() * 1000 - self.reset_duration_s * 1000)
+        specs: dict[TopicPartition | tuple[str, int], str | int] = {
+            tp: since if where == "by_duration" else where for tp, where in todo.items()
+        }
+        failed: AdminOperationError | None = None
+        try:
+            offsets = await self._admin.list_offsets(specs, isolation_level=level)
+        except AdminOperationError as exc:  # some partitions failed: use the others' answers
+            offsets, failed = dict(exc.results or {}), exc
+        too_late = [tp for tp, r in offsets.items() if todo[tp] == "by_duration" and r.offset < 0]
+        if too_late:
+            try:
+                ends = await self._admin.list_offsets(
+                    dict.fromkeys(too_late, "latest"), isolation_level=level
+                )
+            except AdminOperationError as exc:
+                ends, failed = dict(exc.results or {}), failed or exc
+            for tp in too_late:
+                del offsets[tp]
+            offsets.update(ends)
+        return offsets, failed
 
     async def _positions_from_committed(self) -> bool:
         with self.lock:
@@ -260,11 +295,13 @@ class Fetcher:
         by_node: dict[int, dict[TopicPartition, PartitionFetch]] = {}
         with self.lock:
             full = sum(st.queued_bytes for st in self.states.values()) >= self.max_bytes
+            now = time.monotonic()
             ready = [
                 (st.served, tp, st)
                 for tp, st in self.states.items()
                 if not (st.paused or st.position is None or st.queued >= PREFETCH_RESPONSES)
                 and not (full and st.queued)
+                and st.retry_at <= now
             ]
             ready.sort(key=lambda item: item[0])  # stable: assignment order among equals
             for _, tp, st in ready:
@@ -402,6 +439,7 @@ class Fetcher:
                 return  # unassigned or sought meanwhile: the data is stale
             st.high_watermark = p.high_watermark
             if code == 0:
+                st.errors = 0
                 records = p.records
                 if records is not None and len(records) > 0:
                     end, complete = _complete_end(records)
@@ -429,18 +467,58 @@ class Fetcher:
                     # and fetch again from the position, which decides about a reset.
                     self.drop_queued(tp)
                     return
+                self.drop_queued(tp)
+                if self.reset_policy == "none":
+                    # As Java: the position stays where it is, and poll raises (naming the
+                    # offset in ``partitions``) until the caller seeks.
+                    error = OffsetOutOfRangeError(
+                        f"{tp.topic}-{tp.partition}: offset {offset} is out of range and "
+                        "auto.offset.reset is none: seek to a valid offset"
+                    )
+                    error.partitions = {tp: offset}  # type: ignore[attr-defined]  # as Java's
+                    self._queue_partition_error(tp, error)
+                    self._back_off(st)
+                    return
                 log.info(
                     "%s: offset %s out of range; resetting (%s)", tp, offset, self.reset_policy
                 )
-                self.drop_queued(tp)
                 st.position = None
                 return
-        if code in STALE_METADATA_CODES:
-            self.cluster.cache.request_update()
-            return
+            self._partition_failed(tp, st, offset, code)
+
+    def _partition_failed(
+        self, tp: TopicPartition, st: PartitionState, offset: int, code: int
+    ) -> None:
+        """A partition's fetch error (lock held), as Java's FetchCollector: the partition is
+        not fetched again until a backoff (retry.backoff.ms, growing to retry.backoff.max.ms
+        while it keeps failing) has passed; before, it was fetched again at once, in a loop.
+        Stale metadata is refreshed; a corrupt batch and non-retriable errors reach poll, at
+        most one queued per partition; an unknown server error is logged."""
         err = error_for_code(code)
-        if err is not None and not err.retriable:
-            self._deliver_error(type(err)(f"{tp.topic}-{tp.partition}: {err.message}"))
+        name = f"{tp.topic}-{tp.partition}"
+        if code in STALE_METADATA_CODES or code == KAFKA_STORAGE_ERROR:
+            self.cluster.cache.request_update()
+            log.debug("%s: fetch: %s; refreshing metadata", name, err.name if err else code)
+        elif err is not None and (code == CORRUPT_MESSAGE or (not err.retriable and code != -1)):
+            what = err.message
+            if code == CORRUPT_MESSAGE:
+                what = f"the broker found a corrupt record fetching offset {offset}"
+            self._queue_partition_error(tp, type(err)(f"{name}: {what}"))
+        else:
+            log.warning("%s: fetch at offset %s: %s", name, offset, err.name if err else code)
+        self._back_off(st)
+
+    def _back_off(self, st: PartitionState) -> None:
+        delay = self.cluster.retry_backoff.backoff_s(st.errors)
+        st.errors += 1
+        st.retry_at = time.monotonic() + delay
+        asyncio.get_running_loop().call_later(delay, self.wakeup)
+
+    def _queue_partition_error(self, tp: TopicPartition, error: KcoreError) -> None:
+        """For poll: one at a time per partition (a partition failing again and again while
+        the caller does not poll must not fill the queue)."""
+        if not any(d.error is not None and d.tp == tp for d in self.completed):
+            self._deliver_error(error, tp)
 
     def drop_queued(self, tp: TopicPartition) -> None:
         """Forget what was fetched ahead for ``tp`` (with the lock held)."""
@@ -450,10 +528,11 @@ class Fetcher:
             st.queued = st.queued_bytes = 0
             st.fetch_position = None
 
-    def _deliver_error(self, error: BaseException) -> None:
-        """A non-retriable error goes to the caller's next poll."""
+    def _deliver_error(self, error: BaseException, tp: TopicPartition = _NO_PARTITION) -> None:
+        """A non-retriable error goes to the caller's next poll (``tp``: the partition it is
+        about, if one; it is dropped if that partition is unassigned or sought first)."""
         with self.lock:
-            self.completed.append(FetchedData(TopicPartition("", -1), -1, b"", -1, error=error))
+            self.completed.append(FetchedData(tp, -1, b"", -1, error=error))
             self.lock.notify_all()
         self._signal_data()
 

@@ -28,6 +28,7 @@ from kcore.consumer.offsets import GroupOffsets
 from kcore.errors import (
     CommitFailedError,
     KcoreError,
+    KcoreTimeoutError,
     RebalanceInProgressError,
     TopicAuthorizationFailedError,
 )
@@ -54,7 +55,7 @@ class Assignment(Protocol):
 
     def owned(self) -> set[TopicPartition]: ...
     def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]: ...
-    def add_partitions(self, positions: Mapping[TopicPartition, int | None]) -> None: ...
+    def add_partitions(self, partitions: Iterable[TopicPartition]) -> None: ...
     def remove_partitions(self, partitions: Iterable[TopicPartition]) -> None: ...
     def interrupt_wait(self) -> None: ...
 
@@ -132,7 +133,7 @@ class GroupCoordinator:
         if self.pattern is None:
             return set(self.topics)
         return {
-            t for t, info in md.topics.items() if not info.is_internal and self.pattern.match(t)
+            t for t, info in md.topics.items() if not info.is_internal and self.pattern.fullmatch(t)
         }
 
     def group_metadata(self) -> ConsumerGroupMetadata:
@@ -183,12 +184,12 @@ class GroupCoordinator:
                 yield from self._listener(fn, owned, "on_lost")
             self.assignment.remove_partitions(owned)
 
-    def _revoke_step(self, partitions: list[TopicPartition]) -> Step:
+    def _revoke_step(self, partitions: list[TopicPartition], deadline: float | None = None) -> Step:
         if not partitions:
             return
         if self.auto_commit:
             try:
-                yield self._commit_coro(self.assignment.positions(partitions))
+                yield _bounded(self._commit_coro(self.assignment.positions(partitions)), deadline)
             except KcoreError as exc:
                 log.warning("group %r: commit before revoke failed: %s", self.group_id, exc)
         if self.on_revoke is not None:
@@ -196,9 +197,10 @@ class GroupCoordinator:
         self.assignment.remove_partitions(partitions)
 
     def _assign_step(self, partitions: list[TopicPartition]) -> Step:
-        committed = yield self.offsets.fetch(partitions, self.api_timeout_s)
-        # No committed offset: None, and the fetcher applies auto.offset.reset.
-        self.assignment.add_partitions({tp: committed.get(tp) for tp in partitions})
+        # As Java: the partitions are this member's at once; the fetcher looks up their
+        # committed offsets (then auto.offset.reset), retrying on errors. Fetching them here
+        # first lost the partitions for good when that lookup failed (the join was done).
+        self.assignment.add_partitions(partitions)
         if self.on_assign is not None:
             yield from self._listener(self.on_assign, partitions, "on_assign")
 
@@ -311,18 +313,50 @@ class GroupCoordinator:
         fut.add_done_callback(self._pending_commits.discard)
 
     async def close(self, commit: bool) -> None:
-        """Commit (auto-commit only) and leave the group."""
+        """Commit (auto-commit only) and leave the group (if :meth:`leave_step` has not)."""
         if commit and self.auto_commit:
             try:
                 await self._commit_coro(self.assignment.positions(self.assignment.owned()))
             except Exception as exc:
                 log.warning("group %r: commit on close failed: %s", self.group_id, exc)
         if self.subscribed:
+            self.subscribed = False
             await self.member.leave()
 
-    async def unsubscribe(self) -> None:
-        await self.member.leave()
+    def leave_step(self, timeout: float | None = None) -> Step:
+        """``unsubscribe()`` and ``close()``, as Java's onLeavePrepare then LeaveGroup: what
+        this member owns is given up first (committed under auto-commit, then ``on_revoke``;
+        ``on_lost`` instead if the group already took it), then the member leaves. The group's
+        I/O is bounded by ``timeout`` (not the listeners); a listener's exception is raised
+        once the member has left."""
+        if not self.subscribed:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._listener_error = None
+        member = self.member
+        if member.lost:
+            yield from self._lost_step()
+            member.lost = False
+        else:
+            yield from self._revoke_step(sorted(self.assignment.owned()), deadline)
         self.subscribed = False
+        try:  # at least 2 s for it, even if the commit used the time up
+            yield _bounded(member.leave(), deadline and max(deadline, time.monotonic() + 2))
+        except Exception as exc:  # best effort: the session timeout removes the member anyway
+            log.info("group %r: leaving failed: %s", self.group_id, exc)
+        if self._listener_error is not None:
+            error, self._listener_error = self._listener_error, None
+            raise error
+
+
+async def _bounded(coro: Coroutine[Any, Any, Any], deadline: float | None) -> Any:
+    """``coro`` cut off at ``deadline`` (``time.monotonic()``; None: not cut off)."""
+    if deadline is None:
+        return await coro
+    try:
+        return await asyncio.wait_for(coro, max(0.0, deadline - time.monotonic()))
+    except asyncio.TimeoutError:
+        raise KcoreTimeoutError("the group did not answer in time") from None
 
 
 # -- drivers ---------------------------------------------------------------------------------------

@@ -270,7 +270,10 @@ class ClassicGroupMember:
 
     def stop_heartbeats(self) -> None:
         if self._heartbeats is not None:
-            self._heartbeats.cancel()
+            # Not from the heartbeat task itself (a poll timeout leaves from there): cancelled,
+            # it never got to send the LeaveGroup nor to mark the partitions lost.
+            if self._heartbeats is not _current_task():
+                self._heartbeats.cancel()
             self._heartbeats = None
 
     async def _heartbeat_loop(self) -> None:
@@ -284,6 +287,7 @@ class ClassicGroupMember:
                     self.rebalance_timeout_ms,
                 )
                 await self.leave("consumer poll timeout has expired")
+                self.joined = True  # as it was: _reset marks what it owned as lost
                 self._reset("poll timeout expired", forget_member_id=True)
                 return
             try:
@@ -326,11 +330,17 @@ class ClassicGroupMember:
 
     async def leave(self, reason: str = "the consumer is being closed") -> None:
         """LeaveGroup, so the group rebalances now rather than after the session timeout.
-        Static members (group.instance.id) do not leave on close (KIP-345): a restart within
-        the session timeout gets their partitions back without a rebalance."""
+        Static members (group.instance.id) send none (KIP-345, as Java's maybeLeaveGroup): a
+        restart, or a poll after the poll timeout, within the session timeout gets their
+        partitions back without a rebalance."""
         self.stop_heartbeats()
-        if not self.member_id or (self.instance_id is not None and reason.endswith("closed")):
-            return
+        if self.member_id and self.instance_id is None:
+            await self._send_leave(reason)
+        self.joined = False
+        self.generation = -1
+        self.member_id = ""
+
+    async def _send_leave(self, reason: str) -> None:
         try:
             version = await self.link.version(13)
             if version >= 3:  # KIP-345: a list of members
@@ -343,9 +353,13 @@ class ClassicGroupMember:
             await self.link.send(request, version, timeout=5)
         except Exception as exc:  # best effort: the session timeout removes it anyway
             log.info("group %r: LeaveGroup failed: %s", self.group_id, exc)
-        self.joined = False
-        self.generation = -1
-        self.member_id = ""
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop
+        return None
 
 
 class _Retry(Exception):

@@ -122,6 +122,7 @@ class ConsumerGroupMember:
                 )
                 await self.leave()
                 self._fenced("poll timeout expired")
+                self.left = False  # as Java's stale member: the next poll joins again
                 return
             try:
                 await self._heartbeat()
@@ -145,8 +146,11 @@ class ConsumerGroupMember:
                 return
             if self.epoch == 0:
                 continue  # fenced: rejoin at once
+            # Awake at the poll deadline too (the broker's interval is 5 s by default): a
+            # member that stopped polling must leave when max.poll.interval.ms says.
+            poll_due = self.last_poll + self.rebalance_timeout_ms / 1000 - time.monotonic()
             try:
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                await asyncio.wait_for(self._wake.wait(), max(0.0, min(self.interval_s, poll_due)))
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()

@@ -2,10 +2,10 @@
 Kafka partition with a kcore consumer and yield them as Arrow record batches typed as Spark
 wants them (no row-by-row conversion anywhere).
 
-The consumer has no ``auto.offset.reset``: an offset that is gone shows up as an error, which
-is then judged against the partition's available offsets, as the JVM source judges an
-``OffsetOutOfRangeException``: data loss (fail or warn and skip, per ``failOnDataLoss``) or a
-broker catching up (try again).
+The consumer has no ``auto.offset.reset``: an offset that is gone shows up as an error
+(``OffsetOutOfRangeError``), which is then judged against the partition's available offsets, as
+the JVM source judges an ``OffsetOutOfRangeException``: data loss (fail or warn and skip, per
+``failOnDataLoss``) or a broker catching up (try again).
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ from pyspark.sql.types import StructType
 from kcore.admin.client import AdminClient
 from kcore.admin.types import TopicPartition
 from kcore.consumer.client import Consumer
-from kcore.errors import KcoreError, KcoreTimeoutError, NoOffsetForPartitionError
+from kcore.errors import (
+    KcoreError,
+    KcoreTimeoutError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+)
 
 from .clients import get_consumer
 from .offsets import OffsetRange
@@ -172,10 +177,11 @@ def _read(
     progress_at = checked_at = time.monotonic()
     while pos < part.end:
         rb: Any
+        out_of_range = False
         try:
             rb = consumer.poll_arrow(POLL_WAIT_S, max_records=part.end - pos)
-        except NoOffsetForPartitionError:
-            rb = None  # the offset went out of range (no auto.offset.reset): judged below
+        except (OffsetOutOfRangeError, NoOffsetForPartitionError):
+            rb, out_of_range = None, True  # no auto.offset.reset: judged below
         now = time.monotonic()
         if rb is not None and rb.num_rows:
             offsets = rb.column("offset").to_numpy()
@@ -189,7 +195,7 @@ def _read(
             pos, progress_at = moved, now
         if pos >= part.end or (rb is not None and rb.num_rows):
             continue
-        if moved is None:  # out of range
+        if out_of_range or moved is None:
             next_pos = judge.out_of_range(pos)
         elif now - progress_at >= STALL_CHECK_S and now - checked_at >= STALL_CHECK_S:
             checked_at = now
@@ -198,6 +204,6 @@ def _read(
             continue
         if next_pos is None:
             return
-        if next_pos != pos or moved is None:
+        if next_pos != pos or out_of_range or moved is None:
             consumer.seek(tp, next_pos)
             pos = next_pos
