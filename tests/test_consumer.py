@@ -167,6 +167,27 @@ def test_positions_seeks_and_pause(kafka_cluster):
             c.seek((topic, 9), 0)
 
 
+def test_by_duration_starts_at_the_first_record_that_recent(kafka_cluster):
+    """auto.offset.reset=by_duration:<ISO-8601> (KIP-1106): the first offset whose timestamp
+    is at most that old; with none that recent, the end."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("by-duration")
+    create(bootstrap, topic, 2)
+    now = int(time.time() * 1000)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(10):  # two hours old on both partitions, recent on partition 0 only
+            p.send(topic, b"old-%d" % i, partition=0, timestamp_ms=now - 7_200_000 + i)
+            p.send(topic, b"old-%d" % i, partition=1, timestamp_ms=now - 7_200_000 + i)
+        for i in range(5):
+            p.send(topic, b"new-%d" % i, partition=0, timestamp_ms=now + i)
+        p.flush(30)
+    with consumer(bootstrap, **{"auto.offset.reset": "by_duration:PT1H"}) as c:
+        c.assign([(topic, 0), (topic, 1)])
+        assert c.position((topic, 0)) == 10
+        assert c.position((topic, 1)) == 10  # nothing that recent: the end
+        assert [r.value for r in read(c, 5)] == [b"new-%d" % i for i in range(5)]
+
+
 def test_out_of_range_resets_and_latest_and_none(kafka_cluster):
     bootstrap = kafka_cluster.bootstrap_servers
     topic = name("reset")

@@ -170,6 +170,10 @@ def test_error_for_code_unknown(code: int) -> None:
     assert code not in ERRORS_BY_CODE
     e = error_for_code(code, "from a newer broker")
     assert e is not None and e.message == "from a newer broker"
+    # Reworded (naming a call or partition), it keeps its class and code.
+    again = e.with_message("t-0: from a newer broker")
+    assert type(again) is UnknownKafkaErrorCode and again.code == code
+    assert str(again) == f"[UNKNOWN_SERVER_ERROR ({code})] t-0: from a newer broker"
     assert str(e) == f"[UNKNOWN_SERVER_ERROR ({code})] from a newer broker"
 
 

@@ -183,8 +183,11 @@ def test_backoff_grows_caps_and_jitters():
     backoff = ExponentialBackoff(50, 1000)
     assert 40 <= backoff.backoff_ms(0) <= 60
     assert 80 <= backoff.backoff_ms(1) <= 120
-    assert all(800 <= backoff.backoff_ms(n) <= 1200 for n in (5, 10, 1000))
+    # As Java's ExponentialBackoff: the jitter never takes it above the maximum
+    assert all(800 <= backoff.backoff_ms(n) <= 1000 for n in (5, 10, 1000) for _ in range(50))
     assert ExponentialBackoff(100, 100).backoff_ms(7) == 100  # no growth, no jitter
+    # retry.backoff.ms above retry.backoff.max.ms: the maximum, constant (Java's docs)
+    assert {ExponentialBackoff(5000, 1000).backoff_ms(n) for n in range(5)} == {1000}
 
 
 # -- peers that are not Kafka ---------------------------------------------------------------------

@@ -25,7 +25,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 import kcore
 from kcore.admin import NewTopic, TopicPartition
 from kcore.codec import partition_for_key
-from kcore.errors import KcoreError, KcoreTimeoutError, MessageTooLargeError
+from kcore.errors import InvalidTopicError, KcoreError, KcoreTimeoutError, MessageTooLargeError
 from kcore.testing import KafkaCluster
 
 # Recent timestamps: records older than the broker's retention (7 days) may be deleted by
@@ -299,13 +299,65 @@ def test_delivery_callbacks_and_errors(kafka_cluster):
     with kcore.Producer(config) as producer:
         producer.send(topic, b"a", on_delivery=lambda err, md: results.append((err, md)))
         producer.flush(30)
-        with pytest.raises(KcoreError, match="no partition 5"):
+        # As Java's waitOnMetadata: a partition beyond the count waits max.block.ms for
+        # metadata that shows it, then says so in Java's words.
+        with pytest.raises(KcoreTimeoutError, match="Partition 5 of topic .* partition count 1"):
             producer.send(topic, b"x", partition=5)
+        with pytest.raises(KcoreTimeoutError, match="Partition 5 of topic .* partition count 1"):
+            producer.send_batch(topic, [b"x"], partition=5)
         with pytest.raises(KcoreTimeoutError, match="max.block.ms"):
             producer.send(name("missing"), b"x")
+        with pytest.raises(InvalidTopicError, match="'bad topic!'"):  # at once, as Java
+            producer.send("bad topic!", b"x")
+        # Partitions added since the producer's metadata: found at once, not after
+        # metadata.max.age.ms.
+        with kcore.AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as admin:
+            admin.create_partitions({topic: 3})
+        assert producer.send(topic, b"y", partition=2).result(30).partition == 2
     assert results[0][0] is None and results[0][1].offset == 0
     with pytest.raises(KcoreError, match="closed"):
         producer.send(topic, b"late")
+
+
+def test_close_from_a_delivery_callback_does_not_wait(kafka_cluster):
+    """As Java: close() on the network thread (from a callback) closes with a timeout of 0 and
+    returns; every record is still completed, and later sends are refused."""
+    topic = name("close-in-callback")
+    create(kafka_cluster.bootstrap_servers, topic, 1)
+    producer = kcore.Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    seen: list = []
+
+    def on_delivery(err, md):
+        seen.append(err)
+        if len(seen) == 1:
+            producer.close()
+
+    futures = [producer.send(topic, b"%d" % i, on_delivery=on_delivery) for i in range(5)]
+    deadline = time.monotonic() + 30
+    while producer._loop.is_running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not producer._loop.is_running
+    assert len(seen) == 5 and all(f.done() for f in futures)
+    with pytest.raises(KcoreError, match="closed"):
+        producer.send(topic, b"late")
+    producer.close()  # again, from this thread: nothing left to do
+
+
+def test_a_producer_whose_brokers_cannot_be_reached_fails_within_max_block_ms(
+    unreachable_cluster,
+):
+    """Bootstrap works but the broker advertises an address this machine cannot reach: the
+    producer id (idempotence) cannot be had; the producer fails after max.block.ms naming
+    why (it waited for ever)."""
+    config = {
+        "bootstrap.servers": unreachable_cluster.bootstrap_servers,
+        "max.block.ms": 3000,
+        "socket.connection.setup.timeout.ms": 1000,
+    }
+    t0 = time.monotonic()
+    with pytest.raises(KcoreTimeoutError, match=r"InitProducerId\) within 3s; last: "):
+        kcore.Producer(config)
+    assert time.monotonic() - t0 < 30
 
 
 def test_async_producer(kafka_cluster):

@@ -24,6 +24,7 @@ from kcore.admin import NewTopic
 from kcore.cluster.client import ClusterClient, broker_id
 from kcore.cluster.metadata import BrokerInfo
 from kcore.errors import (
+    InvalidProducerEpochError,
     MessageTooLargeError,
     ProducerFencedError,
     TransactionAbortedError,
@@ -438,6 +439,69 @@ def test_a_failed_produce_makes_the_transaction_abortable(txn_cluster):
         (1, SENTINEL),
         (1, b"next"),
     ]
+
+
+def test_a_transaction_the_coordinator_timed_out_is_aborted_and_the_producer_goes_on(
+    kafka_cluster,
+):
+    """KIP-588 (transaction protocol v2): the coordinator aborts a transaction that ran past
+    transaction.timeout.ms and bumps the epoch; the next Produce gets INVALID_PRODUCER_EPOCH.
+    As Java's InvalidProducerEpochException that fails the transaction, not the producer:
+    abort_transaction works and the next transaction commits (it was fatal)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("txn-timeout")
+    create(bootstrap, topic, 1)
+    with producer(bootstrap, **{"transaction.timeout.ms": 1000}) as p:
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.send(topic, b"timed out", partition=0).result(30)
+        # The broker looks for timed-out transactions every 10 s by default.
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "the coordinator never timed the transaction out"
+            time.sleep(0.5)
+            error = p.send(topic, b"late", partition=0).exception(30)
+            if error is not None:
+                break
+        assert isinstance(error, InvalidProducerEpochError)
+        with pytest.raises(TransactionStateError) as raised:
+            p.commit_transaction(30)
+        assert raised.value.abortable
+        p.abort_transaction(30)
+        p.begin_transaction()
+        p.send(topic, b"next", partition=0)
+        p.commit_transaction(30)
+        commit_sentinel(p, topic, 1)
+    assert [v for _, _, v in read_kcore(bootstrap, topic)] == [b"next", SENTINEL]
+
+
+def test_latest_under_read_committed_is_the_last_stable_offset(kafka_cluster):
+    """auto.offset.reset=latest under read_committed starts at the last stable offset (as
+    Java's ListOffsets with the consumer's isolation level): an open transaction's records,
+    committed later, are read (starting at the high watermark skipped them)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("txn-lso")
+    create(bootstrap, topic, 1)
+    config = {
+        "bootstrap.servers": bootstrap,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "latest",
+    }
+    with producer(bootstrap) as p:
+        p.init_transactions(30)
+        p.begin_transaction()
+        for i in range(5):
+            p.send(topic, b"open-%d" % i, partition=0)
+        p.flush(30)
+        with kcore.Consumer(config) as c:
+            c.assign([(topic, 0)])
+            assert c.position((topic, 0)) == 0
+            p.commit_transaction(30)
+            got: list = []
+            deadline = time.monotonic() + 30
+            while len(got) < 5 and time.monotonic() < deadline:
+                got += c.poll(0.5)
+    assert [r.value for r in got] == [b"open-%d" % i for i in range(5)]
 
 
 def test_calls_out_of_order_raise(kafka_cluster):

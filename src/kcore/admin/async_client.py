@@ -184,7 +184,7 @@ class AsyncAdminClient:
             return True
         err = error_for_code(code)
         assert err is not None
-        errors[item] = type(err)(message or err.message)
+        errors[item] = err.with_message(message or err.message)
         return False
 
     @staticmethod
@@ -386,7 +386,7 @@ class AsyncAdminClient:
             if response.error_code:
                 err = error_for_code(response.error_code)
                 assert err is not None
-                raise type(err)(response.error_message or err.message)
+                raise err.with_message(response.error_message or err.message)
             brokers = [
                 BrokerInfo(b.broker_id, b.host, b.port, b.rack)
                 for b in sorted(response.brokers, key=lambda b: b.broker_id)
@@ -673,7 +673,7 @@ class AsyncAdminClient:
                     else:
                         err = error_for_code(p.error_code)
                         assert err is not None
-                        out[tp] = type(err)(p.error_message or err.message)
+                        out[tp] = err.with_message(p.error_message or err.message)
             return out
 
         result = await self._retrying("elect_leaders", attempt, timeout)
@@ -707,7 +707,7 @@ class AsyncAdminClient:
             if response.error_code:
                 err = error_for_code(response.error_code)
                 assert err is not None
-                raise type(err)(response.error_message or err.message)
+                raise err.with_message(response.error_message or err.message)
             errors: dict[Any, KafkaError] = {}
             for topic in response.responses:
                 for p in topic.partitions:
@@ -747,7 +747,7 @@ class AsyncAdminClient:
             if response.error_code:
                 err = error_for_code(response.error_code)
                 assert err is not None
-                raise type(err)(response.error_message or err.message)
+                raise err.with_message(response.error_message or err.message)
             return {
                 TopicPartition(t.name, p.partition_index): {
                     "replicas": list(p.replicas),

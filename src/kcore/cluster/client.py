@@ -21,6 +21,7 @@ from kcore.config import ClientConfig
 from kcore.errors import (
     BootstrapError,
     BrokerConnectionError,
+    InvalidTopicError,
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
@@ -504,7 +505,8 @@ class ClusterClient:
         partitions, or with ``partitions`` only for those of them that exist (one partition's
         offline leader must not hold up a lookup of another's). Raises ``KcoreTimeoutError``
         naming the missing ones, and at once ``TopicAuthorizationFailedError`` naming those a
-        refresh said this client may not access."""
+        refresh said this client may not access, ``InvalidTopicError`` those it said are not
+        valid names."""
         names = set(topics)
         only: dict[str, set[int]] | None = None
         if partitions is not None:
@@ -531,6 +533,12 @@ class ClusterClient:
             if refreshed and denied:
                 raise TopicAuthorizationFailedError(
                     f"not authorized to access topics: {', '.join(denied)}"
+                )
+            invalid = [t for t in missing if t in md.invalid_topics]
+            if refreshed and invalid:  # as Java's waitOnMetadata: at once, not after the wait
+                raise InvalidTopicError(
+                    "not valid topic names (at most 249 of a-z, A-Z, 0-9, '.', '_', '-'; "
+                    f"not '.' or '..'): {', '.join(repr(t) for t in invalid)}"
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -605,7 +613,7 @@ class ClusterClient:
         if code != 0:
             err = error_for_code(code)
             assert err is not None
-            raise type(err)(f"coordinator of {key!r}: {message or err.message}")
+            raise err.with_message(f"coordinator of {key!r}: {message or err.message}")
         return self.cache.current.brokers.get(node_id) or BrokerInfo(node_id, host, port)
 
     # -- background upkeep ------------------------------------------------------------------------

@@ -41,6 +41,7 @@ STALE_METADATA_CODES = frozenset(
 )
 NULL_UUID = uuid.UUID(int=0)
 TOPIC_AUTHORIZATION_FAILED = 29
+INVALID_TOPIC = 17  # INVALID_TOPIC_EXCEPTION
 
 
 class BrokerInfo(NamedTuple):
@@ -100,6 +101,8 @@ class ClusterMetadata:
     topics: Mapping[str, TopicInfo] = field(default_factory=dict)
     # Topics asked for by name that the broker answered with TOPIC_AUTHORIZATION_FAILED.
     unauthorized_topics: frozenset[str] = frozenset()
+    # ... and with INVALID_TOPIC_EXCEPTION (a name Kafka does not allow).
+    invalid_topics: frozenset[str] = frozenset()
 
     def partition(self, topic: str, partition: int) -> PartitionInfo | None:
         info = self.topics.get(topic)
@@ -177,14 +180,19 @@ class MetadataCache:
         }
         topics: dict[str, TopicInfo] = {} if all_topics else dict(old.topics)
         unauthorized = set() if all_topics else set(old.unauthorized_topics)
+        invalid = set() if all_topics else set(old.invalid_topics)
         for t in response.topics:
             name = t.name
             if name is None:  # a topic-id-only answer; kcore asks by name
                 continue
-            if t.error_code == TOPIC_AUTHORIZATION_FAILED:
-                unauthorized.add(name)
-            else:
-                unauthorized.discard(name)
+            for code, names in (
+                (TOPIC_AUTHORIZATION_FAILED, unauthorized),
+                (INVALID_TOPIC, invalid),
+            ):
+                if t.error_code == code:
+                    names.add(name)
+                else:
+                    names.discard(name)
             if t.error_code not in (0,) and not t.partitions:
                 # UNKNOWN_TOPIC_OR_PARTITION and friends: the topic is gone or not there yet.
                 topics.pop(name, None)
@@ -207,6 +215,7 @@ class MetadataCache:
             brokers=brokers,
             topics=topics,
             unauthorized_topics=frozenset(unauthorized),
+            invalid_topics=frozenset(invalid),
         )
         self.last_refresh = self.last_refresh_attempt = now
         self._update_requested = False

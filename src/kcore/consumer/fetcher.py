@@ -503,7 +503,7 @@ class Fetcher:
             what = err.message
             if code == CORRUPT_MESSAGE:
                 what = f"the broker found a corrupt record fetching offset {offset}"
-            self._queue_partition_error(tp, type(err)(f"{name}: {what}"))
+            self._queue_partition_error(tp, err.with_message(f"{name}: {what}"))
         else:
             log.warning("%s: fetch at offset %s: %s", name, offset, err.name if err else code)
         self._back_off(st)

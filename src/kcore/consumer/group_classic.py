@@ -119,7 +119,7 @@ class ClassicGroupMember:
     def _raise_fatal(self, code: int, during: str) -> None:
         err = error_for_code(code)
         assert err is not None
-        exc = type(err)(f"group {self.group_id!r}, {during}: {err.message}")
+        exc = err.with_message(f"group {self.group_id!r}, {during}: {err.message}")
         self.fatal = exc
         raise exc
 
@@ -321,7 +321,7 @@ class ClassicGroupMember:
             elif code in FATAL_CODES:
                 err = error_for_code(code)
                 assert err is not None
-                self.fatal = type(err)(f"group {self.group_id!r}, heartbeat: {err.message}")
+                self.fatal = err.with_message(f"group {self.group_id!r}, heartbeat: {err.message}")
                 return
             elif self.link.handle_error(code):
                 await backoff.sleep()

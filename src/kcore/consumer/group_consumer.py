@@ -218,7 +218,9 @@ class ConsumerGroupMember:
         if code == UNRELEASED_INSTANCE_ID or self.link.handle_error(code):
             raise _Retry(err.name)
         if code in FATAL_CODES or not err.retriable:
-            raise type(err)(f"group {self.group_id!r}, ConsumerGroupHeartbeat: {err.message}")
+            raise err.with_message(
+                f"group {self.group_id!r}, ConsumerGroupHeartbeat: {err.message}"
+            )
         raise _Retry(err.name)
 
     async def _resolve_target(self) -> None:

@@ -117,7 +117,7 @@ class GroupOffsets:
             if not retry or not await backoff.sleep():
                 err = error_for_code(code)
                 assert err is not None
-                raise type(err)(f"offset commit of group {self.group_id!r}: {err.message}")
+                raise err.with_message(f"offset commit of group {self.group_id!r}: {err.message}")
 
     async def fetch(
         self,
@@ -168,7 +168,9 @@ class GroupOffsets:
             if not retry or not await backoff.sleep():
                 err = error_for_code(code)
                 assert err is not None
-                raise type(err)(f"committed offsets of group {self.group_id!r}: {err.message}")
+                raise err.with_message(
+                    f"committed offsets of group {self.group_id!r}: {err.message}"
+                )
 
     def _fetch_request(
         self, by_topic: dict[str, list[int]], version: int, require_stable: bool

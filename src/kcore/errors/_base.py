@@ -29,6 +29,11 @@ class KafkaError(KcoreError):
         # wrap a second time); ``__dict__`` carries any other attributes (e.g. ``__notes__``).
         return type(self), (self.message,), self.__dict__
 
+    def with_message(self, message: str) -> KafkaError:
+        """The same error (class and code) with ``message``, e.g. naming the call or the
+        partition it is about."""
+        return type(self)(message)
+
 
 class ConfigError(KcoreError, ValueError):
     """A configuration key that does not exist, or a value that is not allowed for it."""

@@ -1546,6 +1546,9 @@ class UnknownKafkaErrorCode(UnknownServerError):
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.code, self.message), self.__dict__
 
+    def with_message(self, message: str) -> KafkaError:
+        return type(self)(self.code, message)
+
 
 ERRORS_BY_CODE: dict[int, type[KafkaError]] = {
     -1: UnknownServerError,

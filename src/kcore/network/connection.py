@@ -383,14 +383,14 @@ class BrokerConnection:
                 text = response.error_message or (err.message if err else "")
                 if isinstance(err, SaslAuthenticationFailedError) or err is None:
                     raise SaslAuthenticationFailedError(f"{self.address}: SASL {name}: {text}")
-                raise type(err)(f"{self.address}: SASL {name}: {text}")
+                raise err.with_message(f"{self.address}: SASL {name}: {text}")
             self.session_lifetime_ms = response.session_lifetime_ms
             if getattr(mechanism, "complete", False):
                 break
             try:
                 token = mechanism.step(bytes(response.auth_bytes))
             except KafkaError as exc:
-                raise type(exc)(f"{self.address}: {exc.message}") from None
+                raise exc.with_message(f"{self.address}: {exc.message}") from None
 
     # -- requests -------------------------------------------------------------------------------
 

@@ -22,11 +22,38 @@ class LoopThread:
     def __init__(self, name: str = "kcore-network") -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._closing: asyncio.Task[None] | None = None  # close_from_own_thread's
         self._thread.start()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
+        if self._closing is not None:  # stopped by close_from_own_thread: nobody joins
+            self.loop.close()
+
+    @property
+    def on_own_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def close_from_own_thread(self, final: Coroutine[Any, Any, Any]) -> None:
+        """``close()`` called by code running on the loop (a callback): the thread cannot
+        wait for itself, so ``final`` runs as a task, then what is left is cancelled and the
+        loop stops; the thread ends by itself."""
+
+        async def finish() -> None:
+            try:
+                await final
+            finally:
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                self.loop.stop()
+
+        if self._closing is None:
+            self._closing = self.loop.create_task(finish())
+        else:
+            final.close()
 
     @property
     def is_running(self) -> bool:
@@ -56,6 +83,9 @@ class LoopThread:
     def close(self, timeout: float = 5.0) -> None:
         """Stop the loop (after cancelling what still runs on it) and join the thread."""
         if not self.is_running:
+            return
+        if self._closing is not None:  # closing from its own thread already: let it finish
+            self._thread.join(timeout)
             return
 
         async def _cancel_all() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -14,6 +15,8 @@ from kcore.producer.core import OnDelivery, ProducerCore
 from kcore.producer.results import DeliveryFuture, SendBatchResult
 
 __all__ = ["AsyncProducer", "Producer"]
+
+log = logging.getLogger("kcore.producer")
 
 
 class Producer(ProcessLocal):
@@ -34,10 +37,10 @@ class Producer(ProcessLocal):
     def cluster(self) -> Any:
         return self._core.cluster
 
-    def _counts(self, topic: str) -> tuple[int, list[int]]:
+    def _counts(self, topic: str, partition: int | None = None) -> tuple[int, list[int]]:
         counts = self._core.cached_partitions(topic)
-        if counts is None:
-            counts = self._loop.run(self._core.topic_partitions(topic))
+        if counts is None or (partition is not None and partition >= counts[0]):
+            counts = self._loop.run(self._core.topic_partitions(topic, partition))
         return counts
 
     def send(
@@ -76,7 +79,7 @@ class Producer(ProcessLocal):
         column) or one entry per record (None or ``(key, value)`` pairs). Keyed records go
         to their murmur2 partitions, the rest sticky."""
         return self._core.append_batch(
-            topic, values, keys, partition, timestamp_ms, self._counts(topic), headers
+            topic, values, keys, partition, timestamp_ms, self._counts(topic, partition), headers
         )
 
     def flush(self, timeout: float | None = None) -> None:
@@ -120,7 +123,12 @@ class Producer(ProcessLocal):
 
     def close(self, timeout: float | None = None) -> None:
         """Deliver what is queued (up to ``timeout``), then fail what is left; nothing is
-        dropped silently."""
+        dropped silently. Called from a delivery callback (the network thread), it cannot
+        wait: as Java, it closes with a timeout of 0 and returns at once."""
+        if self._loop.is_running and self._loop.on_own_thread:
+            log.warning("close() from a delivery callback: closing without waiting (timeout 0)")
+            self._loop.close_from_own_thread(self._core.close(0))
+            return
         if self._loop.is_running:
             try:
                 self._loop.run(self._core.close(timeout))
@@ -142,7 +150,7 @@ class AsyncProducer:
         self._core = ProducerCore(config)
         self._core.send_path.slow = partial(self._core.slow_send, self._cached_counts)
 
-    def _cached_counts(self, topic: str) -> tuple[int, list[int]]:
+    def _cached_counts(self, topic: str, partition: int | None = None) -> tuple[int, list[int]]:
         counts = self._core.cached_partitions(topic)
         if counts is None:  # send() fetched it just before; a refresh dropped it since
             raise KcoreError(f"topic {topic!r} left the metadata; send again")
@@ -158,9 +166,11 @@ class AsyncProducer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _counts(self, topic: str) -> tuple[int, list[int]]:
+    async def _counts(self, topic: str, partition: int | None = None) -> tuple[int, list[int]]:
         counts = self._core.cached_partitions(topic)
-        return counts if counts is not None else await self._core.topic_partitions(topic)
+        if counts is None or (partition is not None and partition >= counts[0]):
+            counts = await self._core.topic_partitions(topic, partition)
+        return counts
 
     async def send(
         self,
@@ -173,7 +183,7 @@ class AsyncProducer:
         headers: Sequence[tuple[str, Any]] | None = None,
         on_delivery: OnDelivery | None = None,
     ) -> DeliveryFuture:
-        await self._counts(topic)  # the metadata, fetched on first use
+        await self._counts(topic, partition)  # the metadata, fetched on first use
         return self._core.send_path.send(
             topic, value, key, partition, timestamp_ms, headers, on_delivery
         )
@@ -188,7 +198,7 @@ class AsyncProducer:
         timestamp_ms: Any = None,
         headers: Any = None,
     ) -> SendBatchResult:
-        counts = await self._counts(topic)
+        counts = await self._counts(topic, partition)
         return self._core.append_batch(
             topic, values, keys, partition, timestamp_ms, counts, headers
         )

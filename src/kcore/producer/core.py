@@ -16,6 +16,7 @@ from kcore.cluster.client import ClusterClient
 from kcore.codec import partition_for_key
 from kcore.config import ClientConfig
 from kcore.errors import (
+    BrokerConnectionError,
     KcoreError,
     KcoreTimeoutError,
     MessageTooLargeError,
@@ -119,21 +120,28 @@ class ProducerCore:
         try:
             await self.cluster.start(self.max_block_s)
             if self.idempotent and self.txn is None:  # (transactions: at init_transactions)
-                await self.sender.init_producer_id()
+                # Bounded: brokers that answer at bootstrap but cannot be reached at their
+                # advertised address made this wait for ever.
+                await self.sender.init_producer_id(self.max_block_s)
         except BaseException:
             await self.cluster.close()
             raise
         self._sender_task = self.loop.create_task(self.sender.run())
 
-    async def topic_partitions(self, topic: str) -> tuple[int, list[int]]:
+    async def topic_partitions(
+        self, topic: str, partition: int | None = None
+    ) -> tuple[int, list[int]]:
         """(partition count, partitions with a leader), waiting up to max.block.ms for the
         topic's metadata the first time, as Java's send does: for the topic to be known, not
         for every partition to have a leader (records for one without wait in the
-        accumulator; unkeyed ones go to those with)."""
+        accumulator; unkeyed ones go to those with). An explicit ``partition`` beyond the
+        count waits for a refresh that shows it (partitions added since), as Java's
+        waitOnMetadata."""
+        deadline = time.monotonic() + self.max_block_s
         md = self.cluster.metadata
         info = md.topics.get(topic)
-        if info is None or not info.partitions:
-            try:
+        try:
+            if info is None or not info.partitions:
                 try:
                     md = await self.cluster.wait_for_topics([topic], self.max_block_s, ())
                 except KcoreTimeoutError:
@@ -141,14 +149,41 @@ class ProducerCore:
                         f"topic {topic!r} not in the metadata after max.block.ms "
                         f"({self.max_block_s:g}s): does it exist?"
                     ) from None
-            except KcoreError as exc:
-                # As Java: a send that fails inside a transaction fails the transaction (a
-                # commit must not succeed without the record); abort_transaction recovers.
-                if self.txn is not None:
-                    self.txn.abortable(exc)
-                raise
-            info = md.topics[topic]
+                info = md.topics[topic]
+            if partition is not None and partition >= len(info.partitions):
+                info = await self._wait_for_partition(topic, partition, deadline)
+        except KcoreError as exc:
+            self._failed_in_transaction(exc)
+            raise
         return len(info.partitions), [p for p, i in info.partitions.items() if i.leader >= 0]
+
+    def _failed_in_transaction(self, error: BaseException) -> None:
+        """As Java: a send that fails inside a transaction (no metadata, buffer.memory full
+        for max.block.ms) fails the transaction: a commit must not succeed without the
+        record; abort_transaction recovers."""
+        if self.txn is not None:
+            self.txn.abortable(error)
+
+    async def _wait_for_partition(self, topic: str, partition: int, deadline: float) -> Any:
+        attempt = 0
+        while True:
+            try:
+                left = max(deadline - time.monotonic(), 0.001)
+                await asyncio.wait_for(self.cluster.refresh_metadata([topic]), left)
+            except (BrokerConnectionError, KcoreTimeoutError, asyncio.TimeoutError):
+                pass  # judged by the deadline below
+            info = self.cluster.metadata.topics.get(topic)
+            count = len(info.partitions) if info is not None else 0
+            if partition < count:
+                return info
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise KcoreTimeoutError(  # Java's words
+                    f"Partition {partition} of topic {topic} with partition count {count} is "
+                    f"not present in metadata after {self.max_block_s * 1000:g} ms."
+                )
+            await asyncio.sleep(min(left, self.cluster.retry_backoff.backoff_s(attempt)))
+            attempt += 1
 
     def cached_partitions(self, topic: str) -> tuple[int, list[int]] | None:
         """The same from the metadata snapshot (any thread), or None if the topic is unknown.
@@ -258,7 +293,7 @@ class ProducerCore:
 
     def slow_send(
         self,
-        counts: Callable[[str], tuple[int, list[int]]],
+        counts: Callable[[str, int | None], tuple[int, list[int]]],
         topic: str,
         value: Any,
         key: Any,
@@ -283,7 +318,7 @@ class ProducerCore:
                 self.too_large(size),
                 on_delivery,
             )
-        p = self.choose_partition(topic, key, value, partition, counts(topic))
+        p = self.choose_partition(topic, key, value, partition, counts(topic, partition))
         return self.append(topic, value, key, p, timestamp_ms, headers, on_delivery)
 
     def too_large(self, size: int) -> MessageTooLargeError:
@@ -308,8 +343,7 @@ class ProducerCore:
         """A record refused before it was queued: a future that has failed (as Java's
         FutureFailure), its callback called with the error; inside a transaction, the
         transaction fails with it (a commit must not succeed without the record)."""
-        if self.txn is not None:
-            self.txn.abortable(error)
+        self._failed_in_transaction(error)
         result = BatchResult()
         result.fail(error)
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
@@ -333,9 +367,13 @@ class ProducerCore:
         if self.txn is not None:
             self.txn.check_can_send()
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        batch, index, wake = self.accumulator.append(
-            TopicPartition(topic, partition), key, value, ts, headers, self.max_block_s
-        )
+        try:
+            batch, index, wake = self.accumulator.append(
+                TopicPartition(topic, partition), key, value, ts, headers, self.max_block_s
+            )
+        except KcoreTimeoutError as exc:
+            self._failed_in_transaction(exc)
+            raise
         future = DeliveryFuture(batch.result, index, topic, partition, ts)
         if on_delivery is not None:
             future.add_done_callback(_delivery_callback(on_delivery))
@@ -564,15 +602,19 @@ class ProducerCore:
             v = values[start:stop]
             t = ts if isinstance(ts, int) else ts[start:stop]
             h = headers[start:stop] if headers is not None else None
-        batch = self.accumulator.append_chunk(
-            TopicPartition(topic, partition),
-            k,
-            v,
-            t,
-            h,
-            (stop - start) * per_record,
-            self.max_block_s,
-        )
+        try:
+            batch = self.accumulator.append_chunk(
+                TopicPartition(topic, partition),
+                k,
+                v,
+                t,
+                h,
+                (stop - start) * per_record,
+                self.max_block_s,
+            )
+        except KcoreTimeoutError as exc:
+            self._failed_in_transaction(exc)
+            raise
         out.add(partition, stop - start, batch.result)
         self.wake_sender()  # a chunk is a full batch: ready to go now
 

@@ -115,10 +115,19 @@ class Sender:
 
     # -- producer id ------------------------------------------------------------------------------
 
-    async def init_producer_id(self) -> None:
-        """InitProducerId; with a current id and epoch it asks for an epoch bump (KIP-360)."""
+    async def init_producer_id(self, timeout: float | None = None) -> None:
+        """InitProducerId; with a current id and epoch it asks for an epoch bump (KIP-360).
+        Retried until ``timeout`` (None: for as long as it takes), then ``KcoreTimeoutError``
+        naming the last failure."""
         attempt = 0
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last: BaseException | None = None
         while True:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise KcoreTimeoutError(
+                    f"no producer id (InitProducerId) within {timeout:g}s; last: "
+                    f"{last or 'no broker to ask'}"
+                )
             node = self.cluster.least_loaded_node()
             if node is None:
                 await self.cluster.refresh_metadata()
@@ -137,8 +146,12 @@ class Sender:
             except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
                 if isinstance(exc, KafkaError) and not exc.retriable:
                     raise
+                last = exc
                 attempt += 1
-                await asyncio.sleep(self.cluster.retry_backoff.backoff_s(attempt))
+                wait = self.cluster.retry_backoff.backoff_s(attempt)
+                if deadline is not None:
+                    wait = max(0.0, min(wait, deadline - time.monotonic()))
+                await asyncio.sleep(wait)
                 continue
             self.producer_id = response.producer_id
             self.producer_epoch = response.producer_epoch
@@ -454,7 +467,7 @@ class Sender:
                     err = error_for_code(code)
                     assert err is not None
                     if p.error_message:
-                        err = type(err)(p.error_message)
+                        err = err.with_message(p.error_message)
                     if code in TOO_LARGE and batch.records > 1 and not batch.result.done:
                         self._split(batch, err)
                     else:
@@ -475,7 +488,7 @@ class Sender:
             # It cannot be split (out of memory; a header key that is not UTF-8, which the
             # decoder refuses): its records fail with the broker's answer.
             self._fail(
-                batch, type(error)(f"{error.message}; the batch could not be split: {exc!r}")
+                batch, error.with_message(f"{error.message}; the batch could not be split: {exc!r}")
             )
             return
         log.warning(

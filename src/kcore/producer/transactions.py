@@ -377,7 +377,14 @@ class TransactionManager:
         bumps it anyway)."""
         if used_sequence:
             self.epoch_bump_required = True
-        if isinstance(error, KafkaError) and error.code in PRODUCE_FATAL_CODES:
+        code = error.code if isinstance(error, KafkaError) else None
+        if code == INVALID_PRODUCER_EPOCH and (self.v2 or self.can_bump_epoch):
+            # KIP-588, as Java's InvalidProducerEpochException: the coordinator bumped the
+            # epoch (it aborted a transaction that ran past transaction.timeout.ms): the
+            # transaction fails; abort_transaction recovers the producer.
+            self.epoch_bump_required = True
+            self.abortable(error)
+        elif code in PRODUCE_FATAL_CODES:
             self.fatal(error)
         else:
             self.abortable(error)
@@ -406,7 +413,7 @@ class TransactionManager:
             if code in FATAL_CODES:
                 err = exceptions[code]
                 assert err is not None
-                err = type(err)(f"{call}: {err.message}")
+                err = err.with_message(f"{call}: {err.message}")
                 self.fatal(err)
                 raise self.fatal_error()
         if any(c in REFIND_CODES for c in codes):
@@ -415,7 +422,7 @@ class TransactionManager:
             code = next(c for c in codes if c in BUMP_CODES)
             err = exceptions[code]
             assert err is not None
-            err = type(err)(f"{call}: {err.message}")
+            err = err.with_message(f"{call}: {err.message}")
             if self.can_bump_epoch:
                 self.epoch_bump_required = True
                 self.abortable(err)
@@ -431,7 +438,7 @@ class TransactionManager:
         picked = next((c for c in codes if c != OPERATION_NOT_ATTEMPTED), codes[0])
         err = exceptions[picked]
         assert err is not None
-        err = type(err)(f"{call}: {err.message}")
+        err = err.with_message(f"{call}: {err.message}")
         if picked in ABORTABLE_CODES:
             self.abortable(err)
             raise err
