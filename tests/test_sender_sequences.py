@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from kcore.admin.types import TopicPartition
-from kcore.errors import KcoreError
+from kcore.errors import KcoreError, NotLeaderOrFollowerError
 from kcore.producer.accumulator import RecordAccumulator
 from kcore.producer.sender import Sender
 
@@ -81,6 +82,8 @@ def test_retries_bound_how_often_a_batch_goes_again() -> None:
             def backoff_s(attempt: int) -> float:
                 return 0.0
 
+        metadata = SimpleNamespace(partition=lambda topic, partition: None)
+
     for retries, requeued in ((0, False), (1, True)):
         sender = _sender(Cluster(), acc, idempotent=False, retries=retries)
         batch, _, _ = acc.append(P1, None, b"v", 0, None, 1.0)
@@ -91,6 +94,30 @@ def test_retries_bound_how_often_a_batch_goes_again() -> None:
         if requeued:
             (again,) = _drain(acc)
             acc.done(again)
+
+
+def test_a_retry_to_a_leader_already_known_to_be_new_does_not_back_off() -> None:
+    """KIP-951, as Java's RecordAccumulator: when the answer's leader hint (or a refresh) has
+    already given the partition a newer leader epoch than the batch was sent under, the retry
+    goes at once; otherwise it waits retry.backoff.ms."""
+    acc = _accumulator()
+    leader = SimpleNamespace(leader_epoch=5)
+    cluster = SimpleNamespace(
+        cache=SimpleNamespace(request_update=lambda: None),
+        handle_error_code=lambda code: None,
+        retry_backoff=SimpleNamespace(backoff_s=lambda attempt: 10.0),
+        metadata=SimpleNamespace(partition=lambda topic, partition: leader),
+    )
+    sender = _sender(cluster, acc, idempotent=False)
+    for sent_under, waits in ((4, False), (5, True)):
+        acc.append(P1, None, b"v", 0, None, 1.0)
+        (taken,) = _drain(acc)
+        taken.attempts, taken.leader_epoch = 1, sent_under
+        now = time.monotonic()
+        sender._retry_or_fail(taken, NotLeaderOrFollowerError("moved"))
+        assert (taken.retry_at > now + 5) == waits
+        acc._queues[P1].clear()
+        acc.done(taken)
 
 
 def test_a_failed_epoch_bump_fails_every_record_with_its_cause() -> None:
@@ -167,6 +194,10 @@ class _Cluster:
 
     class metadata:
         topics: dict = {}
+
+        @staticmethod
+        def partition(topic: str, partition: int) -> None:
+            return None
 
     class retry_backoff:
         @staticmethod

@@ -48,6 +48,7 @@ class ProducerBatch(ProducerBatchBase):
         "span",
         "free_attempts",
         "maybe_written",
+        "leader_epoch",
     )
 
     def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, reserved: int) -> None:
@@ -60,6 +61,7 @@ class ProducerBatch(ProducerBatchBase):
         self.sequence: int | None = None  # idempotence: first sequence, fixed once sent
         self.attempts = 0
         self.retry_at = 0.0
+        self.leader_epoch = -1  # its partition's leader epoch when it was last sent
         self.payload: bytes | None = None
         self.order: float = next(_ORDER)  # creation order: retries keep it within a partition
         # (producer id, epoch) its sequence belongs to: an epoch bump, or a new producer id

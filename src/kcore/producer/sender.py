@@ -386,6 +386,8 @@ class Sender:
                     self._fail(b, KcoreError(f"{b.tp.topic}-{b.tp.partition}: {exc}"))
                     continue
                 parts.append(PartitionProduceData(index=b.tp.partition, records=payload))
+                part = md.partition(b.tp.topic, b.tp.partition)
+                b.leader_epoch = part.leader_epoch if part is not None else -1
                 sent.append(b)
             if not parts:
                 continue
@@ -553,6 +555,11 @@ class Sender:
         if retriable and attempts <= self.retries and now - batch.created < self.delivery_timeout_s:
             log.debug("retrying %s after %s", batch.tp, exc)
             backoff = self.cluster.retry_backoff.backoff_s(max(attempts - 1, 0))
+            part = self.cluster.metadata.partition(batch.tp.topic, batch.tp.partition)
+            if part is not None and 0 <= batch.leader_epoch < part.leader_epoch:
+                backoff = (
+                    0.0  # KIP-951, as Java: a new leader is known already (a hint in the answer)
+                )
             self.acc.requeue(batch, now + backoff)
             self.wakeup()
             return
