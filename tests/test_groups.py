@@ -21,7 +21,7 @@ from confluent_kafka import Consumer as ConfluentConsumer
 
 import kcore
 from kcore.admin import NewTopic, TopicPartition
-from kcore.errors import FencedInstanceIdError, KcoreError
+from kcore.errors import FencedInstanceIdError, KcoreError, WakeupError
 
 FAST = {
     "session.timeout.ms": 6000,
@@ -498,6 +498,50 @@ def test_partitions_stay_when_the_committed_offset_lookup_fails(kafka_cluster):
         assert len(calls) >= 2
         firsts = {p: min(r.offset for r in got if r.partition == p) for p in (0, 1)}
         assert firsts == {0: 10, 1: 10}
+
+
+def test_poll_keeps_its_timeout_while_the_group_rebalances(kafka_cluster):
+    """A rebalance waits for every member to rejoin, up to the rebalance timeout: a member that
+    is not polling holds it up. As Java's, poll(timeout) returns when its timeout is up (the
+    join goes on at the next poll); it blocked until the rebalance was over."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("slow-rebalance"), name("g")
+    create(bootstrap, topic, 2)
+    produce(bootstrap, topic, 10)
+    base = {"bootstrap.servers": bootstrap, "group.id": group, **FAST}
+    with kcore.Consumer({**base, "max.poll.interval.ms": 8000}) as slow:
+        slow.subscribe([topic])
+        wait_for(lambda: (slow.poll(0.2) or True) and len(slow.assignment()) == 2, 60, "first")
+        # slow stops polling; its heartbeats go on, so the group waits for it to rejoin
+        with kcore.Consumer(base) as c:
+            c.subscribe([topic])
+            t0 = time.monotonic()
+            assert c.poll(0.5) == []
+            assert time.monotonic() - t0 < 4  # not the 8 s the rebalance waits for slow
+            got: list = []
+            wait_for(lambda: (got.extend(c.poll(0.5)) or True) and len(got) == 10, 60, "records")
+
+
+def test_wakeup_interrupts_poll_from_another_thread(kafka_cluster):
+    """Java's wakeup(): the poll under way (or the next one) raises WakeupError; the consumer
+    goes on working afterwards."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("wakeup"), name("g")
+    create(bootstrap, topic, 1)
+    with kcore.Consumer({"bootstrap.servers": bootstrap, "group.id": group, **FAST}) as c:
+        c.subscribe([topic])
+        c.poll(1.0)
+        threading.Timer(0.5, c.wakeup).start()
+        t0 = time.monotonic()
+        with pytest.raises(WakeupError):
+            c.poll(30)
+        assert time.monotonic() - t0 < 10
+        c.wakeup()  # before the call: the next one raises at once
+        with pytest.raises(WakeupError):
+            c.poll(30)
+        produce(bootstrap, topic, 3)
+        got: list = []
+        wait_for(lambda: (got.extend(c.poll(0.5)) or True) and len(got) == 3, 60, "records")
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"], ids=["classic", "kip848"])

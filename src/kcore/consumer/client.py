@@ -8,8 +8,9 @@ import asyncio
 import concurrent.futures
 import logging
 import re
+import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from kcore.admin.async_client import AsyncAdminClient
@@ -19,7 +20,7 @@ from kcore.codec import decode_columns, decode_records
 from kcore.config import ClientConfig
 from kcore.consumer.fetcher import FetchedData, Fetcher, PartitionState
 from kcore.consumer.group import GroupCoordinator, Listener, drive_async, drive_sync
-from kcore.errors import KcoreError, NoOffsetForPartitionError
+from kcore.errors import KcoreError, NoOffsetForPartitionError, WakeupError
 from kcore.network.loop_thread import start_on_loop_thread
 from kcore.network.process_local import ProcessLocal
 
@@ -466,6 +467,7 @@ class Consumer(ProcessLocal):
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._process_local(config)
         self._core = ConsumerCore(config)
+        self._woken = threading.Event()
         self._loop = start_on_loop_thread("kcore-consumer", self._core.start)
 
     @property
@@ -543,9 +545,33 @@ class Consumer(ProcessLocal):
         """This member's identity, for a transactional producer's send_offsets_to_transaction."""
         return self._core.require_group().group_metadata()
 
-    def _group_step(self) -> None:
+    def _group_step(self, timeout: float = 0.0) -> None:
         if self._core.group is not None:
-            drive_sync(self._core.group.poll_step(), self._loop.run)
+            drive_sync(self._core.group.poll_step(timeout), self._run_waking)
+
+    def _run_waking(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """``self._loop.run``, given up on (the coroutine cancelled) when :meth:`wakeup` is
+        called meanwhile."""
+        future = self._loop.submit(coro)
+        while True:
+            try:
+                return future.result(0.05)
+            except concurrent.futures.TimeoutError:
+                if self._woken.is_set():
+                    future.cancel()
+                    self._raise_if_woken()
+
+    def wakeup(self) -> None:
+        """From another thread: the blocking call under way (``poll``, a rebalance inside it),
+        or the next one, raises ``WakeupError`` (Java's ``WakeupException``), e.g. to shut a
+        polling loop down."""
+        self._woken.set()
+        self._core.interrupt_wait()
+
+    def _raise_if_woken(self) -> None:
+        if self._woken.is_set():
+            self._woken.clear()
+            raise WakeupError("wakeup() was called")
 
     # -- positions --------------------------------------------------------------------------------
 
@@ -602,7 +628,8 @@ class Consumer(ProcessLocal):
         limit = max_records or self._core.max_poll_records
         deadline = time.monotonic() + timeout
         while True:
-            self._group_step()
+            self._raise_if_woken()
+            self._group_step(deadline - time.monotonic())
             records = self._core.take_records(limit)
             left = deadline - time.monotonic()
             if records or left <= 0:
@@ -616,7 +643,8 @@ class Consumer(ProcessLocal):
         limit = max_records or 1 << 30
         deadline = time.monotonic() + timeout
         while True:
-            self._group_step()
+            self._raise_if_woken()
+            self._group_step(deadline - time.monotonic())
             rb = self._core.take_arrow(limit)
             left = deadline - time.monotonic()
             if rb.num_rows or left <= 0:
@@ -728,9 +756,9 @@ class AsyncConsumer:
     def group_metadata(self) -> ConsumerGroupMetadata:
         return self._core.require_group().group_metadata()
 
-    async def _group_step(self) -> None:
+    async def _group_step(self, timeout: float = 0.0) -> None:
         if self._core.group is not None:
-            await drive_async(self._core.group.poll_step())
+            await drive_async(self._core.group.poll_step(timeout))
 
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         self._core.seek(partition, offset)
@@ -785,7 +813,7 @@ class AsyncConsumer:
         limit = max_records or self._core.max_poll_records
         deadline = time.monotonic() + timeout
         while True:
-            await self._group_step()
+            await self._group_step(deadline - time.monotonic())
             records = self._core.take_records(limit)
             left = deadline - time.monotonic()
             if records or left <= 0:
@@ -798,7 +826,7 @@ class AsyncConsumer:
         self._core.check_can_poll()
         deadline = time.monotonic() + timeout
         while True:
-            await self._group_step()
+            await self._group_step(deadline - time.monotonic())
             rb = self._core.take_arrow(max_records or 1 << 30)
             left = deadline - time.monotonic()
             if rb.num_rows or left <= 0:

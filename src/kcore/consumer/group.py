@@ -31,6 +31,7 @@ from kcore.errors import (
     KcoreTimeoutError,
     RebalanceInProgressError,
     TopicAuthorizationFailedError,
+    WakeupError,
 )
 
 log = logging.getLogger("kcore.consumer.group")
@@ -97,6 +98,7 @@ class GroupCoordinator:
         # holds its task until it is done.
         self._pending_commits: set[Any] = set()
         self._authorization_checked = -1.0  # the metadata refresh last checked for denied topics
+        self._poll_timeout = 0.0  # how long this poll may wait for a join
 
     # -- subscription (any thread) ----------------------------------------------------------------
 
@@ -144,10 +146,13 @@ class GroupCoordinator:
 
     # -- the step run by every poll ---------------------------------------------------------------
 
-    def poll_step(self) -> Step:
-        """Everything group-related a poll does before it returns records. A listener's
-        exception is raised once the step has finished (as Java's poll does)."""
+    def poll_step(self, timeout: float = 0.0) -> Step:
+        """Everything group-related a poll does before it returns records; a classic
+        rebalance is waited for up to ``timeout`` (what is left of the poll's), and goes on at
+        the next poll. A listener's exception is raised once the step has finished (as Java's
+        poll does)."""
         self._listener_error = None
+        self._poll_timeout = timeout
         yield from self._poll_step()
         if self._listener_error is not None:
             error, self._listener_error = self._listener_error, None
@@ -190,6 +195,8 @@ class GroupCoordinator:
         if self.auto_commit:
             try:
                 yield _bounded(self._commit_coro(self.assignment.positions(partitions)), deadline)
+            except WakeupError:
+                raise
             except KcoreError as exc:
                 log.warning("group %r: commit before revoke failed: %s", self.group_id, exc)
         if self.on_revoke is not None:
@@ -240,9 +247,10 @@ class GroupCoordinator:
             yield from self._lost_step()
             member.lost = False
         topics = self.matched_topics()
-        if member.joined and self._metadata_changed(member, topics):
+        pending = member.join_pending  # joined meanwhile, maybe: its outcome is taken below
+        if member.joined and not pending and self._metadata_changed(member, topics):
             member.request_rejoin("the subscribed topics or their partitions changed")
-        if member.rejoin_reason is None and member.joined:
+        if member.rejoin_reason is None and member.joined and not pending:
             return
         owned = self.assignment.owned()
         if not member.cooperative:
@@ -250,8 +258,11 @@ class GroupCoordinator:
             owned = set()
         if not topics and self.pattern is None:
             return
-        assigned = set((yield member.join(topics, owned)))
-        self._joined_topics = set(topics)
+        got = yield member.join_within(topics, owned, self._poll_timeout)
+        if got is None:
+            return  # still joining: this poll returns what it has
+        assigned = set(got)
+        self._joined_topics = set(member.join_topics)
         revoked = sorted(owned - assigned)
         added = sorted(assigned - owned)
         if revoked:  # cooperative: hand these over, then rejoin so they can be reassigned

@@ -90,6 +90,8 @@ class ClassicGroupMember:
         # still names what they held.
         self.last_assignment: list[TopicPartition] = []
         self._heartbeats: asyncio.Task[None] | None = None
+        self._join_task: asyncio.Task[list[TopicPartition]] | None = None  # join_within's
+        self.join_topics: set[str] = set()  # what that join subscribes to
         # Called when a rejoin becomes due (the heartbeat found the group rebalancing, say), so
         # a poll waiting for records joins at once instead of at its next wait slice.
         self.on_change: Callable[[], None] = lambda: None
@@ -124,6 +126,34 @@ class ClassicGroupMember:
         raise exc
 
     # -- join and sync ----------------------------------------------------------------------------
+
+    async def join_within(
+        self, topics: set[str], owned: Iterable[TopicPartition], timeout: float
+    ) -> list[TopicPartition] | None:
+        """:meth:`join` as a task that outlives a poll (as Java's join future): waits for it up
+        to ``timeout`` and returns the assignment, or None while it is still joining (the next
+        poll waits on the same join; a rebalance can take up to the rebalance timeout)."""
+        task = self._join_task
+        if task is None:
+            self.join_topics = set(topics)
+            task = self._join_task = asyncio.get_running_loop().create_task(
+                self.join(topics, owned)
+            )
+        done, _ = await asyncio.wait({task}, timeout=max(timeout, 0.0))
+        if not done:
+            return None
+        self._join_task = None
+        return task.result()
+
+    @property
+    def join_pending(self) -> bool:
+        """A join started by :meth:`join_within` whose outcome no poll has taken yet."""
+        return self._join_task is not None
+
+    def cancel_join(self) -> None:
+        if self._join_task is not None:
+            self._join_task.cancel()
+            self._join_task = None
 
     async def join(self, topics: set[str], owned: Iterable[TopicPartition]) -> list[TopicPartition]:
         """Join (or rejoin) the group and return this member's assignment."""
@@ -334,6 +364,7 @@ class ClassicGroupMember:
         restart, or a poll after the poll timeout, within the session timeout gets their
         partitions back without a rebalance."""
         self.stop_heartbeats()
+        self.cancel_join()
         if self.member_id and self.instance_id is None:
             await self._send_leave(reason)
         self.joined = False

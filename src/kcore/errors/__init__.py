@@ -26,6 +26,7 @@ from ._base import (
     UnsupportedCodecError,
     UnsupportedMagicError,
     VarintOverflowError,
+    WakeupError,
 )
 from ._codes import *  # noqa: F403  (the per-code classes and tables; see _codes.__all__)
 from ._codes import ERRORS_BY_CODE as ERRORS_BY_CODE
@@ -54,5 +55,6 @@ __all__ = [
     "UnsupportedCodecError",
     "UnsupportedMagicError",
     "VarintOverflowError",
+    "WakeupError",
 ]
 __all__ += _codes.__all__

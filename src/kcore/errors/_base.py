@@ -58,6 +58,11 @@ class CommitFailedError(KcoreError):
     Java's ``CommitFailedException``: the consumer rejoins at its next poll."""
 
 
+class WakeupError(KcoreError):
+    """``Consumer.wakeup()`` was called (from another thread) during or before a blocking call
+    (Java's ``WakeupException``)."""
+
+
 class NoOffsetForPartitionError(KcoreError):
     """Partitions have no position and ``auto.offset.reset`` is ``none``: the caller must
     seek them (Java's ``NoOffsetForPartitionException``). ``partitions`` names them."""
