@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer as ConfluentProducer
 
 import kcore
-from kcore.admin import NewTopic, TopicPartition
+from kcore.admin import AdminOperationError, NewTopic, TopicPartition
 from kcore.errors import KcoreError, NoOffsetForPartitionError, OffsetOutOfRangeError
 
 # Recent timestamps: records older than the broker's retention (7 days) may be deleted by
@@ -290,6 +290,22 @@ def test_an_offline_partition_does_not_hold_up_the_others(kafka_cluster3):
             assert [r.value for r in got] == [b"zero-%d" % i for i in range(10)]
             assert c.end_offsets([tp0], timeout=20) == {tp0: 10}
             assert time.monotonic() - started < 20
+        # Both partitions assigned: partition 0's position is looked up and read at once
+        # while partition 1's waits for a leader (as Java's PartitionLeaderStrategy); the
+        # lookup waited for both, default.api.timeout.ms long.
+        tp1 = TopicPartition(topic, 1)
+        with consumer(bootstrap, **{"default.api.timeout.ms": 30000}) as c:
+            started = time.monotonic()
+            c.assign([tp0, tp1])
+            got = read(c, 10, timeout=20)
+            assert [r.value for r in got] == [b"zero-%d" % i for i in range(10)]
+            assert time.monotonic() - started < 20
+            with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+                with pytest.raises(AdminOperationError) as failed:
+                    admin.list_offsets({tp0: "latest", tp1: "latest"}, timeout=3)
+            # what answered is kept; the other names why it did not
+            assert failed.value.results[tp0].offset == 10
+            assert "no leader" in str(failed.value.errors[tp1])
         # A new producer (as Java's) needs the topic, not a leader for every partition: an
         # unkeyed record goes to the partition that has one, at once.
         with kcore.Producer({"bootstrap.servers": bootstrap, "max.block.ms": 20000}) as p:

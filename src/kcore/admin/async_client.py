@@ -37,6 +37,7 @@ from kcore.errors import (
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
+    LeaderNotAvailableError,
     error_for_code,
 )
 from kcore.protocol.messages import (
@@ -403,13 +404,18 @@ class AsyncAdminClient:
         *,
         isolation_level: str = "read_uncommitted",
         timeout: float | None = None,
+        partial: bool = False,
     ) -> dict[TopicPartition, ListOffsetsResult]:
         """The offset each spec names, asked of each partition's leader. A leader that moved
-        mid-call is found again and asked; that does not reach the caller."""
+        mid-call is found again and asked; that does not reach the caller. Partitions without
+        a leader are retried while the others are asked at once (as Java's
+        PartitionLeaderStrategy). ``partial``: once some partitions have answered, the rest's
+        retriable failures are not waited out but raised (``AdminOperationError`` with the
+        answers in ``results``), for a caller that retries them itself (the consumer)."""
         wanted = {TopicPartition(*tp): OffsetSpec.timestamp_for(s) for tp, s in specs.items()}
         level = {"read_uncommitted": 0, "read_committed": 1}[isolation_level]
         results: dict[TopicPartition, ListOffsetsResult] = {}
-        final_errors: dict[Any, KafkaError] = {}
+        final_errors: dict[Any, KcoreError] = {}
         deadline = time.monotonic() + (self.default_timeout if timeout is None else timeout)
 
         async def attempt() -> None:
@@ -420,38 +426,55 @@ class AsyncAdminClient:
             # Just inside the call's deadline, so that a topic that never appears is named in
             # the timeout error (the call's own timeout would cut this wait short, unnamed).
             left = max(0.0, deadline - time.monotonic() - 0.05)
-            md = await self.cluster.wait_for_topics({tp.topic for tp in pending}, left, pending)
+            md = await self.cluster.wait_for_topics({tp.topic for tp in pending}, left, ())
             by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
+            retry: dict[TopicPartition, KcoreError] = {}
             for tp, ts in pending.items():
                 part = md.partition(tp.topic, tp.partition)
                 if part is None:
                     final_errors[tp] = error_for_code(3) or KafkaError()
-                    continue
-                by_leader[part.leader][tp] = ts
+                elif part.leader < 0 or part.leader not in md.brokers:
+                    retry[tp] = LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
+                else:
+                    by_leader[part.leader][tp] = ts
+            nodes = list(by_leader)
             outcomes = await asyncio.gather(
-                *(self._list_offsets_at(node, parts, level) for node, parts in by_leader.items()),
+                *(self._list_offsets_at(node, by_leader[node], level) for node in nodes),
                 return_exceptions=True,
             )
-            retry: BaseException | None = None
-            for outcome in outcomes:
+            answered = False
+            for node, outcome in zip(nodes, outcomes, strict=True):
                 if isinstance(outcome, BaseException):
                     if not isinstance(
                         outcome, (BrokerConnectionError, KcoreTimeoutError, KafkaError)
                     ):
                         raise outcome
-                    retry = outcome
+                    retry.update(dict.fromkeys(by_leader[node], outcome))
                     continue
                 got, errors = outcome
                 results.update(got)
+                answered = answered or bool(got)
                 for tp, err in errors.items():
                     if err.retriable:
-                        retry = err
+                        retry[tp] = err
                     else:
                         final_errors[tp] = err
-            if retry is not None:
-                raise retry
+                        answered = True
+            if retry and partial and answered:
+                final_errors.update(retry)  # the caller retries these
+            elif retry:
+                self.cluster.cache.request_update()
+                raise next(iter(retry.values()))
 
-        await self._retrying("list_offsets", attempt, timeout)
+        try:
+            await self._retrying("list_offsets", attempt, timeout)
+        except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
+            if not results and not final_errors:
+                raise
+            # The answers already in are kept; the rest fail with what stopped them.
+            for tp in wanted:
+                if tp not in results and tp not in final_errors:
+                    final_errors[tp] = exc
         if final_errors:
             raise AdminOperationError("list_offsets", final_errors, results)
         return results

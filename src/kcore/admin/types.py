@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kcore.cluster.metadata import BrokerInfo, PartitionInfo
-from kcore.errors import KafkaError, KcoreError
+from kcore.errors import KcoreError
 
 __all__ = [
     "AdminOperationError",
@@ -134,10 +134,11 @@ class ListOffsetsResult(NamedTuple):
 
 class AdminOperationError(KcoreError):
     """Some items of an admin operation failed. ``errors`` maps each failed item (topic name,
-    ``TopicPartition``, ``ConfigResource``) to its ``KafkaError``; ``results`` holds what
-    succeeded (a dict, empty for operations that return nothing per item)."""
+    ``TopicPartition``, ``ConfigResource``) to its error: the broker's ``KafkaError``, or what
+    kept it from an answer (``KcoreTimeoutError``, ``BrokerConnectionError``); ``results`` holds
+    what succeeded (a dict, empty for operations that return nothing per item)."""
 
-    def __init__(self, operation: str, errors: Mapping[Any, KafkaError], results: Any = None):
+    def __init__(self, operation: str, errors: Mapping[Any, KcoreError], results: Any = None):
         self.operation = operation
         self.errors = dict(errors)
         self.results = {} if results is None else results

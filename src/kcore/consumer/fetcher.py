@@ -182,7 +182,17 @@ class Fetcher:
                 self._report_reset_error(exc)
             log.info("fetcher: offset lookup: %s", exc)
             await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
-        except KcoreError as exc:  # e.g. AdminOperationError: a partition that does not exist
+        except AdminOperationError as exc:
+            # The partitions that answered have their positions; those without a leader (or
+            # another passing failure) are asked again; lasting failures (a partition that
+            # does not exist) reach poll.
+            lasting = {tp: e for tp, e in exc.errors.items() if not _passing(e)}
+            if lasting:
+                self._report_reset_error(AdminOperationError(exc.operation, lasting, exc.results))
+            log.info("fetcher: offset lookup: %s", exc)
+            backoff = self.cluster.retry_backoff
+            await asyncio.sleep((backoff.maximum_ms if lasting else backoff.initial_ms) / 1000)
+        except KcoreError as exc:
             self._report_reset_error(exc)
             await asyncio.sleep(self.cluster.retry_backoff.maximum_ms / 1000)
         except Exception as exc:
@@ -251,14 +261,14 @@ class Fetcher:
         }
         failed: AdminOperationError | None = None
         try:
-            offsets = await self._admin.list_offsets(specs, isolation_level=level)
+            offsets = await self._admin.list_offsets(specs, isolation_level=level, partial=True)
         except AdminOperationError as exc:  # some partitions failed: use the others' answers
             offsets, failed = dict(exc.results or {}), exc
         too_late = [tp for tp, r in offsets.items() if todo[tp] == "by_duration" and r.offset < 0]
         if too_late:
             try:
                 ends = await self._admin.list_offsets(
-                    dict.fromkeys(too_late, "latest"), isolation_level=level
+                    dict.fromkeys(too_late, "latest"), isolation_level=level, partial=True
                 )
             except AdminOperationError as exc:
                 ends, failed = dict(exc.results or {}), failed or exc
@@ -631,6 +641,13 @@ def _first_batch_size(records: Any) -> int:
         return BATCH_HEADER
     length = int.from_bytes(records[8:12], "big", signed=True)
     return min(BATCH_HEADER + max(length, 0), MAX_INT32)
+
+
+def _passing(error: BaseException) -> bool:
+    """A failure that asking again may cure (no leader yet, a broker down, a timeout)."""
+    if isinstance(error, KafkaError):
+        return error.retriable
+    return isinstance(error, (BrokerConnectionError, KcoreTimeoutError))
 
 
 def _complete_end(records: Any) -> tuple[int, int]:
