@@ -119,3 +119,47 @@ def test_async_admin_client(kafka_cluster3):
             await a.delete_topics([topic])
 
     asyncio.run(main())
+
+
+def test_a_change_that_timed_out_at_the_broker_and_then_exists_succeeded():
+    """No broker: CreateTopics answers REQUEST_TIMED_OUT for a topic (the controller may still
+    create it), and the retry finds it there; DeleteTopics likewise finds it gone. Those are
+    this call's own doing, not TopicAlreadyExists / UnknownTopicOrPartition errors. The
+    broker's timeout_ms is at most request.timeout.ms (the client gave up first before and
+    sent the request again while the first was still being carried out)."""
+    from kcore.protocol.messages.create_topics_response import (
+        CreatableTopicResult,
+        CreateTopicsResponse,
+    )
+    from kcore.protocol.messages.delete_topics_response import (
+        DeletableTopicResult,
+        DeleteTopicsResponse,
+    )
+
+    client = AsyncAdminClient({"bootstrap.servers": "127.0.0.1:1", "request.timeout.ms": 5000})
+    asked: list = []
+    answers = [
+        CreateTopicsResponse(topics=[CreatableTopicResult(name="t", error_code=7)]),
+        CreateTopicsResponse(topics=[CreatableTopicResult(name="t", error_code=36)]),
+        DeleteTopicsResponse(responses=[DeletableTopicResult(name="t", error_code=7)]),
+        DeleteTopicsResponse(responses=[DeletableTopicResult(name="t", error_code=3)]),
+    ]
+
+    async def send_any(build, api_key):
+        asked.append(build(7 if api_key == 19 else 6))
+        return answers.pop(0)
+
+    async def settle(*args):
+        pass
+
+    client._send_any = send_any  # type: ignore[method-assign]
+    client._settle = settle  # type: ignore[method-assign]
+    client.cluster.retry_backoff.backoff_s = lambda attempt: 0.0  # type: ignore[method-assign]
+
+    async def main() -> None:
+        assert await client.create_topics(["t"], timeout=60) == {"t": None}
+        await client.delete_topics(["t"], timeout=60)
+
+    asyncio.run(main())
+    assert not answers
+    assert all(0 < request.timeout_ms <= 5000 for request in asked)

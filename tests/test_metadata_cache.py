@@ -252,3 +252,85 @@ def test_request_timeout_closes_the_connection(kafka_cluster):
             await conn.request(MetadataRequest(topics=[]))
 
     asyncio.run(main())
+
+
+class FakeBroker:
+    """Answers ApiVersions like a broker, then Metadata never (``hung``: its request handlers
+    are stuck) or with no broker listed (``empty``: a broker still starting)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.metadata_requests = 0
+        self.server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import struct
+
+        from kcore.protocol.framing import response_header_version
+        from kcore.protocol.messages import APIS
+        from kcore.protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
+
+        while True:
+            try:
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                data = await reader.readexactly(size)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            key, version, corr = struct.unpack(">hhi", data[:8])
+            if key == 18:
+                keys = [
+                    ApiVersion(api_key=k, min_version=0, max_version=APIS[k].max_stable_version)
+                    for k in (18, 3)
+                ]
+                header, body = struct.pack(">i", corr), ApiVersionsResponse(api_keys=keys).encode(0)
+            else:
+                self.metadata_requests += 1
+                if self.mode == "hung":
+                    continue
+                body = MetadataResponse(brokers=[], controller_id=-1, topics=[]).encode(version)
+                header = struct.pack(">i", corr)
+                if response_header_version(key, version) == 1:
+                    header += b"\x00"
+            writer.write(struct.pack(">i", len(header + body)) + header + body)
+            await writer.drain()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+@pytest.mark.parametrize("mode", ["hung", "empty"])
+def test_bootstrap_moves_on_from_a_broker_that_hangs_or_lists_no_broker(
+    kafka_cluster, monkeypatch, mode
+):
+    """As Java's NetworkClient: a bootstrap server that takes Metadata and never answers is
+    given request.timeout.ms (it held the whole bootstrap time, and the next server never got
+    asked), and an answer listing no broker is not applied (the client knew nobody after it)."""
+    from kcore.cluster import client as cluster_client
+
+    fake = FakeBroker(mode)
+
+    async def main() -> None:
+        address = await fake.start()
+        # the fake one first
+        monkeypatch.setattr(
+            cluster_client.random, "shuffle", lambda xs: xs.sort(key=lambda a: a != address)
+        )
+        client = cluster_client.ClusterClient(
+            {
+                "bootstrap.servers": f"{address},{kafka_cluster.bootstrap_servers}",
+                "request.timeout.ms": 1500,
+            }
+        )
+        try:
+            md = await client.bootstrap(timeout=20)
+            assert md.brokers and fake.metadata_requests == 1
+        finally:
+            await client.close()
+            fake.close()
+
+    asyncio.run(main())

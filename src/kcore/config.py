@@ -546,7 +546,8 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("client.rack", "string", "", None, _CONSUMER,
               "Rack of this consumer, for fetching from the closest replica."),
     ConfigDef("allow.auto.create.topics", "bool", True, None, _CONSUMER,
-              "Let subscribing create missing topics (if the broker allows it)."),
+              "Let the consumer's metadata requests create missing topics (if the broker "
+              "allows it), as Java's; `kcore consume` and the Spark source set it to false."),
     ConfigDef("exclude.internal.topics", "bool", True, None, _CONSUMER,
               "Pattern subscriptions skip internal topics."),
     ConfigDef("key.deserializer", "callable", None, None, _CONSUMER,

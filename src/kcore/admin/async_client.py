@@ -159,15 +159,15 @@ class AsyncAdminClient:
         self,
         topics: Iterable[str],
         done: Callable[[ClusterMetadata], bool],
-        timeout: float | None,
+        deadline: float,
     ) -> None:
         """After a change the controller accepted, refresh until the brokers' metadata shows it
         (they apply it moments later), so the caller's next call sees it. Gives up quietly at
-        the timeout: the change itself succeeded."""
+        the call's deadline (it doubled the call's time before): the change itself
+        succeeded."""
         names = list(topics)
         if not names:
             return
-        deadline = time.monotonic() + (self.default_timeout if timeout is None else timeout)
         attempt = 0
         while (remaining := deadline - time.monotonic()) > 0:
             try:
@@ -178,6 +178,13 @@ class AsyncAdminClient:
                 return
             await asyncio.sleep(min(0.05 * (attempt + 1), 0.5))
             attempt += 1
+
+    def _server_timeout_ms(self, deadline: float) -> int:
+        """How long the broker may take (a request's ``timeout_ms``): at most request.timeout.ms
+        and what is left of the call, as Java's; longer, the client gave up first and sent the
+        request again while the first one was still being carried out."""
+        left = min(deadline - time.monotonic(), self.cluster.settings.request_timeout_s)
+        return max(int(left * 1000), 0)
 
     @staticmethod
     def _check(code: int, message: str | None, item: Any, errors: dict[Any, KafkaError]) -> bool:
@@ -206,25 +213,31 @@ class AsyncAdminClient:
         """Create topics; returns ``{name: None}`` once the controller accepted them (the
         topics then show up in metadata within moments; see ``describe_topics``)."""
         topics = [t if isinstance(t, NewTopic) else NewTopic(t) for t in new_topics]
-        timeout_ms = int((self.default_timeout if timeout is None else timeout) * 1000)
+        deadline_at = time.monotonic() + (self.default_timeout if timeout is None else timeout)
         pending = {t.name: t for t in topics}
         done: dict[str, TopicDescription | None] = {}
         final_errors: dict[Any, KafkaError] = {}
+        timed_out: set[str] = set()  # REQUEST_TIMED_OUT: the controller may still create it
 
         async def attempt() -> None:
             def build(version: int) -> Any:
                 return CreateTopicsRequest(
                     topics=[_creatable(t) for t in pending.values()],
-                    timeout_ms=timeout_ms,
+                    timeout_ms=self._server_timeout_ms(deadline_at),
                     validate_only=validate_only,
                 )
 
             response = await self._send_any(build, 19)
             errors: dict[Any, KafkaError] = {}
             for result in response.topics:
-                if self._check(result.error_code, result.error_message, result.name, errors):
+                code = result.error_code
+                if code == TOPIC_ALREADY_EXISTS and result.name in timed_out:
+                    code = 0  # created by this call's attempt that timed out at the broker
+                if self._check(code, result.error_message, result.name, errors):
                     done[result.name] = None
                     pending.pop(result.name, None)
+                elif code == REQUEST_TIMED_OUT:
+                    timed_out.add(result.name)
             retriable = {k: v for k, v in errors.items() if _retry_item(v)}
             for name, err in errors.items():
                 if not _retry_item(err):
@@ -237,26 +250,36 @@ class AsyncAdminClient:
         if final_errors:
             raise AdminOperationError("create_topics", final_errors, done)
         if done and not validate_only:
-            await self._settle(done, lambda md: all(_has_leaders(md, n) for n in done), timeout)
+            await self._settle(done, lambda md: all(_has_leaders(md, n) for n in done), deadline_at)
         return done
 
     async def delete_topics(self, names: Iterable[str], *, timeout: float | None = None) -> None:
         pending = list(dict.fromkeys(names))
-        timeout_ms = int((self.default_timeout if timeout is None else timeout) * 1000)
+        deadline_at = time.monotonic() + (self.default_timeout if timeout is None else timeout)
         final_errors: dict[Any, KafkaError] = {}
+        timed_out: set[str] = set()  # REQUEST_TIMED_OUT: the controller may still delete it
 
         async def attempt() -> None:
             def build(version: int) -> Any:
                 if version >= 6:
                     states = [DeleteTopicState(name=n) for n in pending]
-                    return DeleteTopicsRequest(topics=states, timeout_ms=timeout_ms)
-                return DeleteTopicsRequest(topic_names=list(pending), timeout_ms=timeout_ms)
+                    return DeleteTopicsRequest(
+                        topics=states, timeout_ms=self._server_timeout_ms(deadline_at)
+                    )
+                return DeleteTopicsRequest(
+                    topic_names=list(pending), timeout_ms=self._server_timeout_ms(deadline_at)
+                )
 
             response = await self._send_any(build, 20)
             errors: dict[Any, KafkaError] = {}
             for result in response.responses:
-                if self._check(result.error_code, result.error_message, result.name, errors):
+                code = result.error_code
+                if code == UNKNOWN_TOPIC_OR_PARTITION and result.name in timed_out:
+                    code = 0  # deleted by this call's attempt that timed out at the broker
+                if self._check(code, result.error_message, result.name, errors):
                     pending.remove(result.name)
+                elif code == REQUEST_TIMED_OUT:
+                    timed_out.add(result.name)
             for name, err in list(errors.items()):
                 if not _retry_item(err):
                     final_errors[name] = errors.pop(name)
@@ -266,7 +289,7 @@ class AsyncAdminClient:
         if pending:
             await self._retrying("delete_topics", attempt, timeout)
         gone = [n for n in dict.fromkeys(names) if n not in final_errors]
-        await self._settle(gone, lambda md: not any(n in md.topics for n in gone), timeout)
+        await self._settle(gone, lambda md: not any(n in md.topics for n in gone), deadline_at)
         if final_errors:
             raise AdminOperationError("delete_topics", final_errors)
 
@@ -280,7 +303,7 @@ class AsyncAdminClient:
     ) -> None:
         """Grow each topic to ``new_totals[topic]`` partitions."""
         pending = dict(new_totals)
-        timeout_ms = int((self.default_timeout if timeout is None else timeout) * 1000)
+        deadline_at = time.monotonic() + (self.default_timeout if timeout is None else timeout)
         final_errors: dict[Any, KafkaError] = {}
 
         async def attempt() -> None:
@@ -301,7 +324,7 @@ class AsyncAdminClient:
                         )
                         for name, count in pending.items()
                     ],
-                    timeout_ms=timeout_ms,
+                    timeout_ms=self._server_timeout_ms(deadline_at),
                     validate_only=validate_only,
                 )
 
@@ -325,7 +348,7 @@ class AsyncAdminClient:
                 lambda md: all(
                     len(md.partitions_for(n)) >= c and _has_leaders(md, n) for n, c in grown.items()
                 ),
-                timeout,
+                deadline_at,
             )
         if final_errors:
             raise AdminOperationError("create_partitions", final_errors)
@@ -663,7 +686,7 @@ class AsyncAdminClient:
         if election_type not in ELECTION_TYPES:
             raise KcoreError(f"election_type must be preferred or unclean, got {election_type!r}")
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
-        timeout_ms = int((self.default_timeout if timeout is None else timeout) * 1000)
+        deadline_at = time.monotonic() + (self.default_timeout if timeout is None else timeout)
 
         def build(version: int) -> Any:
             grouped: dict[str, list[int]] | None = None
@@ -678,7 +701,7 @@ class AsyncAdminClient:
                     if grouped is None
                     else [TopicPartitions(topic=t, partitions=p) for t, p in grouped.items()]
                 ),
-                timeout_ms=timeout_ms,
+                timeout_ms=self._server_timeout_ms(deadline_at),
             )
 
         async def attempt() -> dict[TopicPartition, KafkaError | None]:
@@ -712,7 +735,7 @@ class AsyncAdminClient:
         """Move each partition to the given replica list (the first replica is the preferred
         leader); ``None`` cancels an ongoing reassignment."""
         wanted = {TopicPartition(*tp): r for tp, r in reassignments.items()}
-        timeout_ms = int((self.default_timeout if timeout is None else timeout) * 1000)
+        deadline_at = time.monotonic() + (self.default_timeout if timeout is None else timeout)
 
         def build(version: int) -> Any:
             grouped: dict[str, list[ReassignablePartition]] = defaultdict(list)
@@ -721,7 +744,7 @@ class AsyncAdminClient:
                     ReassignablePartition(partition_index=tp.partition, replicas=replicas)
                 )
             return AlterPartitionReassignmentsRequest(
-                timeout_ms=timeout_ms,
+                timeout_ms=self._server_timeout_ms(deadline_at),
                 topics=[ReassignableTopic(name=t, partitions=p) for t, p in grouped.items()],
             )
 
@@ -788,6 +811,7 @@ class AsyncAdminClient:
 # or a partition between leaders. Anything else (an unknown topic, an existing one, a bad config
 # value) is the answer and fails the item at once, as in the Java admin client; the connection
 # and whole-request failures are retried by _retrying.
+REQUEST_TIMED_OUT, UNKNOWN_TOPIC_OR_PARTITION, TOPIC_ALREADY_EXISTS = 7, 3, 36
 ITEM_RETRY_CODES = frozenset(
     {
         5,  # LEADER_NOT_AVAILABLE (a topic being created)

@@ -78,6 +78,7 @@ def run_consume(
     import kcore
 
     config = dict(config)
+    config.setdefault("allow.auto.create.topics", "false")  # reading creates nothing (as kcat)
     if group:
         if partitions or isinstance(offset, int):
             raise KcoreError("-g joins a group (subscribe, committed offsets): not with -p or -o N")

@@ -104,7 +104,9 @@ class ClusterClient:
 
     ``config`` is a :class:`kcore.config.ClientConfig` (or a mapping with the same keys)."""
 
-    def __init__(self, config: Mapping[str, Any], *, all_topics: bool = False) -> None:
+    def __init__(
+        self, config: Mapping[str, Any], *, all_topics: bool = False, auto_create: bool = False
+    ) -> None:
         if not isinstance(config, ClientConfig):
             config = ClientConfig(config, role="common")
         self.config = config
@@ -132,6 +134,10 @@ class ClusterClient:
         self.dns_lookup = str(config.get("client.dns.lookup", "use_all_dns_ips"))
         # Topics the periodic refresh asks about; ``all_topics`` asks for every topic.
         self.all_topics = all_topics
+        # Metadata requests let the broker create the topics they name (if the broker's
+        # auto.create.topics.enable allows): Java's producer always asks so, its consumer per
+        # allow.auto.create.topics, its admin client never.
+        self.auto_create = auto_create
         self.topics: set[str] = set()
         self._conns: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
@@ -243,7 +249,11 @@ class ClusterClient:
                 try:
                     await asyncio.wait_for(conn.open(), remaining)
                     request, version = self._metadata_request(conn, topics)
-                    response = await conn.request(request, version, timeout=remaining)
+                    # request.timeout.ms, as Java's: a server that takes the request and never
+                    # answers must not use up the time the next one would have had.
+                    wait = min(deadline - time.monotonic(), self.settings.request_timeout_s)
+                    response = await conn.request(request, version, timeout=max(wait, 0.001))
+                    _check_brokers(response, address)
                 except KafkaError as exc:  # e.g. authentication failed: no point going on
                     if not exc.retriable:
                         raise
@@ -299,7 +309,7 @@ class ClusterClient:
         request_topics = None if names is None else [MetadataRequestTopic(name=n) for n in names]
         return MetadataRequest(
             topics=request_topics,
-            allow_auto_topic_creation=False,
+            allow_auto_topic_creation=self.auto_create and names is not None,
             include_topic_authorized_operations=False,
         ), version
 
@@ -354,6 +364,7 @@ class ClusterClient:
             raise
         state.failures = 0
         state.last_error = None
+        conn.on_lost = self.cache.request_update
         self._conns[node_id] = conn
         return conn
 
@@ -473,6 +484,9 @@ class ClusterClient:
                 if node in self._conns:
                     self.node_failed(node, exc, self._conns[node])
                 log.debug("metadata from node %s failed: %s", node, exc)
+                continue
+            if not response.brokers:  # a broker still starting: ask another (see _check_brokers)
+                log.debug("metadata from node %s listed no broker", node)
                 continue
             self.cache.update(response, all_topics=self.all_topics or topics is None)
             self._check_top_level_error(response)
@@ -693,3 +707,10 @@ def _dedupe(attempts: list[tuple[str, str]]) -> list[tuple[str, str]]:
     for address, reason in attempts:
         last[address] = reason
     return list(last.items())
+
+
+def _check_brokers(response: Any, source: str) -> None:
+    """A Metadata answer that lists no broker (one from a broker still starting) is not
+    applied, as Java's NetworkClient ignores it: it would leave the client knowing nobody."""
+    if not response.brokers:
+        raise BrokerConnectionError(source, "metadata", "the answer listed no broker (starting?)")

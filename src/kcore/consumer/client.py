@@ -60,7 +60,7 @@ class ConsumerCore:
     def __init__(self, config: Mapping[str, Any]) -> None:
         cfg = config if isinstance(config, ClientConfig) else ClientConfig(config, role="consumer")
         self.config = cfg
-        self.cluster = ClusterClient(cfg)
+        self.cluster = ClusterClient(cfg, auto_create=bool(cfg["allow.auto.create.topics"]))
         self.max_poll_records = int(cfg["max.poll.records"])
         self.check_crcs = bool(cfg["check.crcs"])
         policy, duration_s = cfg.auto_offset_reset()

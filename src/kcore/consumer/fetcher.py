@@ -644,9 +644,11 @@ def _first_batch_size(records: Any) -> int:
 
 
 def _passing(error: BaseException) -> bool:
-    """A failure that asking again may cure (no leader yet, a broker down, a timeout)."""
+    """A failure that asking again may cure (no leader yet, a broker down, a timeout); not a
+    partition the topic does not have (UNKNOWN_TOPIC_OR_PARTITION, retriable in Kafka's table,
+    is reported: the caller assigned something that is not there)."""
     if isinstance(error, KafkaError):
-        return error.retriable
+        return error.retriable and error.code != 3
     return isinstance(error, (BrokerConnectionError, KcoreTimeoutError))
 
 

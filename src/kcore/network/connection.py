@@ -186,6 +186,10 @@ class BrokerConnection:
         self._closed_error: BaseException | None = None
         self._throttled_until = 0.0
         self._ready = False
+        # Called when the broker's end goes away (not on close()): the cluster client then
+        # refreshes its metadata, as Java's does on every disconnect (a broker gone, or
+        # leadership moving with it), even with no request in flight to fail.
+        self.on_lost: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         node = f"node {self.node_id} at " if self.node_id is not None else ""
@@ -495,6 +499,8 @@ class BrokerConnection:
                     f"the broker closed the connection{': ' + reason if reason else ''}",
                 )
             )
+            if self.on_lost is not None:
+                self.on_lost()
 
     def _down_error(self) -> BaseException:
         err = self._closed_error

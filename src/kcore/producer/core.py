@@ -40,7 +40,7 @@ class ProducerCore:
     def __init__(self, config: Mapping[str, Any]) -> None:
         cfg = config if isinstance(config, ClientConfig) else ClientConfig(config, role="producer")
         self.config = cfg
-        self.cluster = ClusterClient(cfg)
+        self.cluster = ClusterClient(cfg, auto_create=True)  # as Java's producer
         self.batch_size = int(cfg["batch.size"])
         self.max_block_s = int(cfg["max.block.ms"]) / 1000
         self.key_serializer = cfg.get("key.serializer")

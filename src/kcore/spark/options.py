@@ -136,6 +136,7 @@ class ReadOptions:
             **self.kafka_params,
             "auto.offset.reset": "none",
             "enable.auto.commit": "false",
+            "allow.auto.create.topics": "false",  # a topic deleted mid-query is not re-created
         }
 
     @property
