@@ -334,3 +334,31 @@ def test_bootstrap_moves_on_from_a_broker_that_hangs_or_lists_no_broker(
             fake.close()
 
     asyncio.run(main())
+
+
+def test_a_hang_up_during_the_tls_handshake_is_retried_until_the_timeout():
+    """As Java's: a peer that accepts and hangs up during the TLS handshake (a broker
+    restarting, a load balancer with no healthy backend) is tried again until the bootstrap
+    timeout; it failed the bootstrap at once, like an untrusted certificate."""
+    from kcore.cluster.client import ClusterClient
+    from kcore.errors import BootstrapError
+
+    server = SilentServer("hangup")
+
+    async def main() -> None:
+        client = ClusterClient(
+            {"bootstrap.servers": f"127.0.0.1:{server.port}", "security.protocol": "SSL"}
+        )
+        started = asyncio.get_running_loop().time()
+        try:
+            with pytest.raises(BootstrapError, match="during the handshake") as info:
+                await client.bootstrap(timeout=2)
+        finally:
+            await client.close()
+        assert asyncio.get_running_loop().time() - started >= 1.5, info.value
+        assert info.value.timeout_s == 2
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.close()

@@ -265,8 +265,10 @@ class ClusterClient:
                     reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
                     if isinstance(exc, BrokerConnectionError):
                         reason = f"{exc.stage}: {exc.reason}"
-                    fatal.append(
-                        isinstance(exc, BrokerConnectionError) and exc.stage in FATAL_STAGES
+                    fatal.append(  # (a hang-up mid-handshake is retried, as Java's)
+                        isinstance(exc, BrokerConnectionError)
+                        and exc.stage in FATAL_STAGES
+                        and not exc.transient
                     )
                     attempts.append((address, reason))
                     log.info("bootstrap server %s failed: %s", address, reason)

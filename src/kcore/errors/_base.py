@@ -124,12 +124,16 @@ class BrokerConnectionError(KcoreError, ConnectionError):
 
     ``address`` is the ``host:port`` dialled, ``stage`` where it failed: ``"dns"``,
     ``"connect"``, ``"tls"``, ``"api_versions"``, ``"authentication"`` or ``"io"`` (an
-    established connection that broke). Never carries credentials."""
+    established connection that broke). ``transient``: the peer hung up or went quiet during
+    the TLS or SASL handshake, which another attempt may get past (a broker restarting, a load
+    balancer), unlike an untrusted certificate or rejected credentials. Never carries
+    credentials."""
 
-    def __init__(self, address: str, stage: str, reason: str) -> None:
+    def __init__(self, address: str, stage: str, reason: str, *, transient: bool = False) -> None:
         self.address = address
         self.stage = stage
         self.reason = reason
+        self.transient = transient
         super().__init__(f"{address}: {stage} failed: {reason}")
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -239,7 +239,7 @@ class BrokerConnection:
         except KcoreTimeoutError as exc:  # a request's own timeout (request.timeout.ms)
             self.close(exc)
             stage = "api_versions" if not self.api_versions else "authentication"
-            raise BrokerConnectionError(self.address, stage, str(exc)) from None
+            raise BrokerConnectionError(self.address, stage, str(exc), transient=True) from None
         except asyncio.TimeoutError:
             self.close(KcoreTimeoutError("connection setup timed out"))
             raise BrokerConnectionError(
@@ -248,6 +248,7 @@ class BrokerConnection:
                 f"no answer within {self.settings.setup_timeout_s:g}s "
                 "(socket.connection.setup.timeout.ms); is this a Kafka listener, and does its "
                 "security.protocol match?",
+                transient=True,
             ) from None
         except BaseException:
             self.close(KcoreError("connection setup failed"))
@@ -293,7 +294,12 @@ class BrokerConnection:
             stage = "connect"
             if ctx is not None and isinstance(exc, ConnectionResetError | BrokenPipeError):
                 stage = "tls"  # the TCP connect worked; the peer hung up during the handshake
-            raise BrokerConnectionError(self.address, stage, f"{where}{_os_reason(exc)}") from None
+            reason = f"{where}{_os_reason(exc)}"
+            if stage == "tls":
+                reason += " during the handshake (a broker restarting, or not a TLS listener?)"
+            raise BrokerConnectionError(
+                self.address, stage, reason, transient=stage == "tls"
+            ) from None
         self._stream = stream
         self.connected_ip = ip
         sock = stream.transport.get_extra_info("socket") if stream.transport else None
@@ -363,6 +369,7 @@ class BrokerConnection:
                 self.address,
                 "authentication",
                 f"{exc.reason} (is this listener SASL? check security.protocol)",
+                transient=True,
             ) from None
         if handshake.error_code == ILLEGAL_SASL_STATE:
             raise BrokerConnectionError(
