@@ -362,3 +362,14 @@ def test_a_hang_up_during_the_tls_handshake_is_retried_until_the_timeout():
         asyncio.run(main())
     finally:
         server.close()
+
+
+def test_broker_connections_dial_every_address_whatever_client_dns_lookup_says():
+    """As Java 3.0+: resolve_canonical_bootstrap_servers_only changes how the bootstrap list
+    expands, not how a broker's advertised name is dialled (every address, both ways)."""
+    from kcore.cluster.client import connection_settings
+    from kcore.config import ClientConfig
+
+    for lookup in ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"):
+        cfg = ClientConfig({"bootstrap.servers": "b:9092", "client.dns.lookup": lookup})
+        assert connection_settings(cfg).all_dns_ips

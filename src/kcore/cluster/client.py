@@ -78,7 +78,9 @@ def connection_settings(config: Mapping[str, Any]) -> ConnectionSettings:
         request_timeout_s=int(config.get("request.timeout.ms", 30000)) / 1000,
         setup_timeout_s=int(config.get("socket.connection.setup.timeout.ms", 10000)) / 1000,
         max_in_flight=int(config.get("max.in.flight.requests.per.connection", 5)),
-        all_dns_ips=config.get("client.dns.lookup", "use_all_dns_ips") == "use_all_dns_ips",
+        # Both values Java 3.0+ takes dial every address of a broker's name;
+        # resolve_canonical_bootstrap_servers_only changes only how the bootstrap list expands.
+        all_dns_ips=True,
         send_buffer_bytes=int(config.get("send.buffer.bytes", -1)),
         receive_buffer_bytes=int(config.get("receive.buffer.bytes", 65536)),
         ssl_context=build_ssl_context(config),
@@ -90,10 +92,11 @@ def connection_settings(config: Mapping[str, Any]) -> ConnectionSettings:
 class _NodeState:
     """Reconnect bookkeeping for one broker."""
 
-    __slots__ = ("failures", "retry_at", "last_error")
+    __slots__ = ("failures", "connect_failures", "retry_at", "last_error")
 
     def __init__(self) -> None:
-        self.failures = 0
+        self.failures = 0  # in a row, connecting or connected: the reconnect backoff grows
+        self.connect_failures = 0  # attempts to connect in a row: the setup timeout grows
         self.retry_at = 0.0
         self.last_error: BaseException | None = None
 
@@ -354,17 +357,24 @@ class ClusterClient:
         if old is not None:
             old.close()
         conn = BrokerConnection(
-            broker.host, broker.port, self._settings_for(state.failures), node_id=broker.node_id
+            broker.host,
+            broker.port,
+            self._settings_for(state.connect_failures),
+            node_id=broker.node_id,
         )
         try:
             await conn.open()
         except (BrokerConnectionError, KafkaError) as exc:
             state.failures += 1
+            # As Java's: only failed connection attempts lengthen the next setup timeout (an
+            # established connection that broke, or rejected credentials, do not).
+            if isinstance(exc, BrokerConnectionError) and exc.stage in ("connect", "dns", "tls"):
+                state.connect_failures += 1
             state.last_error = exc
             state.retry_at = time.monotonic() + self.reconnect_backoff.backoff_s(state.failures - 1)
             self.cache.request_update()
             raise
-        state.failures = 0
+        state.failures = state.connect_failures = 0
         state.last_error = None
         conn.on_lost = self.cache.request_update
         self._conns[node_id] = conn
