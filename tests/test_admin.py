@@ -10,7 +10,12 @@ import pytest
 
 from kcore import AdminClient
 from kcore.admin import AdminOperationError, AsyncAdminClient, ConfigResource, NewTopic
-from kcore.errors import KcoreTimeoutError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from kcore.errors import (
+    KcoreError,
+    KcoreTimeoutError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 
 
 def name(prefix: str = "admin") -> str:
@@ -52,6 +57,24 @@ def test_topic_lifecycle(admin, kafka_cluster3):
         time.sleep(0.2)
     assert configs["retention.ms"].value == "60000"
     assert configs["cleanup.policy"].is_default
+
+    # APPEND / SUBTRACT on a list-valued key (Java's AlterConfigOp), no read-modify-write
+    def policy() -> str | None:
+        return admin.describe_configs([("topic", topic)])[ConfigResource("topic", topic)][
+            "cleanup.policy"
+        ].value
+
+    for change, want in (
+        (("append", "compact"), "delete,compact"),
+        (("subtract", "delete"), "compact"),
+    ):
+        admin.alter_configs({("topic", topic): {"cleanup.policy": change}})
+        deadline = time.monotonic() + 30
+        while policy() != want and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert policy() == want
+    with pytest.raises(KcoreError, match="unknown operation 'merge'"):
+        admin.alter_configs({("topic", topic): {"cleanup.policy": ("merge", "x")}})
 
     admin.delete_topics([topic])
     assert topic not in admin.list_topics()
@@ -163,3 +186,59 @@ def test_a_change_that_timed_out_at_the_broker_and_then_exists_succeeded():
     asyncio.run(main())
     assert not answers
     assert all(0 < request.timeout_ms <= 5000 for request in asked)
+
+
+def test_consumer_group_operations(kafka_cluster):
+    """Java Admin's group and record operations against a real broker: list groups, read and
+    reset a group's committed offsets (refused while it has members), delete records, delete
+    the group (refused while it has members, GROUP_ID_NOT_FOUND after)."""
+    import kcore
+    from kcore.admin import TopicPartition
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("grp-admin"), name("g")
+    tp0, tp1, tp5 = (TopicPartition(topic, p) for p in (0, 1, 5))
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, 2, 1)])
+        with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+            for part in (0, 1):
+                p.send_batch(topic, [b"%d" % i for i in range(10)], partition=part).result(30)
+        config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+        with kcore.Consumer(config) as c:
+            c.subscribe([topic])
+            got: list = []
+            deadline = time.monotonic() + 60
+            while len(got) < 20 and time.monotonic() < deadline:
+                got += c.poll(0.5)
+            c.commit()
+            listed = {g.group_id: g for g in admin.list_consumer_groups()}
+            assert listed[group].protocol_type == "consumer"
+            with pytest.raises(KcoreError, match="active members"):
+                admin.alter_consumer_group_offsets(group, {tp0: 3})
+            with pytest.raises(AdminOperationError, match="NON_EMPTY_GROUP"):
+                admin.delete_consumer_groups([group])
+        assert admin.list_consumer_group_offsets(group) == {tp0: 10, tp1: 10}
+        admin.alter_consumer_group_offsets(group, {tp0: 3})
+        assert admin.list_consumer_group_offsets(group, [tp0, tp1, tp5]) == {
+            tp0: 3,
+            tp1: 10,
+            tp5: None,
+        }
+        with kcore.Consumer(config) as c:  # starts where the offsets were set
+            c.subscribe([topic])
+            got = []
+            deadline = time.monotonic() + 60
+            while len(got) < 7 and time.monotonic() < deadline:
+                got += c.poll(0.5)
+            assert sorted((r.partition, r.offset) for r in got) == [(0, o) for o in range(3, 10)]
+        assert admin.delete_records({tp1: 4}) == {tp1: 4}
+        assert admin.list_offsets({tp1: "earliest"})[tp1].offset == 4
+        admin.delete_consumer_groups([group])
+        assert group not in {g.group_id for g in admin.list_consumer_groups()}
+        with pytest.raises(AdminOperationError, match="GROUP_ID_NOT_FOUND"):
+            admin.delete_consumer_groups([group])

@@ -2,6 +2,7 @@
 
 from .async_client import AsyncAdminClient
 from .client import AdminClient
+from .groups import ConsumerGroupListing
 from .types import (
     AdminOperationError,
     ClusterDescription,
@@ -22,6 +23,7 @@ __all__ = [
     "ClusterDescription",
     "ConfigEntry",
     "ConfigResource",
+    "ConsumerGroupListing",
     "ConsumerGroupMetadata",
     "ListOffsetsResult",
     "NewTopic",

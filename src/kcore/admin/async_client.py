@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from kcore.admin.groups import ConsumerGroupListing, GroupAdmin
 from kcore.admin.types import (
     CONFIG_SOURCES,
     RESOURCE_NAMES,
@@ -85,6 +86,20 @@ TOPIC_ALREADY_EXISTS = 36
 ELECTION_NOT_NEEDED = 84
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 CONFIG_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
+
+
+def _config_op(key: str, change: str | None | tuple[str, str | None]) -> tuple[str, str | None]:
+    """(operation, value) of one ``alter_configs`` change."""
+    if change is None:
+        return "delete", None
+    if isinstance(change, tuple):
+        op, value = change
+        if op not in CONFIG_OPS:
+            raise KcoreError(
+                f"alter_configs {key}: unknown operation {op!r} (one of {', '.join(CONFIG_OPS)})"
+            )
+        return op, value
+    return "set", str(change)
 
 
 def _admin_config(config: Mapping[str, Any]) -> ClientConfig:
@@ -353,6 +368,55 @@ class AsyncAdminClient:
         if final_errors:
             raise AdminOperationError("create_partitions", final_errors)
 
+    # -- consumer groups and records (kcore.admin.groups) -------------------------------------
+
+    @property
+    def _groups(self) -> GroupAdmin:
+        return GroupAdmin(self)
+
+    async def list_consumer_groups(
+        self, *, timeout: float | None = None
+    ) -> list[ConsumerGroupListing]:
+        """Every group of the cluster (ListGroups on every broker)."""
+        return await self._groups.list_consumer_groups(timeout)
+
+    async def list_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        *,
+        require_stable: bool = False,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (of ``partitions``, or all it has)."""
+        return await self._groups.list_consumer_group_offsets(
+            group_id, partitions, require_stable=require_stable, timeout=timeout
+        )
+
+    async def alter_consumer_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition | tuple[str, int], int],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Set the group's committed offsets (only while it has no active member)."""
+        await self._groups.alter_consumer_group_offsets(group_id, offsets, timeout=timeout)
+
+    async def delete_consumer_groups(
+        self, group_ids: Iterable[str], *, timeout: float | None = None
+    ) -> None:
+        await self._groups.delete_consumer_groups(group_ids, timeout=timeout)
+
+    async def delete_records(
+        self,
+        before: Mapping[TopicPartition | tuple[str, int], int],
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Delete records before each offset; the new low watermarks."""
+        return await self._groups.delete_records(before, timeout=timeout)
+
     async def list_topics(
         self, *, include_internal: bool = False, timeout: float | None = None
     ) -> list[str]:
@@ -606,14 +670,22 @@ class AsyncAdminClient:
 
     async def alter_configs(
         self,
-        changes: Mapping[ConfigResource | tuple[str, str], Mapping[str, str | None]],
+        changes: Mapping[
+            ConfigResource | tuple[str, str], Mapping[str, str | None | tuple[str, str | None]]
+        ],
         *,
         validate_only: bool = False,
         timeout: float | None = None,
     ) -> None:
-        """Incrementally set (or, with value None, delete) config keys of each resource
-        (IncrementalAlterConfigs; other keys keep their values)."""
-        wanted = {ConfigResource(*r): dict(c) for r, c in changes.items()}
+        """Incrementally change config keys of each resource (IncrementalAlterConfigs; other
+        keys keep their values): a value sets the key, None deletes it (back to its default),
+        and ``("append", v)`` / ``("subtract", v)`` add or remove ``v`` in a list-valued key
+        (``cleanup.policy``, ``leader.replication.throttled.replicas``), as Java's
+        ``AlterConfigOp`` APPEND / SUBTRACT (no read-modify-write race)."""
+        wanted = {
+            ConfigResource(*r): {k: _config_op(k, v) for k, v in c.items()}
+            for r, c in changes.items()
+        }
         final_errors: dict[Any, KafkaError] = {}
         done: set[ConfigResource] = set()
 
@@ -625,12 +697,8 @@ class AsyncAdminClient:
                             resource_type=RESOURCE_TYPES[r.type],
                             resource_name=r.name,
                             configs=[
-                                AlterableConfig(
-                                    name=k,
-                                    config_operation=CONFIG_OPS["delete" if v is None else "set"],
-                                    value=v,
-                                )
-                                for k, v in wanted[r].items()
+                                AlterableConfig(name=k, config_operation=CONFIG_OPS[op], value=v)
+                                for k, (op, v) in wanted[r].items()
                             ],
                         )
                         for r in group

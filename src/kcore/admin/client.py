@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kcore.admin.async_client import AsyncAdminClient
+from kcore.admin.groups import ConsumerGroupListing
 from kcore.admin.types import (
     ClusterDescription,
     ConfigEntry,
@@ -94,6 +95,55 @@ class AdminClient(ProcessLocal):
             )
         )
 
+    # -- consumer groups and records ---------------------------------------------------------
+
+    def list_consumer_groups(self, *, timeout: float | None = None) -> list[ConsumerGroupListing]:
+        """Every group of the cluster (ListGroups on every broker), as Java's."""
+        return self._run(self._async.list_consumer_groups(timeout=timeout))  # type: ignore[no-any-return]
+
+    def list_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        *,
+        require_stable: bool = False,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets: of ``partitions`` (None where nothing is committed),
+        or of every partition it has one for."""
+        return self._run(  # type: ignore[no-any-return]
+            self._async.list_consumer_group_offsets(
+                group_id, partitions, require_stable=require_stable, timeout=timeout
+            )
+        )
+
+    def alter_consumer_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition | tuple[str, int], int],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Set the group's committed offsets (the next offset to read per partition), e.g. to
+        reset or rewind it; the broker takes it only while the group has no active member."""
+        self._run(self._async.alter_consumer_group_offsets(group_id, offsets, timeout=timeout))
+
+    def delete_consumer_groups(
+        self, group_ids: Iterable[str], *, timeout: float | None = None
+    ) -> None:
+        """Delete groups (and their offsets); one with members fails with NON_EMPTY_GROUP."""
+        self._run(self._async.delete_consumer_groups(group_ids, timeout=timeout))
+
+    def delete_records(
+        self,
+        before: Mapping[TopicPartition | tuple[str, int], int],
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Delete the records before each offset (-1: all); the partitions' new low
+        watermarks."""
+        return self._run(self._async.delete_records(before, timeout=timeout))  # type: ignore[no-any-return]
+
     def list_topics(
         self, *, include_internal: bool = False, timeout: float | None = None
     ) -> list[str]:
@@ -127,11 +177,15 @@ class AdminClient(ProcessLocal):
 
     def alter_configs(
         self,
-        changes: Mapping[ConfigResource | tuple[str, str], Mapping[str, str | None]],
+        changes: Mapping[
+            ConfigResource | tuple[str, str], Mapping[str, str | None | tuple[str, str | None]]
+        ],
         *,
         validate_only: bool = False,
         timeout: float | None = None,
     ) -> None:
+        """As :meth:`AsyncAdminClient.alter_configs`: a value sets, None deletes,
+        ``("append", v)`` / ``("subtract", v)`` edit a list-valued key."""
         self._run(self._async.alter_configs(changes, validate_only=validate_only, timeout=timeout))
 
     def elect_leaders(

@@ -21,10 +21,10 @@ from typing import Any, Protocol
 from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import GROUP, CoordinatorLink
+from kcore.cluster.group_offsets import GroupOffsets
 from kcore.consumer.assignors import assignor_for
 from kcore.consumer.group_classic import ClassicGroupMember
 from kcore.consumer.group_consumer import ConsumerGroupMember
-from kcore.consumer.offsets import GroupOffsets
 from kcore.errors import (
     CommitFailedError,
     KcoreError,

@@ -16,6 +16,7 @@ from typing import Any
 from kcore.admin.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import Backoff, CoordinatorLink
+from kcore.cluster.group_offsets import MemberIdentity
 from kcore.consumer.assignors import (
     Assignor,
     MemberSubscription,
@@ -25,7 +26,6 @@ from kcore.consumer.assignors import (
     encode_assignment,
     encode_subscription,
 )
-from kcore.consumer.offsets import MemberIdentity
 from kcore.errors import BrokerConnectionError, KafkaError, KcoreTimeoutError, error_for_code
 from kcore.protocol.messages.heartbeat_request import HeartbeatRequest
 from kcore.protocol.messages.join_group_request import JoinGroupRequest, JoinGroupRequestProtocol

@@ -18,7 +18,7 @@ from typing import Any
 from kcore.admin.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import Backoff, CoordinatorLink
-from kcore.consumer.offsets import MemberIdentity
+from kcore.cluster.group_offsets import MemberIdentity
 from kcore.errors import BrokerConnectionError, KafkaError, KcoreTimeoutError, error_for_code
 from kcore.protocol.messages.consumer_group_heartbeat_request import (
     ConsumerGroupHeartbeatRequest,

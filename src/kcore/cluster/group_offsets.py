@@ -1,6 +1,7 @@
 """Committed offsets of a group: OffsetCommit and OffsetFetch against the group coordinator,
 with the recovery the protocol asks for (re-discover a moved coordinator, back off while it
-loads, fail a commit for good when the group has moved on)."""
+loads, fail a commit for good when the group has moved on). Used by the consumer's group and
+by the admin client (whose commits come from outside any membership)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from kcore.protocol.messages.offset_fetch_request import (
     OffsetFetchRequestTopics,
 )
 
-log = logging.getLogger("kcore.consumer.offsets")
+log = logging.getLogger("kcore.cluster.group_offsets")
 
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 # The group moved on without this member: its commit can never succeed.
@@ -121,18 +122,21 @@ class GroupOffsets:
 
     async def fetch(
         self,
-        partitions: Iterable[TopicPartition],
+        partitions: Iterable[TopicPartition] | None,
         timeout: float | None,
         require_stable: bool = True,
     ) -> dict[TopicPartition, int | None]:
-        """The committed offsets of ``partitions`` (None: nothing committed). With
-        ``require_stable`` a partition with offsets in an open transaction waits (KIP-447)."""
-        tps = list(partitions)
-        if not tps:
+        """The committed offsets of ``partitions`` (None: nothing committed; ``partitions``
+        None: every partition the group has an offset for). With ``require_stable`` a
+        partition with offsets in an open transaction waits (KIP-447)."""
+        tps = None if partitions is None else list(partitions)
+        if tps == []:
             return {}
-        by_topic: dict[str, list[int]] = {}
-        for tp in tps:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        by_topic: dict[str, list[int]] | None = None
+        if tps is not None:
+            by_topic = {}
+            for tp in tps:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
         backoff = Backoff(self.link.cluster, timeout)
         while True:
             try:
@@ -159,7 +163,7 @@ class GroupOffsets:
                     offset = p.committed_offset
                     out[TopicPartition(t.name, p.partition_index)] = offset if offset >= 0 else None
             if not codes:
-                return {tp: out.get(tp) for tp in tps}
+                return out if tps is None else {tp: out.get(tp) for tp in tps}
             code = next(iter(codes))
             retry = all(
                 self.link.handle_error(c) or c == UNSTABLE_OFFSET_COMMIT or _retriable(c)
@@ -173,12 +177,15 @@ class GroupOffsets:
                 )
 
     def _fetch_request(
-        self, by_topic: dict[str, list[int]], version: int, require_stable: bool
+        self, by_topic: dict[str, list[int]] | None, version: int, require_stable: bool
     ) -> OffsetFetchRequest:
+        # topics None: all of the group's (v2+)
         if version >= 8:
             group = OffsetFetchRequestGroup(
                 group_id=self.group_id,
-                topics=[
+                topics=None
+                if by_topic is None
+                else [
                     OffsetFetchRequestTopics(name=t, partition_indexes=p)
                     for t, p in by_topic.items()
                 ],
@@ -186,7 +193,9 @@ class GroupOffsets:
             return OffsetFetchRequest(groups=[group], require_stable=require_stable)
         return OffsetFetchRequest(
             group_id=self.group_id,
-            topics=[
+            topics=None
+            if by_topic is None
+            else [
                 OffsetFetchRequestTopic(name=t, partition_indexes=p) for t, p in by_topic.items()
             ],
             require_stable=require_stable,

@@ -1,0 +1,235 @@
+"""The admin client's consumer-group and record operations, as Java's Admin names them:
+``list_consumer_groups`` (ListGroups on every broker), ``list_consumer_group_offsets`` and
+``alter_consumer_group_offsets`` (OffsetFetch / OffsetCommit from outside any membership, at
+the group's coordinator), ``delete_consumer_groups`` (DeleteGroups) and ``delete_records``
+(DeleteRecords, at each partition's leader)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kcore.admin.types import AdminOperationError, TopicPartition
+from kcore.cluster.coordinator import GROUP, Backoff, CoordinatorLink
+from kcore.cluster.group_offsets import GroupOffsets, MemberIdentity
+from kcore.errors import (
+    BrokerConnectionError,
+    CommitFailedError,
+    KafkaError,
+    KcoreError,
+    KcoreTimeoutError,
+    error_for_code,
+)
+from kcore.protocol.messages.delete_groups_request import DeleteGroupsRequest
+from kcore.protocol.messages.delete_records_request import (
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsTopic,
+)
+from kcore.protocol.messages.list_groups_request import ListGroupsRequest
+
+if TYPE_CHECKING:
+    from kcore.admin.async_client import AsyncAdminClient
+
+__all__ = ["ConsumerGroupListing", "GroupAdmin"]
+
+LIST_GROUPS, DELETE_RECORDS = 16, 21
+
+
+@dataclass(frozen=True)
+class ConsumerGroupListing:
+    """A group a broker coordinates. ``protocol_type`` is ``"consumer"`` for consumer groups
+    and ``""`` for a group that only stores offsets; ``state`` (Stable, Empty, ...) and
+    ``type`` (classic, consumer) come from brokers that report them (Kafka 2.6+ / 3.8+)."""
+
+    group_id: str
+    protocol_type: str
+    state: str | None = None
+    type: str | None = None
+
+
+class GroupAdmin:
+    def __init__(self, admin: AsyncAdminClient) -> None:
+        self.admin = admin
+        self.cluster = admin.cluster
+
+    def _timeout(self, timeout: float | None) -> float:
+        return self.admin.default_timeout if timeout is None else timeout
+
+    async def list_consumer_groups(
+        self, timeout: float | None = None
+    ) -> list[ConsumerGroupListing]:
+        """Every broker is asked (each coordinates some groups), as Java's. A broker that does
+        not answer in time fails the call with ``AdminOperationError`` naming it, ``results``
+        holding the groups the others listed."""
+        await self.cluster.refresh_metadata()
+        brokers = list(self.cluster.metadata.brokers)
+
+        async def one(node: int) -> list[ConsumerGroupListing]:
+            async def attempt() -> list[ConsumerGroupListing]:
+                version = await self.cluster.version_for(node, LIST_GROUPS)
+                response = await self.cluster.send(node, ListGroupsRequest(), version)
+                err = error_for_code(response.error_code)
+                if err is not None:
+                    raise err.with_message(f"node {node}: {err.message}")
+                return [
+                    ConsumerGroupListing(
+                        g.group_id,
+                        g.protocol_type,
+                        getattr(g, "group_state", None) or None,
+                        getattr(g, "group_type", None) or None,
+                    )
+                    for g in response.groups
+                ]
+
+            return await self.admin._retrying(
+                f"list_consumer_groups (node {node})", attempt, timeout
+            )
+
+        outcomes = await asyncio.gather(*(one(n) for n in brokers), return_exceptions=True)
+        groups: list[ConsumerGroupListing] = []
+        errors: dict[Any, KcoreError] = {}
+        for node, outcome in zip(brokers, outcomes, strict=True):
+            if isinstance(outcome, KcoreError):
+                errors[f"node {node}"] = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                groups.extend(outcome)
+        groups.sort(key=lambda g: g.group_id)
+        if errors:
+            raise AdminOperationError("list_consumer_groups", errors, groups)
+        return groups
+
+    def _offsets(self, group_id: str) -> GroupOffsets:
+        return GroupOffsets(CoordinatorLink(self.cluster, group_id, GROUP), group_id)
+
+    async def list_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        *,
+        require_stable: bool = False,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets: of ``partitions`` (None where nothing is committed),
+        or of every partition it has one for."""
+        tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+        return await self._offsets(group_id).fetch(tps, self._timeout(timeout), require_stable)
+
+    async def alter_consumer_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition | tuple[str, int], int],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit ``offsets`` (the next offset to read per partition) for the group, from
+        outside it, as Java's: the broker takes it only while the group has no active
+        member (stop its consumers first)."""
+        wanted = {TopicPartition(*tp): int(o) for tp, o in offsets.items()}
+        try:
+            await self._offsets(group_id).commit(wanted, MemberIdentity(), self._timeout(timeout))
+        except CommitFailedError:
+            raise KcoreError(
+                f"group {group_id!r} has active members: its offsets can be altered only while "
+                "it is empty (stop its consumers first)"
+            ) from None
+
+    async def delete_consumer_groups(
+        self, group_ids: Iterable[str], *, timeout: float | None = None
+    ) -> None:
+        """Delete each group (its committed offsets too), at its coordinator. A group that
+        has members (NON_EMPTY_GROUP) or does not exist (GROUP_ID_NOT_FOUND) fails alone:
+        ``AdminOperationError`` names it."""
+        ids = list(dict.fromkeys(group_ids))
+        errors: dict[Any, KcoreError] = {}
+
+        async def one(group_id: str) -> None:
+            link = CoordinatorLink(self.cluster, group_id, GROUP)
+            backoff = Backoff(self.cluster, self._timeout(timeout))
+            while True:
+                try:
+                    response = await link.send(DeleteGroupsRequest(groups_names=[group_id]))
+                    code = next((r.error_code for r in response.results), 0)
+                except (BrokerConnectionError, KcoreTimeoutError) as exc:
+                    if not await backoff.sleep():
+                        errors[group_id] = exc
+                        return
+                    continue
+                if code == 0:
+                    return
+                if not (link.handle_error(code) and await backoff.sleep()):
+                    err = error_for_code(code)
+                    assert err is not None
+                    errors[group_id] = err.with_message(f"group {group_id!r}: {err.message}")
+                    return
+
+        await asyncio.gather(*(one(g) for g in ids))
+        if errors:
+            raise AdminOperationError("delete_consumer_groups", errors)
+
+    async def delete_records(
+        self,
+        before: Mapping[TopicPartition | tuple[str, int], int],
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Delete the records before each offset (-1: before the high watermark, i.e. all);
+        returns each partition's new low watermark (its first offset). Asked of each
+        partition's leader; a leader that moved is found again."""
+        wanted = {TopicPartition(*tp): int(o) for tp, o in before.items()}
+        results: dict[TopicPartition, int] = {}
+        final: dict[Any, KcoreError] = {}
+        deadline = time.monotonic() + self._timeout(timeout)
+
+        async def attempt() -> None:
+            pending = {tp: o for tp, o in wanted.items() if tp not in results and tp not in final}
+            if not pending:
+                return
+            left = max(0.0, deadline - time.monotonic() - 0.05)
+            md = await self.cluster.wait_for_topics({tp.topic for tp in pending}, left, pending)
+            by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
+            for tp, offset in pending.items():
+                part = md.partition(tp.topic, tp.partition)
+                if part is None:
+                    final[tp] = error_for_code(3) or KafkaError()
+                else:
+                    by_leader[part.leader][tp] = offset
+            retry: KcoreError | None = None
+            for node, parts in by_leader.items():
+                topics: dict[str, list[DeleteRecordsPartition]] = defaultdict(list)
+                for tp, offset in parts.items():
+                    topics[tp.topic].append(
+                        DeleteRecordsPartition(partition_index=tp.partition, offset=offset)
+                    )
+                request = DeleteRecordsRequest(
+                    topics=[DeleteRecordsTopic(name=t, partitions=ps) for t, ps in topics.items()],
+                    timeout_ms=self.admin._server_timeout_ms(deadline),
+                )
+                version = await self.cluster.version_for(node, DELETE_RECORDS)
+                response = await self.cluster.send(node, request, version)
+                for t in response.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        err = error_for_code(p.error_code)
+                        if err is None:
+                            results[tp] = p.low_watermark
+                        elif err.retriable:
+                            self.cluster.handle_error_code(p.error_code)
+                            retry = err
+                        else:
+                            final[tp] = err.with_message(
+                                f"{tp.topic}-{tp.partition}: {err.message}"
+                            )
+            if retry is not None:
+                raise retry
+
+        await self.admin._retrying("delete_records", attempt, timeout)
+        if final:
+            raise AdminOperationError("delete_records", final, results)
+        return results
