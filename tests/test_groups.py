@@ -665,3 +665,28 @@ def test_a_failing_listener_is_raised_after_the_rebalance_step_finishes():
     with pytest.raises(ValueError, match="async listener"):
         asyncio.run(drive_async(step(abad)))
     assert done == ["after"] * 3
+
+
+def test_kip848_resubscribing_after_unsubscribe_takes_only_the_new_topics(kafka_cluster):
+    """A KIP-848 member that unsubscribed forgets what it was given: subscribing to another
+    topic does not take the first topic's partitions back (they may be another member's)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    first, second, group = name("first"), name("second"), name("g")
+    create(bootstrap, first, 2)
+    create(bootstrap, second, 1)
+    cfg = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer"}
+    cfg["auto.offset.reset"] = "earliest"
+    seen: list = []
+    with kcore.Consumer(cfg) as c:
+        c.subscribe([first])
+        wait_for(lambda: (c.poll(0.2) or True) and len(c.assignment()) == 2, 60, "first")
+        c.unsubscribe()
+        c.subscribe([second])
+
+        def settled() -> bool:
+            c.poll(0.2)
+            seen.append(set(c.assignment()))
+            return c.assignment() == {TopicPartition(second, 0)}
+
+        wait_for(settled, 60, "second")
+    assert all(tp.topic == second for owned in seen for tp in owned), seen

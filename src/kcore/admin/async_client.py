@@ -198,7 +198,10 @@ class AsyncAdminClient:
         """How long the broker may take (a request's ``timeout_ms``): at most request.timeout.ms
         and what is left of the call, as Java's; longer, the client gave up first and sent the
         request again while the first one was still being carried out."""
-        left = min(deadline - time.monotonic(), self.cluster.settings.request_timeout_s)
+        limit = self.cluster.settings.request_timeout_s
+        # A margin under the client's own request timeout, so that the broker's answer (even
+        # REQUEST_TIMED_OUT) arrives before the client gives up on the request.
+        left = min(deadline - time.monotonic(), limit - max(0.5, limit / 10))
         return max(int(left * 1000), 0)
 
     @staticmethod
@@ -242,7 +245,11 @@ class AsyncAdminClient:
                     validate_only=validate_only,
                 )
 
-            response = await self._send_any(build, 19)
+            try:
+                response = await self._send_any(build, 19)
+            except KcoreTimeoutError:
+                timed_out.update(pending)  # the controller may be creating them still
+                raise
             errors: dict[Any, KafkaError] = {}
             for result in response.topics:
                 code = result.error_code
@@ -285,7 +292,11 @@ class AsyncAdminClient:
                     topic_names=list(pending), timeout_ms=self._server_timeout_ms(deadline_at)
                 )
 
-            response = await self._send_any(build, 20)
+            try:
+                response = await self._send_any(build, 20)
+            except KcoreTimeoutError:
+                timed_out.update(pending)  # the controller may be deleting them still
+                raise
             errors: dict[Any, KafkaError] = {}
             for result in response.responses:
                 code = result.error_code
@@ -496,9 +507,10 @@ class AsyncAdminClient:
         """The offset each spec names, asked of each partition's leader. A leader that moved
         mid-call is found again and asked; that does not reach the caller. Partitions without
         a leader are retried while the others are asked at once (as Java's
-        PartitionLeaderStrategy). ``partial``: once some partitions have answered, the rest's
-        retriable failures are not waited out but raised (``AdminOperationError`` with the
-        answers in ``results``), for a caller that retries them itself (the consumer)."""
+        PartitionLeaderStrategy). ``partial``: one round; the partitions' retriable failures are
+        not waited out but raised (``AdminOperationError`` with the answers in ``results``),
+        for a caller that retries them itself (the consumer's offset reset, which must not
+        hold up other partitions' resets meanwhile)."""
         wanted = {TopicPartition(*tp): OffsetSpec.timestamp_for(s) for tp, s in specs.items()}
         level = {"read_uncommitted": 0, "read_committed": 1}[isolation_level]
         results: dict[TopicPartition, ListOffsetsResult] = {}
@@ -529,7 +541,6 @@ class AsyncAdminClient:
                 *(self._list_offsets_at(node, by_leader[node], level) for node in nodes),
                 return_exceptions=True,
             )
-            answered = False
             for node, outcome in zip(nodes, outcomes, strict=True):
                 if isinstance(outcome, BaseException):
                     if not isinstance(
@@ -540,15 +551,13 @@ class AsyncAdminClient:
                     continue
                 got, errors = outcome
                 results.update(got)
-                answered = answered or bool(got)
                 for tp, err in errors.items():
                     if err.retriable:
                         retry[tp] = err
                     else:
                         final_errors[tp] = err
-                        answered = True
-            if retry and partial and answered:
-                final_errors.update(retry)  # the caller retries these
+            if retry and partial:
+                final_errors.update(retry)  # the caller retries these (after what answered)
             elif retry:
                 self.cluster.cache.request_update()
                 raise next(iter(retry.values()))

@@ -558,7 +558,8 @@ class Consumer(ProcessLocal):
                 return future.result(0.05)
             except concurrent.futures.TimeoutError:
                 if self._woken.is_set():
-                    future.cancel()
+                    if not future.cancel():  # it finished meanwhile: keep its outcome
+                        return future.result()
                     self._raise_if_woken()
 
     def wakeup(self) -> None:

@@ -124,6 +124,7 @@ class Fetcher:
     _reset_task: asyncio.Task[None] | None = None
     _reported_no_position: set[TopicPartition] = field(default_factory=set)
     _last_reset_error: str | None = None
+    _reset_failures: int = 0  # offset lookups that failed in a row (their backoff grows)
     _served: int = 0
     _interrupted: bool = False
     # Set when the consumer has a group.id.
@@ -174,6 +175,7 @@ class Fetcher:
         try:
             found = await self._reset_positions()
             self._last_reset_error = None
+            self._reset_failures = 0
             if found:
                 self.wakeup()
             return
@@ -190,8 +192,11 @@ class Fetcher:
             if lasting:
                 self._report_reset_error(AdminOperationError(exc.operation, lasting, exc.results))
             log.info("fetcher: offset lookup: %s", exc)
-            backoff = self.cluster.retry_backoff
-            await asyncio.sleep((backoff.maximum_ms if lasting else backoff.initial_ms) / 1000)
+            if exc.results:
+                self.wakeup()  # those have positions: fetch them now
+            # retry.backoff.ms growing while the same partitions keep failing (no leader)
+            self._reset_failures += 1
+            await asyncio.sleep(self.cluster.retry_backoff.backoff_s(self._reset_failures - 1))
         except KcoreError as exc:
             self._report_reset_error(exc)
             await asyncio.sleep(self.cluster.retry_backoff.maximum_ms / 1000)

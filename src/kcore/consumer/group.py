@@ -169,6 +169,8 @@ class GroupCoordinator:
     def _poll_step(self) -> Step:
         member = self.member
         if member.fatal is not None:
+            if isinstance(member, ClassicGroupMember):
+                member.cancel_join()  # (its failed join's exception is the fatal one)
             raise member.fatal
         member.last_poll = time.monotonic()
         if self.subscribed:
@@ -176,7 +178,7 @@ class GroupCoordinator:
                 yield from self._classic_step(member)
             else:
                 yield from self._consumer_protocol_step(member)
-        if self.auto_commit and time.monotonic() >= self.next_auto_commit:
+        if self.auto_commit and time.monotonic() >= self.next_auto_commit and not self._joining():
             self.next_auto_commit = time.monotonic() + self.auto_commit_interval_s
             self._commit_in_background(self.assignment.positions(self.assignment.owned()))
 
@@ -261,6 +263,12 @@ class GroupCoordinator:
         got = yield member.join_within(topics, owned, self._poll_timeout)
         if got is None:
             return  # still joining: this poll returns what it has
+        member.join_taken()
+        if not member.joined:
+            # The group dropped the member between the join and this poll (a heartbeat's
+            # UNKNOWN_MEMBER_ID, the poll timeout): that assignment is void, as Java's
+            # hasGenerationReset; a rejoin is due.
+            return
         assigned = set(got)
         self._joined_topics = set(member.join_topics)
         revoked = sorted(owned - assigned)
@@ -290,7 +298,23 @@ class GroupCoordinator:
 
     # -- commits ----------------------------------------------------------------------------------
 
+    def _joining(self) -> bool:
+        """A classic member between a rejoin's start and its result (commits wait for it)."""
+        member = self.member
+        return (
+            self.subscribed
+            and isinstance(member, ClassicGroupMember)
+            and (member.join_pending or not member.joined)
+        )
+
     async def _commit_coro(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if offsets and self._joining():
+            # As Java: not sent (it would go out as generation -1 and fail as if the group had
+            # moved on); the partitions are still this member's until the join says otherwise.
+            raise RebalanceInProgressError(
+                f"offset commit of group {self.group_id!r}: the group is rebalancing; poll to "
+                "finish joining, then commit again"
+            )
         try:
             await self.offsets.commit(offsets, self.member.identity, self.api_timeout_s)
         except (CommitFailedError, RebalanceInProgressError):

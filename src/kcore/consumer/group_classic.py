@@ -142,8 +142,12 @@ class ClassicGroupMember:
         done, _ = await asyncio.wait({task}, timeout=max(timeout, 0.0))
         if not done:
             return None
-        self._join_task = None
+        # Kept until the step has used the result (join_taken): a poll interrupted on the way
+        # (wakeup) finds it again instead of losing the assignment.
         return task.result()
+
+    def join_taken(self) -> None:
+        self._join_task = None
 
     @property
     def join_pending(self) -> bool:
@@ -151,9 +155,13 @@ class ClassicGroupMember:
         return self._join_task is not None
 
     def cancel_join(self) -> None:
-        if self._join_task is not None:
-            self._join_task.cancel()
-            self._join_task = None
+        task, self._join_task = self._join_task, None
+        if task is not None:
+            if task.done():
+                if not task.cancelled():
+                    task.exception()  # retrieved: no "never retrieved" warning
+            else:
+                task.cancel()
 
     async def join(self, topics: set[str], owned: Iterable[TopicPartition]) -> list[TopicPartition]:
         """Join (or rejoin) the group and return this member's assignment."""

@@ -120,8 +120,10 @@ class ConsumerGroupMember:
                     self.group_id,
                     self.rebalance_timeout_ms,
                 )
+                owned = bool(self.owned)
                 await self.leave()
                 self._fenced("poll timeout expired")
+                self.lost = self.lost or owned  # (leave() forgot what it owned)
                 self.left = False  # as Java's stale member: the next poll joins again
                 return
             try:
@@ -256,6 +258,11 @@ class ConsumerGroupMember:
             self._task.cancel()
             self._task = None
         self.left = True
+        # What it was given belongs to the old membership: a later subscribe() must not take
+        # it up again (it may be another member's by then).
+        self.target = self._target_ids = None
+        self.owned = set()
+        self._report_owned = True
         if self.epoch <= 0 and self.instance_id is None:
             return
         epoch = LEAVE_STATIC_EPOCH if self.instance_id is not None else LEAVE_EPOCH

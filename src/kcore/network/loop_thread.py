@@ -74,6 +74,9 @@ class LoopThread:
         future = self.submit(coro)
         try:
             return future.result(timeout)
+        except concurrent.futures.CancelledError:
+            # The client was closed from its own thread (a callback) while this ran.
+            raise KcoreError("the client was closed while this call ran") from None
         except concurrent.futures.TimeoutError:
             if future.done():
                 raise  # the coroutine's own timeout (KcoreTimeoutError is a TimeoutError)

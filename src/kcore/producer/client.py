@@ -126,6 +126,8 @@ class Producer(ProcessLocal):
         dropped silently. Called from a delivery callback (the network thread), it cannot
         wait: as Java, it closes with a timeout of 0 and returns at once."""
         if self._loop.is_running and self._loop.on_own_thread:
+            if self._core.closed:
+                return  # a close is under way (its flush called this callback): it finishes
             log.warning("close() from a delivery callback: closing without waiting (timeout 0)")
             self._loop.close_from_own_thread(self._core.close(0))
             return
