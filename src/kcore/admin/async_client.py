@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from kcore.admin.groups import ConsumerGroupListing, GroupAdmin
+from kcore.admin.groups import GroupOperations
 from kcore.admin.types import (
     CONFIG_SOURCES,
     RESOURCE_NAMES,
@@ -106,7 +106,7 @@ def _admin_config(config: Mapping[str, Any]) -> ClientConfig:
     return config if isinstance(config, ClientConfig) else ClientConfig(config, role="admin")
 
 
-class AsyncAdminClient:
+class AsyncAdminClient(GroupOperations):
     """``await AsyncAdminClient(config).start()``, or ``async with``. ``config`` uses the Java
     client's names (``bootstrap.servers``, ``request.timeout.ms``, ``security.protocol``...)."""
 
@@ -378,55 +378,6 @@ class AsyncAdminClient:
             )
         if final_errors:
             raise AdminOperationError("create_partitions", final_errors)
-
-    # -- consumer groups and records (kcore.admin.groups) -------------------------------------
-
-    @property
-    def _groups(self) -> GroupAdmin:
-        return GroupAdmin(self)
-
-    async def list_consumer_groups(
-        self, *, timeout: float | None = None
-    ) -> list[ConsumerGroupListing]:
-        """Every group of the cluster (ListGroups on every broker)."""
-        return await self._groups.list_consumer_groups(timeout)
-
-    async def list_consumer_group_offsets(
-        self,
-        group_id: str,
-        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
-        *,
-        require_stable: bool = False,
-        timeout: float | None = None,
-    ) -> dict[TopicPartition, int | None]:
-        """The group's committed offsets (of ``partitions``, or all it has)."""
-        return await self._groups.list_consumer_group_offsets(
-            group_id, partitions, require_stable=require_stable, timeout=timeout
-        )
-
-    async def alter_consumer_group_offsets(
-        self,
-        group_id: str,
-        offsets: Mapping[TopicPartition | tuple[str, int], int],
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        """Set the group's committed offsets (only while it has no active member)."""
-        await self._groups.alter_consumer_group_offsets(group_id, offsets, timeout=timeout)
-
-    async def delete_consumer_groups(
-        self, group_ids: Iterable[str], *, timeout: float | None = None
-    ) -> None:
-        await self._groups.delete_consumer_groups(group_ids, timeout=timeout)
-
-    async def delete_records(
-        self,
-        before: Mapping[TopicPartition | tuple[str, int], int],
-        *,
-        timeout: float | None = None,
-    ) -> dict[TopicPartition, int]:
-        """Delete records before each offset; the new low watermarks."""
-        return await self._groups.delete_records(before, timeout=timeout)
 
     async def list_topics(
         self, *, include_internal: bool = False, timeout: float | None = None

@@ -33,9 +33,11 @@ from kcore.protocol.messages.delete_records_request import (
 from kcore.protocol.messages.list_groups_request import ListGroupsRequest
 
 if TYPE_CHECKING:
-    from kcore.admin.async_client import AsyncAdminClient
+    from collections.abc import Awaitable, Callable
 
-__all__ = ["ConsumerGroupListing", "GroupAdmin"]
+    from kcore.cluster.client import ClusterClient
+
+__all__ = ["ConsumerGroupListing", "GroupOperations"]
 
 LIST_GROUPS, DELETE_RECORDS = 16, 21
 
@@ -52,16 +54,26 @@ class ConsumerGroupListing:
     type: str | None = None
 
 
-class GroupAdmin:
-    def __init__(self, admin: AsyncAdminClient) -> None:
-        self.admin = admin
-        self.cluster = admin.cluster
+class GroupOperations:
+    """Part of :class:`~kcore.admin.AsyncAdminClient` (a base class of it): its group and
+    record operations, kept in a file of their own."""
+
+    cluster: ClusterClient
+    default_timeout: float
+
+    if TYPE_CHECKING:  # AsyncAdminClient's
+
+        async def _retrying(
+            self, what: str, attempt_fn: Callable[[], Awaitable[Any]], timeout: float | None
+        ) -> Any: ...
+
+        def _server_timeout_ms(self, deadline: float) -> int: ...
 
     def _timeout(self, timeout: float | None) -> float:
-        return self.admin.default_timeout if timeout is None else timeout
+        return self.default_timeout if timeout is None else timeout
 
     async def list_consumer_groups(
-        self, timeout: float | None = None
+        self, *, timeout: float | None = None
     ) -> list[ConsumerGroupListing]:
         """Every broker is asked (each coordinates some groups), as Java's. A broker that does
         not answer in time fails the call with ``AdminOperationError`` naming it, ``results``
@@ -86,9 +98,7 @@ class GroupAdmin:
                     for g in response.groups
                 ]
 
-            return await self.admin._retrying(
-                f"list_consumer_groups (node {node})", attempt, timeout
-            )
+            return await self._retrying(f"list_consumer_groups (node {node})", attempt, timeout)
 
         outcomes = await asyncio.gather(*(one(n) for n in brokers), return_exceptions=True)
         groups: list[ConsumerGroupListing] = []
@@ -209,7 +219,7 @@ class GroupAdmin:
                     )
                 request = DeleteRecordsRequest(
                     topics=[DeleteRecordsTopic(name=t, partitions=ps) for t, ps in topics.items()],
-                    timeout_ms=self.admin._server_timeout_ms(deadline),
+                    timeout_ms=self._server_timeout_ms(deadline),
                 )
                 version = await self.cluster.version_for(node, DELETE_RECORDS)
                 response = await self.cluster.send(node, request, version)
@@ -229,7 +239,7 @@ class GroupAdmin:
             if retry is not None:
                 raise retry
 
-        await self.admin._retrying("delete_records", attempt, timeout)
+        await self._retrying("delete_records", attempt, timeout)
         if final:
             raise AdminOperationError("delete_records", final, results)
         return results

@@ -310,7 +310,7 @@ class ClassicGroupMember:
         if self._heartbeats is not None:
             # Not from the heartbeat task itself (a poll timeout leaves from there): cancelled,
             # it never got to send the LeaveGroup nor to mark the partitions lost.
-            if self._heartbeats is not _current_task():
+            if self._heartbeats is not asyncio.current_task():
                 self._heartbeats.cancel()
             self._heartbeats = None
 
@@ -325,7 +325,7 @@ class ClassicGroupMember:
                     self.rebalance_timeout_ms,
                 )
                 await self.leave("consumer poll timeout has expired")
-                self.joined = True  # as it was: _reset marks what it owned as lost
+                self.lost = True  # it was joined: what it owned is the group's again
                 self._reset("poll timeout expired", forget_member_id=True)
                 return
             try:
@@ -392,13 +392,6 @@ class ClassicGroupMember:
             await self.link.send(request, version, timeout=5)
         except Exception as exc:  # best effort: the session timeout removes it anyway
             log.info("group %r: LeaveGroup failed: %s", self.group_id, exc)
-
-
-def _current_task() -> asyncio.Task[Any] | None:
-    try:
-        return asyncio.current_task()
-    except RuntimeError:  # no running loop
-        return None
 
 
 class _Retry(Exception):
