@@ -263,6 +263,12 @@ def test_follows_leadership_moves(kafka_cluster3):
         time.sleep(1.0)
         admin.elect_leaders([(topic, q.partition) for q in before])
         got += read(c, n - len(got), timeout=60)
+        # Each new leader was asked whether the log still holds the position (KIP-320).
+        deadline = time.monotonic() + 30
+        while c._core.fetcher.validations < 3 and time.monotonic() < deadline:
+            assert c.poll(0.2) == []
+        assert c._core.fetcher.validations >= 3  # one per partition at least
+        assert c._core.fetcher.truncations == 0
     assert len(got) == n
     assert len({(r.partition, r.offset) for r in got}) == n
 

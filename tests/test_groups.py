@@ -483,7 +483,7 @@ def test_partitions_stay_when_the_committed_offset_lookup_fails(kafka_cluster):
         c.commit({(topic, 0): 10, (topic, 1): 10})
     with kcore.Consumer(cfg) as c:
         offsets = c._core.group.offsets
-        real, calls = offsets.fetch, []
+        real, calls = offsets.fetch_with_epochs, []
 
         async def flaky(partitions, timeout):
             calls.append(sorted(partitions))
@@ -491,7 +491,7 @@ def test_partitions_stay_when_the_committed_offset_lookup_fails(kafka_cluster):
                 raise KcoreTimeoutError("injected: the coordinator did not answer")
             return await real(partitions, timeout)
 
-        offsets.fetch = flaky
+        offsets.fetch_with_epochs = flaky
         c.subscribe([topic])
         got: list = []
         wait_for(lambda: (got.extend(c.poll(0.2)) or True) and len(got) == 20, 60, "records")

@@ -63,9 +63,12 @@ class GroupOffsets:
         member: MemberIdentity,
         timeout: float | None,
         metadata: str | None = "",
+        epochs: Mapping[TopicPartition, int] | None = None,
     ) -> None:
-        """Commit ``offsets`` (the next offsets to read). Raises ``CommitFailedError`` when the
-        group rebalanced since, and the partition's Kafka error for any other failure."""
+        """Commit ``offsets`` (the next offsets to read) with, from ``epochs``, the leader
+        epoch of the record before each (KIP-320: a later reader checks the log was not
+        truncated below it). Raises ``CommitFailedError`` when the group rebalanced since, and
+        the partition's Kafka error for any other failure."""
         if not offsets:
             return
         by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
@@ -74,7 +77,7 @@ class GroupOffsets:
                 OffsetCommitRequestPartition(
                     partition_index=tp.partition,
                     committed_offset=offset,
-                    committed_leader_epoch=-1,
+                    committed_leader_epoch=-1 if epochs is None else epochs.get(tp, -1),
                     committed_metadata=metadata,
                 )
             )
@@ -129,6 +132,16 @@ class GroupOffsets:
         """The committed offsets of ``partitions`` (None: nothing committed; ``partitions``
         None: every partition the group has an offset for). With ``require_stable`` a
         partition with offsets in an open transaction waits (KIP-447)."""
+        found = await self.fetch_with_epochs(partitions, timeout, require_stable)
+        return {tp: None if c is None else c[0] for tp, c in found.items()}
+
+    async def fetch_with_epochs(
+        self,
+        partitions: Iterable[TopicPartition] | None,
+        timeout: float | None,
+        require_stable: bool = True,
+    ) -> dict[TopicPartition, tuple[int, int] | None]:
+        """As :meth:`fetch`, each offset with its committed leader epoch (-1: none)."""
         tps = None if partitions is None else list(partitions)
         if tps == []:
             return {}
@@ -155,13 +168,15 @@ class GroupOffsets:
             else:
                 top_code, topics = response.error_code, response.topics
             codes = {top_code} if top_code else set()
-            out: dict[TopicPartition, int | None] = {}
+            out: dict[TopicPartition, tuple[int, int] | None] = {}
             for t in topics:
                 for p in t.partitions:
                     if p.error_code:
                         codes.add(p.error_code)
                     offset = p.committed_offset
-                    out[TopicPartition(t.name, p.partition_index)] = offset if offset >= 0 else None
+                    out[TopicPartition(t.name, p.partition_index)] = (
+                        (offset, p.committed_leader_epoch) if offset >= 0 else None
+                    )
             if not codes:
                 return out if tps is None else {tp: out.get(tp) for tp in tps}
             code = next(iter(codes))

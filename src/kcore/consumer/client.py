@@ -80,7 +80,7 @@ class ConsumerCore:
         self.group = GroupCoordinator(self.cluster, cfg, self) if cfg["group.id"] else None
         if self.group is not None:
             offsets, timeout = self.group.offsets, self.group.api_timeout_s
-            self.fetcher.committed_lookup = lambda tps: offsets.fetch(tps, timeout)
+            self.fetcher.committed_lookup = lambda tps: offsets.fetch_with_epochs(tps, timeout)
         self.manual = False  # assign() was used (exclusive with subscribe, as in Java)
 
     async def start(self) -> None:
@@ -142,14 +142,17 @@ class ConsumerCore:
     def owned(self) -> set[TopicPartition]:
         return self.assignment()
 
-    def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The positions to commit: the partitions that have one."""
+    def positions(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """The positions to commit, of the partitions that have one: each with the leader
+        epoch of the record before it (-1: unknown), read together (KIP-320)."""
         with self.fetcher.lock:
             out = {}
             for tp in partitions:
                 st = self.fetcher.states.get(tp)
                 if st is not None and st.position is not None:
-                    out[tp] = st.position
+                    out[tp] = (st.position, st.offset_epoch)
             return out
 
     def add_partitions(self, partitions: Iterable[TopicPartition]) -> None:
@@ -215,7 +218,7 @@ class ConsumerCore:
             raise KcoreError(f"seek to a negative offset ({offset})")
         with self.fetcher.lock:
             st = self._state(tp)
-            st.position, st.reset_to = offset, None
+            st.seek(offset)
             self._drop_buffered(tp)
         self.wake()
 
@@ -223,7 +226,7 @@ class ConsumerCore:
         with self.fetcher.lock:
             for tp in _tps(partitions) or list(self.fetcher.states):
                 st = self._state(tp)
-                st.position, st.reset_to = None, where
+                st.seek(None, where)
                 self._drop_buffered(tp)
         self.wake()
 
@@ -313,7 +316,9 @@ class ConsumerCore:
         self.fetcher.completed.remove(data)
         st.queued -= 1
         st.queued_bytes -= len(data.records)
-        st.position = max(st.position or 0, data.end_offset)
+        if data.end_offset > (st.position or 0):
+            st.position = data.end_offset
+            st.offset_epoch = data.epoch_at(data.end_offset - 1)
         self.wake()
 
     async def edge_offsets(
@@ -369,6 +374,7 @@ class ConsumerCore:
                     out.extend(recs[data.taken : data.taken + n])
                     data.taken += n
                     st.position = recs[data.taken - 1].offset + 1
+                    st.offset_epoch = data.epoch_at(st.position - 1)
                 if data.taken >= len(recs):
                     self._finish(data, st)
         return out
@@ -416,6 +422,7 @@ class ConsumerCore:
                     data.taken += n
                     left -= n
                     st.position = part.column("offset")[n - 1].as_py() + 1
+                    st.offset_epoch = data.epoch_at(st.position - 1)
                 if data.taken >= rb.num_rows:
                     self._finish(data, st)
         if not batches:

@@ -37,17 +37,24 @@ from kcore.consumer.fetch_session import (
     FetchSession,
     PartitionFetch,
 )
+from kcore.consumer.validation import Truncated, ValidationAsk, judge
 from kcore.errors import (
     BrokerConnectionError,
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
+    LogTruncationError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
+    UnsupportedVersionError,
     error_for_code,
 )
-from kcore.protocol.messages import FetchRequest
+from kcore.protocol.messages import FetchRequest, OffsetForLeaderEpochRequest
 from kcore.protocol.messages.fetch_request import FetchPartition, FetchTopic, ForgottenTopic
+from kcore.protocol.messages.offset_for_leader_epoch_request import (
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 
 __all__ = ["FetchedData", "Fetcher", "PartitionState"]
 
@@ -58,14 +65,19 @@ _NO_PARTITION = TopicPartition("", -1)  # a queued error about no partition in p
 
 log = logging.getLogger("kcore.consumer")
 
+UNKNOWN_SERVER_ERROR = -1
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 KAFKA_STORAGE_ERROR = 56
 TOPIC_ID_VERSION = 13
+OFFSET_FOR_LEADER_EPOCH = 23  # API key
 
 
-# The group's committed offsets of some partitions (None: nothing committed).
-CommittedLookup = Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, int | None]]]
+# The group's committed offsets of some partitions, each with its leader epoch (None: nothing
+# committed).
+CommittedLookup = Callable[
+    [list[TopicPartition]], Awaitable[dict[TopicPartition, tuple[int, int] | None]]
+]
 
 
 @dataclass
@@ -84,6 +96,29 @@ class PartitionState:
     from_committed: bool = False
     errors: int = 0  # fetch errors in a row (its backoff grows with them)
     retry_at: float = 0.0  # after a fetch error: not fetched again before (time.monotonic())
+    # KIP-320, as Java's FetchPosition: the leader epoch of the record before ``position``
+    # (-1: unknown), and the partition leader's epoch the position is known to be valid
+    # under. When the metadata names a newer leader epoch, the position is validated with
+    # OffsetsForLeaderEpoch before the partition is fetched again (see validation.py).
+    offset_epoch: int = -1
+    leader_epoch: int = -1
+    validating: bool = False  # an OffsetsForLeaderEpoch request is out for it
+
+    def seek(self, position: int | None, reset_to: str | None = None) -> None:
+        """A new position (None: look one up), with no epoch: not validated (as Java's
+        seek without a leader epoch)."""
+        self.position, self.reset_to = position, reset_to
+        self.offset_epoch = self.leader_epoch = -1
+        self.validating = False
+
+    def unvalidated(self, current_leader_epoch: int) -> bool:
+        """Whether the position must be checked under the leader of ``current_leader_epoch``
+        before the partition is fetched (it has an epoch, and the leader is newer)."""
+        return (
+            self.offset_epoch >= 0
+            and self.position is not None
+            and current_leader_epoch > self.leader_epoch
+        )
 
 
 @dataclass
@@ -99,6 +134,15 @@ class FetchedData:
     # read_committed: (producer id, first offset) of the aborted transactions the response
     # named for this partition; None when there are none (poll filters only then).
     aborted: list[tuple[int, int]] | None = None
+    # (last offset, leader epoch) of each run of batches with one epoch, in offset order
+    epochs: list[tuple[int, int]] = field(default_factory=list)
+
+    def epoch_at(self, offset: int) -> int:
+        """The leader epoch of the batch holding ``offset`` (-1: unknown, magic 0/1)."""
+        for last, epoch in self.epochs:
+            if offset <= last:
+                return epoch
+        return self.epochs[-1][1] if self.epochs else -1
 
 
 @dataclass
@@ -128,9 +172,9 @@ class Fetcher:
     _served: int = 0
     _interrupted: bool = False
     # Set when the consumer has a group.id.
-    committed_lookup: (
-        Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, int | None]]] | None
-    ) = None
+    committed_lookup: CommittedLookup | None = None
+    validations: int = 0  # OffsetsForLeaderEpoch checks of positions made (KIP-320)
+    truncations: int = 0  # of which found the log truncated below the position
 
     def wakeup(self) -> None:
         if self._wakeup is not None:
@@ -246,6 +290,9 @@ class Fetcher:
                 ):
                     st.position = result.offset
                     st.reset_to = None
+                    st.offset_epoch = result.leader_epoch
+                    info = self.cluster.metadata.partition(tp.topic, tp.partition)
+                    st.leader_epoch = info.leader_epoch if info is not None else -1
                     found = True
         if failed is not None:
             raise failed
@@ -299,15 +346,18 @@ class Fetcher:
                 if st is None or not st.from_committed:
                     continue
                 st.from_committed = False  # asked once; without a commit: auto.offset.reset
-                offset = committed.get(tp)
-                if offset is not None and st.position is None and st.reset_to is None:
-                    st.position = offset
+                found_offset = committed.get(tp)
+                if found_offset is not None and st.position is None and st.reset_to is None:
+                    # With its epoch, validated against the leader before the first fetch.
+                    st.position, st.offset_epoch = found_offset
+                    st.leader_epoch = -1
                     found = True
         return found
 
     def _send_fetches(self) -> None:
         md = self.cluster.metadata
         by_node: dict[int, dict[TopicPartition, PartitionFetch]] = {}
+        to_validate: dict[int, dict[TopicPartition, ValidationAsk]] = {}
         with self.lock:
             full = sum(st.queued_bytes for st in self.states.values()) >= self.max_bytes
             now = time.monotonic()
@@ -316,6 +366,7 @@ class Fetcher:
                 for tp, st in self.states.items()
                 if not (st.paused or st.position is None or st.queued >= PREFETCH_RESPONSES)
                 and not (full and st.queued)
+                and not st.validating
                 and st.retry_at <= now
             ]
             ready.sort(key=lambda item: item[0])  # stable: assignment order among equals
@@ -328,6 +379,19 @@ class Fetcher:
                 if leader.node_id in self._busy_nodes:
                     continue
                 info = md.partition(tp.topic, tp.partition)
+                current = info.leader_epoch if info is not None else -1
+                if st.unvalidated(current):
+                    # A new leader (or a position restored with its epoch): check the log was
+                    # not truncated below the position before fetching on (KIP-320). What was
+                    # read ahead from the old leader may be what it lost.
+                    assert st.position is not None
+                    self.drop_queued(tp)
+                    st.validating = True
+                    to_validate.setdefault(leader.node_id, {})[tp] = ValidationAsk(
+                        st.position, st.offset_epoch, current
+                    )
+                    continue
+                st.leader_epoch = max(st.leader_epoch, current)
                 offset = st.fetch_position if st.fetch_position is not None else st.position
                 assert offset is not None  # filtered above
                 by_node.setdefault(leader.node_id, {})[tp] = PartitionFetch(
@@ -335,9 +399,14 @@ class Fetcher:
                     info.leader_epoch if info is not None else -1,
                     max(self.partition_max_bytes, st.batch_bytes),
                 )
+        loop = asyncio.get_running_loop()
         for node, parts in by_node.items():
             self._busy_nodes.add(node)
-            task = asyncio.get_running_loop().create_task(self._fetch(node, parts))
+            task = loop.create_task(self._fetch(node, parts))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        for node, asks in to_validate.items():
+            task = loop.create_task(self._validate(node, asks))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -452,12 +521,16 @@ class Fetcher:
             )
             if st is None or expected != offset:
                 return  # unassigned or sought meanwhile: the data is stale
+            info = self.cluster.metadata.partition(tp.topic, tp.partition)
+            if st.validating or st.unvalidated(info.leader_epoch if info is not None else -1):
+                return  # from a leader since replaced: the position is checked first
             st.high_watermark = p.high_watermark
             if code == 0:
                 st.errors = 0
                 records = p.records
                 if records is not None and len(records) > 0:
-                    end, complete = _complete_end(records)
+                    epochs: list[tuple[int, int]] = []
+                    end, complete = _complete_end(records, epochs)
                     if not complete:  # only part of the next batch: ask for all of it next
                         st.batch_bytes = _first_batch_size(records)
                         return
@@ -467,7 +540,9 @@ class Fetcher:
                     st.queued += 1
                     st.queued_bytes += len(records)
                     st.fetch_position = max(end, offset)
-                    data = FetchedData(tp, offset, records, p.high_watermark, max(end, offset))
+                    data = FetchedData(
+                        tp, offset, records, p.high_watermark, max(end, offset), epochs=epochs
+                    )
                     if self.isolation_level and p.aborted_transactions:
                         data.aborted = [
                             (a.producer_id, a.first_offset) for a in p.aborted_transactions
@@ -497,7 +572,7 @@ class Fetcher:
                 log.info(
                     "%s: offset %s out of range; resetting (%s)", tp, offset, self.reset_policy
                 )
-                st.position = None
+                st.seek(None)
                 return
             self._partition_failed(tp, st, offset, code)
 
@@ -522,6 +597,129 @@ class Fetcher:
         else:
             log.warning("%s: fetch at offset %s: %s", name, offset, err.name if err else code)
         self._back_off(st)
+
+    async def _validate(self, node: int, asks: dict[TopicPartition, ValidationAsk]) -> None:
+        """Ask the leader ``node`` where each position's epoch ends in its log (KIP-320) and
+        act on the answers (see validation.py)."""
+        try:
+            try:
+                version = await self.cluster.version_for(
+                    node, OFFSET_FOR_LEADER_EPOCH, min_version=3
+                )
+            except UnsupportedVersionError:
+                # As Java: a broker too old to answer consumers (v3, Kafka 2.3) is trusted.
+                with self.lock:
+                    for tp, ask in asks.items():
+                        st = self.states.get(tp)
+                        if st is not None and st.validating and st.position == ask.position:
+                            st.validating = False
+                            st.leader_epoch = ask.current_leader_epoch
+                return
+            topics: dict[str, list[OffsetForLeaderPartition]] = {}
+            for tp, ask in asks.items():
+                topics.setdefault(tp.topic, []).append(
+                    OffsetForLeaderPartition(
+                        partition=tp.partition,
+                        current_leader_epoch=ask.current_leader_epoch,
+                        leader_epoch=ask.offset_epoch,
+                    )
+                )
+            request = OffsetForLeaderEpochRequest(
+                replica_id=-1,
+                topics=[OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+            )
+            response = await self.cluster.send(node, request, version)
+            answered: set[TopicPartition] = set()
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.topic, p.partition)
+                    if tp in asks:
+                        answered.add(tp)
+                        self._validated(tp, asks[tp], p.error_code, p.end_offset, p.leader_epoch)
+            for tp in asks.keys() - answered:
+                self._validated(tp, asks[tp], UNKNOWN_SERVER_ERROR, -1, -1)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a connection down, a timeout (or a bug): ask again later
+            if not isinstance(exc, (BrokerConnectionError, KcoreTimeoutError, KafkaError)):
+                log.exception("validating positions at node %s", node)
+            else:
+                log.debug("validating positions at node %s failed: %s", node, exc)
+            with self.lock:
+                for tp in asks:
+                    st = self.states.get(tp)
+                    if st is not None and st.validating:
+                        st.validating = False
+                        self._back_off(st)
+        finally:
+            self.wakeup()
+
+    def _validated(
+        self, tp: TopicPartition, ask: ValidationAsk, code: int, end_offset: int, end_epoch: int
+    ) -> None:
+        """Apply one partition's OffsetsForLeaderEpoch answer."""
+        name = f"{tp.topic}-{tp.partition}"
+        with self.lock:
+            st = self.states.get(tp)
+            if st is None or not st.validating:
+                return  # unassigned, or sought meanwhile (a seek ends the validation)
+            st.validating = False
+            if st.position != ask.position:
+                return  # moved meanwhile: checked again at the next fetch
+            if code:
+                err = error_for_code(code)
+                if code in STALE_METADATA_CODES:
+                    self.cluster.cache.request_update()
+                elif err is not None and not err.retriable and code != UNKNOWN_SERVER_ERROR:
+                    self._queue_partition_error(
+                        tp, err.with_message(f"{name}: checking the position: {err.message}")
+                    )
+                log.debug("%s: position check: %s", name, err.name if err else code)
+                self._back_off(st)
+                return
+            self.validations += 1
+            outcome = judge(ask, end_offset, end_epoch, self.reset_policy)
+            if outcome is None:
+                st.leader_epoch = ask.current_leader_epoch
+                st.errors = 0
+                return
+            self.truncations += 1
+            if isinstance(outcome, Truncated):
+                # As Java: the position stays unvalidated (not fetched), is checked again
+                # after a backoff and reported again, until the caller seeks.
+                self._back_off(st)
+                div = outcome.divergent
+                where = "an unknown offset" if div.offset < 0 else f"offset {div.offset}"
+                self._queue_partition_error(
+                    tp,
+                    LogTruncationError(
+                        f"{name}: the log was truncated below position {ask.position} (it "
+                        f"diverges at {where}) and auto.offset.reset is none: seek to go on",
+                        {tp: ask.position},
+                        {tp: None if div.offset < 0 else (div.offset, div.epoch)},
+                    ),
+                )
+                return
+            if outcome.offset < 0:
+                log.warning(
+                    "%s: truncation detected at position %s (the leader does not know epoch "
+                    "%s); resetting (%s)",
+                    name,
+                    ask.position,
+                    ask.offset_epoch,
+                    self.reset_policy,
+                )
+                st.seek(None)
+                return
+            log.warning(
+                "%s: truncation detected at position %s; resuming at %s, the first offset "
+                "known to diverge",
+                name,
+                ask.position,
+                outcome.offset,
+            )
+            st.position, st.offset_epoch = outcome.offset, outcome.epoch
+            st.leader_epoch = ask.current_leader_epoch
 
     def _back_off(self, st: PartitionState) -> None:
         delay = self.cluster.retry_backoff.backoff_s(st.errors)
@@ -657,21 +855,29 @@ def _passing(error: BaseException) -> bool:
     return isinstance(error, (BrokerConnectionError, KcoreTimeoutError))
 
 
-def _complete_end(records: Any) -> tuple[int, int]:
+def _complete_end(records: Any, epochs: list[tuple[int, int]] | None = None) -> tuple[int, int]:
     """The offset after the last complete batch in ``records`` and how many bytes the complete
     batches take (0: not even the first is whole). Reads only batch headers: base offset,
     length, magic and, in magic 2, the last offset delta; a magic 0/1 entry carries the last
-    offset of what it wraps."""
+    offset of what it wraps. ``epochs`` gets (last offset, leader epoch) of each run of
+    batches with one partition leader epoch (magic 2 only; -1 for older batches)."""
     pos, end, size = 0, -1, len(records)
     while pos + BATCH_HEADER <= size:
         length = int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True)
         if length < 0 or pos + BATCH_HEADER + length > size:
             break
         base = int.from_bytes(records[pos : pos + 8], "big", signed=True)
+        epoch = -1
         if length >= 15 and records[pos + 16] == 2:  # magic 2: lastOffsetDelta at 23
             delta = int.from_bytes(records[pos + 23 : pos + 27], "big", signed=True)
             end = max(end, base + delta + 1)
+            epoch = int.from_bytes(records[pos + 12 : pos + 16], "big", signed=True)
         else:
             end = max(end, base + 1)
+        if epochs is not None:
+            if epochs and epochs[-1][1] == epoch:
+                epochs[-1] = (end - 1, epoch)
+            else:
+                epochs.append((end - 1, epoch))
         pos += BATCH_HEADER + length
     return end, pos

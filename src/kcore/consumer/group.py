@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import operator
 import re
 import time
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
@@ -55,7 +56,9 @@ class Assignment(Protocol):
     """What the group needs from the consumer's partition state."""
 
     def owned(self) -> set[TopicPartition]: ...
-    def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]: ...
+    def positions(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int]]: ...
     def add_partitions(self, partitions: Iterable[TopicPartition]) -> None: ...
     def remove_partitions(self, partitions: Iterable[TopicPartition]) -> None: ...
     def interrupt_wait(self) -> None: ...
@@ -307,7 +310,9 @@ class GroupCoordinator:
             and (member.join_pending or not member.joined)
         )
 
-    async def _commit_coro(self, offsets: Mapping[TopicPartition, int]) -> None:
+    async def _commit_coro(self, offsets: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        """Commit ``offsets``: each an offset and the leader epoch of the record before it
+        (KIP-320; -1 when unknown, as for offsets the caller names)."""
         if offsets and self._joining():
             # As Java: not sent (it would go out as generation -1 and fail as if the group had
             # moved on); the partitions are still this member's until the join says otherwise.
@@ -315,8 +320,12 @@ class GroupCoordinator:
                 f"offset commit of group {self.group_id!r}: the group is rebalancing; poll to "
                 "finish joining, then commit again"
             )
+        plain = {tp: offset for tp, (offset, _) in offsets.items()}
+        epochs = {tp: epoch for tp, (_, epoch) in offsets.items()}
         try:
-            await self.offsets.commit(offsets, self.member.identity, self.api_timeout_s)
+            await self.offsets.commit(
+                plain, self.member.identity, self.api_timeout_s, epochs=epochs
+            )
         except (CommitFailedError, RebalanceInProgressError):
             if isinstance(self.member, ClassicGroupMember):
                 self.member.request_rejoin("a commit found the group rebalanced")
@@ -326,10 +335,10 @@ class GroupCoordinator:
         self, offsets: Mapping[TopicPartition, int] | None
     ) -> Coroutine[Any, Any, None]:
         if offsets is None:
-            offsets = self.assignment.positions(self.assignment.owned())
-        return self._commit_coro(dict(offsets))
+            return self._commit_coro(self.assignment.positions(self.assignment.owned()))
+        return self._commit_coro({tp: (operator.index(o), -1) for tp, o in offsets.items()})
 
-    def _commit_in_background(self, offsets: Mapping[TopicPartition, int]) -> None:
+    def _commit_in_background(self, offsets: Mapping[TopicPartition, tuple[int, int]]) -> None:
         """Auto-commit: fire and forget (a failure is logged; the next one carries on)."""
         if not offsets:
             return

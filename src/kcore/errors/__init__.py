@@ -34,6 +34,7 @@ from ._codes import ERRORS_BY_NAME as ERRORS_BY_NAME
 from ._codes import RETRIABLE_CODES as RETRIABLE_CODES
 from ._codes import UnknownKafkaErrorCode as UnknownKafkaErrorCode
 from ._codes import error_for_code as error_for_code
+from ._truncation import LogTruncationError
 
 __all__ = [
     "BootstrapError",
@@ -48,6 +49,7 @@ __all__ = [
     "KafkaError",
     "KcoreError",
     "KcoreTimeoutError",
+    "LogTruncationError",
     "ProtocolError",
     "TransactionAbortedError",
     "TransactionStateError",

@@ -1,0 +1,173 @@
+"""Position validation after a leader change (KIP-320): the decision without sockets, the
+batches' leader epochs the fetcher keeps, and against a real broker a committed position above
+what its leader epoch holds (the mark of a truncated log) found and handled as Java does."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+import kcore
+from kcore.admin import NewTopic, TopicPartition
+from kcore.cluster.group_offsets import MemberIdentity
+from kcore.codec import RecordBatchBuilder
+from kcore.consumer.fetcher import FetchedData, _complete_end
+from kcore.consumer.validation import Diverged, Truncated, ValidationAsk, judge
+from kcore.errors import LogTruncationError, OffsetOutOfRangeError
+
+# --- the decision ----------------------------------------------------------------------------
+
+
+def test_judge_keeps_a_position_the_epoch_reaches() -> None:
+    ask = ValidationAsk(position=100, offset_epoch=3, current_leader_epoch=5)
+    assert judge(ask, 100, 3, "earliest") is None  # the epoch ends exactly there
+    assert judge(ask, 250, 3, "none") is None
+
+
+def test_judge_finds_truncation_below_the_position() -> None:
+    ask = ValidationAsk(position=100, offset_epoch=3, current_leader_epoch=5)
+    assert judge(ask, 80, 2, "earliest") == Diverged(80, 2)
+    assert judge(ask, 80, 2, "latest") == Diverged(80, 2)
+    assert judge(ask, 80, 2, "by_duration") == Diverged(80, 2)
+    assert judge(ask, 80, 2, "none") == Truncated(Diverged(80, 2))
+    # The leader knows no epoch at or below 3: the divergence point is unknown.
+    assert judge(ask, -1, -1, "earliest") == Diverged(-1, -1)
+    assert judge(ask, -1, -1, "none") == Truncated(Diverged(-1, -1))
+
+
+# --- the epochs of fetched batches -------------------------------------------------------------
+
+
+def _batch(base: int, n: int, epoch: int) -> bytes:
+    b = RecordBatchBuilder("none", base_offset=base)
+    for i in range(n):
+        b.append(None, b"v%d" % i, 1000 + i)
+    buf = bytearray(b.build())
+    # The partition leader epoch (bytes 12-15) is the broker's to set; the CRC does not cover it.
+    buf[12:16] = epoch.to_bytes(4, "big", signed=True)
+    return bytes(buf)
+
+
+def test_fetched_batches_record_their_leader_epochs() -> None:
+    data = _batch(0, 5, 1) + _batch(5, 5, 1) + _batch(10, 3, 4) + _batch(13, 2, 6)
+    epochs: list[tuple[int, int]] = []
+    assert _complete_end(data + _batch(15, 4, 6)[:30], epochs) == (15, len(data))
+    assert epochs == [(9, 1), (12, 4), (14, 6)]  # one run per epoch, the partial batch left out
+    fetched = FetchedData(TopicPartition("t", 0), 0, data, 15, 15, epochs=epochs)
+    assert [fetched.epoch_at(o) for o in (0, 9, 10, 12, 13, 14)] == [1, 1, 4, 4, 6, 6]
+    assert FetchedData(TopicPartition("t", 0), 0, b"", 0).epoch_at(3) == -1
+
+
+# --- against a real broker ---------------------------------------------------------------------
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _commit_with_epoch(bootstrap: str, group: str, tp: TopicPartition, offset: int, epoch: int):
+    """What a consumer that read up to ``offset`` under leader epoch ``epoch`` commits."""
+    with kcore.Consumer({"bootstrap.servers": bootstrap, "group.id": group}) as c:
+        offsets = c._core.require_group().offsets
+        c._loop.run(offsets.commit({tp: offset}, MemberIdentity(), 30, epochs={tp: epoch}), 60)
+        found = c._loop.run(offsets.fetch_with_epochs([tp], 30), 60)
+    assert found == {tp: (offset, epoch)}
+
+
+def _wait_for(check, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_committed_position_past_its_epoch_resumes_where_the_logs_diverge(kafka_cluster):
+    """A group committed offset 50 as read under leader epoch 0, but the partition's log
+    holds only 10 records of epoch 0: records the group read are gone (as after an unclean
+    election). As Java, the consumer asks the leader where epoch 0 ends and resumes there,
+    at offset 10, instead of fetching at 50, failing out of range and going back to the
+    start (which would deliver offsets 0-9 again)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = _name("validate"), _name("g")
+    tp = TopicPartition(topic, 0)
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(10):
+            p.send(topic, b"old-%d" % i)
+        p.flush(30)
+    _commit_with_epoch(bootstrap, group, tp, 50, 0)
+    cfg = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    with kcore.Consumer(cfg) as c:
+        c.assign([tp])
+        fetcher = c._core.fetcher
+        _wait_for(lambda: fetcher.truncations == 1 and c.position(tp) == 10)
+        with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+            for i in range(3):
+                p.send(topic, b"new-%d" % i)
+            p.flush(30)
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += c.poll(0.5)
+        assert [(r.offset, r.value) for r in got] == [
+            (10, b"new-0"),
+            (11, b"new-1"),
+            (12, b"new-2"),
+        ]
+        # What it commits carries the epoch of the record before the position.
+        c.commit()
+        offsets = c._core.require_group().offsets
+        assert c._loop.run(offsets.fetch_with_epochs([tp], 30), 60) == {tp: (13, 0)}
+
+    # auto.offset.reset=none: reported (as Java's LogTruncationException, an
+    # OffsetOutOfRangeError), again at each poll, until the caller seeks.
+    _commit_with_epoch(bootstrap, group, tp, 50, 0)
+    with kcore.Consumer({**cfg, "auto.offset.reset": "none"}) as c:
+        c.assign([tp])
+        for _ in range(2):
+            with pytest.raises(LogTruncationError, match="truncated below position 50") as e:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    c.poll(0.5)
+            assert isinstance(e.value, OffsetOutOfRangeError)
+            assert e.value.partitions == {tp: 50}
+            assert e.value.divergent_offsets == {tp: (13, 0)}
+            assert c.position(tp) == 50
+        c.seek(tp, 11)  # a seek names no epoch: nothing to check
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += c.poll(0.5)
+        assert [r.offset for r in got] == [11, 12]
+
+
+def test_a_position_within_its_epoch_is_kept(kafka_cluster):
+    """The common case: the committed position is within what its epoch holds; checked once
+    (the leader epoch it was committed under is not known to be current) and kept."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = _name("validate-ok"), _name("g")
+    tp = TopicPartition(topic, 0)
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(10):
+            p.send(topic, b"%d" % i)
+        p.flush(30)
+    _commit_with_epoch(bootstrap, group, tp, 6, 0)
+    cfg = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"}
+    with kcore.Consumer(cfg) as c:
+        c.assign([tp])
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < 4 and time.monotonic() < deadline:
+            got += c.poll(0.5)
+        assert [r.offset for r in got] == [6, 7, 8, 9]
+        assert (c._core.fetcher.validations, c._core.fetcher.truncations) == (1, 0)
