@@ -181,18 +181,8 @@ class AsyncAdminClient(GroupOperations):
         the call's deadline (it doubled the call's time before): the change itself
         succeeded."""
         names = list(topics)
-        if not names:
-            return
-        attempt = 0
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                md = await asyncio.wait_for(self.cluster.refresh_metadata(names), remaining)
-            except (KcoreError, TimeoutError):  # the change itself already succeeded
-                md = None
-            if md is not None and done(md):
-                return
-            await asyncio.sleep(min(0.05 * (attempt + 1), 0.5))
-            attempt += 1
+        if names and deadline > time.monotonic():
+            await self.cluster.refresh_until(names, done, deadline)
 
     def _server_timeout_ms(self, deadline: float) -> int:
         """How long the broker may take (a request's ``timeout_ms``): at most request.timeout.ms

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -579,6 +579,32 @@ class ClusterClient:
                 refreshed = True
             except (BrokerConnectionError, asyncio.TimeoutError):
                 continue
+
+    async def refresh_until(
+        self,
+        topics: Iterable[str],
+        done: Callable[[ClusterMetadata], bool],
+        deadline: float,
+    ) -> ClusterMetadata | None:
+        """Refresh the metadata of ``topics`` until ``done`` holds for it (the metadata is
+        returned) or ``deadline`` (``time.monotonic()``) passes (None), ``retry.backoff.ms``
+        apart and growing. A failed refresh counts as one that did not satisfy ``done``."""
+        names = list(topics)
+        attempt = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                await asyncio.wait_for(self.refresh_metadata(names), max(remaining, 0.001))
+            except (KcoreError, asyncio.TimeoutError):
+                pass  # judged by ``done`` and the deadline
+            md = self.cache.current
+            if done(md):
+                return md
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            await asyncio.sleep(min(remaining, self.retry_backoff.backoff_s(attempt)))
+            attempt += 1
 
     async def leader_for(
         self, topic: str, partition: int, timeout: float | None = None

@@ -13,10 +13,10 @@ from typing import Any
 from kcore._codec import SendPath, record_size_upper_bound
 from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
 from kcore.cluster.client import ClusterClient
+from kcore.cluster.metadata import ClusterMetadata
 from kcore.codec import partition_for_key
 from kcore.config import ClientConfig
 from kcore.errors import (
-    BrokerConnectionError,
     KcoreError,
     KcoreTimeoutError,
     MessageTooLargeError,
@@ -165,25 +165,18 @@ class ProducerCore:
             self.txn.abortable(error)
 
     async def _wait_for_partition(self, topic: str, partition: int, deadline: float) -> Any:
-        attempt = 0
-        while True:
-            try:
-                left = max(deadline - time.monotonic(), 0.001)
-                await asyncio.wait_for(self.cluster.refresh_metadata([topic]), left)
-            except (BrokerConnectionError, KcoreTimeoutError, asyncio.TimeoutError):
-                pass  # judged by the deadline below
-            info = self.cluster.metadata.topics.get(topic)
-            count = len(info.partitions) if info is not None else 0
-            if partition < count:
-                return info
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise KcoreTimeoutError(  # Java's words
-                    f"Partition {partition} of topic {topic} with partition count {count} is "
-                    f"not present in metadata after {self.max_block_s * 1000:g} ms."
-                )
-            await asyncio.sleep(min(left, self.cluster.retry_backoff.backoff_s(attempt)))
-            attempt += 1
+        def count(md: ClusterMetadata) -> int:
+            info = md.topics.get(topic)
+            return len(info.partitions) if info is not None else 0
+
+        md = await self.cluster.refresh_until([topic], lambda md: partition < count(md), deadline)
+        if md is None:
+            raise KcoreTimeoutError(  # Java's words
+                f"Partition {partition} of topic {topic} with partition count "
+                f"{count(self.cluster.metadata)} is not present in metadata after "
+                f"{self.max_block_s * 1000:g} ms."
+            )
+        return md.topics[topic]
 
     def cached_partitions(self, topic: str) -> tuple[int, list[int]] | None:
         """The same from the metadata snapshot (any thread), or None if the topic is unknown.
