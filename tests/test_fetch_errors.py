@@ -42,7 +42,7 @@ def answer(f: Fetcher, code: int, times: int = 1, tp: TopicPartition = TP) -> No
     async def go() -> None:
         for _ in range(times):
             response = SimpleNamespace(error_code=code, high_watermark=-1, records=None)
-            f._handle_partition(tp, f.states[tp].position, response)
+            f._handle_partition(tp, f.states[tp].position, -1, response)
 
     asyncio.run(go())
 

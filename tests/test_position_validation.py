@@ -171,3 +171,48 @@ def test_a_position_within_its_epoch_is_kept(kafka_cluster):
             got += c.poll(0.5)
         assert [r.offset for r in got] == [6, 7, 8, 9]
         assert (c._core.fetcher.validations, c._core.fetcher.truncations) == (1, 0)
+
+
+# --- the partition state's epochs (review findings) --------------------------------------------
+
+
+def test_taking_data_binds_the_position_to_the_epoch_it_was_fetched_under() -> None:
+    from kcore.consumer.fetcher import PartitionState
+
+    st = PartitionState()
+    st.seek(0)
+    assert not st.unvalidated(3)  # a seek names no epoch: nothing to check
+    st.leader_epoch = 3  # fetched on under leader epoch 3 (no epoch to check by)
+    data = _batch(0, 5, 2)
+    epochs: list[tuple[int, int]] = []
+    _complete_end(data, epochs)
+    # Read ahead under epoch 2 (an older leader), handed out after the leader changed to 3:
+    fetched = FetchedData(TopicPartition("t", 0), 0, data, 5, 5, epochs=epochs, leader_epoch=2)
+    st.took(fetched, 5)
+    assert (st.position, st.offset_epoch, st.leader_epoch) == (5, 2, 2)
+    assert st.unvalidated(3)  # so the position is checked with the new leader
+    assert not st.unvalidated(2) and not st.unvalidated(-1)
+    st.seek(9)
+    assert (st.offset_epoch, st.leader_epoch, st.validating) == (-1, -1, None)
+
+
+def test_a_response_from_a_request_under_another_leader_epoch_is_dropped() -> None:
+    """A late answer of the old leader arriving after the position was checked with the new
+    one must not be handed out (its records may be the ones the new leader lost)."""
+    from types import SimpleNamespace
+
+    from kcore.consumer.fetcher import Fetcher, PartitionState
+
+    fetcher = Fetcher(None, 500, 1, 1 << 20, 1 << 20, 0, "earliest")  # type: ignore[arg-type]
+    tp = TopicPartition("t", 0)
+    st = PartitionState()
+    st.seek(0)
+    st.offset_epoch, st.leader_epoch = 1, 5  # checked under leader epoch 5
+    fetcher.states[tp] = st
+    response = SimpleNamespace(
+        error_code=0, records=_batch(0, 5, 4), high_watermark=5, aborted_transactions=None
+    )
+    fetcher._handle_partition(tp, 0, 4, response)  # asked under epoch 4: stale
+    assert not fetcher.completed and st.fetch_position is None
+    fetcher._handle_partition(tp, 0, 5, response)
+    assert len(fetcher.completed) == 1 and fetcher.completed[0].leader_epoch == 5

@@ -305,6 +305,12 @@ class ConsumerCore:
                 f.drop_queued(data.tp)  # sought since it was fetched: all of it is stale
                 self.wake()
                 continue
+            if st.unvalidated(f.leader_epoch(data.tp)):
+                # The leader changed since this was fetched (KIP-320): the position is checked
+                # with the new one first, and the old leader's read-ahead is not handed out.
+                f.drop_queued(data.tp, keep_errors=True)
+                self.wake()
+                continue
             if st.paused:
                 continue  # kept for resume, not handed out (as Java's pause)
             return data
@@ -317,8 +323,7 @@ class ConsumerCore:
         st.queued -= 1
         st.queued_bytes -= len(data.records)
         if data.end_offset > (st.position or 0):
-            st.position = data.end_offset
-            st.offset_epoch = data.epoch_at(data.end_offset - 1)
+            st.took(data, data.end_offset)
         self.wake()
 
     async def edge_offsets(
@@ -373,8 +378,7 @@ class ConsumerCore:
                 if n:
                     out.extend(recs[data.taken : data.taken + n])
                     data.taken += n
-                    st.position = recs[data.taken - 1].offset + 1
-                    st.offset_epoch = data.epoch_at(st.position - 1)
+                    st.took(data, recs[data.taken - 1].offset + 1)
                 if data.taken >= len(recs):
                     self._finish(data, st)
         return out
@@ -421,8 +425,7 @@ class ConsumerCore:
                     batches.append(_with_topic(part, data.tp))
                     data.taken += n
                     left -= n
-                    st.position = part.column("offset")[n - 1].as_py() + 1
-                    st.offset_epoch = data.epoch_at(st.position - 1)
+                    st.took(data, part.column("offset")[n - 1].as_py() + 1)
                 if data.taken >= rb.num_rows:
                     self._finish(data, st)
         if not batches:

@@ -102,23 +102,34 @@ class PartitionState:
     # OffsetsForLeaderEpoch before the partition is fetched again (see validation.py).
     offset_epoch: int = -1
     leader_epoch: int = -1
-    validating: bool = False  # an OffsetsForLeaderEpoch request is out for it
+    validating: ValidationAsk | None = None  # the OffsetsForLeaderEpoch question out for it
 
     def seek(self, position: int | None, reset_to: str | None = None) -> None:
         """A new position (None: look one up), with no epoch: not validated (as Java's
         seek without a leader epoch)."""
         self.position, self.reset_to = position, reset_to
         self.offset_epoch = self.leader_epoch = -1
-        self.validating = False
+        self.validating = None
 
     def unvalidated(self, current_leader_epoch: int) -> bool:
         """Whether the position must be checked under the leader of ``current_leader_epoch``
-        before the partition is fetched (it has an epoch, and the leader is newer)."""
+        before more of the partition is fetched or handed out: it has an epoch, and the leader
+        changed since it was known valid (as Java's, any change: the metadata cache refuses
+        older epochs, but a re-created topic starts again at 0)."""
         return (
             self.offset_epoch >= 0
             and self.position is not None
-            and current_leader_epoch > self.leader_epoch
+            and current_leader_epoch >= 0
+            and current_leader_epoch != self.leader_epoch
         )
+
+    def took(self, data: FetchedData, position: int) -> None:
+        """``poll`` handed out ``data`` up to ``position``: the position takes the epoch of
+        the record before it and is valid under the leader epoch the data was fetched under
+        (older than the current one if the leader changed since: then it is checked)."""
+        self.position = position
+        self.offset_epoch = data.epoch_at(position - 1)
+        self.leader_epoch = data.leader_epoch
 
 
 @dataclass
@@ -136,6 +147,7 @@ class FetchedData:
     aborted: list[tuple[int, int]] | None = None
     # (last offset, leader epoch) of each run of batches with one epoch, in offset order
     epochs: list[tuple[int, int]] = field(default_factory=list)
+    leader_epoch: int = -1  # the partition leader's epoch the fetch was made under
 
     def epoch_at(self, offset: int) -> int:
         """The leader epoch of the batch holding ``offset`` (-1: unknown, magic 0/1)."""
@@ -204,6 +216,11 @@ class Fetcher:
                 await asyncio.wait_for(self._wakeup.wait(), 0.5)
             except asyncio.TimeoutError:
                 pass
+
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        """The partition leader's epoch in the current metadata (-1: unknown)."""
+        info = self.cluster.metadata.partition(tp.topic, tp.partition)
+        return info.leader_epoch if info is not None else -1
 
     def lacks_reset(self, tp: TopicPartition) -> bool:
         """``tp`` was found to have no committed offset under ``auto.offset.reset=none``."""
@@ -288,11 +305,7 @@ class Fetcher:
                     and st.position is None
                     and todo.get(tp) == (st.reset_to or self.reset_policy)
                 ):
-                    st.position = result.offset
-                    st.reset_to = None
-                    st.offset_epoch = result.leader_epoch
-                    info = self.cluster.metadata.partition(tp.topic, tp.partition)
-                    st.leader_epoch = info.leader_epoch if info is not None else -1
+                    st.seek(result.offset)  # no epoch, as Java's reset: nothing to validate
                     found = True
         if failed is not None:
             raise failed
@@ -359,14 +372,28 @@ class Fetcher:
         by_node: dict[int, dict[TopicPartition, PartitionFetch]] = {}
         to_validate: dict[int, dict[TopicPartition, ValidationAsk]] = {}
         with self.lock:
-            full = sum(st.queued_bytes for st in self.states.values()) >= self.max_bytes
             now = time.monotonic()
+            # Positions first (KIP-320): whatever else holds a partition back (pause, a full
+            # queue, a busy broker), one whose leader changed is checked before more of it is
+            # fetched or handed out, and what was read ahead from the old leader is dropped.
+            for tp, st in self.states.items():
+                if st.validating is not None or st.retry_at > now:
+                    continue
+                info = md.partition(tp.topic, tp.partition)
+                leader = md.leader_for(tp.topic, tp.partition)
+                if info is None or leader is None or not st.unvalidated(info.leader_epoch):
+                    continue
+                assert st.position is not None
+                self.drop_queued(tp, keep_errors=True)
+                st.validating = ValidationAsk(st.position, st.offset_epoch, info.leader_epoch)
+                to_validate.setdefault(leader.node_id, {})[tp] = st.validating
+            full = sum(st.queued_bytes for st in self.states.values()) >= self.max_bytes
             ready = [
                 (st.served, tp, st)
                 for tp, st in self.states.items()
                 if not (st.paused or st.position is None or st.queued >= PREFETCH_RESPONSES)
                 and not (full and st.queued)
-                and not st.validating
+                and st.validating is None
                 and st.retry_at <= now
             ]
             ready.sort(key=lambda item: item[0])  # stable: assignment order among equals
@@ -381,17 +408,8 @@ class Fetcher:
                 info = md.partition(tp.topic, tp.partition)
                 current = info.leader_epoch if info is not None else -1
                 if st.unvalidated(current):
-                    # A new leader (or a position restored with its epoch): check the log was
-                    # not truncated below the position before fetching on (KIP-320). What was
-                    # read ahead from the old leader may be what it lost.
-                    assert st.position is not None
-                    self.drop_queued(tp)
-                    st.validating = True
-                    to_validate.setdefault(leader.node_id, {})[tp] = ValidationAsk(
-                        st.position, st.offset_epoch, current
-                    )
-                    continue
-                st.leader_epoch = max(st.leader_epoch, current)
+                    continue  # in backoff after a failed check
+                st.leader_epoch = current  # no epoch to check the position by
                 offset = st.fetch_position if st.fetch_position is not None else st.position
                 assert offset is not None  # filtered above
                 by_node.setdefault(leader.node_id, {})[tp] = PartitionFetch(
@@ -508,9 +526,11 @@ class Fetcher:
                 asked = wanted.get(tp)
                 if asked is None:
                     continue
-                self._handle_partition(tp, asked.fetch_offset, p)
+                self._handle_partition(tp, asked.fetch_offset, asked.leader_epoch, p)
 
-    def _handle_partition(self, tp: TopicPartition, offset: int, p: Any) -> None:
+    def _handle_partition(self, tp: TopicPartition, offset: int, epoch: int, p: Any) -> None:
+        """One partition of a Fetch response to a request made at ``offset`` under leader
+        epoch ``epoch``."""
         code = p.error_code
         with self.lock:
             st = self.states.get(tp)
@@ -521,9 +541,8 @@ class Fetcher:
             )
             if st is None or expected != offset:
                 return  # unassigned or sought meanwhile: the data is stale
-            info = self.cluster.metadata.partition(tp.topic, tp.partition)
-            if st.validating or st.unvalidated(info.leader_epoch if info is not None else -1):
-                return  # from a leader since replaced: the position is checked first
+            if st.validating is not None or epoch != st.leader_epoch:
+                return  # from a leader since replaced (KIP-320): fetched again once checked
             st.high_watermark = p.high_watermark
             if code == 0:
                 st.errors = 0
@@ -541,7 +560,13 @@ class Fetcher:
                     st.queued_bytes += len(records)
                     st.fetch_position = max(end, offset)
                     data = FetchedData(
-                        tp, offset, records, p.high_watermark, max(end, offset), epochs=epochs
+                        tp,
+                        offset,
+                        records,
+                        p.high_watermark,
+                        max(end, offset),
+                        epochs=epochs,
+                        leader_epoch=epoch,
                     )
                     if self.isolation_level and p.aborted_transactions:
                         data.aborted = [
@@ -611,8 +636,8 @@ class Fetcher:
                 with self.lock:
                     for tp, ask in asks.items():
                         st = self.states.get(tp)
-                        if st is not None and st.validating and st.position == ask.position:
-                            st.validating = False
+                        if st is not None and st.validating is ask:
+                            st.validating = None
                             st.leader_epoch = ask.current_leader_epoch
                 return
             topics: dict[str, list[OffsetForLeaderPartition]] = {}
@@ -646,10 +671,10 @@ class Fetcher:
             else:
                 log.debug("validating positions at node %s failed: %s", node, exc)
             with self.lock:
-                for tp in asks:
+                for tp, ask in asks.items():
                     st = self.states.get(tp)
-                    if st is not None and st.validating:
-                        st.validating = False
+                    if st is not None and st.validating is ask:
+                        st.validating = None
                         self._back_off(st)
         finally:
             self.wakeup()
@@ -661,11 +686,9 @@ class Fetcher:
         name = f"{tp.topic}-{tp.partition}"
         with self.lock:
             st = self.states.get(tp)
-            if st is None or not st.validating:
-                return  # unassigned, or sought meanwhile (a seek ends the validation)
-            st.validating = False
-            if st.position != ask.position:
-                return  # moved meanwhile: checked again at the next fetch
+            if st is None or st.validating is not ask:
+                return  # unassigned, sought (a seek ends the check) or asked again meanwhile
+            st.validating = None
             if code:
                 err = error_for_code(code)
                 if code in STALE_METADATA_CODES:
@@ -733,9 +756,12 @@ class Fetcher:
         if not any(d.error is not None and d.tp == tp for d in self.completed):
             self._deliver_error(error, tp)
 
-    def drop_queued(self, tp: TopicPartition) -> None:
-        """Forget what was fetched ahead for ``tp`` (with the lock held)."""
-        self.completed = deque(d for d in self.completed if d.tp != tp)
+    def drop_queued(self, tp: TopicPartition, keep_errors: bool = False) -> None:
+        """Forget what was fetched ahead for ``tp`` (with the lock held), and its queued
+        errors unless ``keep_errors``."""
+        self.completed = deque(
+            d for d in self.completed if d.tp != tp or (keep_errors and d.error is not None)
+        )
         st = self.states.get(tp)
         if st is not None:
             st.queued = st.queued_bytes = 0

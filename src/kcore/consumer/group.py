@@ -336,7 +336,12 @@ class GroupCoordinator:
     ) -> Coroutine[Any, Any, None]:
         if offsets is None:
             return self._commit_coro(self.assignment.positions(self.assignment.owned()))
-        return self._commit_coro({tp: (operator.index(o), -1) for tp, o in offsets.items()})
+        return self._commit_named(dict(offsets))
+
+    async def _commit_named(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Offsets the caller names: no leader epoch (a bad offset fails the commit's future
+        under ``asynchronous``, not the call)."""
+        await self._commit_coro({tp: (operator.index(o), -1) for tp, o in offsets.items()})
 
     def _commit_in_background(self, offsets: Mapping[TopicPartition, tuple[int, int]]) -> None:
         """Auto-commit: fire and forget (a failure is logged; the next one carries on)."""
