@@ -242,3 +242,51 @@ def test_consumer_group_operations(kafka_cluster):
         assert group not in {g.group_id for g in admin.list_consumer_groups()}
         with pytest.raises(AdminOperationError, match="GROUP_ID_NOT_FOUND"):
             admin.delete_consumer_groups([group])
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_describe_consumer_groups(kafka_cluster, protocol):
+    """As Java's describeConsumerGroups: a live group's state, assignor, type and members with
+    the partitions each holds (a classic member's decoded from its ConsumerProtocol
+    assignment; a KIP-848 member's from ConsumerGroupDescribe, with its target), an empty
+    group after its members left, and a group that does not exist failing alone."""
+    import kcore
+    from kcore.admin import ConsumerGroupDescription, TopicPartition
+    from kcore.errors import GroupIdNotFoundError
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group, missing = name("describe"), name("g"), name("none")
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, 3, 1)])
+        config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": protocol,
+            "client.id": "describer",
+        }
+        with kcore.Consumer(config) as c:
+            c.subscribe([topic])
+            deadline = time.monotonic() + 60
+            while len(c.assignment()) < 3 and time.monotonic() < deadline:
+                c.poll(0.2)
+            assert len(c.assignment()) == 3
+            member_id = c.group_metadata().member_id
+            with pytest.raises(AdminOperationError) as e:
+                admin.describe_consumer_groups([group, missing])
+            assert isinstance(e.value.errors[missing], GroupIdNotFoundError)
+            desc = e.value.results[group]
+            assert isinstance(desc, ConsumerGroupDescription)
+            assert (desc.group_id, desc.type, desc.state) == (group, protocol, "Stable")
+            assert not desc.is_simple_consumer_group
+            assert desc.coordinator in {b.node_id for b in admin.describe_cluster().brokers}
+            assert desc.partition_assignor in ("range", "uniform", "cooperative-sticky")
+            (member,) = desc.members
+            assert member.member_id == member_id and member.client_id == "describer"
+            assert member.assignment == {TopicPartition(topic, p) for p in range(3)}
+            if protocol == "consumer":
+                assert member.target_assignment == member.assignment
+                assert member.member_epoch and desc.group_epoch
+            else:
+                assert member.target_assignment is None
+        after = admin.describe_consumer_groups([group])[group]
+        assert after.state == "Empty" and after.members == ()

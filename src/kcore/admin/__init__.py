@@ -2,6 +2,7 @@
 
 from .async_client import AsyncAdminClient
 from .client import AdminClient
+from .describe_groups import ConsumerGroupDescription, MemberDescription
 from .groups import ConsumerGroupListing
 from .types import (
     AdminOperationError,
@@ -23,9 +24,11 @@ __all__ = [
     "ClusterDescription",
     "ConfigEntry",
     "ConfigResource",
+    "ConsumerGroupDescription",
     "ConsumerGroupListing",
     "ConsumerGroupMetadata",
     "ListOffsetsResult",
+    "MemberDescription",
     "NewTopic",
     "OffsetSpec",
     "TopicDescription",

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kcore.admin.async_client import AsyncAdminClient
+from kcore.admin.describe_groups import ConsumerGroupDescription
 from kcore.admin.groups import ConsumerGroupListing
 from kcore.admin.types import (
     ClusterDescription,
@@ -100,6 +101,15 @@ class AdminClient(ProcessLocal):
     def list_consumer_groups(self, *, timeout: float | None = None) -> list[ConsumerGroupListing]:
         """Every group of the cluster (ListGroups on every broker), as Java's."""
         return self._run(self._async.list_consumer_groups(timeout=timeout))  # type: ignore[no-any-return]
+
+    def describe_consumer_groups(
+        self, group_ids: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, ConsumerGroupDescription]:
+        """Each group's state, assignor and members with their partitions (see
+        :meth:`AsyncAdminClient.describe_consumer_groups`)."""
+        return self._run(  # type: ignore[no-any-return]
+            self._async.describe_consumer_groups(group_ids, timeout=timeout)
+        )
 
     def list_consumer_group_offsets(
         self,

@@ -1,5 +1,6 @@
 """The admin client's consumer-group and record operations, as Java's Admin names them:
-``list_consumer_groups`` (ListGroups on every broker), ``list_consumer_group_offsets`` and
+``list_consumer_groups`` (ListGroups on every broker), ``describe_consumer_groups`` (at each
+group's coordinator, see describe_groups.py), ``list_consumer_group_offsets`` and
 ``alter_consumer_group_offsets`` (OffsetFetch / OffsetCommit from outside any membership, at
 the group's coordinator), ``delete_consumer_groups`` (DeleteGroups) and ``delete_records``
 (DeleteRecords, at each partition's leader)."""
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kcore.admin.describe_groups import ConsumerGroupDescription, describe_group
 from kcore.admin.types import AdminOperationError, TopicPartition
 from kcore.cluster.coordinator import GROUP, Backoff, CoordinatorLink
 from kcore.cluster.group_offsets import GroupOffsets, MemberIdentity
@@ -114,6 +116,28 @@ class GroupOperations:
         if errors:
             raise AdminOperationError("list_consumer_groups", errors, groups)
         return groups
+
+    async def describe_consumer_groups(
+        self, group_ids: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, ConsumerGroupDescription]:
+        """Each group's state, assignor and members with their partitions, by group id. A
+        group that fails (one that does not exist: ``GroupIdNotFoundError``) fails alone:
+        ``AdminOperationError`` names it, ``results`` holding the others."""
+        ids = list(dict.fromkeys(group_ids))
+        results: dict[str, ConsumerGroupDescription] = {}
+        errors: dict[Any, KcoreError] = {}
+
+        async def one(group_id: str) -> None:
+            link = CoordinatorLink(self.cluster, group_id, GROUP)
+            try:
+                results[group_id] = await describe_group(link, group_id, self._timeout(timeout))
+            except KcoreError as exc:
+                errors[group_id] = exc
+
+        await asyncio.gather(*(one(g) for g in ids))
+        if errors:
+            raise AdminOperationError("describe_consumer_groups", errors, results)
+        return {g: results[g] for g in ids}
 
     def _offsets(self, group_id: str) -> GroupOffsets:
         return GroupOffsets(CoordinatorLink(self.cluster, group_id, GROUP), group_id)
