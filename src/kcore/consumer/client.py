@@ -560,17 +560,9 @@ class Consumer(ProcessLocal):
             drive_sync(self._core.group.poll_step(timeout), self._run_waking)
 
     def _run_waking(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """``self._loop.run``, given up on (the coroutine cancelled) when :meth:`wakeup` is
-        called meanwhile."""
-        future = self._loop.submit(coro)
-        while True:
-            try:
-                return future.result(0.05)
-            except concurrent.futures.TimeoutError:
-                if self._woken.is_set():
-                    if not future.cancel():  # it finished meanwhile: keep its outcome
-                        return future.result()
-                    self._raise_if_woken()
+        """``self._loop.run``, given up on (the coroutine cancelled, ``WakeupError``) when
+        :meth:`wakeup` is called meanwhile."""
+        return self._loop.run(coro, interrupt=self._woken)
 
     def wakeup(self) -> None:
         """From another thread: the blocking call under way (``poll``, a rebalance inside it),

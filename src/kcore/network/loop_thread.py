@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from kcore.errors import KcoreError, KcoreTimeoutError
+from kcore.errors import KcoreError, KcoreTimeoutError, WakeupError
 
 __all__ = ["LoopThread", "start_on_loop_thread"]
 
@@ -65,15 +66,25 @@ class LoopThread:
             raise KcoreError("the client is closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    def run(
+        self,
+        coro: Coroutine[Any, Any, T],
+        timeout: float | None = None,
+        *,
+        interrupt: threading.Event | None = None,
+    ) -> T:
         """Run ``coro`` on the loop and return its result. After ``timeout`` seconds the
-        coroutine is cancelled and ``KcoreTimeoutError`` raised."""
+        coroutine is cancelled and ``KcoreTimeoutError`` raised. ``interrupt`` set meanwhile
+        (from another thread; looked at every 50 ms) cancels it too: the event is cleared and
+        ``WakeupError`` raised, unless the coroutine finished first (its outcome stands)."""
         if threading.current_thread() is self._thread:
             coro.close()
             raise KcoreError("a synchronous kcore call was made from its own network thread")
         future = self.submit(coro)
         try:
-            return future.result(timeout)
+            if interrupt is None:
+                return future.result(timeout)
+            return self._wait_interruptibly(future, timeout, interrupt)
         except concurrent.futures.CancelledError:
             # The client was closed from its own thread (a callback) while this ran.
             raise KcoreError("the client was closed while this call ran") from None
@@ -82,6 +93,24 @@ class LoopThread:
                 raise  # the coroutine's own timeout (KcoreTimeoutError is a TimeoutError)
             future.cancel()
             raise KcoreTimeoutError(f"the operation did not finish within {timeout:g}s") from None
+
+    @staticmethod
+    def _wait_interruptibly(
+        future: concurrent.futures.Future[T], timeout: float | None, interrupt: threading.Event
+    ) -> T:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = 0.05 if deadline is None else max(min(0.05, deadline - time.monotonic()), 0)
+            try:
+                return future.result(step)
+            except concurrent.futures.TimeoutError:
+                if future.done():
+                    raise
+                if interrupt.is_set() and future.cancel():
+                    interrupt.clear()
+                    raise WakeupError("wakeup() was called") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the loop (after cancelling what still runs on it) and join the thread."""
