@@ -943,3 +943,29 @@ def test_batches_in_flight_behind_a_split_one_go_again_after_its_halves(kafka_cl
     assert [f.result(0).offset for f in futures] == list(range(1, 601))
     back = read_all(bootstrap, topic, 1, 601)
     assert [m.value() for m in back[0]] == [b"warm", *values]
+
+
+def test_records_the_broker_names_as_invalid_fail_with_their_own_error(kafka_cluster):
+    """KIP-467, as Java: a compacted topic refuses a batch holding a record without a key
+    (INVALID_RECORD) and names that record; it fails with the broker's words about it, the
+    batch's other records with the batch's error saying why they were not written. Nothing is
+    retried, and the producer goes on."""
+    from kcore.errors import InvalidRecordError
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("compacted")
+    create(bootstrap, topic, 1, **{"cleanup.policy": "compact"})
+    config = {"bootstrap.servers": bootstrap, "linger.ms": 500}
+    with kcore.Producer(config) as p:
+        futures = [
+            p.send(topic, b"v%d" % i, key, partition=0) for i, key in enumerate([b"a", None, b"c"])
+        ]
+        p.flush(30)
+        errors = [f.exception(0) for f in futures]
+        assert all(isinstance(e, InvalidRecordError) for e in errors), errors
+        assert "without key" in str(errors[1])
+        for e in (errors[0], errors[2]):
+            assert "batch held invalid records, at index 1" in str(e)
+        with pytest.raises(InvalidRecordError, match="without key"):
+            futures[1].result(0)
+        assert p.send(topic, b"after", b"k", partition=0).result(30).offset == 0

@@ -61,7 +61,7 @@ cdef class DeliveryFuture:
     def _metadata(self):
         b, index = self._located()
         if b.error is not None:
-            raise b.error
+            raise b.error_at(index)
         base = b.base_offset
         offset = base + index if base >= 0 else -1
         log_append = b.log_append_time
@@ -77,7 +77,8 @@ cdef class DeliveryFuture:
     def exception(self, timeout=None):
         if not self._batch.wait_record(self._index, timeout):
             raise KcoreTimeoutError(f"record to {self.topic}-{self.partition} still pending")
-        return self._located()[0].error
+        b, index = self._located()
+        return b.error_at(index) if b.error is not None else None
 
     def add_done_callback(self, fn):
         self._batch.add_callback(lambda _b: fn(self), self._index)

@@ -23,6 +23,7 @@ class BatchResult:
         "base_offset",
         "log_append_time",
         "error",
+        "record_errors",
         "parts",
         "_done",
         "_cond",
@@ -34,6 +35,9 @@ class BatchResult:
         self.base_offset = -1
         self.log_append_time = -1
         self.error: BaseException | None = None
+        # KIP-467: the records the broker named as the cause of the batch's failure, by index
+        # (their own errors); the batch's other records fail with ``error``.
+        self.record_errors: dict[int, BaseException] | None = None
         # Set when the batch was split (the broker found it too large): ``(first index, count,
         # result)`` per part, in record order. Each part has its own base offset (other
         # producers may write between them), so a record's outcome is its part's (``locate``).
@@ -52,8 +56,19 @@ class BatchResult:
     def complete(self, base_offset: int, log_append_time: int = -1) -> None:
         self._finish(base_offset, log_append_time, None)
 
-    def fail(self, error: BaseException) -> None:
+    def fail(
+        self, error: BaseException, record_errors: dict[int, BaseException] | None = None
+    ) -> None:
+        if record_errors and not self._done:
+            self.record_errors = record_errors
         self._finish(-1, -1, error)
+
+    def error_at(self, index: int) -> BaseException | None:
+        """The error of the record at ``index`` (of this result; after a split, see
+        ``locate``): its own if the broker named it (KIP-467), else the batch's."""
+        if self.error is None or not self.record_errors:
+            return self.error
+        return self.record_errors.get(index, self.error)
 
     def _finish(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
         with self._cond:

@@ -470,7 +470,9 @@ class Sender:
                     assert err is not None
                     if p.error_message:
                         err = err.with_message(p.error_message)
-                    if code in TOO_LARGE and batch.records > 1 and not batch.result.done:
+                    if p.record_errors:
+                        self._fail_records(batch, err, p.record_errors)
+                    elif code in TOO_LARGE and batch.records > 1 and not batch.result.done:
                         self._split(batch, err)
                     else:
                         self._retry_or_fail(batch, err)
@@ -478,6 +480,23 @@ class Sender:
             self._retry_or_fail(batch, KcoreError("the broker did not answer for the partition"))
         if bump:
             self._start_epoch_bump()
+
+    def _fail_records(self, batch: ProducerBatch, error: KafkaError, named: Any) -> None:
+        """KIP-467: the broker refused the batch (none of it written) and named the records
+        that caused it. As Java, each named record fails with its own message, the others
+        with the batch's error saying they went down with them; not retried (the same batch
+        would be refused again)."""
+        own: dict[int, BaseException] = {
+            e.batch_index: error.with_message(e.batch_index_error_message or error.message)
+            for e in named
+            if 0 <= e.batch_index < batch.records
+        }
+        indexes = ", ".join(str(i) for i in sorted(own)) or "?"
+        others = error.with_message(
+            f"{error.message} (not written: its batch held invalid records, at index "
+            f"{indexes} of the batch)"
+        )
+        self._fail(batch, others, own)
 
     def _split(self, batch: ProducerBatch, error: KafkaError) -> None:
         """The broker refused the batch as too large (so wrote none of it): its records go
@@ -573,10 +592,15 @@ class Sender:
         batch.result.complete(base_offset, log_append_time)
         self.wakeup()
 
-    def _fail(self, batch: ProducerBatch, exc: BaseException) -> None:
+    def _fail(
+        self,
+        batch: ProducerBatch,
+        exc: BaseException,
+        record_errors: dict[int, BaseException] | None = None,
+    ) -> None:
         self._land(batch)
         self.acc.done(batch)
-        batch.result.fail(exc)
+        batch.result.fail(exc, record_errors)
         if self.txn is not None:
             # The transaction fails with it (no epoch bump in flight; abort bumps if needed).
             self.txn.batch_failed(exc, self._numbered(batch))
