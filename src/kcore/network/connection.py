@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import ssl
 import time
@@ -179,6 +180,14 @@ class BrokerConnection:
         self.connected_ip: str | None = None
         self.last_active = time.monotonic()
         self.session_lifetime_ms = 0
+        # KIP-368: with a session lifetime from the broker (connections.max.reauth.ms), the
+        # connection logs in again on itself before the session ends; meanwhile no new request
+        # goes out (``_open`` cleared), answers to those in flight still come in.
+        self._reauth_at: float | None = None
+        self._reauth_task: asyncio.Task[None] | None = None
+        self._open = asyncio.Event()
+        self._open.set()
+        self.reauthentications = 0
         self._proto = KafkaProtocol(settings.client_id)
         self._stream: _Stream | None = None
         self._waiters: dict[int, asyncio.Future[Any]] = {}
@@ -362,7 +371,9 @@ class BrokerConnection:
         name = mechanism.name
         try:
             handshake = await self._call(
-                SaslHandshakeRequest(mechanism=name), self.version_for(17, max_version=1)
+                SaslHandshakeRequest(mechanism=name),
+                self.version_for(17, max_version=1),
+                auth=True,
             )
         except BrokerConnectionError as exc:
             raise BrokerConnectionError(
@@ -387,7 +398,9 @@ class BrokerConnection:
         version = self.version_for(36)
         token: bytes | None = mechanism.initial_response()
         while token is not None:
-            response = await self._call(SaslAuthenticateRequest(auth_bytes=token), version)
+            response = await self._call(
+                SaslAuthenticateRequest(auth_bytes=token), version, auth=True
+            )
             token = None  # PLAIN's token holds the password: keep it out of traceback frames
             if response.error_code != 0:
                 err = error_for_code(response.error_code)
@@ -402,6 +415,35 @@ class BrokerConnection:
                 token = mechanism.step(bytes(response.auth_bytes))
             except KafkaError as exc:
                 raise exc.with_message(f"{self.address}: {exc.message}") from None
+        self._reauth_at = None
+        if self.session_lifetime_ms > 0:
+            # As Java: at 85-95% of the session (spread so that a client's connections do not
+            # all log in again at once).
+            lifetime_s = self.session_lifetime_ms / 1000
+            self._reauth_at = time.monotonic() + lifetime_s * random.uniform(0.85, 0.95)
+
+    async def _reauthenticate(self) -> None:
+        """Log in again on this connection (KIP-368), once for every request waiting on it.
+        A failure closes the connection and is raised to each of them."""
+        if self._reauth_task is None:
+            self._reauth_task = asyncio.get_running_loop().create_task(self._run_reauth())
+        await asyncio.shield(self._reauth_task)
+
+    async def _run_reauth(self) -> None:
+        self._open.clear()
+        try:
+            await self._authenticate()
+            self.reauthentications += 1
+        except BaseException as exc:
+            self.close(exc if isinstance(exc, Exception) else KcoreError("re-login cancelled"))
+            if isinstance(exc, BrokerConnectionError | KafkaError):
+                raise
+            raise BrokerConnectionError(
+                self.address, "authentication", f"logging in again failed: {exc!r}"
+            ) from exc
+        finally:
+            self._reauth_task = None
+            self._open.set()
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -425,6 +467,8 @@ class BrokerConnection:
         closes the connection, as the Java client does: its byte stream is no longer trusted."""
         if not self.is_ready:
             raise self._down_error()
+        if self._reauth_at is not None and time.monotonic() >= self._reauth_at:
+            await self._reauthenticate()
         if version is None:
             version = self.version_for(request.API_KEY)
         return await self._call(
@@ -439,42 +483,66 @@ class BrokerConnection:
         timeout: float | None = None,
         expect_response: bool | None = None,
         throttle: bool = False,
+        auth: bool = False,
     ) -> Any:
-        async with self._slots:
-            # KIP-219: after a response with throttle_time_ms the broker expects nothing more
-            # on this connection until then; checked once a slot is ours, so requests queued
-            # for a slot wait too.
-            while throttle and (delay := self._throttled_until - time.monotonic()) > 0:
-                await asyncio.sleep(delay)
-            stream = self._stream
-            if stream is None or stream.transport is None or self._closed_error is not None:
-                raise self._down_error()
-            correlation_id, segments = self._proto.send_request_segments(
-                request, version, expect_response=expect_response
+        """One request. ``auth``: a step of a (re-)login, which goes out at once; any other
+        request waits while the connection logs in again, and for one of the
+        ``max.in.flight`` slots."""
+        if auth:
+            return await self._send_and_wait(request, version, timeout, expect_response, throttle)
+        while True:
+            await self._open.wait()
+            await self._slots.acquire()
+            if self._open.is_set():
+                break
+            self._slots.release()  # a re-login began meanwhile: not between its steps
+        try:
+            return await self._send_and_wait(request, version, timeout, expect_response, throttle)
+        finally:
+            self._slots.release()
+
+    async def _send_and_wait(
+        self,
+        request: Any,
+        version: int,
+        timeout: float | None,
+        expect_response: bool | None,
+        throttle: bool,
+    ) -> Any:
+        # KIP-219: after a response with throttle_time_ms the broker expects nothing more
+        # on this connection until then; checked once a slot is ours, so requests queued
+        # for a slot wait too.
+        while throttle and (delay := self._throttled_until - time.monotonic()) > 0:
+            await asyncio.sleep(delay)
+        stream = self._stream
+        if stream is None or stream.transport is None or self._closed_error is not None:
+            raise self._down_error()
+        correlation_id, segments = self._proto.send_request_segments(
+            request, version, expect_response=expect_response
+        )
+        waiter: asyncio.Future[Any] | None = None
+        if correlation_id in self._proto._in_flight:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters[correlation_id] = waiter
+        self.last_active = time.monotonic()
+        stream.send(segments)
+        del segments  # sent or buffered: not kept while the answer is awaited
+        await stream.drain()
+        if waiter is None:
+            return None
+        limit = self.settings.request_timeout_s if timeout is None else timeout
+        try:
+            body = await asyncio.wait_for(waiter, limit)
+        except asyncio.TimeoutError:
+            self._proto.forget(correlation_id)
+            self._waiters.pop(correlation_id, None)
+            api = APIS[request.API_KEY].name
+            error = KcoreTimeoutError(
+                f"{self.address}: no response to {api} within {limit:g}s "
+                "(request.timeout.ms); the connection is closed"
             )
-            waiter: asyncio.Future[Any] | None = None
-            if correlation_id in self._proto._in_flight:
-                waiter = asyncio.get_running_loop().create_future()
-                self._waiters[correlation_id] = waiter
-            self.last_active = time.monotonic()
-            stream.send(segments)
-            del segments  # sent or buffered: not kept while the answer is awaited
-            await stream.drain()
-            if waiter is None:
-                return None
-            limit = self.settings.request_timeout_s if timeout is None else timeout
-            try:
-                body = await asyncio.wait_for(waiter, limit)
-            except asyncio.TimeoutError:
-                self._proto.forget(correlation_id)
-                self._waiters.pop(correlation_id, None)
-                api = APIS[request.API_KEY].name
-                error = KcoreTimeoutError(
-                    f"{self.address}: no response to {api} within {limit:g}s "
-                    "(request.timeout.ms); the connection is closed"
-                )
-                self.close(error)
-                raise error from None
+            self.close(error)
+            raise error from None
         throttle_ms = getattr(body, "throttle_time_ms", 0) or 0
         if throttle_ms > 0:
             self._throttled_until = max(
