@@ -216,12 +216,13 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory):
     rounds it landed (measured: 0.3 s a round of 1,000,000 records before it, 0.7-1.0 s during
     it). Set dynamically, the delay did not reach the deletion task; 0 makes that task spin
     (idle broker CPU 0.87 s in 10 s against 0.41 s; 0.48 s at 200 ms)."""
+    from kcore.testing import pytest_plugin
     from kcore.testing.cluster import KafkaCluster
-    from kcore.testing.pytest_plugin import _session_cluster, make_cluster
 
-    cluster = make_cluster(1, tmp_path_factory)
-    if not isinstance(cluster, KafkaCluster):  # KCORE_BOOTSTRAP or docker: as it is
-        yield from _session_cluster(1, tmp_path_factory)
+    external = os.environ.get("KCORE_BOOTSTRAP", "").strip()
+    docker = os.environ.get("KCORE_TEST_BROKER", "").strip().lower() == "docker"
+    if external or docker:  # as the plugin's fixture makes it
+        yield from pytest_plugin._session_cluster(1, tmp_path_factory)
         return
     work_dir = tmp_path_factory.mktemp("kafka1-bench-", numbered=True)
     cluster = KafkaCluster(
@@ -231,6 +232,7 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory):
         broker_config={"log.segment.delete.delay.ms": 200, "log.initial.task.delay.ms": 0},
     )
     cluster.start()
+    pytest_plugin._clusters.append(cluster)  # its broker log in a failing benchmark's report
     try:
         yield cluster
     finally:

@@ -190,11 +190,11 @@ class Broker:
         return name
 
     def own_cluster(self) -> None:
-        """On the cluster kcore.testing started for this run (bench/conftest.py starts it
-        with ``log.segment.delete.delay.ms`` 0: deleted topics' files go at once), each
-        round's topic is deleted right after it. Kept, the rounds' logs (~3 GB at 1,000,000
-        records a round) became dirty pages the kernel wrote back during later rounds, and the
-        broker's CPU for the same records doubled in whichever rounds that landed."""
+        """On the cluster kcore.testing started for this run (bench/conftest.py starts it so
+        that deleted topics' files go within 0.2 s), each round's topic is deleted right after
+        it. Kept, the rounds' logs (~3 GB at 1,000,000 records a round) became dirty pages the
+        kernel wrote back during later rounds, and the broker's CPU for the same records
+        doubled in whichever rounds that landed."""
         self.delete_each = True
 
     def delete(self, topic: str) -> None:

@@ -216,3 +216,39 @@ def test_a_response_from_a_request_under_another_leader_epoch_is_dropped() -> No
     assert not fetcher.completed and st.fetch_position is None
     fetcher._handle_partition(tp, 0, 5, response)
     assert len(fetcher.completed) == 1 and fetcher.completed[0].leader_epoch == 5
+
+
+def test_poll_drops_an_old_leaders_read_ahead_and_keeps_its_queued_error() -> None:
+    """Read-ahead queued under leader epoch 2, then an error; the metadata moves to epoch 3.
+    poll hands none of the data out (the position is checked first), keeps the error, and
+    the pass that dropped the data does not trip over its own snapshot of the queue."""
+    from types import SimpleNamespace
+
+    from kcore.consumer.client import ConsumerCore
+    from kcore.consumer.fetcher import Fetcher, PartitionState
+    from kcore.errors import KcoreError
+
+    tp = TopicPartition("t", 0)
+    metadata = SimpleNamespace(partition=lambda topic, p: SimpleNamespace(leader_epoch=3))
+    fetcher = Fetcher(
+        SimpleNamespace(metadata=metadata),  # type: ignore[arg-type]
+        500,
+        1,
+        1 << 20,
+        1 << 20,
+        0,
+        "earliest",
+    )
+    st = PartitionState()
+    st.seek(0)
+    st.offset_epoch, st.leader_epoch = 2, 2
+    fetcher.states[tp] = st
+    for offset in (0, 5):
+        data = _batch(offset, 5, 2)
+        fetcher.completed.append(FetchedData(tp, offset, data, 10, offset + 5, leader_epoch=2))
+    fetcher.completed.append(FetchedData(tp, -1, b"", -1, error=KcoreError("corrupt")))
+    core = SimpleNamespace(fetcher=fetcher, wake=lambda: None)
+    core._scan_queue = lambda have: ConsumerCore._scan_queue(core, have)  # type: ignore[attr-defined]
+    with pytest.raises(KcoreError, match="corrupt"):
+        ConsumerCore._next_data(core)  # type: ignore[arg-type]
+    assert not fetcher.completed and st.position == 0

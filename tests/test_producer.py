@@ -947,10 +947,11 @@ def test_batches_in_flight_behind_a_split_one_go_again_after_its_halves(kafka_cl
 
 def test_records_the_broker_names_as_invalid_fail_with_their_own_error(kafka_cluster):
     """KIP-467, as Java: a compacted topic refuses a batch holding a record without a key
-    (INVALID_RECORD) and names that record; it fails with the broker's words about it, the
-    batch's other records with the batch's error saying why they were not written. Nothing is
-    retried, and the producer goes on."""
-    from kcore.errors import InvalidRecordError
+    (INVALID_RECORD) and names that record; it fails with the broker's error and words about
+    it, the batch's other records with a plain KcoreError (Java's KafkaException) saying why
+    they were not written. Nothing is retried, and the producer goes on. send_batch raises the
+    named record's error."""
+    from kcore.errors import InvalidRecordError, KcoreError
 
     bootstrap = kafka_cluster.bootstrap_servers
     topic = name("compacted")
@@ -962,10 +963,12 @@ def test_records_the_broker_names_as_invalid_fail_with_their_own_error(kafka_clu
         ]
         p.flush(30)
         errors = [f.exception(0) for f in futures]
-        assert all(isinstance(e, InvalidRecordError) for e in errors), errors
-        assert "without key" in str(errors[1])
+        assert isinstance(errors[1], InvalidRecordError) and "without key" in str(errors[1])
         for e in (errors[0], errors[2]):
-            assert "batch held invalid records, at index 1" in str(e)
+            assert type(e) is KcoreError and "part of a batch with invalid records" in str(e)
         with pytest.raises(InvalidRecordError, match="without key"):
             futures[1].result(0)
         assert p.send(topic, b"after", b"k", partition=0).result(30).offset == 0
+        result = p.send_batch(topic, [b"x", b"y"], keys=[b"k", None], partition=0)
+        with pytest.raises(InvalidRecordError, match="without key"):
+            result.result(30)

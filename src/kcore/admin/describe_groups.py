@@ -27,6 +27,7 @@ __all__ = ["ConsumerGroupDescription", "MemberDescription", "describe_group"]
 
 CONSUMER_GROUP_DESCRIBE = 69  # API key
 GROUP_ID_NOT_FOUND = 69  # error code
+UNSUPPORTED_VERSION = 35
 
 
 @dataclass(frozen=True)
@@ -145,17 +146,21 @@ async def describe_group(
                 response = await link.send(
                     ConsumerGroupDescribeRequest(
                         group_ids=[group_id], include_authorized_operations=False
-                    )
+                    ),
+                    timeout=_request_timeout(link, backoff),
                 )
                 g = response.groups[0]
-                if g.error_code == GROUP_ID_NOT_FOUND:  # a classic group, or none: ask so
+                # A classic group (or none), or a broker that advertises the API without the
+                # consumer protocol enabled (Kafka 3.8/3.9 by default): ask the classic way.
+                if g.error_code in (GROUP_ID_NOT_FOUND, UNSUPPORTED_VERSION):
                     classic = True
                     continue
                 if g.error_code == 0:
                     return _from_consumer_group(g, node)
             else:
                 response = await link.send(
-                    DescribeGroupsRequest(groups=[group_id], include_authorized_operations=False)
+                    DescribeGroupsRequest(groups=[group_id], include_authorized_operations=False),
+                    timeout=_request_timeout(link, backoff),
                 )
                 g = response.groups[0]
                 if g.error_code == 0:
@@ -172,11 +177,29 @@ async def describe_group(
                 raise KcoreTimeoutError(f"describing group {group_id!r}: {exc}") from exc
             continue
         code = g.error_code
-        if not (link.handle_error(code) and await backoff.sleep()):
-            err = error_for_code(code)
-            assert err is not None
-            if code == GROUP_ID_NOT_FOUND:
-                raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
-            raise err.with_message(
-                f"group {group_id!r}: {getattr(g, 'error_message', None) or err.message}"
+        if link.handle_error(code):
+            if await backoff.sleep():
+                continue
+            # As Java's: a coordinator that stayed away (loading, moving) is a timeout.
+            raise KcoreTimeoutError(
+                f"describing group {group_id!r}: the coordinator was not available in time "
+                f"(last: {_name(code)})"
             )
+        err = error_for_code(code)
+        assert err is not None
+        said = getattr(g, "error_message", None)
+        if code == GROUP_ID_NOT_FOUND:
+            raise GroupIdNotFoundError(said or f"group {group_id!r} does not exist")
+        raise err.with_message(f"group {group_id!r}: {said or err.message}")
+
+
+def _request_timeout(link: CoordinatorLink, backoff: Backoff) -> float:
+    """request.timeout.ms, or what is left of the call if less."""
+    limit = link.cluster.settings.request_timeout_s
+    left = backoff.left()
+    return limit if left is None else max(min(limit, left), 0.001)
+
+
+def _name(code: int) -> str:
+    err = error_for_code(code)
+    return err.name if err is not None else str(code)

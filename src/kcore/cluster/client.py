@@ -586,19 +586,20 @@ class ClusterClient:
         done: Callable[[ClusterMetadata], bool],
         deadline: float,
     ) -> ClusterMetadata | None:
-        """Refresh the metadata of ``topics`` until ``done`` holds for it (the metadata is
-        returned) or ``deadline`` (``time.monotonic()``) passes (None), ``retry.backoff.ms``
-        apart and growing. A failed refresh counts as one that did not satisfy ``done``."""
+        """Refresh the metadata of ``topics`` until ``done`` holds for a fresh answer (the
+        metadata is returned) or ``deadline`` (``time.monotonic()``) passes (None),
+        ``retry.backoff.ms`` apart and growing. A failed refresh is not judged (the cache may
+        be older than the change waited for); a closed client raises."""
         names = list(topics)
         attempt = 0
         while True:
             remaining = deadline - time.monotonic()
+            self._check_open()
             try:
-                await asyncio.wait_for(self.refresh_metadata(names), max(remaining, 0.001))
+                md = await asyncio.wait_for(self.refresh_metadata(names), max(remaining, 0.001))
             except (KcoreError, asyncio.TimeoutError):
-                pass  # judged by ``done`` and the deadline
-            md = self.cache.current
-            if done(md):
+                md = None  # judged by the next answer, or the deadline
+            if md is not None and done(md):
                 return md
             remaining = deadline - time.monotonic()
             if remaining <= 0:

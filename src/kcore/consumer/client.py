@@ -274,6 +274,14 @@ class ConsumerCore:
         data was fetched from (stale data is dropped on the way). A queued error is raised, but
         only to a caller that has taken nothing yet (as Java's poll: records first, the error
         at the next call)."""
+        while True:
+            found, rescan = self._scan_queue(have_records)
+            if not rescan:
+                return found
+
+    def _scan_queue(self, have_records: bool) -> tuple[FetchedData | None, bool]:
+        """One pass of :meth:`_next_data`: (the data, False), or (None, True) when a partition's
+        queued data was dropped on the way (the queue changed under the pass: scan again)."""
         f = self.fetcher
         for data in list(f.completed):
             if isinstance(data.error, NoOffsetForPartitionError):
@@ -294,7 +302,7 @@ class ConsumerCore:
                     f.completed.remove(data)  # about a partition unassigned since
                     continue
                 if have_records:
-                    return None
+                    return None, False
                 f.completed.remove(data)
                 raise data.error
             st = f.states.get(data.tp)
@@ -304,17 +312,17 @@ class ConsumerCore:
             if data.decoded is None and st.position != data.fetch_offset:
                 f.drop_queued(data.tp)  # sought since it was fetched: all of it is stale
                 self.wake()
-                continue
+                return None, True
             if st.unvalidated(f.leader_epoch(data.tp)):
                 # The leader changed since this was fetched (KIP-320): the position is checked
                 # with the new one first, and the old leader's read-ahead is not handed out.
                 f.drop_queued(data.tp, keep_errors=True)
                 self.wake()
-                continue
+                return None, True
             if st.paused:
                 continue  # kept for resume, not handed out (as Java's pause)
-            return data
-        return None
+            return data, False
+        return None, False
 
     def _finish(self, data: FetchedData, st: PartitionState) -> None:
         """``data`` is used up: the position moves past its last batch (past control batches

@@ -599,6 +599,10 @@ class Fetcher:
                 )
                 st.seek(None)
                 return
+            if code in STALE_METADATA_CODES and self.leader_epoch(tp) != epoch:
+                # The response named the new leader (KIP-951 hints, applied above): go to it
+                # at once (once the position is checked there), not after a backoff.
+                return
             self._partition_failed(tp, st, offset, code)
 
     def _partition_failed(

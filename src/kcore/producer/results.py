@@ -216,7 +216,8 @@ class SendBatchResult:
                     f"records to {self.topic} not delivered within {timeout:g}s"
                 )
             if r.error is not None:
-                raise r.error
+                # A record the broker named as the cause (KIP-467) says more than the rest.
+                raise r.record_errors[min(r.record_errors)] if r.record_errors else r.error
             if r.parts is None:
                 out.append((partition, r.base_offset, count))
             else:

@@ -483,18 +483,22 @@ class Sender:
 
     def _fail_records(self, batch: ProducerBatch, error: KafkaError, named: Any) -> None:
         """KIP-467: the broker refused the batch (none of it written) and named the records
-        that caused it. As Java, each named record fails with its own message, the others
-        with the batch's error saying they went down with them; not retried (the same batch
-        would be refused again)."""
+        that caused it. As Java, each named record fails with the broker's error and its
+        message about it, the others with a plain ``KcoreError`` (Java's ``KafkaException``)
+        saying they went down with them, so that the error's class singles out the records
+        at fault; not retried (the same batch would be refused again)."""
         own: dict[int, BaseException] = {
             e.batch_index: error.with_message(e.batch_index_error_message or error.message)
             for e in named
             if 0 <= e.batch_index < batch.records
         }
-        indexes = ", ".join(str(i) for i in sorted(own)) or "?"
-        others = error.with_message(
-            f"{error.message} (not written: its batch held invalid records, at index "
-            f"{indexes} of the batch)"
+        if not own:  # it named none of this batch's records: the batch's error for all
+            self._fail(batch, error)
+            return
+        first = own[min(own)]
+        others = KcoreError(
+            f"{batch.tp.topic}-{batch.tp.partition}: not written: the record was part of a "
+            f"batch with invalid records ({first})"
         )
         self._fail(batch, others, own)
 
