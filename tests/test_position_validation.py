@@ -76,6 +76,19 @@ def _commit_with_epoch(bootstrap: str, group: str, tp: TopicPartition, offset: i
     assert found == {tp: (offset, epoch)}
 
 
+def _topic_of_ten(bootstrap: str, prefix: str) -> tuple[TopicPartition, str]:
+    """A new one-partition topic holding ten records (all under leader epoch 0), and a group
+    name."""
+    topic, group = _name(prefix), _name("g")
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(10):
+            p.send(topic, b"old-%d" % i)
+        p.flush(30)
+    return TopicPartition(topic, 0), group
+
+
 def _wait_for(check, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -90,14 +103,8 @@ def test_a_committed_position_past_its_epoch_resumes_where_the_logs_diverge(kafk
     at offset 10, instead of fetching at 50, failing out of range and going back to the
     start (which would deliver offsets 0-9 again)."""
     bootstrap = kafka_cluster.bootstrap_servers
-    topic, group = _name("validate"), _name("g")
-    tp = TopicPartition(topic, 0)
-    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
-        admin.create_topics([NewTopic(topic, 1, 1)])
-    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
-        for i in range(10):
-            p.send(topic, b"old-%d" % i)
-        p.flush(30)
+    tp, group = _topic_of_ten(bootstrap, "validate")
+    topic = tp.topic
     _commit_with_epoch(bootstrap, group, tp, 50, 0)
     cfg = {
         "bootstrap.servers": bootstrap,
@@ -153,14 +160,7 @@ def test_a_position_within_its_epoch_is_kept(kafka_cluster):
     """The common case: the committed position is within what its epoch holds; checked once
     (the leader epoch it was committed under is not known to be current) and kept."""
     bootstrap = kafka_cluster.bootstrap_servers
-    topic, group = _name("validate-ok"), _name("g")
-    tp = TopicPartition(topic, 0)
-    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
-        admin.create_topics([NewTopic(topic, 1, 1)])
-    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
-        for i in range(10):
-            p.send(topic, b"%d" % i)
-        p.flush(30)
+    tp, group = _topic_of_ten(bootstrap, "validate-ok")
     _commit_with_epoch(bootstrap, group, tp, 6, 0)
     cfg = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"}
     with kcore.Consumer(cfg) as c:
