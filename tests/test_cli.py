@@ -200,3 +200,55 @@ def test_produce_and_consume_mistakes(kafka_cluster, tmp_path):
         proc = kcore_in(b"", args[0], "-b", bs, *args[1:])
         assert proc.returncode == 1, (args, proc.stderr)
         assert expected in proc.stderr.decode() and b"Traceback" not in proc.stderr, args
+
+
+def test_groups_lists_and_describes_with_lag(kafka_cluster, capsys):
+    """``kcore groups``: the list, then a live group's state, member and per-partition lag (as
+    kafka-consumer-groups --describe), and a group that does not exist (exit status 1)."""
+    import time
+
+    import kcore as kc
+    from kcore.admin import NewTopic
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = f"cli-groups-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, 2, 1)])
+    with kc.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(10):
+            p.send(topic, b"%d" % i, partition=i % 2)
+        p.flush(30)
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "client.id": "lag-reader",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    with kc.Consumer(config) as c:
+        c.subscribe([topic])
+        got: list = []
+        deadline = time.monotonic() + 60
+        while len(got) < 10 and time.monotonic() < deadline:
+            got += c.poll(0.5)
+        c.commit({(topic, 0): 3, (topic, 1): 5})  # partition 0 lags by 2, partition 1 by 0
+        capsys.readouterr()
+        assert main(["groups", "-b", bootstrap]) == 0
+        assert group in capsys.readouterr().out
+        assert main(["groups", "-b", bootstrap, "-g", group, "--json"]) == 0
+        (described,) = json.loads(capsys.readouterr().out)
+        assert (described["group_id"], described["state"], described["members"]) == (
+            group,
+            "Stable",
+            1,
+        )
+        rows = {r["partition"]: r for r in described["partitions"]}
+        assert [
+            (rows[p]["current_offset"], rows[p]["log_end_offset"], rows[p]["lag"]) for p in (0, 1)
+        ] == [(3, 5, 2), (5, 5, 0)]
+        assert {r["client_id"] for r in rows.values()} == {"lag-reader"}
+        assert main(["groups", "-b", bootstrap, "-g", group]) == 0
+        text = capsys.readouterr().out
+        assert "CURRENT-OFFSET" in text and "lag-reader" in text
+    assert main(["groups", "-b", bootstrap, "-g", "no-such-group-x"]) == 1
+    assert "no such group" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""The ``kcore`` command line (also ``python -m kcore``): ``metadata``, ``produce``, ``consume``
-and ``doctor``."""
+"""The ``kcore`` command line (also ``python -m kcore``): ``metadata``, ``produce``, ``consume``,
+``groups`` and ``doctor``."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ def _client_config(args: argparse.Namespace) -> dict[str, Any]:
 # The client each command runs, whose settings -X and -F take.
 _ROLES: dict[str, Literal["admin", "producer", "consumer"]] = {
     "metadata": "admin",
+    "groups": "admin",
     "doctor": "admin",
     "produce": "producer",
     "consume": "consumer",
@@ -124,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument(
         "-K", dest="key_separator", metavar="SEP", help="print key SEP value per record"
     )
+    groups = sub.add_parser(
+        "groups", help="list consumer groups, or describe some: state, members and lag"
+    )
+    _add_connection_args(groups)
+    groups.add_argument(
+        "-g", "--group", action="append", default=[], help="describe this group (repeatable)"
+    )
     doctor = sub.add_parser(
         "doctor", help="diagnose bootstrap, advertised-listener, TLS and SASL problems"
     )
@@ -167,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.key_separator,
                 args.json,
             )
+        if args.command == "groups":
+            from kcore.cli.groups import run_groups
+
+            return run_groups(config, args.group, args.json)
         if args.command == "metadata":
             from kcore.cli.metadata import run_metadata
 
