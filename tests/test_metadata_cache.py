@@ -373,3 +373,51 @@ def test_broker_connections_dial_every_address_whatever_client_dns_lookup_says()
     for lookup in ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"):
         cfg = ClientConfig({"bootstrap.servers": "b:9092", "client.dns.lookup": lookup})
         assert connection_settings(cfg).all_dns_ips
+
+
+@pytest.mark.parametrize("lists_its_versions", [True, False], ids=["kip511", "pre-2.4"])
+def test_api_versions_falls_back_to_what_the_broker_takes(lists_its_versions):
+    """A broker that does not take kcore's ApiVersions version answers UNSUPPORTED_VERSION in
+    v0: since Kafka 2.4 (KIP-511) listing the ApiVersions versions it takes, before that
+    listing none. kcore asks again at the version named, or at v0 (as Java's NetworkClient)."""
+    import struct
+
+    from kcore.protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
+
+    asked: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                data = await reader.readexactly(size)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            key, version, corr = struct.unpack(">hhi", data[:8])
+            asked.append(version)
+            newest = 2  # an old broker: ApiVersions v0-2
+            if version > newest:
+                keys = [ApiVersion(api_key=18, min_version=0, max_version=newest)]
+                body = ApiVersionsResponse(
+                    error_code=35, api_keys=keys if lists_its_versions else []
+                ).encode(0)
+            else:
+                keys = [ApiVersion(api_key=k, min_version=0, max_version=9) for k in (3, 18)]
+                keys[1].max_version = newest
+                body = ApiVersionsResponse(api_keys=keys).encode(version)
+            header = struct.pack(">i", corr)
+            writer.write(struct.pack(">i", len(header + body)) + header + body)
+            await writer.drain()
+
+    async def main() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            conn = await BrokerConnection("127.0.0.1", port, ConnectionSettings()).open()
+            assert conn.api_versions[18] == (0, 2) and conn.api_versions[3] == (0, 9)
+            conn.close()
+        finally:
+            server.close()
+
+    asyncio.run(main())
+    assert asked[0] > 2 and asked[1] == (2 if lists_its_versions else 0)

@@ -336,8 +336,9 @@ class BrokerConnection:
         )
         try:
             response = await self._call(request, version)
-            if response.error_code == UNSUPPORTED_VERSION and response.api_keys:
-                # KIP-511: the broker answered in v0 with the ApiVersions versions it supports.
+            if response.error_code == UNSUPPORTED_VERSION and version > 0:
+                # KIP-511: the broker answered in v0 with the ApiVersions versions it supports;
+                # a broker before 2.4 lists none: v0 then, as Java's NetworkClient falls back.
                 theirs = broker_versions(response).get(API_VERSIONS_KEY, (0, 0))
                 response = await self._call(request, min(version, theirs[1]))
         except (BrokerConnectionError, ProtocolError) as exc:
