@@ -137,7 +137,7 @@ class AsyncAdminClient(GroupOperations):
     ) -> T:
         """Run ``attempt_fn`` until it returns, retrying retriable failures with backoff and a
         metadata refresh, until ``timeout`` (default ``default.api.timeout.ms``)."""
-        timeout = self.default_timeout if timeout is None else timeout
+        timeout = self._timeout(timeout)
         deadline = time.monotonic() + timeout
         attempt = 0
         said = ""  # the last failure that said what was wrong (a bare timeout says nothing)
@@ -221,7 +221,7 @@ class AsyncAdminClient(GroupOperations):
         """Create topics; returns ``{name: None}`` once the controller accepted them (the
         topics then show up in metadata within moments; see ``describe_topics``)."""
         topics = [t if isinstance(t, NewTopic) else NewTopic(t) for t in new_topics]
-        deadline_at = time.monotonic() + (self.default_timeout if timeout is None else timeout)
+        deadline_at = self._deadline(timeout)
         pending = {t.name: t for t in topics}
         done: dict[str, TopicDescription | None] = {}
         final_errors: dict[Any, KafkaError] = {}
@@ -267,7 +267,7 @@ class AsyncAdminClient(GroupOperations):
 
     async def delete_topics(self, names: Iterable[str], *, timeout: float | None = None) -> None:
         pending = list(dict.fromkeys(names))
-        deadline_at = time.monotonic() + (self.default_timeout if timeout is None else timeout)
+        deadline_at = self._deadline(timeout)
         final_errors: dict[Any, KafkaError] = {}
         timed_out: set[str] = set()  # REQUEST_TIMED_OUT: the controller may still delete it
 
@@ -319,7 +319,7 @@ class AsyncAdminClient(GroupOperations):
     ) -> None:
         """Grow each topic to ``new_totals[topic]`` partitions."""
         pending = dict(new_totals)
-        deadline_at = time.monotonic() + (self.default_timeout if timeout is None else timeout)
+        deadline_at = self._deadline(timeout)
         final_errors: dict[Any, KafkaError] = {}
 
         async def attempt() -> None:
@@ -456,7 +456,7 @@ class AsyncAdminClient(GroupOperations):
         level = {"read_uncommitted": 0, "read_committed": 1}[isolation_level]
         results: dict[TopicPartition, ListOffsetsResult] = {}
         final_errors: dict[Any, KcoreError] = {}
-        deadline = time.monotonic() + (self.default_timeout if timeout is None else timeout)
+        deadline = self._deadline(timeout)
 
         async def attempt() -> None:
             pending = {tp: ts for tp, ts in wanted.items() if tp not in results}
@@ -704,7 +704,7 @@ class AsyncAdminClient(GroupOperations):
         if election_type not in ELECTION_TYPES:
             raise KcoreError(f"election_type must be preferred or unclean, got {election_type!r}")
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
-        deadline_at = time.monotonic() + (self.default_timeout if timeout is None else timeout)
+        deadline_at = self._deadline(timeout)
 
         def build(version: int) -> Any:
             grouped: dict[str, list[int]] | None = None
@@ -753,7 +753,7 @@ class AsyncAdminClient(GroupOperations):
         """Move each partition to the given replica list (the first replica is the preferred
         leader); ``None`` cancels an ongoing reassignment."""
         wanted = {TopicPartition(*tp): r for tp, r in reassignments.items()}
-        deadline_at = time.monotonic() + (self.default_timeout if timeout is None else timeout)
+        deadline_at = self._deadline(timeout)
 
         def build(version: int) -> Any:
             grouped: dict[str, list[ReassignablePartition]] = defaultdict(list)

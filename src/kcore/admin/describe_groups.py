@@ -19,6 +19,7 @@ from kcore.errors import (
     KcoreTimeoutError,
     UnsupportedVersionError,
     error_for_code,
+    error_name,
 )
 from kcore.protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
 from kcore.protocol.messages.describe_groups_request import DescribeGroupsRequest
@@ -183,7 +184,7 @@ async def describe_group(
             # As Java's: a coordinator that stayed away (loading, moving) is a timeout.
             raise KcoreTimeoutError(
                 f"describing group {group_id!r}: the coordinator was not available in time "
-                f"(last: {_name(code)})"
+                f"(last: {error_name(code)})"
             )
         err = error_for_code(code)
         assert err is not None
@@ -198,8 +199,3 @@ def _request_timeout(link: CoordinatorLink, backoff: Backoff) -> float:
     limit = link.cluster.settings.request_timeout_s
     left = backoff.left()
     return limit if left is None else max(min(limit, left), 0.001)
-
-
-def _name(code: int) -> str:
-    err = error_for_code(code)
-    return err.name if err is not None else str(code)

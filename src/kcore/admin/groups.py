@@ -74,6 +74,10 @@ class GroupOperations:
     def _timeout(self, timeout: float | None) -> float:
         return self.default_timeout if timeout is None else timeout
 
+    def _deadline(self, timeout: float | None) -> float:
+        """When a call given ``timeout`` (default ``default.api.timeout.ms``) ends."""
+        return time.monotonic() + self._timeout(timeout)
+
     async def list_consumer_groups(
         self, *, timeout: float | None = None
     ) -> list[ConsumerGroupListing]:
@@ -219,7 +223,7 @@ class GroupOperations:
         wanted = {TopicPartition(*tp): int(o) for tp, o in before.items()}
         results: dict[TopicPartition, int] = {}
         final: dict[Any, KcoreError] = {}
-        deadline = time.monotonic() + self._timeout(timeout)
+        deadline = self._deadline(timeout)
 
         async def attempt() -> None:
             pending = {tp: o for tp, o in wanted.items() if tp not in results and tp not in final}

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from kcore.cluster.client import ClusterClient, coordinator_connection_id
-from kcore.errors import BrokerConnectionError, KcoreTimeoutError, error_for_code
+from kcore.errors import BrokerConnectionError, KcoreTimeoutError, error_name
 from kcore.network.connection import BrokerConnection
 
 log = logging.getLogger("kcore.coordinator")
@@ -61,8 +61,7 @@ class CoordinatorLink:
         """Whether ``code`` is a coordinator error that a retry recovers from (re-discovering
         first when the coordinator moved)."""
         if code in REDISCOVER_CODES:
-            err = error_for_code(code)
-            self.mark_dead(err.name if err is not None else str(code))
+            self.mark_dead(error_name(code))
             return True
         return code == COORDINATOR_LOAD_IN_PROGRESS
 

@@ -18,6 +18,7 @@ from kcore.errors import (
     KcoreTimeoutError,
     RebalanceInProgressError,
     error_for_code,
+    error_name,
 )
 from kcore.protocol.messages.offset_commit_request import (
     OffsetCommitRequest,
@@ -113,7 +114,7 @@ class GroupOffsets:
             if any(c in REBALANCED_CODES for c in codes):
                 raise CommitFailedError(
                     f"offset commit of group {self.group_id!r} failed: the group rebalanced "
-                    f"({_name(code)}) and the partitions may belong to another member now"
+                    f"({error_name(code)}) and the partitions may belong to another member now"
                 )
             retry = all(
                 self.link.handle_error(c) or c == STALE_MEMBER_EPOCH or _retriable(c) for c in codes
@@ -215,11 +216,6 @@ class GroupOffsets:
             ],
             require_stable=require_stable,
         )
-
-
-def _name(code: int) -> str:
-    err = error_for_code(code)
-    return err.name if err is not None else str(code)
 
 
 def _retriable(code: int) -> bool:

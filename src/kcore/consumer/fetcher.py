@@ -407,8 +407,7 @@ class Fetcher:
                     continue
                 info = md.partition(tp.topic, tp.partition)
                 current = info.leader_epoch if info is not None else -1
-                if st.unvalidated(current):
-                    continue  # in backoff after a failed check
+                assert not st.unvalidated(current)  # the loop above took every such partition
                 st.leader_epoch = current  # no epoch to check the position by
                 offset = st.fetch_position if st.fetch_position is not None else st.position
                 assert offset is not None  # filtered above
@@ -638,11 +637,8 @@ class Fetcher:
             except UnsupportedVersionError:
                 # As Java: a broker too old to answer consumers (v3, Kafka 2.3) is trusted.
                 with self.lock:
-                    for tp, ask in asks.items():
-                        st = self.states.get(tp)
-                        if st is not None and st.validating is ask:
-                            st.validating = None
-                            st.leader_epoch = ask.current_leader_epoch
+                    for st, ask in self._still_asking(asks):
+                        st.leader_epoch = ask.current_leader_epoch
                 return
             topics: dict[str, list[OffsetForLeaderPartition]] = {}
             for tp, ask in asks.items():
@@ -675,13 +671,23 @@ class Fetcher:
             else:
                 log.debug("validating positions at node %s failed: %s", node, exc)
             with self.lock:
-                for tp, ask in asks.items():
-                    st = self.states.get(tp)
-                    if st is not None and st.validating is ask:
-                        st.validating = None
-                        self._back_off(st)
+                for st, _ in self._still_asking(asks):
+                    self._back_off(st)
         finally:
             self.wakeup()
+
+    def _still_asking(
+        self, asks: dict[TopicPartition, ValidationAsk]
+    ) -> list[tuple[PartitionState, ValidationAsk]]:
+        """(Lock held.) The partitions still waiting on these questions (not unassigned,
+        sought or asked again since), with their questions now closed."""
+        out = []
+        for tp, ask in asks.items():
+            st = self.states.get(tp)
+            if st is not None and st.validating is ask:
+                st.validating = None
+                out.append((st, ask))
+        return out
 
     def _validated(
         self, tp: TopicPartition, ask: ValidationAsk, code: int, end_offset: int, end_epoch: int

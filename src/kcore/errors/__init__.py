@@ -36,6 +36,13 @@ from ._codes import UnknownKafkaErrorCode as UnknownKafkaErrorCode
 from ._codes import error_for_code as error_for_code
 from ._truncation import LogTruncationError
 
+
+def error_name(code: int) -> str:
+    """The Kafka name of an error code (``"NOT_COORDINATOR"``), or the number if unknown."""
+    err = error_for_code(code)
+    return err.name if err is not None else str(code)
+
+
 __all__ = [
     "BootstrapError",
     "BrokerConnectionError",
@@ -58,5 +65,6 @@ __all__ = [
     "UnsupportedMagicError",
     "VarintOverflowError",
     "WakeupError",
+    "error_name",
 ]
 __all__ += _codes.__all__
