@@ -60,3 +60,15 @@ def bare_python(tmp_path_factory) -> Path:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYSPARK"))}
     subprocess.run([str(python), "-c", check], check=True, env=env)
     return python
+
+
+def read_records(consumer, n: int, timeout: float = 60, poll_s: float = 0.5) -> list:
+    """Poll ``consumer`` until it has returned ``n`` records or ``timeout`` passes; what it
+    returned (the caller asserts on it)."""
+    import time
+
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += consumer.poll(poll_s)
+    return got

@@ -7,6 +7,7 @@ import time
 import uuid
 
 import pytest
+from conftest import read_records
 
 from kcore import AdminClient
 from kcore.admin import AdminOperationError, AsyncAdminClient, ConfigResource, NewTopic
@@ -211,10 +212,7 @@ def test_consumer_group_operations(kafka_cluster):
         }
         with kcore.Consumer(config) as c:
             c.subscribe([topic])
-            got: list = []
-            deadline = time.monotonic() + 60
-            while len(got) < 20 and time.monotonic() < deadline:
-                got += c.poll(0.5)
+            got = read_records(c, 20, 60)
             c.commit()
             listed = {g.group_id: g for g in admin.list_consumer_groups()}
             assert listed[group].protocol_type == "consumer"
@@ -231,10 +229,7 @@ def test_consumer_group_operations(kafka_cluster):
         }
         with kcore.Consumer(config) as c:  # starts where the offsets were set
             c.subscribe([topic])
-            got = []
-            deadline = time.monotonic() + 60
-            while len(got) < 7 and time.monotonic() < deadline:
-                got += c.poll(0.5)
+            got = read_records(c, 7, 60)
             assert sorted((r.partition, r.offset) for r in got) == [(0, o) for o in range(3, 10)]
         assert admin.delete_records({tp1: 4}) == {tp1: 4}
         assert admin.list_offsets({tp1: "earliest"})[tp1].offset == 4

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import uuid
 
-from conftest import UNREACHABLE_HOST
+from conftest import UNREACHABLE_HOST, read_records
 
 from kcore.cli import main
 
@@ -205,7 +205,6 @@ def test_produce_and_consume_mistakes(kafka_cluster, tmp_path):
 def test_groups_lists_and_describes_with_lag(kafka_cluster, capsys):
     """``kcore groups``: the list, then a live group's state, member and per-partition lag (as
     kafka-consumer-groups --describe), and a group that does not exist (exit status 1)."""
-    import time
 
     import kcore as kc
     from kcore.admin import NewTopic
@@ -227,10 +226,7 @@ def test_groups_lists_and_describes_with_lag(kafka_cluster, capsys):
     }
     with kc.Consumer(config) as c:
         c.subscribe([topic])
-        got: list = []
-        deadline = time.monotonic() + 60
-        while len(got) < 10 and time.monotonic() < deadline:
-            got += c.poll(0.5)
+        read_records(c, 10, 60)  # the group joined and every record read
         c.commit({(topic, 0): 3, (topic, 1): 5})  # partition 0 lags by 2, partition 1 by 0
         capsys.readouterr()
         assert main(["groups", "-b", bootstrap]) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import threading
 import uuid
 
@@ -254,6 +255,25 @@ def test_request_timeout_closes_the_connection(kafka_cluster):
     asyncio.run(main())
 
 
+async def _requests(reader: asyncio.StreamReader):
+    """(api key, version, correlation id) of each request a fake broker reads, until the
+    client hangs up."""
+    while True:
+        try:
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            data = await reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        yield struct.unpack(">hhi", data[:8])
+
+
+async def _answer(writer: asyncio.StreamWriter, corr: int, body: bytes, flexible: bool) -> None:
+    """A response frame: ``flexible`` for a response header v1 (tagged fields)."""
+    header = struct.pack(">i", corr) + (b"\x00" if flexible else b"")
+    writer.write(struct.pack(">i", len(header + body)) + header + body)
+    await writer.drain()
+
+
 class FakeBroker:
     """Answers ApiVersions like a broker, then Metadata never (``hung``: its request handlers
     are stuck) or with no broker listed (``empty``: a broker still starting)."""
@@ -268,35 +288,23 @@ class FakeBroker:
         return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        import struct
-
         from kcore.protocol.framing import response_header_version
         from kcore.protocol.messages import APIS
         from kcore.protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
 
-        while True:
-            try:
-                size = struct.unpack(">i", await reader.readexactly(4))[0]
-                data = await reader.readexactly(size)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            key, version, corr = struct.unpack(">hhi", data[:8])
+        async for key, version, corr in _requests(reader):
             if key == 18:
                 keys = [
                     ApiVersion(api_key=k, min_version=0, max_version=APIS[k].max_stable_version)
                     for k in (18, 3)
                 ]
-                header, body = struct.pack(">i", corr), ApiVersionsResponse(api_keys=keys).encode(0)
-            else:
-                self.metadata_requests += 1
-                if self.mode == "hung":
-                    continue
-                body = MetadataResponse(brokers=[], controller_id=-1, topics=[]).encode(version)
-                header = struct.pack(">i", corr)
-                if response_header_version(key, version) == 1:
-                    header += b"\x00"
-            writer.write(struct.pack(">i", len(header + body)) + header + body)
-            await writer.drain()
+                await _answer(writer, corr, ApiVersionsResponse(api_keys=keys).encode(0), False)
+                continue
+            self.metadata_requests += 1
+            if self.mode == "hung":
+                continue
+            body = MetadataResponse(brokers=[], controller_id=-1, topics=[]).encode(version)
+            await _answer(writer, corr, body, response_header_version(key, version) == 1)
 
     def close(self) -> None:
         if self.server is not None:
@@ -380,20 +388,12 @@ def test_api_versions_falls_back_to_what_the_broker_takes(lists_its_versions):
     """A broker that does not take kcore's ApiVersions version answers UNSUPPORTED_VERSION in
     v0: since Kafka 2.4 (KIP-511) listing the ApiVersions versions it takes, before that
     listing none. kcore asks again at the version named, or at v0 (as Java's NetworkClient)."""
-    import struct
-
     from kcore.protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
 
     asked: list[int] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                size = struct.unpack(">i", await reader.readexactly(4))[0]
-                data = await reader.readexactly(size)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            key, version, corr = struct.unpack(">hhi", data[:8])
+        async for _, version, corr in _requests(reader):
             asked.append(version)
             newest = 2  # an old broker: ApiVersions v0-2
             if version > newest:
@@ -405,9 +405,7 @@ def test_api_versions_falls_back_to_what_the_broker_takes(lists_its_versions):
                 keys = [ApiVersion(api_key=k, min_version=0, max_version=9) for k in (3, 18)]
                 keys[1].max_version = newest
                 body = ApiVersionsResponse(api_keys=keys).encode(version)
-            header = struct.pack(">i", corr)
-            writer.write(struct.pack(">i", len(header + body)) + header + body)
-            await writer.drain()
+            await _answer(writer, corr, body, False)
 
     async def main() -> None:
         server = await asyncio.start_server(serve, "127.0.0.1", 0)

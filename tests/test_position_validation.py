@@ -8,6 +8,7 @@ import time
 import uuid
 
 import pytest
+from conftest import read_records
 
 import kcore
 from kcore.admin import NewTopic, TopicPartition
@@ -120,10 +121,7 @@ def test_a_committed_position_past_its_epoch_resumes_where_the_logs_diverge(kafk
             for i in range(3):
                 p.send(topic, b"new-%d" % i)
             p.flush(30)
-        got: list = []
-        deadline = time.monotonic() + 30
-        while len(got) < 3 and time.monotonic() < deadline:
-            got += c.poll(0.5)
+        got = read_records(c, 3, 30)
         assert [(r.offset, r.value) for r in got] == [
             (10, b"new-0"),
             (11, b"new-1"),
@@ -149,10 +147,7 @@ def test_a_committed_position_past_its_epoch_resumes_where_the_logs_diverge(kafk
             assert e.value.divergent_offsets == {tp: (13, 0)}
             assert c.position(tp) == 50
         c.seek(tp, 11)  # a seek names no epoch: nothing to check
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < 2 and time.monotonic() < deadline:
-            got += c.poll(0.5)
+        got = read_records(c, 2, 30)
         assert [r.offset for r in got] == [11, 12]
 
 
@@ -165,10 +160,7 @@ def test_a_position_within_its_epoch_is_kept(kafka_cluster):
     cfg = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"}
     with kcore.Consumer(cfg) as c:
         c.assign([tp])
-        got: list = []
-        deadline = time.monotonic() + 30
-        while len(got) < 4 and time.monotonic() < deadline:
-            got += c.poll(0.5)
+        got = read_records(c, 4, 30)
         assert [r.offset for r in got] == [6, 7, 8, 9]
         assert (c._core.fetcher.validations, c._core.fetcher.truncations) == (1, 0)
 
