@@ -133,6 +133,24 @@ def wait_for(cond, timeout: float, what: str, *processors: Processor) -> None:
         time.sleep(0.2)
 
 
+class ReadUntil:
+    """When a read of ``n`` committed records is over: once it has ``n`` and a quiet second
+    brought nothing more (a duplicate would show as more than ``n``), or after ``timeout``. A
+    quiet window alone started before the first fetch, which on a loaded machine right after
+    a broker restart (a new group joining, too) could come up empty."""
+
+    def __init__(self, n: int, timeout: float = 120, quiet: float = 3) -> None:
+        self.n, self.quiet = n, quiet
+        self.deadline = time.monotonic() + timeout
+        self.last = time.monotonic()
+
+    def done(self, have: int, got_some: bool) -> bool:
+        now = time.monotonic()
+        if got_some:
+            self.last = now
+        return now > self.deadline or (have >= self.n and now - self.last >= self.quiet)
+
+
 def read_committed_kcore(bootstrap: str, topic: str, n: int) -> list[bytes]:
     values: list[bytes] = []
     cfg = {
@@ -142,16 +160,15 @@ def read_committed_kcore(bootstrap: str, topic: str, n: int) -> list[bytes]:
     }
     with kcore.Consumer(cfg) as c:
         c.assign([(topic, p) for p in range(PARTITIONS)])
-        quiet = time.monotonic()
-        while time.monotonic() - quiet < 8:
+        until = ReadUntil(n)
+        recs: list = []
+        while not until.done(len(values), bool(recs)):
             recs = c.poll(0.5)
-            if recs:
-                quiet = time.monotonic()
-                values += [r.value for r in recs]
+            values += [r.value for r in recs]
     return values
 
 
-def read_committed_confluent(bootstrap: str, topic: str) -> list[bytes]:
+def read_committed_confluent(bootstrap: str, topic: str, n: int) -> list[bytes]:
     c = ConfluentConsumer(
         {
             "bootstrap.servers": bootstrap,
@@ -163,15 +180,14 @@ def read_committed_confluent(bootstrap: str, topic: str) -> list[bytes]:
     )
     c.subscribe([topic])
     values: list[bytes] = []
-    quiet = time.monotonic()
+    until = ReadUntil(n)
+    msgs: list = []
     try:
-        while time.monotonic() - quiet < 10:
+        while not until.done(len(values), bool(msgs)):
             msgs = c.consume(10_000, 0.5)
             for m in msgs:
                 if m.error() is None:
                     values.append(m.value())
-            if msgs:
-                quiet = time.monotonic()
     finally:
         c.close()
     return values
@@ -221,6 +237,6 @@ def test_consume_transform_produce_is_exactly_once_through_kills(kafka_cluster3,
     got = read_committed_kcore(bootstrap, sink, N)
     assert len(got) == N, f"kcore read {len(got)} committed records, {len(set(got))} distinct"
     assert sorted(got) == expected
-    theirs = read_committed_confluent(bootstrap, sink)
+    theirs = read_committed_confluent(bootstrap, sink, N)
     assert len(theirs) == N
     assert sorted(theirs) == expected
