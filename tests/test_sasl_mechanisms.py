@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from kcore.errors import ConfigError, IllegalSaslStateError, SaslAuthenticationFailedError
 from kcore.network.sasl import (
     MIN_ITERATIONS,
+    PASSWORD_MECHANISMS,
     SUPPORTED_MECHANISMS,
     PlainMechanism,
     SaslMechanism,
@@ -425,13 +426,15 @@ def test_plain_step_before_initial_response():
 
 
 def test_supported_mechanisms():
-    assert SUPPORTED_MECHANISMS == ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-    for name in SUPPORTED_MECHANISMS:
+    assert SUPPORTED_MECHANISMS == ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+    assert PASSWORD_MECHANISMS == ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    for name in PASSWORD_MECHANISMS:
         mech = create_mechanism(name.lower(), "u", "p")  # SASL names are case-insensitive
         assert mech.name == name
         assert mech.username == "u"
 
 
+# OAUTHBEARER is made from a token (OAuthBearerMechanism), not from a username and password.
 @pytest.mark.parametrize("name", ["GSSAPI", "OAUTHBEARER", "SCRAM-SHA-1", "SCRAM-SHA-384", ""])
 def test_unknown_mechanism(name):
     with pytest.raises(ConfigError) as info:

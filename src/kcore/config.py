@@ -21,7 +21,7 @@ import difflib
 import ipaddress
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, Protocol
 
@@ -46,12 +46,12 @@ __all__ = [
 Role = Literal["admin", "producer", "consumer", "common"]
 # "common" is not a client: it takes only the keys every client has (for shared layers).
 ROLES: tuple[str, ...] = ("admin", "producer", "consumer")
-ConfigType = Literal["int", "long", "bool", "string", "list", "callable"]
+ConfigType = Literal["int", "long", "double", "bool", "string", "list", "callable"]
 
 HIDDEN = "[hidden]"
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
-SUPPORTED_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 # Java's ConfigDef ranges for its INT and LONG types: a value outside them is a type error there.
 _TYPE_BOUNDS = {"int": (-(2**31), INT_MAX), "long": (-(2**63), LONG_MAX)}
 
@@ -102,6 +102,22 @@ class Range:
         else:
             text = f"<= {self.max}"
         return text if self.also is None else f"{text}, or {self.also}"
+
+
+@dataclass(frozen=True)
+class FloatRange:
+    """A number within [min, max] (Java's ``Range.between`` on a DOUBLE key)."""
+
+    min: float
+    max: float
+
+    def __call__(self, value: float) -> float:
+        if not self.min <= value <= self.max:
+            raise _Invalid()
+        return value
+
+    def describe(self) -> str:
+        return f"between {self.min} and {self.max}"
 
 
 @dataclass(frozen=True)
@@ -213,7 +229,7 @@ class SaslMechanism:
     def __call__(self, value: str) -> str:
         if value in SUPPORTED_SASL_MECHANISMS:
             return value
-        if value.upper() in ("GSSAPI", "OAUTHBEARER"):
+        if value.upper() == "GSSAPI":
             supported = ", ".join(SUPPORTED_SASL_MECHANISMS)
             raise _Invalid(f"one of {supported}: {value.upper()} is not supported by kcore")
         if value.upper() in SUPPORTED_SASL_MECHANISMS:
@@ -273,7 +289,8 @@ class NotWithPem:
 
 @dataclass(frozen=True)
 class JaasConfig:
-    """A JAAS line with one PLAIN or SCRAM login module (parsed by :func:`parse_jaas_config`)."""
+    """A JAAS line with one PLAIN, SCRAM or OAUTHBEARER login module (parsed by
+    :func:`parse_jaas_config`)."""
 
     def __call__(self, value: str) -> str:
         _parse_jaas(value)
@@ -282,8 +299,36 @@ class JaasConfig:
     def describe(self) -> str:
         return (
             'one JAAS entry: <LoginModule> required username="..." password="..."; with '
-            "PlainLoginModule or ScramLoginModule"
+            "PlainLoginModule or ScramLoginModule, or OAuthBearerLoginModule with its options"
         )
+
+
+# Java's OAUTHBEARER login handlers: the token endpoint's (KIP-768; its 3.x package too) and
+# the unsecured default. kcore does what each does; any other class is Java code.
+OAUTHBEARER_LOGIN_HANDLERS = {
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler": "endpoint",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler": (
+        "endpoint"
+    ),
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured."
+    "OAuthBearerUnsecuredLoginCallbackHandler": "unsecured",
+}
+
+
+@dataclass(frozen=True)
+class LoginCallbackHandler:
+    """``sasl.login.callback.handler.class``: one of Java's OAUTHBEARER login handlers."""
+
+    def __call__(self, value: str) -> str:
+        if value in OAUTHBEARER_LOGIN_HANDLERS:
+            return value
+        raise _Invalid(
+            "one of Java's OAUTHBEARER login handlers (OAuthBearerLoginCallbackHandler, "
+            "OAuthBearerUnsecuredLoginCallbackHandler); other Java classes cannot run in kcore"
+        )
+
+    def describe(self) -> str:
+        return "Java's OAuthBearerLoginCallbackHandler or OAuthBearerUnsecuredLoginCallbackHandler"
 
 
 @dataclass(frozen=True)
@@ -327,6 +372,8 @@ class ConfigDef:
         v = self.validator.describe() if self.validator is not None else ""
         if self.type in ("int", "long"):
             return f"an int {v}" if v else "an int"
+        if self.type == "double":
+            return f"a number {v}" if v else "a number"
         if self.type == "bool":
             return "true or false"
         if self.type == "list":
@@ -398,12 +445,60 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("sasl.mechanism", "string", "GSSAPI", SaslMechanism(), _ALL,
               "SASL mechanism; Java's default GSSAPI is not supported, so SASL needs this set."),
     ConfigDef("sasl.jaas.config", "string", None, JaasConfig(), _ALL,
-              "Java-style credentials: a PlainLoginModule or ScramLoginModule JAAS entry.",
+              "Java-style credentials: a PlainLoginModule, ScramLoginModule or "
+              "OAuthBearerLoginModule JAAS entry.",
               secret=True),
     ConfigDef("sasl.username", "string", None, None, _ALL,
               "librdkafka-style SASL user name (instead of sasl.jaas.config)."),
     ConfigDef("sasl.password", "string", None, None, _ALL,
               "librdkafka-style SASL password (instead of sasl.jaas.config).", secret=True),
+    # OAUTHBEARER (docs/security.md): where the token comes from, and when it is refreshed.
+    ConfigDef("oauth_cb", "callable", None, None, _ALL,
+              "OAUTHBEARER (confluent-kafka's key): callable(sasl.oauthbearer.config) returning "
+              "(token, expiry_seconds[, principal[, extensions]])."),
+    ConfigDef("sasl.oauthbearer.config", "string", None, None, _ALL,
+              "librdkafka: the string oauth_cb is called with; with "
+              "enable.sasl.oauthbearer.unsecure.jwt, principal=... [scope=...] [lifeSeconds=...] "
+              "[extension_<name>=...].", secret=True),
+    ConfigDef("enable.sasl.oauthbearer.unsecure.jwt", "bool", False, None, _ALL,
+              "librdkafka: make an unsigned JWT from sasl.oauthbearer.config (development "
+              "only)."),
+    ConfigDef("sasl.oauthbearer.method", "string", "default", _one_of("default", "oidc"), _ALL,
+              "librdkafka: oidc fetches tokens from sasl.oauthbearer.token.endpoint.url."),
+    ConfigDef("sasl.oauthbearer.extensions", "string", None, None, _ALL,
+              "librdkafka: SASL extensions sent with the token, key=value,key=value."),
+    ConfigDef("sasl.oauthbearer.token.endpoint.url", "string", None, None, _ALL,
+              "OAUTHBEARER: OAuth 2 token endpoint for client credentials (KIP-768), or a "
+              "file: URL of a file holding the token."),
+    ConfigDef("sasl.oauthbearer.client.credentials.client.id", "string", None, None, _ALL,
+              "OAUTHBEARER client id for the token endpoint (or clientId in sasl.jaas.config)."),
+    ConfigDef("sasl.oauthbearer.client.credentials.client.secret", "string", None, None, _ALL,
+              "OAUTHBEARER client secret (or clientSecret in sasl.jaas.config).", secret=True),
+    ConfigDef("sasl.oauthbearer.scope", "string", None, None, _ALL,
+              "OAUTHBEARER scope asked of the token endpoint (or scope in sasl.jaas.config)."),
+    ConfigDef("sasl.oauthbearer.sub.claim.name", "string", "sub", None, _ALL,
+              "The token claim naming its principal."),
+    ConfigDef("sasl.oauthbearer.scope.claim.name", "string", "scope", None, _ALL,
+              "The token claim holding its scope."),
+    ConfigDef("sasl.login.callback.handler.class", "string", None, LoginCallbackHandler(), _ALL,
+              "Java's OAUTHBEARER login handler class names are taken (the token endpoint's "
+              "or the unsecured one); other classes are Java-only."),
+    ConfigDef("sasl.login.refresh.window.factor", "double", 0.8, FloatRange(0.5, 1.0), _ALL,
+              "Refresh an OAUTHBEARER token at this fraction of its lifetime."),
+    ConfigDef("sasl.login.refresh.window.jitter", "double", 0.05, FloatRange(0.0, 0.25), _ALL,
+              "Random fraction of the lifetime added to the refresh point."),
+    ConfigDef("sasl.login.refresh.min.period.seconds", "int", 60, Range(0, 900), _ALL,
+              "Refresh a token no sooner than this after fetching it."),
+    ConfigDef("sasl.login.refresh.buffer.seconds", "int", 300, Range(0, 3600), _ALL,
+              "Refresh a token at least this long before it expires."),
+    ConfigDef("sasl.login.connect.timeout.ms", "int", None, None, _ALL,
+              "Token endpoint connect timeout; unset: 30 s."),
+    ConfigDef("sasl.login.read.timeout.ms", "int", None, None, _ALL,
+              "Token endpoint read timeout; unset: 30 s."),
+    ConfigDef("sasl.login.retry.backoff.ms", "long", 100, None, _ALL,
+              "First wait before asking the token endpoint again after a failure."),
+    ConfigDef("sasl.login.retry.backoff.max.ms", "long", 10000, None, _ALL,
+              "How long token endpoint failures are retried (the backoff doubles up to it)."),
     ConfigDef("ssl.protocol", "string", "TLSv1.3", _one_of("TLSv1.3", "TLSv1.2", "TLS"), _ALL,
               "TLS protocol of the SSL context."),
     ConfigDef("ssl.enabled.protocols", "list", ("TLSv1.2", "TLSv1.3"),
@@ -565,13 +660,20 @@ ALIASES: Mapping[str, str] = {
     "compression.codec": "compression.type",
     "max.in.flight": "max.in.flight.requests.per.connection",
     "sasl.mechanisms": "sasl.mechanism",
+    "sasl.oauthbearer.client.id": "sasl.oauthbearer.client.credentials.client.id",
+    "sasl.oauthbearer.client.secret": "sasl.oauthbearer.client.credentials.client.secret",
 }
 
 # Java client keys kcore knows of but does not take (exact names, or prefixes ending in "."),
 # so that a config ported from Java fails with a reason rather than as a typo.
 _UNSUPPORTED_JAVA_KEYS: tuple[tuple[str, str], ...] = (
     ("sasl.kerberos.", "Kerberos (GSSAPI) is not supported"),
-    ("sasl.oauthbearer.", "OAUTHBEARER is not supported"),
+    (
+        "sasl.oauthbearer.",
+        "kcore's OAUTHBEARER takes tokens from oauth_cb, a token endpoint "
+        "(client credentials) or unsecured JAAS options; JWT-bearer grants and broker-side keys "
+        "are not supported",
+    ),
     ("sasl.login.", "JAAS login classes are Java-only; credentials come from sasl.jaas.config"),
     ("sasl.client.callback.handler.class", "Java callback handlers are not supported"),
     ("metrics.", "Java metrics are not supported"),
@@ -632,6 +734,15 @@ def _parse_value(d: ConfigDef, value: Any) -> Any:
     raises ``_Invalid``."""
     if d.type in ("int", "long"):
         parsed: Any = _parse_int(value, d.type)
+    elif d.type == "double":
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise _Invalid()
+        try:
+            parsed = float(value)
+        except ValueError:
+            raise _Invalid() from None
+        if parsed != parsed or parsed in (float("inf"), float("-inf")):
+            raise _Invalid()
     elif d.type == "bool":
         if isinstance(value, bool):
             parsed = value
@@ -751,13 +862,14 @@ def parse_iso_duration(text: str) -> float:
     return float(total)
 
 
+OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 _JAAS_MODULES = {
     "org.apache.kafka.common.security.plain.PlainLoginModule",
     "org.apache.kafka.common.security.scram.ScramLoginModule",
+    OAUTHBEARER_LOGIN_MODULE,
 }
 _JAAS_UNSUPPORTED = {
     "com.sun.security.auth.module.Krb5LoginModule": "Kerberos (GSSAPI)",
-    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule": "OAUTHBEARER",
 }
 _JAAS_FLAGS = {"required", "requisite", "sufficient", "optional"}
 _JAAS_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
@@ -804,13 +916,14 @@ def _parse_jaas(text: str) -> tuple[str, dict[str, str]]:
     module, flag = tokens[0][1], tokens[1][1]
     if module in _JAAS_UNSUPPORTED:
         raise _Invalid(
-            f"a PlainLoginModule or ScramLoginModule entry: {_JAAS_UNSUPPORTED[module]} is not "
-            "supported by kcore"
+            "a PlainLoginModule, ScramLoginModule or OAuthBearerLoginModule entry: "
+            f"{_JAAS_UNSUPPORTED[module]} is not supported by kcore"
         )
     if module not in _JAAS_MODULES:
         raise _Invalid(
-            "a JAAS entry with org.apache.kafka.common.security.plain.PlainLoginModule or "
-            "org.apache.kafka.common.security.scram.ScramLoginModule"
+            "a JAAS entry with org.apache.kafka.common.security.plain.PlainLoginModule, "
+            "org.apache.kafka.common.security.scram.ScramLoginModule or "
+            f"{OAUTHBEARER_LOGIN_MODULE}"
         )
     if flag.lower() not in _JAAS_FLAGS:
         raise _Invalid("a JAAS entry whose flag is required, requisite, sufficient or optional")
@@ -833,8 +946,8 @@ def parse_jaas_config(text: str) -> tuple[str, dict[str, str]]:
     """The login module class and options of a ``sasl.jaas.config`` value, e.g.
     ``org.apache.kafka.common.security.plain.PlainLoginModule required username="alice"
     password="secret";``. Quoted values may hold any character (backslash escapes as in Java);
-    unquoted ones stop at space, ``=`` and ``;``. Only the PLAIN and SCRAM login modules are
-    accepted. Raises ConfigError, whose text never includes the value."""
+    unquoted ones stop at space, ``=`` and ``;``. Only the PLAIN, SCRAM and OAUTHBEARER login
+    modules are accepted. Raises ConfigError, whose text never includes the value."""
     try:
         return _parse_jaas(text)
     except _Invalid as e:
@@ -969,12 +1082,115 @@ class ClientConfig(Mapping[str, Any]):
             return options["username"], options["password"]
         return None
 
+    def oauthbearer_settings(self) -> OAuthBearerSettings:
+        """Where an OAUTHBEARER client gets its token, from the keys of Java (a token endpoint,
+        or the unsecured JAAS options), librdkafka (``enable.sasl.oauthbearer.unsecure.jwt``)
+        or confluent-kafka (``oauth_cb``). Raises ConfigError when none is set."""
+        v = self._values
+        jaas_module: str | None = None
+        jaas: dict[str, str] = {}
+        if v["sasl.jaas.config"] is not None:
+            jaas_module, jaas = _parse_jaas(v["sasl.jaas.config"])
+            if jaas_module != OAUTHBEARER_LOGIN_MODULE:
+                raise ConfigError(
+                    "sasl.jaas.config",
+                    f"sasl.mechanism=OAUTHBEARER takes an {OAUTHBEARER_LOGIN_MODULE} entry",
+                )
+        handler = OAUTHBEARER_LOGIN_HANDLERS.get(v["sasl.login.callback.handler.class"] or "")
+        prefix = "extension_"  # Java's token endpoint login takes extensions as these options
+        extensions = {k[len(prefix) :]: x for k, x in jaas.items() if k.startswith(prefix)}
+        if v["sasl.oauthbearer.extensions"]:
+            for item in v["sasl.oauthbearer.extensions"].split(","):
+                name, eq, value = item.partition("=")
+                if not eq:
+                    raise ConfigError("sasl.oauthbearer.extensions", "must be key=value,key=value")
+                extensions[name.strip()] = value.strip()
+        url = v["sasl.oauthbearer.token.endpoint.url"]
+        if v["oauth_cb"] is not None:
+            return OAuthBearerSettings("callback", extensions=extensions)
+        if url is not None or handler == "endpoint" or v["sasl.oauthbearer.method"] == "oidc":
+            if url is None:
+                raise ConfigError(
+                    "sasl.oauthbearer.token.endpoint.url",
+                    "is required to fetch OAUTHBEARER tokens from a token endpoint",
+                )
+            return OAuthBearerSettings(
+                "endpoint",
+                url=url,
+                client_id=(
+                    v["sasl.oauthbearer.client.credentials.client.id"] or jaas.get("clientId")
+                ),
+                client_secret=(
+                    v["sasl.oauthbearer.client.credentials.client.secret"]
+                    or jaas.get("clientSecret")
+                ),
+                scope=v["sasl.oauthbearer.scope"] or jaas.get("scope"),
+                extensions=extensions,
+            )
+        if jaas_module is not None and any(k.startswith("unsecuredLogin") for k in jaas):
+            return OAuthBearerSettings("unsecured", unsecured=jaas)
+        if v["enable.sasl.oauthbearer.unsecure.jwt"]:
+            return OAuthBearerSettings(
+                "unsecured", unsecured=_librdkafka_unsecured(v["sasl.oauthbearer.config"] or "")
+            )
+        raise ConfigError(
+            "sasl.mechanism",
+            "OAUTHBEARER needs a token source: oauth_cb (a callable), "
+            "sasl.oauthbearer.token.endpoint.url (client credentials), or for development an "
+            f"unsecured token: sasl.jaas.config set to {OAUTHBEARER_LOGIN_MODULE} required "
+            'unsecuredLoginStringClaim_sub="<principal>";',
+        )
+
     def auto_offset_reset(self) -> tuple[str, float | None]:
         """("earliest" | "latest" | "none", None) or ("by_duration", seconds)."""
         value: str = self._values["auto.offset.reset"]
         if value.startswith("by_duration:"):
             return "by_duration", parse_iso_duration(value[len("by_duration:") :])
         return value, None
+
+
+@dataclass(frozen=True)
+class OAuthBearerSettings:
+    """An OAUTHBEARER token source: ``callback`` (oauth_cb), ``endpoint`` (client credentials
+    or a file: URL) or ``unsecured`` (an unsigned JWT from Java's ``unsecuredLogin*``
+    options)."""
+
+    source: Literal["callback", "endpoint", "unsecured"]
+    url: str | None = None
+    client_id: str | None = field(default=None, repr=False)
+    client_secret: str | None = field(default=None, repr=False)
+    scope: str | None = None
+    extensions: Mapping[str, str] = field(default_factory=dict)
+    unsecured: Mapping[str, str] = field(default_factory=dict)
+
+
+def _librdkafka_unsecured(text: str) -> dict[str, str]:
+    """librdkafka's unsecured JWT settings (``principal=alice scope=a,b lifeSeconds=60
+    extension_x=1``, ``principalClaimName``, ``scopeClaimName``) as Java's JAAS options."""
+    given: dict[str, str] = {}
+    for part in text.split():
+        name, eq, value = part.partition("=")
+        if not eq:
+            raise ConfigError("sasl.oauthbearer.config", "must be name=value pairs")
+        given[name] = value
+    if not given.get("principal"):
+        raise ConfigError(
+            "sasl.oauthbearer.config",
+            "enable.sasl.oauthbearer.unsecure.jwt needs principal=<name> in it",
+        )
+    claim = given.get("principalClaimName", "sub")
+    options = {"unsecuredLoginPrincipalClaimName": claim}
+    options[f"unsecuredLoginStringClaim_{claim}"] = given["principal"]
+    if "scope" in given:
+        options[f"unsecuredLoginListClaim_{given.get('scopeClaimName', 'scope')}"] = (
+            "," + given["scope"]
+        )
+    if "lifeSeconds" in given:
+        options["unsecuredLoginLifetimeSeconds"] = given["lifeSeconds"]
+    for name, value in given.items():
+        if name.startswith("extension_"):
+            options["unsecuredLoginExtension_" + name[len("extension_") :]] = value
+    return options
 
 
 # -- checks across keys -----------------------------------------------------------------------
@@ -1005,7 +1221,9 @@ def _check_common(cfg: ClientConfig, v: dict[str, Any], user: dict[str, Any]) ->
                 f"{v['sasl.mechanism']} is not supported by kcore; set one of "
                 + ", ".join(SUPPORTED_SASL_MECHANISMS),
             )
-        if cfg.sasl_credentials() is None:
+        if v["sasl.mechanism"] == "OAUTHBEARER":
+            cfg.oauthbearer_settings()  # raises for a missing or ambiguous token source
+        elif cfg.sasl_credentials() is None:
             raise ConfigError(
                 "sasl.jaas.config" if v["sasl.jaas.config"] is not None else "sasl.username",
                 f"security.protocol={protocol} needs credentials: sasl.username and "

@@ -50,7 +50,13 @@ def connection_settings(config: Mapping[str, Any]) -> ConnectionSettings:
     protocol = str(config.get("security.protocol") or "PLAINTEXT").upper()
     sasl_factory = None
     mechanism = None
-    if protocol.startswith("SASL_"):
+    if protocol.startswith("SASL_") and str(config.get("sasl.mechanism")) == "OAUTHBEARER":
+        from kcore.network.oauthbearer import login_from_config
+
+        mechanism = "OAUTHBEARER"
+        # One login per client: its connections share the token and its refreshes.
+        sasl_factory = login_from_config(config).mechanism
+    elif protocol.startswith("SASL_"):
         from kcore.network.sasl import create_mechanism
 
         mechanism = str(config.get("sasl.mechanism") or "GSSAPI").upper()

@@ -11,6 +11,7 @@ correlation id.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import random
 import socket
@@ -369,6 +370,8 @@ class BrokerConnection:
         factory = self.settings.sasl_factory
         assert factory is not None
         mechanism = factory()
+        if inspect.isawaitable(mechanism):  # OAUTHBEARER: the token may need fetching first
+            mechanism = await mechanism
         name = mechanism.name
         try:
             handshake = await self._call(
@@ -406,6 +409,10 @@ class BrokerConnection:
             if response.error_code != 0:
                 err = error_for_code(response.error_code)
                 text = response.error_message or (err.message if err else "")
+                server_error = getattr(mechanism, "server_error", None)
+                if server_error:  # OAUTHBEARER: the broker's reason, as RFC 7628 JSON
+                    reason = text if server_error in text else f"{text} {server_error}".strip()
+                    text = f"the broker rejected the token: {reason}"
                 if isinstance(err, SaslAuthenticationFailedError) or err is None:
                     raise SaslAuthenticationFailedError(f"{self.address}: SASL {name}: {text}")
                 raise err.with_message(f"{self.address}: SASL {name}: {text}")

@@ -1,4 +1,5 @@
-"""Client side of the SASL mechanisms Kafka brokers offer for username/password logins, sans-IO.
+"""Client side of the SASL mechanisms Kafka brokers offer (username/password logins and
+OAUTHBEARER bearer tokens), sans-IO.
 
 A mechanism only turns bytes into bytes; the I/O layer carries each message in a
 SaslAuthenticate request (KIP-152) and feeds the broker's ``auth_bytes`` back::
@@ -12,7 +13,8 @@ SaslAuthenticate request (KIP-152) and feeds the broker's ``auth_bytes`` back::
 ``PLAIN`` (RFC 4616) is complete as soon as its one message is built. ``SCRAM-SHA-256`` and
 ``SCRAM-SHA-512`` (RFC 5802, RFC 7677) take two round trips and are complete only once the
 broker's signature has been verified, so a successful exchange also proves the broker knows the
-credential.
+credential. ``OAUTHBEARER`` (RFC 7628, KIP-255) sends a token got elsewhere
+(:mod:`kcore.network.oauthbearer` gets and refreshes it) in one message.
 
 Compatibility choices, matching Kafka's Java client (``ScramSaslClient``/``ScramFormatter``):
 
@@ -43,14 +45,18 @@ from kcore.errors import ConfigError, IllegalSaslStateError, SaslAuthenticationF
 __all__ = [
     "MAX_ITERATIONS",
     "MIN_ITERATIONS",
+    "PASSWORD_MECHANISMS",
     "SUPPORTED_MECHANISMS",
+    "OAuthBearerMechanism",
     "PlainMechanism",
     "SaslMechanism",
     "ScramMechanism",
     "create_mechanism",
 ]
 
-SUPPORTED_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: The mechanisms :func:`create_mechanism` makes from a username and password.
+PASSWORD_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 #: Kafka's ``ScramMechanism.minIterations``; fewer makes offline guessing of the password cheap.
 MIN_ITERATIONS = 4096
@@ -372,6 +378,93 @@ class ScramMechanism(SaslMechanism):
         return None
 
 
+# RFC 7628 section 3.1 (as Kafka checks them): extension keys are letters; values printable
+# ASCII, space and the three whitespace controls; "auth" is the token's own key.
+_OAUTH_KEY = re.compile(r"[A-Za-z]+")
+_OAUTH_VALUE = re.compile(r"[\x21-\x7e \t\r\n]+")
+# Kafka's broker reads the token as [-_.a-zA-Z0-9]+ (a JWS in compact form fits).
+_OAUTH_TOKEN = re.compile(r"[-_.a-zA-Z0-9]+")
+_KVSEP = "\x01"
+
+
+def check_oauth_extensions(extensions: Mapping[str, str], key: str) -> dict[str, str]:
+    """``extensions`` as RFC 7628 allows them; ConfigError naming ``key`` (the setting they
+    came from) for a bad name or value."""
+    checked: dict[str, str] = {}
+    for name, value in extensions.items():
+        if not isinstance(name, str) or not _OAUTH_KEY.fullmatch(name) or name == "auth":
+            raise ConfigError(
+                key, f"SASL extension name {name!r} is invalid (letters only, not auth)"
+            )
+        if not isinstance(value, str) or not _OAUTH_VALUE.fullmatch(value):
+            raise ConfigError(
+                key, f"SASL extension {name!r}: its value must be printable ASCII (RFC 7628)"
+            )
+        checked[name] = value
+    return checked
+
+
+class OAuthBearerMechanism(SaslMechanism):
+    """SASL OAUTHBEARER (RFC 7628) as Kafka's brokers take it (KIP-255, extensions KIP-342):
+    one message, ``n,,<SOH>auth=Bearer <token><SOH>[key=value<SOH>...]<SOH>``.
+
+    A broker that rejects the token answers with a JSON error (RFC 7628 section 3.2.2) instead of
+    failing at once; the client must then send a single SOH, after which the broker fails the
+    exchange. :meth:`step` does that, and keeps the broker's JSON in :attr:`server_error`.
+
+    :param principal: for logs and ``repr`` only (the broker takes it from the token)."""
+
+    def __init__(
+        self,
+        token: str,
+        extensions: Mapping[str, str] | None = None,
+        *,
+        principal: str = "",
+    ) -> None:
+        if not isinstance(token, str) or not _OAUTH_TOKEN.fullmatch(token):
+            raise SaslAuthenticationFailedError(
+                "OAUTHBEARER: the token is empty or has characters a bearer token cannot have "
+                "(a JWS in compact form: letters, digits, - _ .)"
+            )
+        super().__init__("OAUTHBEARER", principal)
+        self._token: str | None = token
+        self._extensions = check_oauth_extensions(extensions or {}, "sasl.oauthbearer.extensions")
+        self._state = "initial"
+        self.server_error: str | None = None
+
+    def initial_response(self) -> bytes:
+        if self._state != "initial" or self._token is None:
+            raise IllegalSaslStateError("OAUTHBEARER: initial_response() may only be called once")
+        extensions = "".join(f"{_KVSEP}{k}={v}" for k, v in self._extensions.items())
+        message = f"n,,{_KVSEP}auth=Bearer {self._token}{extensions}{_KVSEP}{_KVSEP}".encode()
+        self._token = None  # a credential: not kept once sent
+        self._state = "sent"
+        return message
+
+    def step(self, server_bytes: bytes) -> bytes | None:
+        if self._state == "initial":
+            raise IllegalSaslStateError("OAUTHBEARER: step() called before initial_response()")
+        if self._state != "sent":
+            raise IllegalSaslStateError("OAUTHBEARER: step() called after the exchange ended")
+        if not server_bytes:  # success: nothing more to say
+            self._state = "complete"
+            return None
+        # The broker's error: acknowledge it (RFC 7628: a lone %x01), and it fails the login.
+        self.server_error = server_bytes[:_MAX_SERVER_ERROR_CHARS].decode("utf-8", "replace")
+        self._state = "failed"
+        return _KVSEP.encode()
+
+    @property
+    def complete(self) -> bool:
+        # Not once sent: a broker that rejects the token answers without an error code (its
+        # JSON error as the challenge), and only step() can tell the two answers apart.
+        return self._state == "complete"
+
+    @property
+    def _state_label(self) -> str:
+        return self._state
+
+
 def create_mechanism(
     mechanism: str,
     username: str,
@@ -379,13 +472,14 @@ def create_mechanism(
     *,
     extensions: Mapping[str, str] | None = None,
 ) -> SaslMechanism:
-    """A fresh client for ``mechanism`` (one of :data:`SUPPORTED_MECHANISMS`, any case).
+    """A fresh client for ``mechanism`` (one of :data:`PASSWORD_MECHANISMS`, any case; an
+    OAUTHBEARER client is an :class:`OAuthBearerMechanism` made from a token).
 
     ``extensions`` are SCRAM client-first extensions (e.g. ``{"tokenauth": "true"}``); PLAIN has
     none. Raises :class:`~kcore.errors.ConfigError` for an unknown mechanism or a bad value."""
     canonical = mechanism.upper()
-    if canonical not in SUPPORTED_MECHANISMS:
-        supported = ", ".join(SUPPORTED_MECHANISMS)
+    if canonical not in PASSWORD_MECHANISMS:
+        supported = ", ".join(PASSWORD_MECHANISMS)
         raise ConfigError(
             "sasl.mechanism", f"unsupported SASL mechanism {mechanism!r}; supported: {supported}"
         )

@@ -38,6 +38,7 @@ from .errors import ClusterError
 __all__ = [
     "DEFAULT_USERS",
     "MTLS_LISTENER",
+    "OAUTHBEARER",
     "SASL_MECHANISMS",
     "SASL_PLAINTEXT_LISTENER",
     "SASL_SSL_LISTENER",
@@ -61,6 +62,10 @@ SASL_PLAINTEXT_LISTENER = "SASL_PLAINTEXT"
 SASL_SSL_LISTENER = "SASL_SSL"
 
 SASL_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+# Not in SASL_MECHANISMS (the username/password ones every user can log in with): an
+# OAUTHBEARER listener takes unsigned JWTs (Kafka's unsecured validator), for development only.
+OAUTHBEARER = "OAUTHBEARER"
+_OAUTHBEARER_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 DEFAULT_USERS: Mapping[str, str] = {"alice": "alice-secret"}
 
 ClientAuth = Literal["none", "requested", "required"]
@@ -413,13 +418,18 @@ def sasl_listener(
     ``client_auth`` as in :func:`ssl_listener`). Every user (name -> password) can log in with
     every mechanism in ``mechanisms`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); the SCRAM
     credentials travel with the listener (``Listener.scram_users``) and are created when the
-    cluster formats its storage. ``name`` defaults to the security protocol."""
+    cluster formats its storage. ``name`` defaults to the security protocol.
+
+    ``OAUTHBEARER`` may be added to ``mechanisms``: the broker then takes unsigned JWTs (its
+    unsecured validator: ``alg`` none, a ``sub`` and an ``exp`` not past), as Java clients make
+    them from ``unsecuredLoginStringClaim_sub`` JAAS options. Development and tests only."""
     protocol = "SASL_SSL" if pki is not None else "SASL_PLAINTEXT"
     name = name or protocol
     mechs = list(dict.fromkeys(mechanisms))
-    unknown = [m for m in mechs if m not in SASL_MECHANISMS]
+    known = (*SASL_MECHANISMS, OAUTHBEARER)
+    unknown = [m for m in mechs if m not in known]
     if unknown or not mechs:
-        raise ValueError(f"SASL mechanisms must be some of {SASL_MECHANISMS}, not {mechs}")
+        raise ValueError(f"SASL mechanisms must be some of {known}, not {mechs}")
     for user in users:
         if not _USER_NAME.fullmatch(user):
             raise ValueError(f"SASL user name {user!r}: use letters, digits and . _ @ - only")
@@ -431,6 +441,12 @@ def sasl_listener(
         entries = "".join(f" user_{u}={_jaas_quote(pw)}" for u, pw in users.items())
         props[p + "plain.sasl.jaas.config"] = (
             f"org.apache.kafka.common.security.plain.PlainLoginModule required{entries};"
+        )
+    if OAUTHBEARER in mechs:
+        # The broker's own login (it logs in as a client would) needs a principal; the
+        # validator of client tokens is the unsecured default.
+        props[p + "oauthbearer.sasl.jaas.config"] = (
+            f'{_OAUTHBEARER_MODULE} required unsecuredLoginStringClaim_sub="broker";'
         )
     scram = {m: dict(users) for m in mechs if m in SCRAM_MECHANISMS}
     for mech in scram:
@@ -491,7 +507,13 @@ def java_client_properties(
                 props["ssl.key.password"] = identity.password
         if not check_hostname:
             props["ssl.endpoint.identification.algorithm"] = ""
-    if security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+    if security_protocol in ("SASL_PLAINTEXT", "SASL_SSL") and mechanism == OAUTHBEARER:
+        if username is None:
+            raise ValueError("OAUTHBEARER needs a username (the unsigned token's sub)")
+        props["sasl.mechanism"] = OAUTHBEARER
+        sub = f"unsecuredLoginStringClaim_sub={_jaas_quote(username)}"
+        props["sasl.jaas.config"] = f"{_OAUTHBEARER_MODULE} required {sub};"
+    elif security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
         if mechanism not in SASL_MECHANISMS or username is None or password is None:
             raise ValueError(f"SASL needs a mechanism of {SASL_MECHANISMS}, username, password")
         module = (

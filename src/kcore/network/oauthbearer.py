@@ -1,0 +1,493 @@
+"""Where an OAUTHBEARER client's token comes from, and when it is fetched again.
+
+Kafka's Java client logs in once per client and refreshes the token before it expires; every
+connection (and every re-authentication, KIP-368) presents the current one. The same here: one
+:class:`OAuthBearerLogin` per client, shared by its connections, fetches a token the first time
+one is needed and again once the refresh point has passed (Java's
+``sasl.login.refresh.window.factor``/``jitter``/``min.period.seconds``/``buffer.seconds``).
+
+Token sources, as the Java client and librdkafka name them:
+
+* :class:`CallbackTokenProvider`: a Python callable (``oauth_cb``, as confluent-kafka's) returning
+  ``(token, expiry_seconds[, principal[, extensions]])``.
+* :class:`ClientCredentialsTokenProvider`: OAuth 2 client credentials against
+  ``sasl.oauthbearer.token.endpoint.url`` (KIP-768), or a ``file:`` URL whose file holds the
+  token (Java's file retriever).
+* :class:`UnsecuredTokenProvider`: an unsigned JWT made locally from ``unsecuredLogin*`` JAAS
+  options (Java's default OAUTHBEARER login), for development against brokers that accept them.
+
+Fetching may block (HTTP, a user callback): :meth:`OAuthBearerLogin.token` runs it in a worker
+thread, so the event loop goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import random
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kcore.errors import ConfigError, SaslAuthenticationFailedError
+from kcore.network.sasl import OAuthBearerMechanism, check_oauth_extensions
+
+__all__ = [
+    "CallbackTokenProvider",
+    "ClientCredentialsTokenProvider",
+    "OAuthBearerLogin",
+    "OAuthBearerToken",
+    "RefreshPolicy",
+    "TokenProvider",
+    "UnsecuredTokenProvider",
+    "jwt_claims",
+]
+
+_UNSECURED = "unsecuredLogin"
+_STRING_CLAIM = _UNSECURED + "StringClaim_"
+_NUMBER_CLAIM = _UNSECURED + "NumberClaim_"
+_LIST_CLAIM = _UNSECURED + "ListClaim_"
+_UNSECURED_EXTENSION = _UNSECURED + "Extension_"
+_MAX_ERROR_BODY = 300
+
+
+@dataclass(frozen=True)
+class OAuthBearerToken:
+    """A bearer token and what the client needs to know of it."""
+
+    value: str = field(repr=False)  # a credential: never in repr or logs
+    expires_at: float  # seconds since the epoch
+    principal: str = ""
+    issued_at: float | None = None  # seconds since the epoch, when known (a JWT's iat)
+    extensions: Mapping[str, str] = field(default_factory=dict)
+
+
+class TokenProvider(ABC):
+    """Gets a fresh token; may block (it runs in a worker thread)."""
+
+    #: What the token comes from, for error messages (never a secret).
+    source: str
+
+    @abstractmethod
+    def fetch(self) -> OAuthBearerToken: ...
+
+
+# -- JWT ------------------------------------------------------------------------------------------
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def jwt_claims(token: str) -> dict[str, Any]:
+    """The claims of a JWS in compact form, not verified (the broker verifies; the client only
+    reads the expiry and the principal, as Java's client-side token validation does).
+    ValueError when it is not one."""
+    parts = token.split(".")
+    if len(parts) != 3 or not parts[1]:
+        raise ValueError("not a JWT (three base64url parts separated by dots)")
+    try:
+        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        claims = json.loads(payload)
+    except (binascii.Error, ValueError):
+        raise ValueError("not a JWT: its payload is not base64url-encoded JSON") from None
+    if not isinstance(claims, dict):
+        raise ValueError("not a JWT: its payload is not a JSON object")
+    return claims
+
+
+def token_from_jwt(value: str, sub_claim: str = "sub", source: str = "") -> OAuthBearerToken:
+    """A token whose expiry and principal are read from its own claims (``exp`` in seconds,
+    ``sub_claim``), as Java's ``LoginAccessTokenValidator`` reads a fetched token."""
+    where = f" from {source}" if source else ""
+    try:
+        claims = jwt_claims(value)
+    except ValueError as exc:
+        raise SaslAuthenticationFailedError(f"OAUTHBEARER: the token{where} is {exc}") from None
+    exp = claims.get("exp")
+    if isinstance(exp, bool) or not isinstance(exp, int | float):
+        raise SaslAuthenticationFailedError(
+            f"OAUTHBEARER: the token{where} has no numeric exp (expiry) claim"
+        )
+    principal = claims.get(sub_claim)
+    if not isinstance(principal, str) or not principal.strip():
+        raise SaslAuthenticationFailedError(
+            f"OAUTHBEARER: the token{where} has no {sub_claim!r} claim naming its principal "
+            "(see sasl.oauthbearer.sub.claim.name)"
+        )
+    iat = claims.get("iat")
+    issued = float(iat) if isinstance(iat, int | float) and not isinstance(iat, bool) else None
+    return OAuthBearerToken(value, float(exp), principal, issued)
+
+
+# -- sources --------------------------------------------------------------------------------------
+
+
+class UnsecuredTokenProvider(TokenProvider):
+    """An unsigned JWT (``{"alg":"none"}``) built from the JAAS options of Java's default
+    OAUTHBEARER login: ``unsecuredLoginStringClaim_<name>``, ``unsecuredLoginNumberClaim_<name>``,
+    ``unsecuredLoginListClaim_<name>`` (the first character is the separator),
+    ``unsecuredLoginPrincipalClaimName`` (``sub``), ``unsecuredLoginLifetimeSeconds`` (3600),
+    ``unsecuredLoginExtension_<name>``. Brokers accept these only with their unsecured validator
+    (development and tests)."""
+
+    source = "the unsecured JWT options of sasl.jaas.config"
+
+    def __init__(
+        self, options: Mapping[str, str], *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._clock = clock
+        self.principal_claim = options.get(_UNSECURED + "PrincipalClaimName", "").strip() or "sub"
+        try:
+            self.lifetime_s = int(options.get(_UNSECURED + "LifetimeSeconds", "3600"))
+        except ValueError:
+            raise ConfigError(
+                "sasl.jaas.config", "unsecuredLoginLifetimeSeconds must be a whole number"
+            ) from None
+        claims: dict[str, Any] = {}
+        for key, value in options.items():
+            for prefix in (_STRING_CLAIM, _NUMBER_CLAIM, _LIST_CLAIM):
+                if key.startswith(prefix) and len(key) > len(prefix):
+                    name = key[len(prefix) :]
+                    if name in ("iat", "exp"):
+                        raise ConfigError(
+                            "sasl.jaas.config", f"the {name} claim is set from the lifetime"
+                        )
+                    claims[name] = self._claim(prefix, name, value)
+        principal = claims.get(self.principal_claim)
+        if not isinstance(principal, str) or not principal.strip():
+            raise ConfigError(
+                "sasl.jaas.config",
+                f"an unsecured OAUTHBEARER login needs unsecuredLoginStringClaim_"
+                f"{self.principal_claim}=<principal>",
+            )
+        self.claims = claims
+        self.extensions = check_oauth_extensions(
+            {
+                k[len(_UNSECURED_EXTENSION) :]: v
+                for k, v in options.items()
+                if k.startswith(_UNSECURED_EXTENSION)
+            },
+            "sasl.jaas.config",
+        )
+
+    @staticmethod
+    def _claim(prefix: str, name: str, value: str) -> Any:
+        if prefix == _NUMBER_CLAIM:
+            try:
+                number = float(value)
+            except ValueError:
+                raise ConfigError(
+                    "sasl.jaas.config", f"unsecuredLoginNumberClaim_{name} must be a number"
+                ) from None
+            return int(number) if number.is_integer() else number
+        if prefix == _LIST_CLAIM:
+            # As Java: the first character separates the items ("|a|b" is ["a", "b"]).
+            return value[1:].split(value[0]) if len(value) > 1 else []
+        return value
+
+    def fetch(self) -> OAuthBearerToken:
+        now = self._clock()
+        claims = {"exp": now + self.lifetime_s, "iat": now, **self.claims}
+        header = _b64url(b'{"alg":"none"}')
+        body = _b64url(json.dumps(claims, separators=(",", ":")).encode())
+        return OAuthBearerToken(
+            f"{header}.{body}.",
+            now + self.lifetime_s,
+            str(self.claims[self.principal_claim]),
+            now,
+            self.extensions,
+        )
+
+
+class CallbackTokenProvider(TokenProvider):
+    """``oauth_cb(sasl.oauthbearer.config)`` as confluent-kafka calls it: it returns
+    ``(token, expiry)`` with the expiry in seconds since the epoch, optionally followed by the
+    principal name and a dict of SASL extensions."""
+
+    source = "oauth_cb"
+
+    def __init__(self, callback: Callable[[str | None], Any], config: str | None) -> None:
+        self._callback = callback
+        self._config = config
+
+    def fetch(self) -> OAuthBearerToken:
+        try:
+            result = self._callback(self._config)
+        except Exception as exc:
+            raise SaslAuthenticationFailedError(
+                f"OAUTHBEARER: oauth_cb raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(result, tuple | list) or not 2 <= len(result) <= 4:
+            raise SaslAuthenticationFailedError(
+                "OAUTHBEARER: oauth_cb must return (token, expiry_seconds[, principal"
+                f"[, extensions]]), not {type(result).__name__}"
+            )
+        token, expiry, *rest = result
+        if isinstance(expiry, bool) or not isinstance(expiry, int | float):
+            raise SaslAuthenticationFailedError(
+                "OAUTHBEARER: oauth_cb's expiry must be seconds since the epoch (a number)"
+            )
+        principal = str(rest[0]) if rest and rest[0] is not None else ""
+        extensions = rest[1] if len(rest) > 1 and rest[1] is not None else {}
+        if not isinstance(extensions, Mapping):
+            raise SaslAuthenticationFailedError("OAUTHBEARER: oauth_cb's extensions must be a dict")
+        if isinstance(token, bytes):
+            token = token.decode("ascii", "replace")
+        checked = check_oauth_extensions(extensions, "oauth_cb")
+        return OAuthBearerToken(str(token), float(expiry), principal, None, checked)
+
+
+class ClientCredentialsTokenProvider(TokenProvider):
+    """OAuth 2 client credentials (RFC 6749 section 4.4) against a token endpoint, as Java's
+    ``OAuthBearerLoginCallbackHandler`` (KIP-768) does: a POST of
+    ``grant_type=client_credentials[&scope=...]`` with the client id and secret as HTTP Basic
+    auth (each form-encoded first, RFC 6749 section 2.3.1); the answer's ``access_token`` is a
+    JWT whose ``exp`` and principal claim the client reads. Connection errors, 5xx and 429
+    answers are retried with a backoff up to ``retry_backoff_max_s``; other 4xx are not.
+
+    A ``file:`` URL names a file holding the token instead (read again at every refresh)."""
+
+    def __init__(
+        self,
+        url: str,
+        client_id: str | None = None,
+        client_secret: str | None = None,
+        scope: str | None = None,
+        *,
+        sub_claim: str = "sub",
+        extensions: Mapping[str, str] | None = None,
+        connect_timeout_s: float | None = None,
+        read_timeout_s: float | None = None,
+        retry_backoff_s: float = 0.1,
+        retry_backoff_max_s: float = 10.0,
+    ) -> None:
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme not in ("http", "https", "file"):
+            raise ConfigError(
+                "sasl.oauthbearer.token.endpoint.url", "must be an http(s):// or file: URL"
+            )
+        self.url = url
+        self.is_file = parsed.scheme == "file"
+        if not self.is_file and (not client_id or not client_secret):
+            raise ConfigError(
+                "sasl.oauthbearer.client.credentials.client.id",
+                "a token endpoint needs a client id and secret (clientId and clientSecret in "
+                "sasl.jaas.config, or sasl.oauthbearer.client.credentials.client.id/.secret)",
+            )
+        self.source = f"the token endpoint {url}" if not self.is_file else f"the file {url}"
+        self._client_id = client_id or ""
+        self._client_secret = client_secret or ""
+        self.scope = scope
+        self.sub_claim = sub_claim
+        self.extensions = check_oauth_extensions(extensions or {}, "sasl.jaas.config")
+        # urllib has one timeout for both; the larger of Java's two (their default: none).
+        timeouts = [t for t in (connect_timeout_s, read_timeout_s) if t is not None]
+        self.timeout_s = max(timeouts) if timeouts else 30.0
+        self.retry_backoff_s = retry_backoff_s
+        self.retry_backoff_max_s = retry_backoff_max_s
+
+    def fetch(self) -> OAuthBearerToken:
+        value = self._read_file() if self.is_file else self._post_with_retries()
+        token = token_from_jwt(value, self.sub_claim, self.source)
+        return OAuthBearerToken(
+            token.value, token.expires_at, token.principal, token.issued_at, self.extensions
+        )
+
+    def _read_file(self) -> str:
+        path = urllib.request.url2pathname(urllib.parse.urlparse(self.url).path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError as exc:
+            raise SaslAuthenticationFailedError(
+                f"OAUTHBEARER: cannot read the token from {self.url}: {exc.strerror or exc}"
+            ) from None
+
+    def _post_with_retries(self) -> str:
+        deadline = time.monotonic() + self.retry_backoff_max_s
+        backoff = self.retry_backoff_s
+        while True:
+            try:
+                return self._post()
+            except _Retriable as exc:
+                if time.monotonic() + backoff > deadline:
+                    raise SaslAuthenticationFailedError(
+                        f"OAUTHBEARER: no token from {self.source}: {exc}"
+                    ) from None
+                time.sleep(backoff)
+                backoff = min(backoff * 2, self.retry_backoff_max_s)
+
+    def _post(self) -> str:
+        form = {"grant_type": "client_credentials"}
+        if self.scope:
+            form["scope"] = self.scope
+        quote = urllib.parse.quote_plus
+        basic = base64.b64encode(
+            f"{quote(self._client_id)}:{quote(self._client_secret)}".encode()
+        ).decode()
+        request = urllib.request.Request(
+            self.url,
+            data=urllib.parse.urlencode(form).encode(),
+            headers={
+                "Authorization": f"Basic {basic}",
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Accept": "application/json",
+            },
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
+                body = response.read()
+        except urllib.error.HTTPError as exc:
+            text = exc.read()[:_MAX_ERROR_BODY].decode("utf-8", "replace")
+            reason = f"HTTP {exc.code} {exc.reason}: {text}".rstrip(": ")
+            if exc.code >= 500 or exc.code == 429:
+                raise _Retriable(reason) from None
+            raise SaslAuthenticationFailedError(
+                f"OAUTHBEARER: {self.source} refused the client credentials: {reason}"
+            ) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise _Retriable(str(getattr(exc, "reason", exc))) from None
+        try:
+            answer = json.loads(body)
+            token = answer["access_token"]
+            if not isinstance(token, str) or not token:
+                raise KeyError("access_token")
+        except (ValueError, KeyError, TypeError):
+            raise SaslAuthenticationFailedError(
+                f"OAUTHBEARER: {self.source} answered without an access_token (JSON expected)"
+            ) from None
+        return token
+
+
+class _Retriable(Exception):
+    """A token request that may work if made again (connection error, 5xx, 429)."""
+
+
+# -- refresh --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RefreshPolicy:
+    """Java's ``sasl.login.refresh.*``: refresh at ``window_factor`` (plus up to ``jitter``)
+    of the token's life, but at least ``buffer_s`` before it expires and no sooner than
+    ``min_period_s`` after it was fetched."""
+
+    window_factor: float = 0.8
+    window_jitter: float = 0.05
+    min_period_s: float = 60.0
+    buffer_s: float = 300.0
+
+    def refresh_at(self, fetched_at: float, token: OAuthBearerToken, rnd: float) -> float:
+        start = token.issued_at if token.issued_at is not None else fetched_at
+        start = min(start, fetched_at)  # an iat ahead of our clock: count from now
+        life = token.expires_at - start
+        at = start + life * (self.window_factor + self.window_jitter * rnd)
+        if token.expires_at - at < self.buffer_s:
+            at = token.expires_at - self.buffer_s
+        at = max(at, fetched_at + self.min_period_s)
+        return min(at, token.expires_at)
+
+
+class OAuthBearerLogin:
+    """A client's OAUTHBEARER login: the current token, fetched again once due. Thread-safe;
+    :meth:`mechanism` is what each connection's SASL exchange starts from."""
+
+    def __init__(
+        self,
+        provider: TokenProvider,
+        policy: RefreshPolicy | None = None,
+        extensions: Mapping[str, str] | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.provider = provider
+        self.policy = policy or RefreshPolicy()
+        self.extensions = dict(extensions or {})
+        self._clock = clock
+        self._token: OAuthBearerToken | None = None
+        self._refresh_at = 0.0
+        self._lock = threading.Lock()  # one fetch at a time, whichever loop asks
+        self.fetches = 0
+
+    @property
+    def current(self) -> OAuthBearerToken | None:
+        """The token a connection would present now, or None when one must be fetched."""
+        token = self._token
+        if token is None or self._clock() >= self._refresh_at:
+            return None
+        return token
+
+    def token_blocking(self) -> OAuthBearerToken:
+        """The current token, fetched first if there is none or it is due (blocks)."""
+        with self._lock:
+            token = self.current
+            if token is not None:
+                return token
+            fetched_at = self._clock()
+            token = self.provider.fetch()
+            if token.expires_at <= self._clock():
+                raise SaslAuthenticationFailedError(
+                    f"OAUTHBEARER: the token from {self.provider.source} has already expired "
+                    f"(exp {token.expires_at:.0f}, now {self._clock():.0f})"
+                )
+            self.fetches += 1
+            self._token = token
+            self._refresh_at = self.policy.refresh_at(fetched_at, token, random.random())
+            return token
+
+    async def token(self) -> OAuthBearerToken:
+        token = self.current
+        if token is not None:
+            return token
+        return await asyncio.to_thread(self.token_blocking)
+
+    async def mechanism(self) -> OAuthBearerMechanism:
+        """A fresh SASL client presenting the current token (and the extensions)."""
+        token = await self.token()
+        extensions = {**self.extensions, **token.extensions}
+        return OAuthBearerMechanism(token.value, extensions, principal=token.principal)
+
+
+def login_from_config(config: Any) -> OAuthBearerLogin:
+    """The OAUTHBEARER login a client config (a :class:`kcore.config.ClientConfig`) asks for."""
+    settings = config.oauthbearer_settings()
+    provider: TokenProvider
+    if settings.source == "callback":
+        provider = CallbackTokenProvider(config["oauth_cb"], config["sasl.oauthbearer.config"])
+    elif settings.source == "endpoint":
+
+        def ms(key: str) -> float | None:
+            value = config[key]
+            return None if value is None else value / 1000
+
+        provider = ClientCredentialsTokenProvider(
+            settings.url,
+            settings.client_id,
+            settings.client_secret,
+            settings.scope,
+            sub_claim=config["sasl.oauthbearer.sub.claim.name"],
+            connect_timeout_s=ms("sasl.login.connect.timeout.ms"),
+            read_timeout_s=ms("sasl.login.read.timeout.ms"),
+            retry_backoff_s=config["sasl.login.retry.backoff.ms"] / 1000,
+            retry_backoff_max_s=config["sasl.login.retry.backoff.max.ms"] / 1000,
+        )
+    else:
+        provider = UnsecuredTokenProvider(settings.unsecured)
+    policy = RefreshPolicy(
+        window_factor=config["sasl.login.refresh.window.factor"],
+        window_jitter=config["sasl.login.refresh.window.jitter"],
+        min_period_s=config["sasl.login.refresh.min.period.seconds"],
+        buffer_s=config["sasl.login.refresh.buffer.seconds"],
+    )
+    extensions = check_oauth_extensions(settings.extensions, "sasl.oauthbearer.extensions")
+    return OAuthBearerLogin(provider, policy, extensions)

@@ -1,0 +1,618 @@
+"""SASL/OAUTHBEARER: the mechanism's bytes, each token source (a callback, a token endpoint
+with client credentials, a file, unsigned JWTs from Java's or librdkafka's settings), the
+refresh schedule, the config, and logins against a real broker, including a rejected token and
+tokens refreshed across re-authentications (KIP-368)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote_plus
+
+import pytest
+
+import kcore
+from kcore.admin import NewTopic
+from kcore.config import ClientConfig
+from kcore.errors import ConfigError, IllegalSaslStateError, SaslAuthenticationFailedError
+from kcore.network.oauthbearer import (
+    CallbackTokenProvider,
+    ClientCredentialsTokenProvider,
+    OAuthBearerLogin,
+    OAuthBearerToken,
+    RefreshPolicy,
+    UnsecuredTokenProvider,
+    jwt_claims,
+    login_from_config,
+)
+from kcore.network.sasl import OAuthBearerMechanism
+from kcore.testing import KafkaCluster
+from kcore.testing.security import (
+    OAUTHBEARER,
+    SASL_PLAINTEXT_LISTENER,
+    java_client_properties,
+    sasl_listener,
+)
+
+MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+BOOT = {"bootstrap.servers": "127.0.0.1:9092"}
+SESSION_MS = 3000
+
+
+def unsigned_jwt(sub: str = "alice", lifetime_s: float = 3600, **claims) -> str:
+    now = time.time()
+    body = {"sub": sub, "iat": now, "exp": now + lifetime_s, **claims}
+
+    def b64(obj) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+    return f"{b64({'alg': 'none'})}.{b64(body)}."
+
+
+def jaas(**options: str) -> str:
+    return f"{MODULE} required " + " ".join(f'{k}="{v}"' for k, v in options.items()) + ";"
+
+
+# -- the mechanism --------------------------------------------------------------------------------
+
+
+def test_initial_response_is_what_kafka_reads():
+    mech = OAuthBearerMechanism("abc.def.", {"traceId": "123", "b": "x y"})
+    assert mech.initial_response() == b"n,,\x01auth=Bearer abc.def.\x01traceId=123\x01b=x y\x01\x01"
+    assert OAuthBearerMechanism("t").initial_response() == b"n,,\x01auth=Bearer t\x01\x01"
+
+
+def test_success_and_rejection_answers():
+    ok = OAuthBearerMechanism("t")
+    ok.initial_response()
+    assert not ok.complete  # the broker's answer decides
+    assert ok.step(b"") is None and ok.complete
+    bad = OAuthBearerMechanism("t")
+    bad.initial_response()
+    # RFC 7628: a rejection is a JSON challenge; the client acknowledges with one %x01.
+    assert bad.step(b'{"status":"invalid_token"}') == b"\x01"
+    assert bad.server_error == '{"status":"invalid_token"}' and not bad.complete
+    with pytest.raises(IllegalSaslStateError):
+        bad.step(b"")
+    with pytest.raises(IllegalSaslStateError):
+        OAuthBearerMechanism("t").step(b"")
+
+
+@pytest.mark.parametrize("token", ["", "a b", "tok\x01en", "t=="])
+def test_tokens_a_broker_cannot_read_are_refused(token):
+    with pytest.raises(SaslAuthenticationFailedError, match="token"):
+        OAuthBearerMechanism(token)
+
+
+@pytest.mark.parametrize("extensions", [{"auth": "x"}, {"a1": "x"}, {"a": ""}, {"a": "\x00"}])
+def test_bad_extensions_are_config_errors(extensions):
+    with pytest.raises(ConfigError):
+        OAuthBearerMechanism("t", extensions)
+
+
+def test_repr_never_shows_the_token():
+    mech = OAuthBearerMechanism("secret-token", principal="alice")
+    assert "secret-token" not in repr(mech) and "alice" in repr(mech)
+    token = OAuthBearerToken("secret-token", 1.0)
+    assert "secret-token" not in repr(token)
+
+
+# -- token sources --------------------------------------------------------------------------------
+
+
+def test_unsecured_token_as_javas():
+    provider = UnsecuredTokenProvider(
+        {
+            "unsecuredLoginStringClaim_sub": "alice",
+            "unsecuredLoginListClaim_scope": "|read|write",
+            "unsecuredLoginNumberClaim_level": "3",
+            "unsecuredLoginLifetimeSeconds": "60",
+            "unsecuredLoginExtension_traceId": "42",
+        },
+        clock=lambda: 1000.0,
+    )
+    token = provider.fetch()
+    header = token.value.split(".")[0]
+    assert json.loads(base64.urlsafe_b64decode(header + "==")) == {"alg": "none"}
+    assert token.value.endswith(".")  # no signature
+    assert jwt_claims(token.value) == {
+        "exp": 1060.0,
+        "iat": 1000.0,
+        "sub": "alice",
+        "scope": ["read", "write"],
+        "level": 3,
+    }
+    assert (token.principal, token.expires_at, dict(token.extensions)) == (
+        "alice",
+        1060.0,
+        {"traceId": "42"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({}, "unsecuredLoginStringClaim_sub"),
+        ({"unsecuredLoginStringClaim_sub": "a", "unsecuredLoginNumberClaim_exp": "1"}, "exp"),
+        ({"unsecuredLoginStringClaim_sub": "a", "unsecuredLoginLifetimeSeconds": "x"}, "whole"),
+        ({"unsecuredLoginStringClaim_sub": "a", "unsecuredLoginExtension_auth": "x"}, "auth"),
+        (
+            {"unsecuredLoginPrincipalClaimName": "user", "unsecuredLoginStringClaim_sub": "a"},
+            "user",
+        ),
+    ],
+)
+def test_unsecured_options_that_cannot_make_a_token(options, match):
+    with pytest.raises(ConfigError, match=match):
+        UnsecuredTokenProvider(options)
+
+
+def test_callback_as_confluent_kafka_calls_it():
+    calls = []
+
+    def oauth_cb(config):
+        calls.append(config)
+        return "tok", 2000.5, "alice", {"traceId": "1"}
+
+    token = CallbackTokenProvider(oauth_cb, "anything").fetch()
+    assert calls == ["anything"]
+    assert (token.value, token.expires_at, token.principal) == ("tok", 2000.5, "alice")
+    assert dict(token.extensions) == {"traceId": "1"}
+    assert CallbackTokenProvider(lambda c: ("tok", 5), None).fetch().principal == ""
+
+
+@pytest.mark.parametrize(
+    ("result", "match"),
+    [
+        ("tok", "must return"),
+        (("tok",), "must return"),
+        (("tok", "soon"), "expiry"),
+        (("tok", 5, "p", ["x"]), "extensions"),
+    ],
+)
+def test_callback_results_that_are_not_tokens(result, match):
+    with pytest.raises(SaslAuthenticationFailedError, match=match):
+        CallbackTokenProvider(lambda c: result, None).fetch()
+
+
+def test_callback_exception_names_the_callback():
+    def oauth_cb(config):
+        raise RuntimeError("identity provider down")
+
+    with pytest.raises(SaslAuthenticationFailedError, match="oauth_cb raised RuntimeError"):
+        CallbackTokenProvider(oauth_cb, None).fetch()
+
+
+class TokenEndpoint:
+    """A local OAuth 2 token endpoint: client credentials in, an unsigned JWT out (which the
+    test broker's unsecured validator takes). ``fail`` answers the next requests with errors."""
+
+    def __init__(self, client_id: str = "svc client", secret: str = "s3cr:et", lifetime_s=3600):
+        self.requests: list[dict] = []
+        self.fail: list[int] = []
+        self.lifetime_s = lifetime_s
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+                auth = base64.b64decode(self.headers["Authorization"].split()[1]).decode()
+                user, _, password = auth.partition(":")
+                endpoint.requests.append(
+                    {
+                        "form": parse_qs(body),
+                        "id": unquote_plus(user),
+                        "secret": unquote_plus(password),
+                    }
+                )
+                if endpoint.fail:
+                    self.send_response(endpoint.fail.pop(0))
+                    self.end_headers()
+                    self.wfile.write(b'{"error":"try_later"}')
+                    return
+                if (unquote_plus(user), unquote_plus(password)) != (client_id, secret):
+                    self.send_response(401)
+                    self.end_headers()
+                    self.wfile.write(b'{"error":"invalid_client"}')
+                    return
+                answer = {
+                    "access_token": unsigned_jwt("svc", endpoint.lifetime_s),
+                    "token_type": "Bearer",
+                    "expires_in": endpoint.lifetime_s,
+                }
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(json.dumps(answer).encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/oauth2/token"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def endpoint():
+    e = TokenEndpoint()
+    yield e
+    e.close()
+
+
+def test_client_credentials(endpoint):
+    provider = ClientCredentialsTokenProvider(endpoint.url, "svc client", "s3cr:et", "kafka")
+    token = provider.fetch()
+    assert token.principal == "svc" and jwt_claims(token.value)["sub"] == "svc"
+    # RFC 6749 2.3.1: id and secret form-encoded, then Basic; the form asks for the scope.
+    (request,) = endpoint.requests
+    assert request["form"] == {"grant_type": ["client_credentials"], "scope": ["kafka"]}
+    assert (request["id"], request["secret"]) == ("svc client", "s3cr:et")
+
+
+def test_token_endpoint_errors_are_retried_until_they_pass(endpoint):
+    endpoint.fail = [500, 503, 429]
+    provider = ClientCredentialsTokenProvider(
+        endpoint.url, "svc client", "s3cr:et", retry_backoff_s=0.01, retry_backoff_max_s=5
+    )
+    assert provider.fetch().principal == "svc"
+    assert len(endpoint.requests) == 4
+
+
+def test_wrong_client_secret_fails_at_once(endpoint):
+    provider = ClientCredentialsTokenProvider(endpoint.url, "svc client", "wrong")
+    with pytest.raises(SaslAuthenticationFailedError) as info:
+        provider.fetch()
+    assert "HTTP 401" in str(info.value) and "wrong" not in str(info.value)
+    assert len(endpoint.requests) == 1
+
+
+def test_unreachable_token_endpoint_gives_up_after_the_backoff_max():
+    provider = ClientCredentialsTokenProvider(
+        "http://127.0.0.1:9/token", "id", "secret", retry_backoff_s=0.01, retry_backoff_max_s=0.2
+    )
+    t0 = time.monotonic()
+    with pytest.raises(SaslAuthenticationFailedError, match="no token from the token endpoint"):
+        provider.fetch()
+    assert time.monotonic() - t0 < 5
+
+
+def test_token_file(tmp_path):
+    path = tmp_path / "token.jwt"
+    path.write_text(unsigned_jwt("from-file") + "\n")
+    provider = ClientCredentialsTokenProvider(path.as_uri())
+    assert provider.fetch().principal == "from-file"
+    path.write_text("not-a-jwt")
+    with pytest.raises(SaslAuthenticationFailedError, match="not a JWT"):
+        provider.fetch()
+    missing = ClientCredentialsTokenProvider((tmp_path / "none").as_uri())
+    with pytest.raises(SaslAuthenticationFailedError, match="cannot read the token"):
+        missing.fetch()
+
+
+def test_fetched_token_needs_exp_and_principal(tmp_path):
+    path = tmp_path / "token.jwt"
+    path.write_text(unsigned_jwt("x", exp="soon"))
+    with pytest.raises(SaslAuthenticationFailedError, match="exp"):
+        ClientCredentialsTokenProvider(path.as_uri()).fetch()
+    path.write_text(unsigned_jwt(""))
+    with pytest.raises(SaslAuthenticationFailedError, match="'sub' claim"):
+        ClientCredentialsTokenProvider(path.as_uri()).fetch()
+
+
+# -- refresh --------------------------------------------------------------------------------------
+
+
+def test_refresh_point_as_javas():
+    policy = RefreshPolicy()  # 0.8 (+ up to 0.05), at least 60 s after, 300 s before expiry
+    hour = OAuthBearerToken("t", expires_at=3600.0, issued_at=0.0)
+    assert policy.refresh_at(0.0, hour, 0.0) == 2880.0
+    assert policy.refresh_at(0.0, hour, 1.0) == pytest.approx(3060.0)
+    # A 10-minute token: 0.8 would leave 120 s, under the 300 s buffer.
+    ten = OAuthBearerToken("t", expires_at=600.0, issued_at=0.0)
+    assert policy.refresh_at(0.0, ten, 0.0) == 300.0
+    # A 90 s token: the buffer would be before the fetch; the minimum period wins.
+    short = OAuthBearerToken("t", expires_at=90.0, issued_at=0.0)
+    assert policy.refresh_at(0.0, short, 0.0) == 60.0
+    tiny = OAuthBearerToken("t", expires_at=10.0, issued_at=0.0)
+    assert policy.refresh_at(0.0, tiny, 0.0) == 10.0  # never after the expiry
+    fast = RefreshPolicy(window_factor=0.5, window_jitter=0.0, min_period_s=0, buffer_s=0)
+    assert fast.refresh_at(0.0, tiny, 0.5) == 5.0
+
+
+def test_login_fetches_once_then_again_when_due():
+    now = [1000.0]
+    fetched = []
+
+    class Counting(UnsecuredTokenProvider):
+        def fetch(self):
+            fetched.append(now[0])
+            return super().fetch()
+
+    provider = Counting(
+        {"unsecuredLoginStringClaim_sub": "a", "unsecuredLoginLifetimeSeconds": "100"},
+        clock=lambda: now[0],
+    )
+    login = OAuthBearerLogin(
+        provider, RefreshPolicy(0.5, 0.0, 0, 0), {"x": "1"}, clock=lambda: now[0]
+    )
+    assert login.current is None
+    first = login.token_blocking()
+    assert login.token_blocking() is first and fetched == [1000.0]
+    now[0] = 1049.0
+    assert login.current is first
+    now[0] = 1050.0
+    assert login.current is None
+    assert login.token_blocking() is not first and fetched == [1000.0, 1050.0]
+
+
+def test_login_refuses_an_expired_token():
+    login = OAuthBearerLogin(CallbackTokenProvider(lambda c: ("tok", time.time() - 5), None))
+    with pytest.raises(SaslAuthenticationFailedError, match="already expired"):
+        login.token_blocking()
+
+
+# -- config ---------------------------------------------------------------------------------------
+
+
+def oauth_config(**extra) -> ClientConfig:
+    return ClientConfig(
+        {**BOOT, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER", **extra}
+    )
+
+
+def test_each_token_source_from_config(tmp_path):
+    cb = oauth_config(oauth_cb=lambda c: ("t", 1))
+    assert cb.oauthbearer_settings().source == "callback"
+    java = oauth_config(
+        **{
+            "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+            "sasl.login.callback.handler.class": (
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+            ),
+            "sasl.jaas.config": jaas(
+                clientId="id", clientSecret="hunter2", scope="s", extension_a="1"
+            ),
+        }
+    )
+    s = java.oauthbearer_settings()
+    assert (s.source, s.url, s.client_id, s.client_secret, s.scope) == (
+        "endpoint",
+        "https://idp.example/token",
+        "id",
+        "hunter2",
+        "s",
+    )
+    assert dict(s.extensions) == {"a": "1"}
+    assert "hunter2" not in repr(s)
+    # librdkafka's names for the same
+    rdk = oauth_config(
+        **{
+            "sasl.oauthbearer.method": "oidc",
+            "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+            "sasl.oauthbearer.client.id": "id2",
+            "sasl.oauthbearer.client.secret": "sec2",
+            "sasl.oauthbearer.extensions": "a=1,b=2",
+        }
+    )
+    s = rdk.oauthbearer_settings()
+    assert (s.client_id, s.client_secret, dict(s.extensions)) == (
+        "id2",
+        "sec2",
+        {"a": "1", "b": "2"},
+    )
+    unsecured = oauth_config(**{"sasl.jaas.config": jaas(unsecuredLoginStringClaim_sub="bob")})
+    assert unsecured.oauthbearer_settings().unsecured == {"unsecuredLoginStringClaim_sub": "bob"}
+    rd_unsecured = oauth_config(
+        **{
+            "enable.sasl.oauthbearer.unsecure.jwt": True,
+            "sasl.oauthbearer.config": "principal=carol scope=a,b lifeSeconds=60 extension_t=1",
+        }
+    )
+    token = login_from_config(rd_unsecured).token_blocking()
+    claims = jwt_claims(token.value)
+    assert claims["sub"] == "carol" and claims["scope"] == ["a", "b"]
+    assert round(claims["exp"] - claims["iat"]) == 60 and dict(token.extensions) == {"t": "1"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "match"),
+    [
+        ({}, "sasl.mechanism", "needs a token source"),
+        ({"sasl.jaas.config": jaas()}, "sasl.mechanism", "needs a token source"),
+        (
+            {
+                "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
+                'required username="a" password="b";'
+            },
+            "sasl.jaas.config",
+            "OAuthBearerLoginModule",
+        ),
+        ({"sasl.oauthbearer.method": "oidc"}, "sasl.oauthbearer.token.endpoint.url", "required"),
+        (
+            {"sasl.oauthbearer.token.endpoint.url": "https://idp/token"},
+            "sasl.oauthbearer.client.credentials.client.id",
+            "client id and secret",
+        ),
+        (
+            {"sasl.oauthbearer.token.endpoint.url": "ftp://idp/token", "oauth_cb": None},
+            "sasl.oauthbearer.token.endpoint.url",
+            "http",
+        ),
+        ({"sasl.login.callback.handler.class": "com.example.MyHandler"}, None, "Java"),
+        ({"sasl.login.refresh.window.factor": 0.2}, "sasl.login.refresh.window.factor", "0.5"),
+        ({"enable.sasl.oauthbearer.unsecure.jwt": True}, "sasl.oauthbearer.config", "principal"),
+        ({"sasl.oauthbearer.jwks.endpoint.url": "x"}, None, "does not take"),
+    ],
+)
+def test_oauthbearer_config_errors_name_the_setting(extra, key, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        login_from_config(oauth_config(**extra))
+    if key is not None:
+        assert info.value.key == key
+
+
+def test_java_client_properties_for_oauthbearer():
+    props = java_client_properties("SASL_PLAINTEXT", mechanism=OAUTHBEARER, username="alice")
+    assert props["sasl.mechanism"] == "OAUTHBEARER"
+    assert props["sasl.jaas.config"] == jaas(unsecuredLoginStringClaim_sub="alice")
+
+
+# -- against a broker -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def oauth_cluster():
+    listener = sasl_listener(name=SASL_PLAINTEXT_LISTENER, mechanisms=["PLAIN", OAUTHBEARER])
+    config = {"connections.max.reauth.ms": SESSION_MS}
+    with KafkaCluster(listeners=[listener], broker_config=config) as cluster:
+        yield cluster
+
+
+def client_config(cluster, **extra) -> dict:
+    return {
+        "bootstrap.servers": cluster.bootstrap_for(SASL_PLAINTEXT_LISTENER),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "OAUTHBEARER",
+        **extra,
+    }
+
+
+def round_trip(config: dict, n: int = 20) -> None:
+    topic = f"oauth-{uuid.uuid4().hex[:8]}"
+    with kcore.AdminClient(config) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    with kcore.Producer(config) as producer:
+        producer.send_batch(topic, [b"v%d" % i for i in range(n)]).result(30)
+    with kcore.Consumer({**config, "auto.offset.reset": "earliest"}) as consumer:
+        consumer.assign([(topic, 0)])
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            got += consumer.poll(0.5)
+    assert [r.value for r in got] == [b"v%d" % i for i in range(n)]
+
+
+def test_unsecured_jaas_login(oauth_cluster):
+    round_trip(
+        client_config(
+            oauth_cluster,
+            **{
+                "sasl.jaas.config": jaas(
+                    unsecuredLoginStringClaim_sub="alice", unsecuredLoginExtension_traceId="7"
+                )
+            },
+        )
+    )
+
+
+def test_oauth_cb_login(oauth_cluster):
+    calls = []
+
+    def oauth_cb(config):
+        calls.append(config)
+        return unsigned_jwt("cb-user"), time.time() + 3600, "cb-user"
+
+    round_trip(
+        client_config(oauth_cluster, oauth_cb=oauth_cb, **{"sasl.oauthbearer.config": "cfg"})
+    )
+    # One token a client (its connections share it), each fetched once in its hour.
+    assert calls and set(calls) == {"cfg"} and len(calls) <= 3
+
+
+def test_token_endpoint_login(oauth_cluster, endpoint):
+    round_trip(
+        client_config(
+            oauth_cluster,
+            **{
+                "sasl.oauthbearer.token.endpoint.url": endpoint.url,
+                "sasl.jaas.config": jaas(clientId="svc client", clientSecret="s3cr:et"),
+            },
+        )
+    )
+    assert 1 <= len(endpoint.requests) <= 3
+
+
+def test_librdkafka_unsecure_jwt_login(oauth_cluster):
+    round_trip(
+        client_config(
+            oauth_cluster,
+            **{
+                "enable.sasl.oauthbearer.unsecure.jwt": True,
+                "sasl.oauthbearer.config": "principal=rdk",
+            },
+        ),
+        n=5,
+    )
+
+
+def test_rejected_token_fails_at_once_with_the_brokers_reason(oauth_cluster):
+    # A signed-looking token: the broker's unsecured validator takes alg "none" only.
+    header = base64.urlsafe_b64encode(b'{"alg":"HS256"}').rstrip(b"=").decode()
+    body = unsigned_jwt("mallory").split(".")[1]
+    forged = f"{header}.{body}.c2ln"
+    config = client_config(
+        oauth_cluster,
+        oauth_cb=lambda c: (forged, time.time() + 3600),
+        **{"socket.connection.setup.timeout.ms": 5000},
+    )
+    t0 = time.monotonic()
+    with pytest.raises(kcore.errors.KcoreError) as info:
+        timeouts = {"default.api.timeout.ms": 20000, "request.timeout.ms": 20000}
+        with kcore.AdminClient({**config, **timeouts}) as admin:
+            admin.describe_cluster()
+    assert time.monotonic() - t0 < 15
+    text = str(info.value)
+    assert "OAUTHBEARER" in text and "invalid_token" in text, text
+    assert forged not in text
+
+
+def test_tokens_are_refreshed_across_reauthentications(oauth_cluster):
+    """Tokens of 4 s, refreshed halfway: the broker's sessions end with the token, so each
+    connection logs in again (KIP-368) with a fresh one, and nothing sent is lost."""
+    fetched = []
+
+    def oauth_cb(config):
+        fetched.append(time.time())
+        return unsigned_jwt("refresher", 4), time.time() + 4
+
+    config = client_config(
+        oauth_cluster,
+        oauth_cb=oauth_cb,
+        **{
+            "sasl.login.refresh.window.factor": 0.5,
+            "sasl.login.refresh.window.jitter": 0,
+            "sasl.login.refresh.min.period.seconds": 0,
+            "sasl.login.refresh.buffer.seconds": 0,
+        },
+    )
+    topic = f"oauth-refresh-{uuid.uuid4().hex[:8]}"
+    with kcore.AdminClient(config) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    sent = []
+    with kcore.Producer(config) as producer:
+        deadline = time.monotonic() + 10
+        i = 0
+        while time.monotonic() < deadline:
+            producer.send(topic, b"r%d" % i).result(30)
+            sent.append(b"r%d" % i)
+            i += 1
+            time.sleep(0.1)
+        conns = [c for c in producer._core.cluster._conns.values() if c.is_ready]
+        assert sum(c.reauthentications for c in conns) >= 2
+    assert len(fetched) >= 3  # the admin's, then the producer's and its refreshes
+    with kcore.Consumer({**config, "auto.offset.reset": "earliest"}) as consumer:
+        consumer.assign([(topic, 0)])
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            got += consumer.poll(0.5)
+    assert [r.value for r in got] == sent
