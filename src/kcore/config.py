@@ -476,10 +476,14 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "OAUTHBEARER client secret (or clientSecret in sasl.jaas.config).", secret=True),
     ConfigDef("sasl.oauthbearer.scope", "string", None, None, _ALL,
               "OAUTHBEARER scope asked of the token endpoint (or scope in sasl.jaas.config)."),
+    ConfigDef("sasl.oauthbearer.header.urlencode", "bool", False, None, _ALL,
+              "Form-encode the client id and secret before the token endpoint's Basic auth "
+              "(RFC 6749 2.3.1)."),
     ConfigDef("sasl.oauthbearer.sub.claim.name", "string", "sub", None, _ALL,
               "The token claim naming its principal."),
     ConfigDef("sasl.oauthbearer.scope.claim.name", "string", "scope", None, _ALL,
-              "The token claim holding its scope."),
+              "The token claim holding its scope (taken for Java configs; kcore does not read "
+              "the scope)."),
     ConfigDef("sasl.login.callback.handler.class", "string", None, LoginCallbackHandler(), _ALL,
               "Java's OAUTHBEARER login handler class names are taken (the token endpoint's "
               "or the unsecured one); other classes are Java-only."),
@@ -491,13 +495,13 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "Refresh a token no sooner than this after fetching it."),
     ConfigDef("sasl.login.refresh.buffer.seconds", "int", 300, Range(0, 3600), _ALL,
               "Refresh a token at least this long before it expires."),
-    ConfigDef("sasl.login.connect.timeout.ms", "int", None, None, _ALL,
+    ConfigDef("sasl.login.connect.timeout.ms", "int", None, Range(1), _ALL,
               "Token endpoint connect timeout; unset: 30 s."),
-    ConfigDef("sasl.login.read.timeout.ms", "int", None, None, _ALL,
+    ConfigDef("sasl.login.read.timeout.ms", "int", None, Range(1), _ALL,
               "Token endpoint read timeout; unset: 30 s."),
-    ConfigDef("sasl.login.retry.backoff.ms", "long", 100, None, _ALL,
+    ConfigDef("sasl.login.retry.backoff.ms", "long", 100, _GE0, _ALL,
               "First wait before asking the token endpoint again after a failure."),
-    ConfigDef("sasl.login.retry.backoff.max.ms", "long", 10000, None, _ALL,
+    ConfigDef("sasl.login.retry.backoff.max.ms", "long", 10000, _GE0, _ALL,
               "How long token endpoint failures are retried (the backoff doubles up to it)."),
     ConfigDef("ssl.protocol", "string", "TLSv1.3", _one_of("TLSv1.3", "TLSv1.2", "TLS"), _ALL,
               "TLS protocol of the SSL context."),
@@ -1106,6 +1110,23 @@ class ClientConfig(Mapping[str, Any]):
                     raise ConfigError("sasl.oauthbearer.extensions", "must be key=value,key=value")
                 extensions[name.strip()] = value.strip()
         url = v["sasl.oauthbearer.token.endpoint.url"]
+        unsecured = jaas_module is not None and any(k.startswith("unsecuredLogin") for k in jaas)
+        sources = {
+            "oauth_cb": v["oauth_cb"] is not None,
+            "sasl.oauthbearer.token.endpoint.url": url is not None,
+            "enable.sasl.oauthbearer.unsecure.jwt": v["enable.sasl.oauthbearer.unsecure.jwt"],
+            "unsecuredLogin options in sasl.jaas.config": unsecured,
+        }
+        chosen = [name for name, on in sources.items() if on]
+        if len(chosen) > 1:  # as librdkafka refuses a callback with its unsecured JWTs
+            raise ConfigError(
+                "sasl.mechanism", f"OAUTHBEARER takes one token source; set {' or '.join(chosen)}"
+            )
+        if handler == "unsecured" and url is not None:
+            raise ConfigError(
+                "sasl.login.callback.handler.class",
+                "names the unsecured login handler, but sasl.oauthbearer.token.endpoint.url is set",
+            )
         if v["oauth_cb"] is not None:
             return OAuthBearerSettings("callback", extensions=extensions)
         if url is not None or handler == "endpoint" or v["sasl.oauthbearer.method"] == "oidc":
@@ -1127,7 +1148,7 @@ class ClientConfig(Mapping[str, Any]):
                 scope=v["sasl.oauthbearer.scope"] or jaas.get("scope"),
                 extensions=extensions,
             )
-        if jaas_module is not None and any(k.startswith("unsecuredLogin") for k in jaas):
+        if unsecured:
             return OAuthBearerSettings("unsecured", unsecured=jaas)
         if v["enable.sasl.oauthbearer.unsecure.jwt"]:
             return OAuthBearerSettings(

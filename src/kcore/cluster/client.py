@@ -49,13 +49,16 @@ def connection_settings(config: Mapping[str, Any]) -> ConnectionSettings:
     """The per-connection settings of a client config (a :class:`kcore.config.ClientConfig`)."""
     protocol = str(config.get("security.protocol") or "PLAINTEXT").upper()
     sasl_factory = None
+    sasl_prepare = None
     mechanism = None
     if protocol.startswith("SASL_") and str(config.get("sasl.mechanism")) == "OAUTHBEARER":
         from kcore.network.oauthbearer import login_from_config
 
         mechanism = "OAUTHBEARER"
         # One login per client: its connections share the token and its refreshes.
-        sasl_factory = login_from_config(config).mechanism
+        login = login_from_config(config)
+        sasl_factory = login.mechanism
+        sasl_prepare = login.prepare
     elif protocol.startswith("SASL_"):
         from kcore.network.sasl import create_mechanism
 
@@ -92,6 +95,7 @@ def connection_settings(config: Mapping[str, Any]) -> ConnectionSettings:
         ssl_context=build_ssl_context(config),
         sasl_mechanism=mechanism,
         sasl_factory=sasl_factory,
+        sasl_prepare=sasl_prepare,
     )
 
 

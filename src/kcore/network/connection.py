@@ -17,7 +17,7 @@ import random
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,9 @@ class ConnectionSettings:
     ssl_context: ssl.SSLContext | None = None
     sasl_mechanism: str | None = None
     sasl_factory: SaslMechanismFactory | None = None
+    # Awaited before connecting and before logging in again, outside the setup timeout: an
+    # OAUTHBEARER token source may be slow (HTTP), and that is not the broker's fault.
+    sasl_prepare: Callable[[], Awaitable[None]] | None = None
 
 
 Buffer = bytes | bytearray | memoryview
@@ -223,7 +226,10 @@ class BrokerConnection:
     async def open(self) -> BrokerConnection:
         """DNS, connect, TLS, ApiVersions and SASL, within ``setup_timeout_s`` for each
         address tried. Raises ``BrokerConnectionError`` naming the stage that failed, or
-        ``SaslAuthenticationFailedError`` for rejected credentials."""
+        ``SaslAuthenticationFailedError`` for rejected credentials (or a token that could not
+        be got)."""
+        if self.settings.sasl_prepare is not None:
+            await self.settings.sasl_prepare()
         try:
             addresses = await asyncio.wait_for(
                 resolve(self.host, self.port, all_ips=self.settings.all_dns_ips),
@@ -438,8 +444,12 @@ class BrokerConnection:
         await asyncio.shield(self._reauth_task)
 
     async def _run_reauth(self) -> None:
-        self._open.clear()
         try:
+            if self.settings.sasl_prepare is not None:
+                # A token fetched (if due) before the exchange starts: requests already sent
+                # are answered meanwhile.
+                await self.settings.sasl_prepare()
+            self._open.clear()
             await self._authenticate()
             self.reauthentications += 1
         except BaseException as exc:

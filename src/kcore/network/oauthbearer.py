@@ -25,8 +25,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import http.client
 import json
+import logging
 import random
+import ssl
 import threading
 import time
 import urllib.error
@@ -34,11 +37,14 @@ import urllib.parse
 import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from kcore.errors import ConfigError, SaslAuthenticationFailedError
-from kcore.network.sasl import OAuthBearerMechanism, check_oauth_extensions
+from kcore.network.sasl import OAuthBearerMechanism, check_oauth_extensions, check_token
+
+log = logging.getLogger("kcore.network")
 
 __all__ = [
     "CallbackTokenProvider",
@@ -223,8 +229,11 @@ class CallbackTokenProvider(TokenProvider):
         try:
             result = self._callback(self._config)
         except Exception as exc:
+            # Its text, shortened, helps say what went wrong; the callback's own words, which
+            # kcore cannot vet for secrets (so the doc says so).
+            text = str(exc)[:_MAX_ERROR_BODY]
             raise SaslAuthenticationFailedError(
-                f"OAUTHBEARER: oauth_cb raised {type(exc).__name__}: {exc}"
+                f"OAUTHBEARER: oauth_cb raised {type(exc).__name__}: {text}"
             ) from exc
         if not isinstance(result, tuple | list) or not 2 <= len(result) <= 4:
             raise SaslAuthenticationFailedError(
@@ -242,17 +251,27 @@ class CallbackTokenProvider(TokenProvider):
             raise SaslAuthenticationFailedError("OAUTHBEARER: oauth_cb's extensions must be a dict")
         if isinstance(token, bytes):
             token = token.decode("ascii", "replace")
-        checked = check_oauth_extensions(extensions, "oauth_cb")
-        return OAuthBearerToken(str(token), float(expiry), principal, None, checked)
+        if not isinstance(token, str):
+            raise SaslAuthenticationFailedError(
+                f"OAUTHBEARER: oauth_cb's token must be a str, not {type(token).__name__}"
+            )
+        try:
+            checked = check_oauth_extensions(extensions, "oauth_cb")
+        except ConfigError as exc:
+            raise SaslAuthenticationFailedError(f"OAUTHBEARER: {exc.message}") from None
+        return OAuthBearerToken(token, float(expiry), principal, None, checked)
 
 
 class ClientCredentialsTokenProvider(TokenProvider):
     """OAuth 2 client credentials (RFC 6749 section 4.4) against a token endpoint, as Java's
     ``OAuthBearerLoginCallbackHandler`` (KIP-768) does: a POST of
     ``grant_type=client_credentials[&scope=...]`` with the client id and secret as HTTP Basic
-    auth (each form-encoded first, RFC 6749 section 2.3.1); the answer's ``access_token`` is a
-    JWT whose ``exp`` and principal claim the client reads. Connection errors, 5xx and 429
-    answers are retried with a backoff up to ``retry_backoff_max_s``; other 4xx are not.
+    auth (form-encoded first only with ``header_urlencode``, RFC 6749 section 2.3.1, as Java's
+    ``sasl.oauthbearer.header.urlencode``); the answer's ``access_token`` is a JWT whose ``exp``
+    and principal claim the client reads. Connection errors and HTTP errors are retried with a
+    backoff for up to ``retry_backoff_max_s``, except the ones Java gives up on at once (400-407,
+    409-415, 501, 505) and certificate failures. Redirects are not followed: they would carry
+    the credentials elsewhere.
 
     A ``file:`` URL names a file holding the token instead (read again at every refresh)."""
 
@@ -269,6 +288,7 @@ class ClientCredentialsTokenProvider(TokenProvider):
         read_timeout_s: float | None = None,
         retry_backoff_s: float = 0.1,
         retry_backoff_max_s: float = 10.0,
+        header_urlencode: bool = False,
     ) -> None:
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("http", "https", "file"):
@@ -294,6 +314,8 @@ class ClientCredentialsTokenProvider(TokenProvider):
         self.timeout_s = max(timeouts) if timeouts else 30.0
         self.retry_backoff_s = retry_backoff_s
         self.retry_backoff_max_s = retry_backoff_max_s
+        self.header_urlencode = header_urlencode
+        self._opener = urllib.request.build_opener(_RefuseRedirects)
 
     def fetch(self) -> OAuthBearerToken:
         value = self._read_file() if self.is_file else self._post_with_retries()
@@ -330,33 +352,30 @@ class ClientCredentialsTokenProvider(TokenProvider):
         form = {"grant_type": "client_credentials"}
         if self.scope:
             form["scope"] = self.scope
-        quote = urllib.parse.quote_plus
-        basic = base64.b64encode(
-            f"{quote(self._client_id)}:{quote(self._client_secret)}".encode()
-        ).decode()
         request = urllib.request.Request(
             self.url,
             data=urllib.parse.urlencode(form).encode(),
             headers={
-                "Authorization": f"Basic {basic}",
+                "Authorization": self._basic_auth(),
                 "Content-Type": "application/x-www-form-urlencoded",
                 "Accept": "application/json",
             },
             method="POST",
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
+            with self._opener.open(request, timeout=self.timeout_s) as response:
                 body = response.read()
         except urllib.error.HTTPError as exc:
-            text = exc.read()[:_MAX_ERROR_BODY].decode("utf-8", "replace")
-            reason = f"HTTP {exc.code} {exc.reason}: {text}".rstrip(": ")
-            if exc.code >= 500 or exc.code == 429:
-                raise _Retriable(reason) from None
-            raise SaslAuthenticationFailedError(
-                f"OAUTHBEARER: {self.source} refused the client credentials: {reason}"
-            ) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise _Retriable(str(getattr(exc, "reason", exc))) from None
+            raise self._http_error(exc) from None
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ssl.SSLCertVerificationError):
+                raise SaslAuthenticationFailedError(
+                    f"OAUTHBEARER: {self.source}: its TLS certificate is not trusted "
+                    f"({exc.reason.verify_message})"
+                ) from None
+            raise _Retriable(str(exc.reason)) from None
+        except (OSError, http.client.HTTPException) as exc:  # also timeouts, a bad status line
+            raise _Retriable(f"{type(exc).__name__}: {exc}") from None
         try:
             answer = json.loads(body)
             token = answer["access_token"]
@@ -368,6 +387,40 @@ class ClientCredentialsTokenProvider(TokenProvider):
             ) from None
         return token
 
+    def _basic_auth(self) -> str:
+        client_id, secret = self._client_id, self._client_secret
+        if self.header_urlencode:
+            # Java's URLEncoder: form encoding (a space is "+")
+            client_id, secret = urllib.parse.quote_plus(client_id), urllib.parse.quote_plus(secret)
+        return "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()
+
+    def _http_error(self, exc: urllib.error.HTTPError) -> Exception:
+        try:
+            text = exc.read()[:_MAX_ERROR_BODY].decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException):
+            text = ""
+        reason = f"HTTP {exc.code} {exc.reason}: {text}".rstrip(": ")
+        if 300 <= exc.code < 400:
+            return SaslAuthenticationFailedError(
+                f"OAUTHBEARER: {self.source} redirected to {exc.headers.get('Location')!r}; "
+                "redirects are not followed (they would carry the client credentials): set the "
+                "final URL"
+            )
+        if exc.code in _UNRETRIABLE_HTTP:
+            return SaslAuthenticationFailedError(
+                f"OAUTHBEARER: {self.source} refused the request: {reason}"
+            )
+        return _Retriable(reason)
+
+
+# HTTP answers Java's token retriever gives up on at once; it retries the others.
+_UNRETRIABLE_HTTP = frozenset([*range(400, 408), *range(409, 416), 501, 505])
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
+
 
 class _Retriable(Exception):
     """A token request that may work if made again (connection error, 5xx, 429)."""
@@ -378,29 +431,43 @@ class _Retriable(Exception):
 
 @dataclass(frozen=True)
 class RefreshPolicy:
-    """Java's ``sasl.login.refresh.*``: refresh at ``window_factor`` (plus up to ``jitter``)
-    of the token's life, but at least ``buffer_s`` before it expires and no sooner than
-    ``min_period_s`` after it was fetched."""
+    """Java's ``sasl.login.refresh.*``: refresh at ``window_factor`` (plus up to
+    ``window_jitter``) of the token's life, but at least ``buffer_s`` before it expires and no
+    sooner than ``min_period_s`` from now; a token too short for both buffers is refreshed at
+    that fraction of what is left of it."""
 
     window_factor: float = 0.8
     window_jitter: float = 0.05
     min_period_s: float = 60.0
     buffer_s: float = 300.0
 
-    def refresh_at(self, fetched_at: float, token: OAuthBearerToken, rnd: float) -> float:
-        start = token.issued_at if token.issued_at is not None else fetched_at
-        start = min(start, fetched_at)  # an iat ahead of our clock: count from now
-        life = token.expires_at - start
-        at = start + life * (self.window_factor + self.window_jitter * rnd)
-        if token.expires_at - at < self.buffer_s:
-            at = token.expires_at - self.buffer_s
-        at = max(at, fetched_at + self.min_period_s)
-        return min(at, token.expires_at)
+    def refresh_at(self, now: float, token: OAuthBearerToken, rnd: float) -> float:
+        pct = self.window_factor + self.window_jitter * rnd
+        expiry = token.expires_at
+        if now + self.min_period_s + self.buffer_s > expiry:
+            return now + (expiry - now) * pct
+        start = token.issued_at if token.issued_at is not None else now
+        proposed = start + (expiry - start) * pct
+        if proposed > expiry - self.buffer_s:
+            return expiry - self.buffer_s
+        return max(proposed, now + self.min_period_s)
+
+
+# As Java's refreshing login: after a failed refresh, the next try comes this much later (the
+# current token goes on being used while it is valid).
+RETRY_AFTER_FAILURE_S = 10.0
+# A failed fetch with no token to fall back on is reported to every connection asking within
+# this time, rather than each asking the token source again in turn.
+_FAILURE_SHARED_S = 1.0
+# Expiries past this are not seconds since the epoch (milliseconds, most likely).
+_MAX_EPOCH_SECONDS = 1e11
 
 
 class OAuthBearerLogin:
-    """A client's OAUTHBEARER login: the current token, fetched again once due. Thread-safe;
-    :meth:`mechanism` is what each connection's SASL exchange starts from."""
+    """A client's OAUTHBEARER login: the current token, fetched again once due. A failed refresh
+    keeps the current token while it is valid (and tries again later), as Java's does.
+    Fetches run one at a time on a thread of their own (they may block on HTTP or a user
+    callback, and must not take the event loop's default executor, which resolves names)."""
 
     def __init__(
         self,
@@ -416,7 +483,9 @@ class OAuthBearerLogin:
         self._clock = clock
         self._token: OAuthBearerToken | None = None
         self._refresh_at = 0.0
-        self._lock = threading.Lock()  # one fetch at a time, whichever loop asks
+        self._failure: tuple[SaslAuthenticationFailedError, float] | None = None
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
         self.fetches = 0
 
     @property
@@ -430,26 +499,73 @@ class OAuthBearerLogin:
     def token_blocking(self) -> OAuthBearerToken:
         """The current token, fetched first if there is none or it is due (blocks)."""
         with self._lock:
-            token = self.current
-            if token is not None:
-                return token
-            fetched_at = self._clock()
-            token = self.provider.fetch()
-            if token.expires_at <= self._clock():
-                raise SaslAuthenticationFailedError(
-                    f"OAUTHBEARER: the token from {self.provider.source} has already expired "
-                    f"(exp {token.expires_at:.0f}, now {self._clock():.0f})"
-                )
+            now = self._clock()
+            old = self._token
+            if old is not None and now < self._refresh_at:
+                return old
+            if self._failure is not None and now < self._failure[1]:
+                raise self._failure[0]
+            try:
+                token = self._fetch(now)
+            except SaslAuthenticationFailedError as exc:
+                if old is not None and now < old.expires_at:
+                    retry_at = min(now + RETRY_AFTER_FAILURE_S, old.expires_at)
+                    log.warning(
+                        "OAUTHBEARER: refreshing the token failed (%s); the current one is used "
+                        "until it expires in %.0f s, next try in %.0f s",
+                        exc.message,
+                        old.expires_at - now,
+                        retry_at - now,
+                    )
+                    self._refresh_at = retry_at
+                    return old
+                self._failure = (exc, self._clock() + _FAILURE_SHARED_S)
+                raise
+            self._failure = None
             self.fetches += 1
             self._token = token
-            self._refresh_at = self.policy.refresh_at(fetched_at, token, random.random())
+            self._refresh_at = self.policy.refresh_at(self._clock(), token, random.random())
             return token
+
+    def _fetch(self, now: float) -> OAuthBearerToken:
+        """A token from the provider, checked before it is kept: its characters, its expiry."""
+        source = self.provider.source
+        try:
+            token = self.provider.fetch()
+        except SaslAuthenticationFailedError:
+            raise
+        except Exception as exc:  # a bug or an unexpected failure below: named, not raw
+            raise SaslAuthenticationFailedError(
+                f"OAUTHBEARER: getting a token from {source} failed: {type(exc).__name__}"
+            ) from None
+        check_token(token.value, source)
+        if token.expires_at > _MAX_EPOCH_SECONDS:
+            raise SaslAuthenticationFailedError(
+                f"OAUTHBEARER: the expiry of the token from {source} ({token.expires_at:.0f}) "
+                "is not seconds since the epoch (milliseconds?)"
+            )
+        now = self._clock()
+        if token.expires_at <= now:
+            raise SaslAuthenticationFailedError(
+                f"OAUTHBEARER: the token from {source} has already expired "
+                f"(exp {token.expires_at:.0f}, now {now:.0f})"
+            )
+        return token
 
     async def token(self) -> OAuthBearerToken:
         token = self.current
         if token is not None:
             return token
-        return await asyncio.to_thread(self.token_blocking)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="kcore-oauthbearer")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.token_blocking)
+
+    async def prepare(self) -> None:
+        """Have a current token, fetching one if needed: a connection calls this before it
+        connects (and before it logs in again), outside its setup timeout, so a slow token
+        source is not taken for a broker that does not answer."""
+        await self.token()
 
     async def mechanism(self) -> OAuthBearerMechanism:
         """A fresh SASL client presenting the current token (and the extensions)."""
@@ -480,6 +596,7 @@ def login_from_config(config: Any) -> OAuthBearerLogin:
             read_timeout_s=ms("sasl.login.read.timeout.ms"),
             retry_backoff_s=config["sasl.login.retry.backoff.ms"] / 1000,
             retry_backoff_max_s=config["sasl.login.retry.backoff.max.ms"] / 1000,
+            header_urlencode=config["sasl.oauthbearer.header.urlencode"],
         )
     else:
         provider = UnsecuredTokenProvider(settings.unsecured)

@@ -404,6 +404,18 @@ def check_oauth_extensions(extensions: Mapping[str, str], key: str) -> dict[str,
     return checked
 
 
+def check_token(token: object, source: str) -> None:
+    """SaslAuthenticationFailedError unless ``token`` is a string a broker reads as a bearer
+    token (``source`` names where it came from). The token is never in the message."""
+    if not isinstance(token, str) or not _OAUTH_TOKEN.fullmatch(token):
+        where = f" from {source}" if source else ""
+        kind = "not a string" if not isinstance(token, str) else "empty or has other characters"
+        raise SaslAuthenticationFailedError(
+            f"OAUTHBEARER: the token{where} is {kind}: a bearer token is letters, digits and "
+            "- _ . (a JWS in compact form)"
+        )
+
+
 class OAuthBearerMechanism(SaslMechanism):
     """SASL OAUTHBEARER (RFC 7628) as Kafka's brokers take it (KIP-255, extensions KIP-342):
     one message, ``n,,<SOH>auth=Bearer <token><SOH>[key=value<SOH>...]<SOH>``.
@@ -421,11 +433,7 @@ class OAuthBearerMechanism(SaslMechanism):
         *,
         principal: str = "",
     ) -> None:
-        if not isinstance(token, str) or not _OAUTH_TOKEN.fullmatch(token):
-            raise SaslAuthenticationFailedError(
-                "OAUTHBEARER: the token is empty or has characters a bearer token cannot have "
-                "(a JWS in compact form: letters, digits, - _ .)"
-            )
+        check_token(token, "")
         super().__init__("OAUTHBEARER", principal)
         self._token: str | None = token
         self._extensions = check_oauth_extensions(extensions or {}, "sasl.oauthbearer.extensions")
