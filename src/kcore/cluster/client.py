@@ -287,7 +287,10 @@ class ClusterClient:
                     log.info("bootstrap server %s failed: %s", address, reason)
                     continue
                 except asyncio.TimeoutError:
-                    attempts.append((address, f"no answer within {timeout:g}s"))
+                    # The deadline cut this attempt short: an earlier attempt's reason for the
+                    # same address says more than "no answer" (a token source that hangs, say).
+                    if not any(a == address for a, _ in attempts):
+                        attempts.append((address, f"no answer within {timeout:g}s"))
                     break
                 finally:
                     # Closed either way (also when cancelled): its node id is unknown until

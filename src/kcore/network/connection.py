@@ -228,8 +228,7 @@ class BrokerConnection:
         address tried. Raises ``BrokerConnectionError`` naming the stage that failed, or
         ``SaslAuthenticationFailedError`` for rejected credentials (or a token that could not
         be got)."""
-        if self.settings.sasl_prepare is not None:
-            await self.settings.sasl_prepare()
+        await self._prepare_sasl()
         try:
             addresses = await asyncio.wait_for(
                 resolve(self.host, self.port, all_ips=self.settings.all_dns_ips),
@@ -329,6 +328,25 @@ class BrokerConnection:
                         sock.setsockopt(socket.SOL_SOCKET, opt, size)
                     except OSError:  # the peer already hung up; ApiVersions will say so
                         break
+
+    async def _prepare_sasl(self) -> None:
+        """``sasl_prepare`` (an OAUTHBEARER token fetched if due), bounded by
+        ``request_timeout_s``: a token source that never answers fails the connection instead
+        of holding it up."""
+        prepare = self.settings.sasl_prepare
+        if prepare is None:
+            return
+        timeout = self.settings.request_timeout_s
+        try:
+            await asyncio.wait_for(prepare(), timeout)
+        except asyncio.TimeoutError:
+            raise BrokerConnectionError(
+                self.address,
+                "authentication",
+                f"no SASL token within {timeout:g}s (request.timeout.ms): the token source "
+                "(oauth_cb or the token endpoint) did not answer",
+                transient=True,
+            ) from None
 
     async def _handshake(self) -> None:
         await self._negotiate_versions()
@@ -445,10 +463,9 @@ class BrokerConnection:
 
     async def _run_reauth(self) -> None:
         try:
-            if self.settings.sasl_prepare is not None:
-                # A token fetched (if due) before the exchange starts: requests already sent
-                # are answered meanwhile.
-                await self.settings.sasl_prepare()
+            # A token fetched (if due) before the exchange starts: requests already sent are
+            # answered meanwhile.
+            await self._prepare_sasl()
             self._open.clear()
             await self._authenticate()
             self.reauthentications += 1

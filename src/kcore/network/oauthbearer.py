@@ -25,9 +25,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import concurrent.futures
+import contextlib
 import http.client
 import json
 import logging
+import math
 import random
 import ssl
 import threading
@@ -37,7 +40,6 @@ import urllib.parse
 import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -335,18 +337,21 @@ class ClientCredentialsTokenProvider(TokenProvider):
             ) from None
 
     def _post_with_retries(self) -> str:
+        # As Java's Retry: waits doubling from the backoff, the last one cut to what is left of
+        # the max; no wait left (or a backoff of 0): the last failure is the answer.
         deadline = time.monotonic() + self.retry_backoff_max_s
         backoff = self.retry_backoff_s
         while True:
             try:
                 return self._post()
             except _Retriable as exc:
-                if time.monotonic() + backoff > deadline:
+                wait = min(backoff, deadline - time.monotonic())
+                if wait <= 0:
                     raise SaslAuthenticationFailedError(
                         f"OAUTHBEARER: no token from {self.source}: {exc}"
                     ) from None
-                time.sleep(backoff)
-                backoff = min(backoff * 2, self.retry_backoff_max_s)
+                time.sleep(wait)
+                backoff *= 2
 
     def _post(self) -> str:
         form = {"grant_type": "client_credentials"}
@@ -466,8 +471,11 @@ _MAX_EPOCH_SECONDS = 1e11
 class OAuthBearerLogin:
     """A client's OAUTHBEARER login: the current token, fetched again once due. A failed refresh
     keeps the current token while it is valid (and tries again later), as Java's does.
-    Fetches run one at a time on a thread of their own (they may block on HTTP or a user
-    callback, and must not take the event loop's default executor, which resolves names)."""
+
+    :meth:`prepare` fetches (when due) on a daemon thread of its own: fetching may block on
+    HTTP or a user callback, must not hold the event loop or its default executor (which
+    resolves names), and must not keep the interpreter from exiting. :meth:`mechanism` only
+    presents the token held."""
 
     def __init__(
         self,
@@ -476,37 +484,43 @@ class OAuthBearerLogin:
         extensions: Mapping[str, str] | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.provider = provider
         self.policy = policy or RefreshPolicy()
         self.extensions = dict(extensions or {})
-        self._clock = clock
+        self._clock = clock  # the epoch clock tokens' expiries are on
+        self._monotonic = monotonic  # for the shared failure's short life
         self._token: OAuthBearerToken | None = None
         self._refresh_at = 0.0
-        self._failure: tuple[SaslAuthenticationFailedError, float] | None = None
+        self._failure: tuple[str, float] | None = None  # its message, until (monotonic)
         self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
         self.fetches = 0
+
+    def _due(self, now: float) -> bool:
+        token = self._token
+        return token is None or now >= min(self._refresh_at, token.expires_at)
 
     @property
     def current(self) -> OAuthBearerToken | None:
         """The token a connection would present now, or None when one must be fetched."""
         token = self._token
-        if token is None or self._clock() >= self._refresh_at:
-            return None
-        return token
+        return None if self._due(self._clock()) else token
 
     def token_blocking(self) -> OAuthBearerToken:
         """The current token, fetched first if there is none or it is due (blocks)."""
         with self._lock:
             now = self._clock()
             old = self._token
-            if old is not None and now < self._refresh_at:
+            if old is not None and not self._due(now):
                 return old
-            if self._failure is not None and now < self._failure[1]:
-                raise self._failure[0]
+            if self._failure is not None:
+                message, until = self._failure
+                if self._monotonic() < until:
+                    raise SaslAuthenticationFailedError(message)
+                self._failure = None
             try:
-                token = self._fetch(now)
+                token = self._fetch()
             except SaslAuthenticationFailedError as exc:
                 if old is not None and now < old.expires_at:
                     retry_at = min(now + RETRY_AFTER_FAILURE_S, old.expires_at)
@@ -519,15 +533,18 @@ class OAuthBearerLogin:
                     )
                     self._refresh_at = retry_at
                     return old
-                self._failure = (exc, self._clock() + _FAILURE_SHARED_S)
+                self._failure = (exc.message, self._monotonic() + _FAILURE_SHARED_S)
                 raise
-            self._failure = None
             self.fetches += 1
             self._token = token
-            self._refresh_at = self.policy.refresh_at(self._clock(), token, random.random())
+            now = self._clock()
+            at = self.policy.refresh_at(now, token, random.random())
+            if at <= now:  # as Java: a refresh point already past is moved a little ahead
+                at = now + RETRY_AFTER_FAILURE_S
+            self._refresh_at = at
             return token
 
-    def _fetch(self, now: float) -> OAuthBearerToken:
+    def _fetch(self) -> OAuthBearerToken:
         """A token from the provider, checked before it is kept: its characters, its expiry."""
         source = self.provider.source
         try:
@@ -539,9 +556,9 @@ class OAuthBearerLogin:
                 f"OAUTHBEARER: getting a token from {source} failed: {type(exc).__name__}"
             ) from None
         check_token(token.value, source)
-        if token.expires_at > _MAX_EPOCH_SECONDS:
+        if not math.isfinite(token.expires_at) or token.expires_at > _MAX_EPOCH_SECONDS:
             raise SaslAuthenticationFailedError(
-                f"OAUTHBEARER: the expiry of the token from {source} ({token.expires_at:.0f}) "
+                f"OAUTHBEARER: the expiry of the token from {source} ({token.expires_at!r}) "
                 "is not seconds since the epoch (milliseconds?)"
             )
         now = self._clock()
@@ -553,23 +570,39 @@ class OAuthBearerLogin:
         return token
 
     async def token(self) -> OAuthBearerToken:
+        """The current token, fetched first (on a daemon thread) if there is none or it is
+        due."""
         token = self.current
         if token is not None:
             return token
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="kcore-oauthbearer")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.token_blocking)
+        done: concurrent.futures.Future[OAuthBearerToken] = concurrent.futures.Future()
+
+        def fetch() -> None:
+            # The waiter may have given up (its connection timed out): the token is kept
+            # all the same, for the next one.
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                try:
+                    token = self.token_blocking()
+                except BaseException as exc:
+                    done.set_exception(exc)
+                else:
+                    done.set_result(token)
+
+        threading.Thread(target=fetch, name="kcore-oauthbearer", daemon=True).start()
+        return await asyncio.wrap_future(done)
 
     async def prepare(self) -> None:
-        """Have a current token, fetching one if needed: a connection calls this before it
-        connects (and before it logs in again), outside its setup timeout, so a slow token
-        source is not taken for a broker that does not answer."""
+        """Have a current token, fetching one if due: a connection calls this before it
+        connects and before it logs in again, outside its setup timeout, so that a slow
+        token source is not taken for a broker that does not answer."""
         await self.token()
 
     async def mechanism(self) -> OAuthBearerMechanism:
-        """A fresh SASL client presenting the current token (and the extensions)."""
-        token = await self.token()
+        """A fresh SASL client presenting the token held (fetched only if there is none that
+        is still valid: :meth:`prepare` does the refreshing)."""
+        token = self._token
+        if token is None or self._clock() >= token.expires_at:
+            token = await self.token()
         extensions = {**self.extensions, **token.extensions}
         return OAuthBearerMechanism(token.value, extensions, principal=token.principal)
 
