@@ -1,5 +1,13 @@
 """The admin client: ``kcore.AdminClient`` (blocking) and ``kcore.admin.AsyncAdminClient``."""
 
+from .acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from .async_client import AsyncAdminClient
 from .client import AdminClient
 from .describe_groups import ConsumerGroupDescription, MemberDescription
@@ -18,6 +26,10 @@ from .types import (
 )
 
 __all__ = [
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermissionType",
     "AdminClient",
     "AdminOperationError",
     "AsyncAdminClient",
@@ -31,6 +43,8 @@ __all__ = [
     "MemberDescription",
     "NewTopic",
     "OffsetSpec",
+    "PatternType",
+    "ResourceType",
     "TopicDescription",
     "TopicPartition",
 ]

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from kcore.admin.acls import AclOperations
 from kcore.admin.groups import GroupOperations
 from kcore.admin.types import (
     CONFIG_SOURCES,
@@ -106,7 +107,7 @@ def _admin_config(config: Mapping[str, Any]) -> ClientConfig:
     return config if isinstance(config, ClientConfig) else ClientConfig(config, role="admin")
 
 
-class AsyncAdminClient(GroupOperations):
+class AsyncAdminClient(GroupOperations, AclOperations):
     """``await AsyncAdminClient(config).start()``, or ``async with``. ``config`` uses the Java
     client's names (``bootstrap.servers``, ``request.timeout.ms``, ``security.protocol``...)."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kcore.admin.acls import AclBinding, AclBindingFilter
 from kcore.admin.async_client import AsyncAdminClient
 from kcore.admin.describe_groups import ConsumerGroupDescription
 from kcore.admin.groups import ConsumerGroupListing
@@ -224,6 +225,24 @@ class AdminClient(ProcessLocal):
         timeout: float | None = None,
     ) -> dict[TopicPartition, dict[str, list[int]]]:
         return self._run(self._async.list_partition_reassignments(partitions, timeout=timeout))
+
+    # -- ACLs (see kcore.admin.acls) ---------------------------------------------------------------
+
+    def create_acls(self, bindings: Iterable[AclBinding], *, timeout: float | None = None) -> None:
+        """Create the ACLs; ``AdminOperationError`` maps each one that failed to its error."""
+        self._run(self._async.create_acls(bindings, timeout=timeout))
+
+    def describe_acls(
+        self, acl_filter: AclBindingFilter | None = None, *, timeout: float | None = None
+    ) -> list[AclBinding]:
+        """The ACLs matching ``acl_filter`` (default: every ACL)."""
+        return self._run(self._async.describe_acls(acl_filter, timeout=timeout))  # type: ignore[no-any-return]
+
+    def delete_acls(
+        self, filters: Iterable[AclBindingFilter], *, timeout: float | None = None
+    ) -> dict[AclBindingFilter, list[AclBinding]]:
+        """Delete the ACLs each filter matches; returns what each deleted."""
+        return self._run(self._async.delete_acls(filters, timeout=timeout))  # type: ignore[no-any-return]
 
 
 async def _make(config: Mapping[str, Any]) -> AsyncAdminClient:

@@ -49,6 +49,7 @@ DUPLICATE_SEQUENCE = 46
 OUT_OF_ORDER_SEQUENCE = 45
 UNKNOWN_PRODUCER_ID = 59
 INVALID_PRODUCER_EPOCH = 47
+CLUSTER_AUTHORIZATION_FAILED = 31
 # A batch over the topic's max.message.bytes (or the broker's message.max.bytes): one of several
 # records is split and sent again, as Java does.
 TOO_LARGE = frozenset({10, 18})  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
@@ -142,6 +143,12 @@ class Sender:
                 if response.error_code:
                     err = error_for_code(response.error_code)
                     assert err is not None
+                    if response.error_code == CLUSTER_AUTHORIZATION_FAILED:
+                        raise err.with_message(
+                            "the idempotent producer may not get a producer id: its principal "
+                            "needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic "
+                            "(or set enable.idempotence=false)"
+                        )
                     raise err
             except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
                 if isinstance(exc, KafkaError) and not exc.retriable:
