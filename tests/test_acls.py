@@ -4,6 +4,7 @@ user's clients, filters select as Java's do, and a broker without an authorizer 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -177,3 +178,33 @@ def test_a_broker_without_an_authorizer_says_so(kafka_cluster):
         with pytest.raises(AdminOperationError) as info:
             admin.create_acls([binding])
         assert isinstance(info.value.errors[binding], SecurityDisabledError)
+
+
+def test_kcore_acls_cli(secured, capsys):
+    from kcore.cli import main
+
+    topic = name("cli")
+    boot = ["-b", secured.bootstrap_servers]
+    add = ["acls", "add", *boot, "--topic", topic, "--allow-principal", "User:bob"]
+    assert main([*add, "--operation", "read", "--operation", "DESCRIBE"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"ALLOW User:bob READ from * on TOPIC LITERAL {topic!r}",
+        f"ALLOW User:bob DESCRIBE from * on TOPIC LITERAL {topic!r}",
+    ]
+    assert main(["acls", *boot, "--topic", topic, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(a["operation"] for a in listed) == ["DESCRIBE", "READ"]
+    assert {a["principal"] for a in listed} == {"User:bob"}
+    assert main(["acls", "remove", *boot, "--topic", topic, "--operation", "READ"]) == 0
+    assert "READ" in capsys.readouterr().out
+    assert main(["acls", "list", *boot, "--topic", topic]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"ALLOW User:bob DESCRIBE from * on TOPIC LITERAL {topic!r}"
+    ]
+    # Refused, with a reason: a remove that would match every ACL, an add without operation.
+    assert main(["acls", "remove", *boot]) == 1
+    assert "needs a resource" in capsys.readouterr().err
+    assert main(add) == 1
+    assert "--operation" in capsys.readouterr().err
+    assert main(["acls", "remove", *boot, "--topic", topic]) == 0

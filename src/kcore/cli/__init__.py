@@ -1,5 +1,5 @@
 """The ``kcore`` command line (also ``python -m kcore``): ``metadata``, ``produce``, ``consume``,
-``groups`` and ``doctor``."""
+``groups``, ``acls`` and ``doctor``."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ def _client_config(args: argparse.Namespace) -> dict[str, Any]:
 _ROLES: dict[str, Literal["admin", "producer", "consumer"]] = {
     "metadata": "admin",
     "groups": "admin",
+    "acls": "admin",
     "doctor": "admin",
     "produce": "producer",
     "consume": "consumer",
@@ -132,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_argument(
         "-g", "--group", action="append", default=[], help="describe this group (repeatable)"
     )
+    acls = sub.add_parser("acls", help="list, add or remove ACLs (as kafka-acls)")
+    _add_connection_args(acls)
+    from kcore.cli.acls import add_acls_args
+
+    add_acls_args(acls)
     doctor = sub.add_parser(
         "doctor", help="diagnose bootstrap, advertised-listener, TLS and SASL problems"
     )
@@ -179,6 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from kcore.cli.groups import run_groups
 
             return run_groups(config, args.group, args.json)
+        if args.command == "acls":
+            from kcore.cli.acls import run_acls
+
+            return run_acls(config, args)
         if args.command == "metadata":
             from kcore.cli.metadata import run_metadata
 
