@@ -94,18 +94,36 @@ class AclPermissionType(enum.IntEnum):
 E = Any  # an enum member, its name (any case) or its code
 
 
+def _folded(name: str) -> str:
+    return name.replace("_", "").casefold()
+
+
 def _member(kind: type[enum.IntEnum], value: E, field: str) -> Any:
+    """An enum member from itself, its code, or its name in any case, with or without
+    underscores (kafka-acls takes ``IdempotentWrite`` for IDEMPOTENT_WRITE)."""
     if isinstance(value, kind):
         return value
-    try:
-        if isinstance(value, str):
-            return kind[value.strip().upper()]
-        if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, str):
+        wanted = _folded(value.strip())
+        for member in kind:
+            if _folded(member.name) == wanted:
+                return member
+    elif isinstance(value, int) and not isinstance(value, bool):
+        try:
             return kind(value)
-    except (KeyError, ValueError):
-        pass
+        except ValueError:
+            pass
     names = ", ".join(m.name for m in kind)
     raise KcoreError(f"{field}: unknown {kind.__name__} {value!r} (one of {names})")
+
+
+def _code(kind: type[enum.IntEnum], code: int) -> Any:
+    """A broker's code as a member; one this client does not know is UNKNOWN (as Java's
+    ``fromCode``), not an error that loses the whole answer."""
+    try:
+        return kind(code)
+    except ValueError:
+        return kind(0)
 
 
 @dataclass(frozen=True)
@@ -208,6 +226,13 @@ class AclBindingFilter:
             _member(AclPermissionType, permission_type, "permission_type"),
         )
 
+    def _check_known(self) -> None:
+        """A filter with an UNKNOWN field makes the broker drop the connection (Java refuses it
+        before asking, as here)."""
+        unknown = [k for k, v in vars(self).items() if isinstance(v, enum.Enum) and v.value == 0]
+        if unknown:
+            raise KcoreError(f"{self}: {', '.join(unknown)} may not be UNKNOWN in a filter")
+
     @classmethod
     def of(cls, binding: AclBinding) -> AclBindingFilter:
         """The filter matching exactly ``binding``."""
@@ -232,9 +257,12 @@ class AclBindingFilter:
 
 class AclOperations:
     """Part of :class:`~kcore.admin.AsyncAdminClient` (a base class of it): its ACL
-    operations. Each request goes to any broker (it forwards to the controller), retried on
-    retriable errors until the call's timeout. A broker without an authorizer answers
-    SECURITY_DISABLED (``SecurityDisabledError``)."""
+    operations. Each request goes to any broker: creations and deletions are forwarded to the
+    controller, and a broker answers a describe from its own authorizer, which applies changes
+    from the metadata log moments after the controller accepted them (so a describe right
+    after a change may not show it yet). Retriable errors are retried until the call's
+    timeout. A broker without an authorizer answers SECURITY_DISABLED
+    (``SecurityDisabledError``)."""
 
     if TYPE_CHECKING:  # AsyncAdminClient's
 
@@ -256,7 +284,7 @@ class AclOperations:
             b._check_concrete()
         if not wanted:
             return
-        errors: dict[AclBinding, KafkaError] = {}
+        errors: dict[AclBinding, KcoreError] = {}
         done: set[AclBinding] = set()
 
         async def attempt() -> None:
@@ -266,18 +294,29 @@ class AclOperations:
                 CREATE_ACLS,
             )
             retry: KafkaError | None = None
-            for b, result in zip(todo, response.results, strict=True):
+            for i, b in enumerate(todo):
+                if i >= len(response.results):
+                    errors[b] = _no_result("creation")
+                    continue
+                result = response.results[i]
                 err = error_for_code(result.error_code)
                 if err is None:
                     done.add(b)
-                elif err.retriable:
-                    retry = err.with_message(result.error_message or err.message)
+                    continue
+                err = err.with_message(result.error_message or err.message)
+                if err.retriable:
+                    retry = err
                 else:
-                    errors[b] = err.with_message(result.error_message or err.message)
+                    errors[b] = err
             if retry is not None:
                 raise retry
 
-        await self._retrying("create_acls", attempt, timeout)
+        try:
+            await self._retrying("create_acls", attempt, timeout)
+        except KcoreError as exc:  # out of time: say which were created and which not
+            if not done and not errors:
+                raise
+            errors.update({b: exc for b in wanted if b not in done and b not in errors})
         if errors:
             raise AdminOperationError("create_acls", errors, {})
 
@@ -286,6 +325,7 @@ class AclOperations:
     ) -> list[AclBinding]:
         """The ACLs matching ``acl_filter`` (default: all of them)."""
         f = acl_filter or AclBindingFilter()
+        f._check_known()
 
         async def attempt() -> list[AclBinding]:
             response = await self._send_any(
@@ -304,15 +344,7 @@ class AclOperations:
             if err is not None:
                 raise err.with_message(f"describe_acls: {response.error_message or err.message}")
             return [
-                AclBinding(
-                    r.resource_type,
-                    r.resource_name,
-                    r.pattern_type,
-                    a.principal,
-                    a.host,
-                    a.operation,
-                    a.permission_type,
-                )
+                _binding(r.resource_type, r.resource_name, r.pattern_type, a)
                 for r in response.resources
                 for a in r.acls
             ]
@@ -324,16 +356,18 @@ class AclOperations:
         self, filters: Iterable[AclBindingFilter], *, timeout: float | None = None
     ) -> dict[AclBindingFilter, list[AclBinding]]:
         """Delete every ACL matching each filter; returns the ACLs each filter deleted. Raises
-        ``AdminOperationError`` mapping each filter that failed (or any of whose ACLs could
-        not be deleted) to its error, ``results`` holding the others."""
+        ``AdminOperationError`` mapping each filter that failed, or any of whose ACLs could not
+        be deleted, to its error; its ``results`` holds what each filter did delete (also one
+        that failed in part)."""
         wanted = list(dict.fromkeys(filters))
         for f in wanted:
             if not isinstance(f, AclBindingFilter):
                 raise KcoreError(
                     f"delete_acls takes AclBindingFilter objects, not {type(f).__name__}"
                 )
+            f._check_known()
         results: dict[AclBindingFilter, list[AclBinding]] = {}
-        errors: dict[AclBindingFilter, KafkaError] = {}
+        errors: dict[AclBindingFilter, KcoreError] = {}
         if not wanted:
             return results
 
@@ -344,7 +378,11 @@ class AclOperations:
                 DELETE_ACLS,
             )
             retry: KafkaError | None = None
-            for f, result in zip(todo, response.filter_results, strict=True):
+            for i, f in enumerate(todo):
+                if i >= len(response.filter_results):
+                    errors[f] = _no_result("deletion")
+                    continue
+                result = response.filter_results[i]
                 err = error_for_code(result.error_code)
                 if err is not None:
                     err = err.with_message(result.error_message or err.message)
@@ -353,32 +391,52 @@ class AclOperations:
                     else:
                         errors[f] = err
                     continue
-                deleted, failed = [], None
+                deleted, failed = [], []
                 for m in result.matching_acls:
+                    binding = _binding(m.resource_type, m.resource_name, m.pattern_type, m)
                     one = error_for_code(m.error_code)
-                    binding = AclBinding(
-                        m.resource_type,
-                        m.resource_name,
-                        m.pattern_type,
-                        m.principal,
-                        m.host,
-                        m.operation,
-                        m.permission_type,
-                    )
                     if one is None:
                         deleted.append(binding)
                     else:
-                        failed = one.with_message(f"{binding}: {m.error_message or one.message}")
-                if failed is not None:
-                    errors[f] = failed
+                        failed.append(f"{binding}: {m.error_message or one.message}")
+                        first = one
+                if failed:
+                    errors[f] = first.with_message(
+                        f"{len(failed)} of the ACLs it matched were not deleted: "
+                        + "; ".join(failed)
+                    )
                 results[f] = deleted
             if retry is not None:
                 raise retry
 
-        await self._retrying("delete_acls", attempt, timeout)
+        try:
+            await self._retrying("delete_acls", attempt, timeout)
+        except KcoreError as exc:  # out of time: keep what was deleted
+            if not results and not errors:
+                raise
+            errors.update({f: exc for f in wanted if f not in results and f not in errors})
         if errors:
             raise AdminOperationError("delete_acls", errors, results)
         return results
+
+
+def _no_result(what: str) -> KafkaError:
+    err = error_for_code(-1)
+    assert err is not None
+    return err.with_message(f"the broker reported no {what} result for it")
+
+
+def _binding(resource_type: int, name: str, pattern_type: int, acl: Any) -> AclBinding:
+    """A binding from a broker's answer (codes this client does not know become UNKNOWN)."""
+    return AclBinding(
+        _code(ResourceType, resource_type),
+        name,
+        _code(PatternType, pattern_type),
+        acl.principal,
+        acl.host,
+        _code(AclOperation, acl.operation),
+        _code(AclPermissionType, acl.permission_type),
+    )
 
 
 def _creation(b: AclBinding) -> AclCreation:

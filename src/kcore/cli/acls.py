@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from kcore.admin.types import AdminOperationError
 from kcore.errors import KcoreError
 
 __all__ = ["add_acls_args", "run_acls"]
@@ -36,8 +37,8 @@ def add_acls_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pattern",
         choices=("literal", "prefixed", "any", "match"),
-        help="how the name matches: literal (add's default), prefixed; for list and remove "
-        "also any (their default) or match (every ACL that applies to the name)",
+        help="how the name matches: literal (the default, as kafka-acls), prefixed; for list "
+        "and remove also any or match (every ACL that applies to the name)",
     )
     p.add_argument(
         "--allow-principal", action="append", default=[], metavar="P", help="e.g. User:alice"
@@ -51,7 +52,8 @@ def add_acls_args(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="OP",
-        help="READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, ALL, ... (repeatable)",
+        help="READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, IdempotentWrite, ... (repeatable; "
+        "add's default: ALL)",
     )
     p.add_argument("--host", help="from this host (add's default: *)")
 
@@ -73,16 +75,15 @@ def _bindings(args: argparse.Namespace) -> list[Any]:
     kind, name = _resource(args)
     principals = [(p, "ALLOW") for p in args.allow_principal]
     principals += [(p, "DENY") for p in args.deny_principal]
-    if name is None or not principals or not args.operation:
+    if name is None or not principals:
         raise KcoreError(
-            "add needs a resource (--topic ...), --allow-principal or --deny-principal, and "
-            "--operation"
+            "add needs a resource (--topic ...) and --allow-principal or --deny-principal"
         )
     pattern = args.pattern or "literal"
     return [
         AclBinding(kind, name, pattern, principal, args.host or "*", op, permission)
         for principal, permission in principals
-        for op in args.operation
+        for op in args.operation or ["ALL"]  # as kafka-acls
     ]
 
 
@@ -94,7 +95,9 @@ def _filters(args: argparse.Namespace) -> list[Any]:
     principals += [(p, "DENY") for p in args.deny_principal]
     if args.principal:
         principals.append((args.principal, "ANY"))
-    pattern = args.pattern or "any"
+    # As kafka-acls: a named resource means its literal ACLs unless --pattern says otherwise
+    # (a remove must not take a PREFIXED ACL of the same name along); no resource, every ACL.
+    pattern = args.pattern or ("literal" if name is not None else "any")
     return [
         AclBindingFilter(kind, name, pattern, principal, args.host, op, permission)
         for principal, permission in (principals or [(None, "ANY")])
@@ -110,6 +113,7 @@ def _as_json(binding: Any) -> dict[str, Any]:
 
 
 def _print(bindings: list[Any], as_json: bool) -> None:
+    bindings = list(dict.fromkeys(bindings))  # overlapping filters find some twice
     if as_json:
         print(json.dumps([_as_json(b) for b in bindings], indent=2))
         return
@@ -131,7 +135,11 @@ def run_acls(config: Mapping[str, Any], args: argparse.Namespace) -> int:
         if args.action == "remove":
             if all(f.resource_type.name == "ANY" for f in filters):
                 raise KcoreError("remove needs a resource (--topic ...): it would match every ACL")
-            deleted = admin.delete_acls(filters)
+            try:
+                deleted = admin.delete_acls(filters)
+            except AdminOperationError as exc:  # what was deleted is printed all the same
+                _print([b for found in exc.results.values() for b in found], args.json)
+                raise
             _print([b for found in deleted.values() for b in found], args.json)
             return 0
         found = list(dict.fromkeys(b for f in filters for b in admin.describe_acls(f)))
