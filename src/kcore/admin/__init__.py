@@ -12,6 +12,13 @@ from .async_client import AsyncAdminClient
 from .client import AdminClient
 from .describe_groups import ConsumerGroupDescription, MemberDescription
 from .groups import ConsumerGroupListing
+from .scram import (
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialsDescription,
+    UserScramCredentialUpsertion,
+)
 from .types import (
     AdminOperationError,
     ClusterDescription,
@@ -45,6 +52,11 @@ __all__ = [
     "OffsetSpec",
     "PatternType",
     "ResourceType",
+    "ScramCredentialInfo",
+    "ScramMechanism",
     "TopicDescription",
     "TopicPartition",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
+    "UserScramCredentialsDescription",
 ]

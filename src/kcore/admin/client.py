@@ -10,6 +10,11 @@ from kcore.admin.acls import AclBinding, AclBindingFilter
 from kcore.admin.async_client import AsyncAdminClient
 from kcore.admin.describe_groups import ConsumerGroupDescription
 from kcore.admin.groups import ConsumerGroupListing
+from kcore.admin.scram import (
+    UserScramCredentialDeletion,
+    UserScramCredentialsDescription,
+    UserScramCredentialUpsertion,
+)
 from kcore.admin.types import (
     ClusterDescription,
     ConfigEntry,
@@ -243,6 +248,25 @@ class AdminClient(ProcessLocal):
     ) -> dict[AclBindingFilter, list[AclBinding]]:
         """Delete the ACLs each filter matches; returns what each deleted."""
         return self._run(self._async.delete_acls(filters, timeout=timeout))  # type: ignore[no-any-return]
+
+    # -- SCRAM users (see kcore.admin.scram) -------------------------------------------------
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, *, timeout: float | None = None
+    ) -> dict[str, UserScramCredentialsDescription]:
+        """Each user's SCRAM mechanisms and iterations (default: every user)."""
+        return self._run(  # type: ignore[no-any-return]
+            self._async.describe_user_scram_credentials(users, timeout=timeout)
+        )
+
+    def alter_user_scram_credentials(
+        self,
+        alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Create, replace or remove users' SCRAM credentials (the password is salted here)."""
+        self._run(self._async.alter_user_scram_credentials(alterations, timeout=timeout))
 
 
 async def _make(config: Mapping[str, Any]) -> AsyncAdminClient:

@@ -1,6 +1,10 @@
-"""ACL administration (create_acls, describe_acls, delete_acls) against a real broker with
-KRaft's StandardAuthorizer: the ACLs kcore creates are the ones the broker enforces on another
-user's clients, filters select as Java's do, and a broker without an authorizer says so."""
+"""Security administration against a real broker with KRaft's StandardAuthorizer:
+
+* ACLs (create_acls, describe_acls, delete_acls, ``kcore acls``): the ACLs kcore creates are the
+  ones the broker enforces on another user's clients, filters select as Java's do, and a broker
+  without an authorizer says so;
+* SCRAM users (alter/describe_user_scram_credentials, KIP-554): a user kcore creates logs in, a
+  changed password replaces the old one, a deleted user is refused."""
 
 from __future__ import annotations
 
@@ -20,10 +24,17 @@ from kcore.admin import (
     NewTopic,
     PatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
 )
 from kcore.errors import (
     ClusterAuthorizationFailedError,
+    DuplicateResourceError,
     KcoreError,
+    ResourceNotFoundError,
+    SaslAuthenticationFailedError,
     SecurityDisabledError,
     TopicAuthorizationFailedError,
 )
@@ -38,7 +49,9 @@ def secured():
     """The PLAINTEXT listeners (controller, inter-broker and the admin's) are User:ANONYMOUS,
     a super user; bob logs in over SASL and has only the ACLs a test gives him."""
     listener = sasl_listener(
-        name=SASL_PLAINTEXT_LISTENER, mechanisms=["PLAIN"], users={BOB[0]: BOB[1]}
+        name=SASL_PLAINTEXT_LISTENER,
+        mechanisms=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+        users={BOB[0]: BOB[1]},
     )
     config = {
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -242,3 +255,97 @@ def test_names_and_codes():
     from kcore.admin.acls import _code
 
     assert _code(AclOperation, 99) is AclOperation.UNKNOWN
+
+
+# -- SCRAM users ----------------------------------------------------------------------------------
+
+
+def logs_in(cluster, user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> bool:
+    config = {
+        "bootstrap.servers": cluster.bootstrap_for(SASL_PLAINTEXT_LISTENER),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+        "default.api.timeout.ms": 10000,
+        "request.timeout.ms": 10000,
+    }
+    try:
+        with AdminClient(config) as admin:  # bootstraps (logs in) here
+            admin.list_topics()
+        return True
+    except SaslAuthenticationFailedError:
+        return False
+
+
+def test_scram_users_are_created_changed_and_removed(secured):
+    user = name("dave")
+    with AdminClient({"bootstrap.servers": secured.bootstrap_servers}) as admin:
+        first = UserScramCredentialUpsertion(user, "SCRAM-SHA-256", "first-pw", iterations=8192)
+        second = UserScramCredentialUpsertion(user, ScramMechanism.SCRAM_SHA_512, "first-pw")
+        # KRaft's controller takes one alteration per user in a request (as for Java's).
+        with pytest.raises(AdminOperationError) as info:
+            admin.alter_user_scram_credentials([first, second])
+        assert isinstance(info.value.errors[user], DuplicateResourceError)
+        admin.alter_user_scram_credentials([first])
+        admin.alter_user_scram_credentials([second])
+        described = admin.describe_user_scram_credentials([user])[user]
+        assert set(described.credential_infos) == {
+            ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192),
+            ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+        }
+        # The brokers learn credentials from the metadata log, moments after the controller.
+        wait_for(lambda: logs_in(secured, user, "first-pw"), 30, "the new user's login")
+        assert logs_in(secured, user, "first-pw", "SCRAM-SHA-512")
+        assert not logs_in(secured, user, "wrong-pw")
+        # A new password replaces the old one.
+        admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(user, "scram-sha-256", "second-pw")]
+        )
+        wait_for(lambda: logs_in(secured, user, "second-pw"), 30, "the new password")
+        assert not logs_in(secured, user, "first-pw")
+        everyone = admin.describe_user_scram_credentials()
+        assert user in everyone and BOB[0] in everyone  # bob's came with the cluster's format
+        admin.alter_user_scram_credentials([UserScramCredentialDeletion(user, "SCRAM-SHA-256")])
+        admin.alter_user_scram_credentials([UserScramCredentialDeletion(user, "SCRAM-SHA-512")])
+        wait_for(lambda: not logs_in(secured, user, "second-pw"), 30, "the removal")
+        with pytest.raises(AdminOperationError) as info:
+            admin.describe_user_scram_credentials([user, BOB[0]])
+        assert isinstance(info.value.errors[user], ResourceNotFoundError)
+        assert BOB[0] in info.value.results
+        # Deleting what is not there fails for that user, named.
+        with pytest.raises(AdminOperationError) as info:
+            admin.alter_user_scram_credentials([UserScramCredentialDeletion(user, "SCRAM-SHA-256")])
+        assert isinstance(info.value.errors[user], ResourceNotFoundError)
+
+
+def test_scram_alterations_refused_before_asking(secured):
+    with AdminClient({"bootstrap.servers": secured.bootstrap_servers}) as admin:
+        with pytest.raises(KcoreError, match="iterations must be 4096 to 16384"):
+            admin.alter_user_scram_credentials(
+                [UserScramCredentialUpsertion("x", "SCRAM-SHA-256", "pw", iterations=100)]
+            )
+        with pytest.raises(KcoreError, match="unknown SCRAM mechanism"):
+            admin.alter_user_scram_credentials([UserScramCredentialDeletion("x", "PLAIN")])
+
+
+def test_salted_password_is_rfc_5802s():
+    """RFC 7677's exchange: the proof computed from the salted password kcore would store is
+    the one the RFC's client sends."""
+    import base64
+    import hashlib
+    import hmac
+
+    from kcore.admin.scram import salted_password
+
+    salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+    salted = salted_password(ScramMechanism.SCRAM_SHA_256, "pencil", salt, 4096)
+    nonce = "rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+    auth = (
+        f"n=user,r=rOprNGfwEbeRWgbNEkqO,r={nonce},s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096,"
+        f"c=biws,r={nonce}"
+    ).encode()
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    signature = hmac.new(hashlib.sha256(client_key).digest(), auth, hashlib.sha256).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    assert base64.b64encode(proof) == b"dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="

@@ -1,0 +1,243 @@
+"""SCRAM users: ``describe_user_scram_credentials`` and ``alter_user_scram_credentials``, as
+Java's Admin has them (KIP-554): the brokers' SCRAM logins are created, changed and removed
+through the controller, with no ZooKeeper and no ``kafka-storage --add-scram``.
+
+The client salts the password itself (PBKDF2 with the mechanism's hash, as Java's
+``ScramFormatter``): the password never leaves the client."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kcore.admin.types import AdminOperationError
+from kcore.errors import KafkaError, KcoreError, error_for_code
+from kcore.protocol.messages.alter_user_scram_credentials_request import (
+    AlterUserScramCredentialsRequest,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+)
+from kcore.protocol.messages.describe_user_scram_credentials_request import (
+    DescribeUserScramCredentialsRequest,
+    UserName,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+__all__ = [
+    "ScramCredentialInfo",
+    "ScramMechanism",
+    "ScramOperations",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
+    "UserScramCredentialsDescription",
+]
+
+DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
+# The broker's bounds (Kafka's ScramMechanism.minIterations; its maximum for KRaft).
+MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
+
+
+class ScramMechanism(enum.IntEnum):
+    """Java's ``org.apache.kafka.clients.admin.ScramMechanism`` (its wire codes)."""
+
+    UNKNOWN = 0
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+    @property
+    def mechanism_name(self) -> str:
+        """The SASL mechanism name: ``SCRAM-SHA-256``."""
+        return self.name.replace("_", "-")
+
+    @classmethod
+    def of(cls, value: Any) -> ScramMechanism:
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            wanted = value.strip().upper().replace("-", "_")
+            if wanted in cls.__members__ and wanted != "UNKNOWN":
+                return cls[wanted]
+        raise KcoreError(f"unknown SCRAM mechanism {value!r} (SCRAM-SHA-256 or SCRAM-SHA-512)")
+
+
+_HASHES = {ScramMechanism.SCRAM_SHA_256: "sha256", ScramMechanism.SCRAM_SHA_512: "sha512"}
+
+
+@dataclass(frozen=True)
+class ScramCredentialInfo:
+    mechanism: ScramMechanism
+    iterations: int
+
+
+@dataclass(frozen=True)
+class UserScramCredentialsDescription:
+    """A user's SCRAM credentials: which mechanisms, with how many iterations (never the
+    salted password)."""
+
+    name: str
+    credential_infos: tuple[ScramCredentialInfo, ...]
+
+
+@dataclass(frozen=True)
+class UserScramCredentialUpsertion:
+    """Create or replace ``user``'s credential for ``mechanism`` (``"SCRAM-SHA-256"``,
+    ``"SCRAM-SHA-512"`` or :class:`ScramMechanism`). ``iterations`` 4096 to 16384 (Java's
+    default 4096); ``salt`` random unless given (tests pin it)."""
+
+    user: str
+    mechanism: Any
+    password: str | bytes = field(repr=False)
+    iterations: int = MIN_ITERATIONS
+    salt: bytes | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class UserScramCredentialDeletion:
+    """Remove ``user``'s credential for ``mechanism``."""
+
+    user: str
+    mechanism: Any
+
+
+def salted_password(mechanism: ScramMechanism, password: str | bytes, salt: bytes, n: int) -> bytes:
+    """RFC 5802's SaltedPassword, Hi(password, salt, n): PBKDF2 with the mechanism's HMAC, the
+    password as UTF-8 and not normalized (as Java and the brokers do)."""
+    secret = password.encode() if isinstance(password, str) else password
+    return hashlib.pbkdf2_hmac(_HASHES[mechanism], secret, salt, n)
+
+
+class ScramOperations:
+    """Part of :class:`~kcore.admin.AsyncAdminClient` (a base class of it): SCRAM user
+    administration. Requests go to any broker (it forwards alterations to the controller)."""
+
+    if TYPE_CHECKING:  # AsyncAdminClient's
+
+        async def _retrying(
+            self, what: str, attempt_fn: Callable[[], Awaitable[Any]], timeout: float | None
+        ) -> Any: ...
+
+        async def _send_any(self, build: Callable[[int], Any], api_key: int) -> Any: ...
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, *, timeout: float | None = None
+    ) -> dict[str, UserScramCredentialsDescription]:
+        """Each user's SCRAM mechanisms and iterations (``users`` None: every user that has
+        some). A user named that has none fails alone (``ResourceNotFoundError``) in
+        ``AdminOperationError``, whose ``results`` holds the others."""
+        names = None if users is None else list(dict.fromkeys(users))
+
+        async def attempt() -> Any:
+            response = await self._send_any(
+                lambda version: DescribeUserScramCredentialsRequest(
+                    users=None if names is None else [UserName(name=n) for n in names]
+                ),
+                DESCRIBE_USER_SCRAM_CREDENTIALS,
+            )
+            err = error_for_code(response.error_code)
+            if err is not None:
+                raise err.with_message(
+                    f"describe_user_scram_credentials: {response.error_message or err.message}"
+                )
+            return response
+
+        response = await self._retrying("describe_user_scram_credentials", attempt, timeout)
+        results: dict[str, UserScramCredentialsDescription] = {}
+        errors: dict[str, KcoreError] = {}
+        for r in response.results:
+            err = error_for_code(r.error_code)
+            if err is not None:
+                errors[r.user] = err.with_message(f"{r.user}: {r.error_message or err.message}")
+                continue
+            infos = tuple(
+                ScramCredentialInfo(_mechanism(c.mechanism), c.iterations)
+                for c in r.credential_infos
+            )
+            results[r.user] = UserScramCredentialsDescription(r.user, infos)
+        if errors:
+            raise AdminOperationError("describe_user_scram_credentials", errors, results)
+        return results
+
+    async def alter_user_scram_credentials(
+        self,
+        alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Apply the upsertions and deletions. Raises ``AdminOperationError`` mapping each
+        user whose alterations failed to the error (e.g. ``ResourceNotFoundError`` deleting a
+        credential that does not exist, ``UnacceptableCredentialError`` for iterations out of
+        bounds)."""
+        upserts: list[ScramCredentialUpsertion] = []
+        deletes: list[ScramCredentialDeletion] = []
+        for a in alterations:
+            if isinstance(a, UserScramCredentialUpsertion):
+                mech = ScramMechanism.of(a.mechanism)
+                if not a.user:
+                    raise KcoreError("a SCRAM upsertion needs a user name")
+                if not MIN_ITERATIONS <= a.iterations <= MAX_ITERATIONS:
+                    raise KcoreError(
+                        f"{a.user}: iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}, "
+                        f"not {a.iterations}"
+                    )
+                if not a.password:
+                    raise KcoreError(f"{a.user}: the password must not be empty")
+                salt = a.salt if a.salt is not None else secrets.token_bytes(32)
+                upserts.append(
+                    ScramCredentialUpsertion(
+                        name=a.user,
+                        mechanism=int(mech),
+                        iterations=a.iterations,
+                        salt=salt,
+                        salted_password=salted_password(mech, a.password, salt, a.iterations),
+                    )
+                )
+            elif isinstance(a, UserScramCredentialDeletion):
+                mech = ScramMechanism.of(a.mechanism)
+                deletes.append(ScramCredentialDeletion(name=a.user, mechanism=int(mech)))
+            else:
+                raise KcoreError(
+                    "alter_user_scram_credentials takes UserScramCredentialUpsertion and "
+                    f"UserScramCredentialDeletion objects, not {type(a).__name__}"
+                )
+        if not upserts and not deletes:
+            return
+        errors: dict[str, KcoreError] = {}
+
+        async def attempt() -> None:
+            # Retried whole only when the broker could not take it at all (a controller
+            # moving): a user's own error is that user's answer.
+            response = await self._send_any(
+                lambda version: AlterUserScramCredentialsRequest(
+                    deletions=deletes, upsertions=upserts
+                ),
+                ALTER_USER_SCRAM_CREDENTIALS,
+            )
+            retry: KafkaError | None = None
+            for r in response.results:
+                err = error_for_code(r.error_code)
+                if err is None:
+                    continue
+                err = err.with_message(f"{r.user}: {r.error_message or err.message}")
+                if err.retriable:
+                    retry = err
+                errors[r.user] = err
+            if retry is not None:
+                errors.clear()
+                raise retry
+
+        await self._retrying("alter_user_scram_credentials", attempt, timeout)
+        if errors:
+            raise AdminOperationError("alter_user_scram_credentials", errors, {})
+
+
+def _mechanism(code: int) -> ScramMechanism:
+    try:
+        return ScramMechanism(code)
+    except ValueError:
+        return ScramMechanism.UNKNOWN
