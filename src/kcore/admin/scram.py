@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
-# The broker's bounds (Kafka's ScramMechanism.minIterations; its maximum for KRaft).
+# The broker's bounds (Kafka's ScramMechanism.minIterations and maxIterations).
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
 
 
@@ -127,10 +127,13 @@ class ScramOperations:
     async def describe_user_scram_credentials(
         self, users: Iterable[str] | None = None, *, timeout: float | None = None
     ) -> dict[str, UserScramCredentialsDescription]:
-        """Each user's SCRAM mechanisms and iterations (``users`` None: every user that has
-        some). A user named that has none fails alone (``ResourceNotFoundError``) in
-        ``AdminOperationError``, whose ``results`` holds the others."""
-        names = None if users is None else list(dict.fromkeys(users))
+        """Each user's SCRAM mechanisms and iterations (``users`` None or empty: every user
+        that has some, as Java's). A user named that has none fails alone
+        (``ResourceNotFoundError``) in ``AdminOperationError``, whose ``results`` holds the
+        others."""
+        if isinstance(users, str):
+            raise KcoreError("describe_user_scram_credentials takes a list of user names")
+        names = list(dict.fromkeys(users or ())) or None
 
         async def attempt() -> Any:
             response = await self._send_any(
@@ -159,6 +162,9 @@ class ScramOperations:
                 for c in r.credential_infos
             )
             results[r.user] = UserScramCredentialsDescription(r.user, infos)
+        for name in names or ():
+            if name not in results and name not in errors:
+                errors[name] = _no_result(name)
         if errors:
             raise AdminOperationError("describe_user_scram_credentials", errors, results)
         return results
@@ -170,70 +176,120 @@ class ScramOperations:
         timeout: float | None = None,
     ) -> None:
         """Apply the upsertions and deletions. Raises ``AdminOperationError`` mapping each
-        user whose alterations failed to the error (e.g. ``ResourceNotFoundError`` deleting a
-        credential that does not exist, ``UnacceptableCredentialError`` for iterations out of
-        bounds)."""
-        upserts: list[ScramCredentialUpsertion] = []
-        deletes: list[ScramCredentialDeletion] = []
+        user whose alterations failed to the error, as Java's: ``UnacceptableCredentialError``
+        for an empty name, password or salt or iterations out of the broker's bounds (4096 to
+        16384), ``UnsupportedSaslMechanismError`` for a mechanism that is not SCRAM-SHA-256 or
+        -512 (those two are said without asking; their user's other alterations are not sent),
+        ``ResourceNotFoundError`` deleting a credential that does not exist,
+        ``DuplicateResourceError`` for two alterations of one user in one call (KRaft)."""
+        by_user: dict[str, list[Any]] = {}
+        errors: dict[str, KcoreError] = {}
         for a in alterations:
-            if isinstance(a, UserScramCredentialUpsertion):
-                mech = ScramMechanism.of(a.mechanism)
-                if not a.user:
-                    raise KcoreError("a SCRAM upsertion needs a user name")
-                if not MIN_ITERATIONS <= a.iterations <= MAX_ITERATIONS:
-                    raise KcoreError(
-                        f"{a.user}: iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}, "
-                        f"not {a.iterations}"
-                    )
-                if not a.password:
-                    raise KcoreError(f"{a.user}: the password must not be empty")
-                salt = a.salt if a.salt is not None else secrets.token_bytes(32)
-                upserts.append(
-                    ScramCredentialUpsertion(
-                        name=a.user,
-                        mechanism=int(mech),
-                        iterations=a.iterations,
-                        salt=salt,
-                        salted_password=salted_password(mech, a.password, salt, a.iterations),
-                    )
-                )
-            elif isinstance(a, UserScramCredentialDeletion):
-                mech = ScramMechanism.of(a.mechanism)
-                deletes.append(ScramCredentialDeletion(name=a.user, mechanism=int(mech)))
-            else:
+            if not isinstance(a, UserScramCredentialUpsertion | UserScramCredentialDeletion):
                 raise KcoreError(
                     "alter_user_scram_credentials takes UserScramCredentialUpsertion and "
                     f"UserScramCredentialDeletion objects, not {type(a).__name__}"
                 )
-        if not upserts and not deletes:
-            return
-        errors: dict[str, KcoreError] = {}
+            try:
+                item = _alteration(a)
+            except KafkaError as exc:
+                errors[a.user] = exc
+                continue
+            by_user.setdefault(a.user, []).append(item)
+        for user in errors:
+            by_user.pop(user, None)
+        # Users sent in an attempt whose outcome is unknown (no answer, or a retriable error):
+        # the controller may have applied their alterations, so on the next attempt a
+        # deletion's RESOURCE_NOT_FOUND is the first attempt's success (as delete_topics
+        # counts UNKNOWN_TOPIC).
+        maybe_applied: set[str] = set()
+        done: set[str] = set()
 
         async def attempt() -> None:
-            # Retried whole only when the broker could not take it at all (a controller
-            # moving): a user's own error is that user's answer.
-            response = await self._send_any(
-                lambda version: AlterUserScramCredentialsRequest(
-                    deletions=deletes, upsertions=upserts
-                ),
-                ALTER_USER_SCRAM_CREDENTIALS,
-            )
+            todo = [u for u in by_user if u not in done and u not in errors]
+            if not todo:
+                return
+            items = [i for u in todo for i in by_user[u]]
+            try:
+                response = await self._send_any(
+                    lambda version: AlterUserScramCredentialsRequest(
+                        deletions=[i for i in items if isinstance(i, ScramCredentialDeletion)],
+                        upsertions=[i for i in items if isinstance(i, ScramCredentialUpsertion)],
+                    ),
+                    ALTER_USER_SCRAM_CREDENTIALS,
+                )
+            except BaseException:
+                maybe_applied.update(todo)
+                raise
             retry: KafkaError | None = None
+            answered: set[str] = set()
             for r in response.results:
+                answered.add(r.user)
                 err = error_for_code(r.error_code)
-                if err is None:
+                if err is None or (r.error_code == RESOURCE_NOT_FOUND and r.user in maybe_applied):
+                    done.add(r.user)
                     continue
                 err = err.with_message(f"{r.user}: {r.error_message or err.message}")
                 if err.retriable:
+                    maybe_applied.add(r.user)
                     retry = err
-                errors[r.user] = err
+                else:
+                    errors[r.user] = err
+            for user in todo:
+                if user not in answered:
+                    errors[user] = _no_result(user)
             if retry is not None:
-                errors.clear()
                 raise retry
 
         await self._retrying("alter_user_scram_credentials", attempt, timeout)
         if errors:
             raise AdminOperationError("alter_user_scram_credentials", errors, {})
+
+
+RESOURCE_NOT_FOUND = 91
+
+
+def _alteration(a: Any) -> ScramCredentialDeletion | ScramCredentialUpsertion:
+    """The request item for one alteration; the errors Java's client gives without asking."""
+    if not a.user:
+        raise _error(93, "a SCRAM credential needs a user name")
+    try:
+        mech = ScramMechanism.of(a.mechanism)
+    except KcoreError:
+        raise _error(
+            33, f"{a.user}: unknown SCRAM mechanism {a.mechanism!r} (SCRAM-SHA-256 or -512)"
+        ) from None
+    if isinstance(a, UserScramCredentialDeletion):
+        return ScramCredentialDeletion(name=a.user, mechanism=int(mech))
+    if not a.password:
+        raise _error(93, f"{a.user}: the password must not be empty")
+    if not MIN_ITERATIONS <= a.iterations <= MAX_ITERATIONS:
+        # The broker's answer too; said here so that a huge count does not spin PBKDF2.
+        raise _error(
+            93,
+            f"{a.user}: iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}, "
+            f"not {a.iterations}",
+        )
+    if a.salt is not None and not a.salt:
+        raise _error(93, f"{a.user}: the salt must not be empty")
+    salt = a.salt if a.salt is not None else secrets.token_bytes(32)
+    return ScramCredentialUpsertion(
+        name=a.user,
+        mechanism=int(mech),
+        iterations=a.iterations,
+        salt=salt,
+        salted_password=salted_password(mech, a.password, salt, a.iterations),
+    )
+
+
+def _error(code: int, message: str) -> KafkaError:
+    err = error_for_code(code)
+    assert err is not None
+    return err.with_message(message)
+
+
+def _no_result(user: str) -> KafkaError:
+    return _error(-1, f"{user}: the broker's answer had no result for this user")
 
 
 def _mechanism(code: int) -> ScramMechanism:
