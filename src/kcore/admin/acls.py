@@ -126,6 +126,27 @@ def _code(kind: type[enum.IntEnum], code: int) -> Any:
         return kind(0)
 
 
+def _set_fields(
+    obj: Any,
+    resource_type: E,
+    name: str | None,
+    pattern_type: E,
+    principal: str | None,
+    host: str | None,
+    operation: E,
+    permission_type: E,
+) -> None:
+    """A binding's or a filter's fields, enum values given as members, codes or names."""
+    set_ = object.__setattr__  # (both are frozen)
+    set_(obj, "resource_type", _member(ResourceType, resource_type, "resource_type"))
+    set_(obj, "name", name)
+    set_(obj, "pattern_type", _member(PatternType, pattern_type, "pattern_type"))
+    set_(obj, "principal", principal)
+    set_(obj, "host", host)
+    set_(obj, "operation", _member(AclOperation, operation, "operation"))
+    set_(obj, "permission_type", _member(AclPermissionType, permission_type, "permission_type"))
+
+
 @dataclass(frozen=True)
 class AclBinding:
     """One ACL: ``principal`` (``User:alice``) is allowed or denied ``operation`` on the
@@ -150,17 +171,8 @@ class AclBinding:
         operation: E,
         permission_type: E,
     ) -> None:
-        set_ = object.__setattr__
-        set_(self, "resource_type", _member(ResourceType, resource_type, "resource_type"))
-        set_(self, "name", name)
-        set_(self, "pattern_type", _member(PatternType, pattern_type, "pattern_type"))
-        set_(self, "principal", principal)
-        set_(self, "host", host)
-        set_(self, "operation", _member(AclOperation, operation, "operation"))
-        set_(
-            self,
-            "permission_type",
-            _member(AclPermissionType, permission_type, "permission_type"),
+        _set_fields(
+            self, resource_type, name, pattern_type, principal, host, operation, permission_type
         )
 
     def _check_concrete(self) -> None:
@@ -213,17 +225,8 @@ class AclBindingFilter:
         operation: E = AclOperation.ANY,
         permission_type: E = AclPermissionType.ANY,
     ) -> None:
-        set_ = object.__setattr__
-        set_(self, "resource_type", _member(ResourceType, resource_type, "resource_type"))
-        set_(self, "name", name)
-        set_(self, "pattern_type", _member(PatternType, pattern_type, "pattern_type"))
-        set_(self, "principal", principal)
-        set_(self, "host", host)
-        set_(self, "operation", _member(AclOperation, operation, "operation"))
-        set_(
-            self,
-            "permission_type",
-            _member(AclPermissionType, permission_type, "permission_type"),
+        _set_fields(
+            self, resource_type, name, pattern_type, principal, host, operation, permission_type
         )
 
     def _check_known(self) -> None:
