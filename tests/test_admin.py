@@ -239,6 +239,36 @@ def test_consumer_group_operations(kafka_cluster):
             admin.delete_consumer_groups([group])
 
 
+def test_delete_consumer_group_offsets(kafka_cluster):
+    """As Java's deleteConsumerGroupOffsets: a group's offsets of some partitions go, the
+    others stay; while a member consumes the topic its partitions are refused one by one
+    (GROUP_SUBSCRIBED_TO_TOPIC); a group that does not exist fails the call."""
+    import kcore
+    from kcore.admin import TopicPartition
+    from kcore.errors import GroupIdNotFoundError, GroupSubscribedToTopicError
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = name("del-offsets"), name("g")
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, 2, 1)])
+        config = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        with kcore.Consumer(config) as c:
+            c.subscribe([topic])
+            deadline = time.monotonic() + 60
+            while len(c.assignment()) < 2 and time.monotonic() < deadline:
+                c.poll(0.2)
+            c.commit({tp0: 5, tp1: 7})
+            with pytest.raises(AdminOperationError) as info:
+                admin.delete_consumer_group_offsets(group, [tp0])
+            assert isinstance(info.value.errors[tp0], GroupSubscribedToTopicError)
+        assert admin.list_consumer_group_offsets(group) == {tp0: 5, tp1: 7}
+        admin.delete_consumer_group_offsets(group, [(topic, 0)])
+        assert admin.list_consumer_group_offsets(group, [tp0, tp1]) == {tp0: None, tp1: 7}
+        with pytest.raises(GroupIdNotFoundError):
+            admin.delete_consumer_group_offsets(name("none"), [tp0])
+
+
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_describe_consumer_groups(kafka_cluster, protocol):
     """As Java's describeConsumerGroups: a live group's state, assignor, type and members with

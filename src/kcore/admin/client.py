@@ -150,6 +150,17 @@ class AdminClient(ProcessLocal):
         """Delete groups (and their offsets); one with members fails with NON_EMPTY_GROUP."""
         self._run(self._async.delete_consumer_groups(group_ids, timeout=timeout))
 
+    def delete_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition | tuple[str, int]],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Delete the group's committed offsets of these partitions (see
+        :meth:`AsyncAdminClient.delete_consumer_group_offsets`)."""
+        self._run(self._async.delete_consumer_group_offsets(group_id, partitions, timeout=timeout))
+
     def delete_records(
         self,
         before: Mapping[TopicPartition | tuple[str, int], int],

@@ -33,6 +33,11 @@ from kcore.protocol.messages.delete_records_request import (
     DeleteRecordsTopic,
 )
 from kcore.protocol.messages.list_groups_request import ListGroupsRequest
+from kcore.protocol.messages.offset_delete_request import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -210,6 +215,59 @@ class GroupOperations:
         await asyncio.gather(*(one(g) for g in ids))
         if errors:
             raise AdminOperationError("delete_consumer_groups", errors)
+
+    async def delete_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition | tuple[str, int]],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Delete the group's committed offsets of these partitions, at its coordinator
+        (OffsetDelete, what ``kafka-consumer-groups --delete-offsets`` does). The group may
+        have members, but not consuming the topic: such a partition fails alone
+        (``GroupSubscribedToTopicError``) in ``AdminOperationError``. A group that does not
+        exist fails the call (``GroupIdNotFoundError``)."""
+        tps = list(dict.fromkeys(TopicPartition(*tp) for tp in partitions))
+        if not tps:
+            return
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for tp in tps:
+            by_topic[tp.topic].append(tp.partition)
+        request = OffsetDeleteRequest(
+            group_id=group_id,
+            topics=[
+                OffsetDeleteRequestTopic(
+                    name=topic,
+                    partitions=[OffsetDeleteRequestPartition(partition_index=p) for p in parts],
+                )
+                for topic, parts in by_topic.items()
+            ],
+        )
+        link = CoordinatorLink(self.cluster, group_id, GROUP)
+        backoff = Backoff(self.cluster, self._timeout(timeout))
+        while True:
+            try:
+                response = await link.send(request)
+            except (BrokerConnectionError, KcoreTimeoutError):
+                if not await backoff.sleep():
+                    raise
+                continue
+            code = response.error_code
+            if code == 0:
+                break
+            if not (link.handle_error(code) and await backoff.sleep()):
+                err = error_for_code(code)
+                assert err is not None
+                raise err.with_message(f"group {group_id!r}: {err.message}")
+        errors: dict[Any, KcoreError] = {}
+        for topic in response.topics:
+            for part in topic.partitions:
+                err = error_for_code(part.error_code)
+                if err is not None:
+                    errors[TopicPartition(topic.name, part.partition_index)] = err
+        if errors:
+            raise AdminOperationError("delete_consumer_group_offsets", errors)
 
     async def delete_records(
         self,
