@@ -10,12 +10,12 @@ fields with ``ANY`` / ``None`` for "any". Enum values may be given as their name
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kcore.admin.types import AdminOperationError
-from kcore.errors import KafkaError, KcoreError, error_for_code
+from kcore.errors import KafkaError, KcoreError, UnknownServerError, error_for_code
 from kcore.protocol.messages.create_acls_request import AclCreation, CreateAclsRequest
 from kcore.protocol.messages.delete_acls_request import DeleteAclsFilter, DeleteAclsRequest
 from kcore.protocol.messages.describe_acls_request import DescribeAclsRequest
@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+T = TypeVar("T")
 
 
 class ResourceType(enum.IntEnum):
@@ -297,16 +298,11 @@ class AclOperations:
                 CREATE_ACLS,
             )
             retry: KafkaError | None = None
-            for i, b in enumerate(todo):
-                if i >= len(response.results):
-                    errors[b] = _no_result("creation")
-                    continue
-                result = response.results[i]
-                err = error_for_code(result.error_code)
+            for b, result in _answered(todo, response.results, "creation", errors):
+                err = error_for_code(result.error_code, result.error_message)
                 if err is None:
                     done.add(b)
                     continue
-                err = err.with_message(result.error_message or err.message)
                 if err.retriable:
                     retry = err
                 else:
@@ -317,9 +313,7 @@ class AclOperations:
         try:
             await self._retrying("create_acls", attempt, timeout)
         except KcoreError as exc:  # out of time: say which were created and which not
-            if not done and not errors:
-                raise
-            errors.update({b: exc for b in wanted if b not in done and b not in errors})
+            _out_of_time(exc, wanted, done, errors)
         if errors:
             raise AdminOperationError("create_acls", errors, {})
 
@@ -381,14 +375,9 @@ class AclOperations:
                 DELETE_ACLS,
             )
             retry: KafkaError | None = None
-            for i, f in enumerate(todo):
-                if i >= len(response.filter_results):
-                    errors[f] = _no_result("deletion")
-                    continue
-                result = response.filter_results[i]
-                err = error_for_code(result.error_code)
+            for f, result in _answered(todo, response.filter_results, "deletion", errors):
+                err = error_for_code(result.error_code, result.error_message)
                 if err is not None:
-                    err = err.with_message(result.error_message or err.message)
                     if err.retriable:
                         retry = err
                     else:
@@ -415,18 +404,32 @@ class AclOperations:
         try:
             await self._retrying("delete_acls", attempt, timeout)
         except KcoreError as exc:  # out of time: keep what was deleted
-            if not results and not errors:
-                raise
-            errors.update({f: exc for f in wanted if f not in results and f not in errors})
+            _out_of_time(exc, wanted, results, errors)
         if errors:
             raise AdminOperationError("delete_acls", errors, results)
         return results
 
 
-def _no_result(what: str) -> KafkaError:
-    err = error_for_code(-1)
-    assert err is not None
-    return err.with_message(f"the broker reported no {what} result for it")
+def _answered(
+    todo: list[T], answers: Sequence[Any], what: str, errors: dict[T, KcoreError]
+) -> Iterator[tuple[T, Any]]:
+    """Each item sent with the broker's answer for it (answers come in the order asked); an
+    item the answer left out fails with UNKNOWN_SERVER_ERROR, as Java's client has it."""
+    for i, item in enumerate(todo):
+        if i < len(answers):
+            yield item, answers[i]
+        else:
+            errors[item] = UnknownServerError(f"the broker reported no {what} result for it")
+
+
+def _out_of_time(
+    exc: KcoreError, wanted: list[T], settled: Container[T], errors: dict[T, KcoreError]
+) -> None:
+    """The call ran out of time (``exc``): if nothing was settled, that is the call's error;
+    otherwise each item still open fails with it, and the caller reports them per item."""
+    if not settled and not errors:
+        raise exc
+    errors.update({item: exc for item in wanted if item not in settled and item not in errors})
 
 
 def _binding(resource_type: int, name: str, pattern_type: int, acl: Any) -> AclBinding:

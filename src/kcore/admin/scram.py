@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kcore.admin.types import AdminOperationError
-from kcore.errors import KafkaError, KcoreError, error_for_code
+from kcore.errors import (
+    KafkaError,
+    KcoreError,
+    ResourceNotFoundError,
+    UnacceptableCredentialError,
+    UnknownServerError,
+    UnsupportedSaslMechanismError,
+    error_for_code,
+)
 from kcore.protocol.messages.alter_user_scram_credentials_request import (
     AlterUserScramCredentialsRequest,
     ScramCredentialDeletion,
@@ -49,11 +57,6 @@ class ScramMechanism(enum.IntEnum):
     UNKNOWN = 0
     SCRAM_SHA_256 = 1
     SCRAM_SHA_512 = 2
-
-    @property
-    def mechanism_name(self) -> str:
-        """The SASL mechanism name: ``SCRAM-SHA-256``."""
-        return self.name.replace("_", "-")
 
     @classmethod
     def of(cls, value: Any) -> ScramMechanism:
@@ -226,7 +229,8 @@ class ScramOperations:
             for r in response.results:
                 answered.add(r.user)
                 err = error_for_code(r.error_code)
-                if err is None or (r.error_code == RESOURCE_NOT_FOUND and r.user in maybe_applied):
+                gone = isinstance(err, ResourceNotFoundError) and r.user in maybe_applied
+                if err is None or gone:
                     done.add(r.user)
                     continue
                 err = err.with_message(f"{r.user}: {r.error_message or err.message}")
@@ -246,32 +250,27 @@ class ScramOperations:
             raise AdminOperationError("alter_user_scram_credentials", errors, {})
 
 
-RESOURCE_NOT_FOUND = 91
-
-
 def _alteration(a: Any) -> ScramCredentialDeletion | ScramCredentialUpsertion:
     """The request item for one alteration; the errors Java's client gives without asking."""
     if not a.user:
-        raise _error(93, "a SCRAM credential needs a user name")
+        raise UnacceptableCredentialError("a SCRAM credential needs a user name")
     try:
         mech = ScramMechanism.of(a.mechanism)
     except KcoreError:
-        raise _error(
-            33, f"{a.user}: unknown SCRAM mechanism {a.mechanism!r} (SCRAM-SHA-256 or -512)"
+        raise UnsupportedSaslMechanismError(
+            f"{a.user}: unknown SCRAM mechanism {a.mechanism!r} (SCRAM-SHA-256 or -512)"
         ) from None
     if isinstance(a, UserScramCredentialDeletion):
         return ScramCredentialDeletion(name=a.user, mechanism=int(mech))
     if not a.password:
-        raise _error(93, f"{a.user}: the password must not be empty")
+        raise UnacceptableCredentialError(f"{a.user}: the password must not be empty")
     if not MIN_ITERATIONS <= a.iterations <= MAX_ITERATIONS:
         # The broker's answer too; said here so that a huge count does not spin PBKDF2.
-        raise _error(
-            93,
-            f"{a.user}: iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}, "
-            f"not {a.iterations}",
+        raise UnacceptableCredentialError(
+            f"{a.user}: iterations must be {MIN_ITERATIONS} to {MAX_ITERATIONS}, not {a.iterations}"
         )
     if a.salt is not None and not a.salt:
-        raise _error(93, f"{a.user}: the salt must not be empty")
+        raise UnacceptableCredentialError(f"{a.user}: the salt must not be empty")
     salt = a.salt if a.salt is not None else secrets.token_bytes(32)
     return ScramCredentialUpsertion(
         name=a.user,
@@ -282,14 +281,8 @@ def _alteration(a: Any) -> ScramCredentialDeletion | ScramCredentialUpsertion:
     )
 
 
-def _error(code: int, message: str) -> KafkaError:
-    err = error_for_code(code)
-    assert err is not None
-    return err.with_message(message)
-
-
 def _no_result(user: str) -> KafkaError:
-    return _error(-1, f"{user}: the broker's answer had no result for this user")
+    return UnknownServerError(f"{user}: the broker's answer had no result for this user")
 
 
 def _mechanism(code: int) -> ScramMechanism:

@@ -495,7 +495,6 @@ class OAuthBearerLogin:
         self._refresh_at = 0.0
         self._failure: tuple[str, float] | None = None  # its message, until (monotonic)
         self._lock = threading.Lock()
-        self.fetches = 0
 
     def _due(self, now: float) -> bool:
         token = self._token
@@ -535,7 +534,6 @@ class OAuthBearerLogin:
                     return old
                 self._failure = (exc.message, self._monotonic() + _FAILURE_SHARED_S)
                 raise
-            self.fetches += 1
             self._token = token
             now = self._clock()
             at = self.policy.refresh_at(now, token, random.random())
