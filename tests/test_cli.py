@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 import uuid
 
 from conftest import UNREACHABLE_HOST, read_records
 
+from kcore.admin import TopicPartition
 from kcore.cli import main
 
 
@@ -119,6 +122,35 @@ def test_doctor_tls_client_on_a_plaintext_port_is_explained(unreachable_cluster)
     assert "TLS fails" in proc.stdout
 
 
+def test_doctor_finds_a_name_with_a_dead_address_and_another_cluster(
+    kafka_cluster, kafka_cluster3, monkeypatch
+):
+    """A bootstrap name whose DNS gives a dead address besides the live one (clients fail by
+    luck), and a bootstrap address of another cluster: each is a problem, named."""
+    import asyncio
+
+    from kcore.cli import doctor
+    from kcore.config import ClientConfig
+
+    host, port = kafka_cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    real = doctor.resolve
+
+    async def two_addresses(name: str, p: int) -> list[tuple[str, int]]:
+        found = await real(name, p)
+        # The broker listens on 127.0.0.1 only: 127.0.0.2 (loopback too) refuses.
+        return [*found, ("127.0.0.2", p)] if name == host and p == int(port) else found
+
+    monkeypatch.setattr(doctor, "resolve", two_addresses)
+    servers = [f"{host}:{port}", kafka_cluster3.bootstrap_servers.split(",")[0]]
+    config = ClientConfig({"bootstrap.servers": servers}, role="admin")
+    report = asyncio.run(doctor.run_doctor(servers, config))
+    text = "\n".join(report.problems)
+    assert f"{host}:{port} resolves to 2 addresses and 1 of them cannot be reached" in text
+    assert "127.0.0.2: connection refused" in text
+    assert f"{servers[1]} answers for another cluster" in text
+    assert not report.ok
+
+
 def test_bad_config_is_reported_with_the_key_meant(capsys):
     assert main(["doctor", "-b", "127.0.0.1:1", "-X", "request.timeout.m=5"]) == 1
     err = capsys.readouterr().err
@@ -155,6 +187,7 @@ def test_produce_and_consume(kafka_cluster, tmp_path):
         "partitions": {"0": 1},
         "failed": 0,
         "error": None,
+        "interrupted": False,
     }
 
     proc = kcore_in(b"", "consume", "-b", bs, "-t", topic, "-e", "--json")
@@ -194,12 +227,77 @@ def test_produce_and_consume_mistakes(kafka_cluster, tmp_path):
         (["produce", "-t", topic, str(tmp_path / "missing.txt")], "missing.txt: No such file"),
         (["produce", "-t", topic, "-X", "fetch.min.bytes=5"], "a consumer setting"),
         (["metadata", "-F", str(tmp_path / "missing.properties")], "-F "),
-        (["metadata", "-t", "no-such-topic"], "no such topic: no-such-topic"),
+        (["metadata", "-t", "no-such-topic"], "no-such-topic: no such topic"),
     ]
     for args, expected in cases:
         proc = kcore_in(b"", args[0], "-b", bs, *args[1:])
         assert proc.returncode == 1, (args, proc.stderr)
         assert expected in proc.stderr.decode() and b"Traceback" not in proc.stderr, args
+
+
+def test_consume_offsets_past_the_end_and_partial_reads(kafka_cluster):
+    """-o past the end waits at the end (as kcat), it does not replay the partition; reading by
+    partition commits nothing even when the config names a group; a group read whose reader
+    goes away (``| head``) commits only what was written out."""
+    import kcore
+    from kcore.admin import AdminClient
+
+    bs = kafka_cluster.bootstrap_servers
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, partitions=1)
+    with kcore.Producer({"bootstrap.servers": bs, "linger.ms": 5}) as producer:
+        for i in range(2000):
+            producer.send(topic, b"%05d" % i + b"x" * 1000)
+    proc = kcore_in(b"", "consume", "-b", bs, "-t", topic, "-o", "5000", "-e")
+    assert proc.returncode == 0 and proc.stdout == b"", proc.stderr[-500:]
+    by_hand = f"g-hand-{topic}"
+    proc = kcore_in(b"", "consume", "-b", bs, "-t", topic, "-c", "3", "-X", f"group.id={by_hand}")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 3, proc.stderr[-500:]
+
+    group = f"g-{topic}"
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "kcore", "consume", "-b", bs, "-t", topic, "-g", group, "-e"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    first = reader.stdout.readline()  # then the reader goes away with ~2 MB not yet read
+    reader.stdout.close()
+    err = reader.stderr.read()
+    assert reader.wait(120) == 0, err[-1000:]
+    assert first.startswith(b"00000x") and b"Traceback" not in err
+    with AdminClient({"bootstrap.servers": bs}) as admin:
+        offsets = admin.list_consumer_group_offsets(group)
+        assert admin.list_consumer_group_offsets(by_hand) == {}
+    # Only what went into the pipe (64 KiB and a write buffer: ~70 records) can have been read.
+    committed = offsets.get(TopicPartition(topic, 0))
+    assert committed is None or committed < 200, committed
+
+
+def test_sigterm_flushes_and_reports_what_produce_took(kafka_cluster):
+    bs = kafka_cluster.bootstrap_servers
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, partitions=1)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kcore", "produce", "-b", bs, "-t", topic],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(b"one\ntwo\nthree\n")
+    proc.stdin.flush()  # stdin stays open: produce would wait for more
+    from kcore.admin import AdminClient
+
+    with AdminClient({"bootstrap.servers": bs}) as admin:
+        deadline = time.monotonic() + 60
+        end = 0
+        while end < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            (end,) = [r.offset for r in admin.list_offsets({(topic, 0): "latest"}).values()]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert f"produced 3 of 3 records to {topic}".encode() in err and b"interrupted" in err
 
 
 def test_groups_lists_and_describes_with_lag(kafka_cluster, capsys):

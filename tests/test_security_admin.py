@@ -239,6 +239,29 @@ def test_kcore_acls_cli(secured, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 2
 
 
+def test_kcore_metadata_names_a_topic_the_user_may_not_describe(secured, tmp_path, capsys):
+    """bob, with no ACL on the topic, is told so (kcat: "Topic authorization failed"), not that
+    the topic does not exist; his settings come from a properties file with a multi-line JAAS
+    entry, as a client.properties has them."""
+    from kcore.cli import main
+
+    topic = name("hidden")
+    with AdminClient({"bootstrap.servers": secured.bootstrap_servers}) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    props = tmp_path / "bob.properties"
+    props.write_text(
+        f"bootstrap.servers={bob_config(secured)['bootstrap.servers']}\n"
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
+        f'    username="{BOB[0]}" \\\n'
+        f'    password="{BOB[1]}";\n'
+    )
+    assert main(["metadata", "-F", str(props), "-t", topic]) == 1
+    err = capsys.readouterr().err
+    assert f"{topic}: topic authorization failed" in err, err
+
+
 def test_names_and_codes():
     assert AclBinding("topic", "t", "Literal", "User:a", "*", "IdempotentWrite", "Allow") == (
         AclBinding(

@@ -39,6 +39,7 @@ __all__ = [
     "Range",
     "Role",
     "markdown_table",
+    "other_client_setting",
     "parse_iso_duration",
     "parse_jaas_config",
 ]
@@ -810,6 +811,13 @@ def _role_phrase(roles: frozenset[str]) -> str:
     if len(names) == len(ROLES):
         return "a setting of every client"
     return f"{_article(names[0])} {' and '.join(names)} setting"
+
+
+def other_client_setting(key: str, role: str) -> bool:
+    """Whether ``key`` is a known setting of another kind of client and not of ``role`` (a
+    shared client.properties holds producer and consumer keys alike)."""
+    known = _DEFS_BY_NAME.get(ALIASES.get(key, key))
+    return known is not None and role not in known.roles
 
 
 def _unknown_key(key: str, role: str) -> ConfigError:

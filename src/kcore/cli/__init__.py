@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from kcore.errors import ConfigError, KcoreError
@@ -17,22 +21,40 @@ __all__ = ["main"]
 
 
 def _client_config(args: argparse.Namespace) -> dict[str, Any]:
-    """``bootstrap.servers`` from ``-b``, then ``-F`` properties files, then ``-X`` pairs."""
+    """``-F`` properties files, then ``-X`` pairs, then ``bootstrap.servers`` from ``-b``.
+
+    A file's settings for another kind of client are left out with a warning (one
+    client.properties usually serves producers and consumers alike, as Java's tools and
+    librdkafka take it); ``-X`` is exact, so a typo or a wrong-role key there still fails."""
+    from kcore.cli.properties import load_properties
+    from kcore.config import other_client_setting
+
+    role = _ROLES[args.command]
     config: dict[str, Any] = {}
     for path in args.config_file or []:
-        from kcore.testing.cluster import read_properties
-
-        try:
-            config.update(read_properties(path))
-        except OSError as exc:
-            raise KcoreError(f"-F {path}: {exc.strerror or exc}") from None
+        for key, value in load_properties(path).items():
+            if other_client_setting(key, role):
+                print(
+                    f"kcore {args.command}: -F {path}: ignoring {key} (not {_an(role)} setting)",
+                    file=sys.stderr,
+                )
+                continue
+            config[key] = value
     for item in args.set or []:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(key, "-X takes key=value")
         config[key.strip()] = value
-    config["bootstrap.servers"] = args.bootstrap
+    if args.bootstrap:
+        config.pop("metadata.broker.list", None)  # -b replaces the file's, whichever name
+        config["bootstrap.servers"] = args.bootstrap
+    elif not config.get("bootstrap.servers") and not config.get("metadata.broker.list"):
+        raise ConfigError("bootstrap.servers", "give -b HOST:PORT (or bootstrap.servers in -F)")
     return config
+
+
+def _an(role: str) -> str:
+    return f"an {role}" if role[0] in "aeiou" else f"a {role}"
 
 
 # The client each command runs, whose settings -X and -F take.
@@ -54,7 +76,9 @@ def _parsed(config: dict[str, Any], command: str) -> Any:
 
 def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "-b", "--bootstrap", required=True, help="bootstrap servers, HOST:PORT[,HOST:PORT...]"
+        "-b",
+        "--bootstrap",
+        help="bootstrap servers, HOST:PORT[,HOST:PORT...] (else bootstrap.servers from -F/-X)",
     )
     p.add_argument(
         "-X",
@@ -152,58 +176,95 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    with _sigterm_as_interrupt():
+        try:
+            return _run(args)
+        except KcoreError as exc:
+            print(f"kcore {args.command}: {exc}", file=sys.stderr)
+            return 1
+        except BrokenPipeError:
+            # `kcore ... | head`: the reader has had enough; nothing more goes to it (Python
+            # would otherwise complain again when it flushes stdout at exit).
+            _stdout_to_devnull()
+            return 0
+        except KeyboardInterrupt:
+            return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    raw = _client_config(args)
+    config = _parsed(raw, args.command)  # checked up front: a bad key fails here
+    if args.command == "produce":
+        from kcore.cli.produce import run_produce
+
+        return run_produce(
+            config,
+            args.topic,
+            args.files,
+            args.partition,
+            args.key_separator,
+            args.header,
+            args.json,
+        )
+    if args.command == "consume":
+        from kcore.cli.consume import parse_offset, run_consume
+
+        return run_consume(
+            raw,
+            args.topic,
+            args.partition,
+            parse_offset(args.offset),
+            args.count,
+            args.exit,
+            args.group,
+            args.key_separator,
+            args.json,
+        )
+    if args.command == "groups":
+        from kcore.cli.groups import run_groups
+
+        return run_groups(config, args.group, args.json)
+    if args.command == "acls":
+        from kcore.cli.acls import run_acls
+
+        return run_acls(config, args)
+    if args.command == "metadata":
+        from kcore.cli.metadata import run_metadata
+
+        return run_metadata(config, args.topic, args.internal, args.json)
+    from kcore.cli.doctor import render_text, run_doctor
+
+    servers = list(config["bootstrap.servers"])
+    report = asyncio.run(run_doctor(servers, config, args.group))
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(render_text(report))
+    return 0 if report.ok else 1
+
+
+def _stdout_to_devnull() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        raw = _client_config(args)
-        config = _parsed(raw, args.command)  # checked up front: a bad key fails here
-        if args.command == "produce":
-            from kcore.cli.produce import run_produce
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
-            return run_produce(
-                config,
-                args.topic,
-                args.files,
-                args.partition,
-                args.key_separator,
-                args.header,
-                args.json,
-            )
-        if args.command == "consume":
-            from kcore.cli.consume import parse_offset, run_consume
 
-            return run_consume(
-                raw,
-                args.topic,
-                args.partition,
-                parse_offset(args.offset),
-                args.count,
-                args.exit,
-                args.group,
-                args.key_separator,
-                args.json,
-            )
-        if args.command == "groups":
-            from kcore.cli.groups import run_groups
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``timeout``, ``docker stop``, systemd) ends a command as Ctrl-C does: produce
+    flushes what it took and reports, a group consume commits and leaves. Main thread only;
+    the previous handler comes back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
-            return run_groups(config, args.group, args.json)
-        if args.command == "acls":
-            from kcore.cli.acls import run_acls
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
 
-            return run_acls(config, args)
-        if args.command == "metadata":
-            from kcore.cli.metadata import run_metadata
-
-            return run_metadata(config, args.topic, args.internal, args.json)
-        from kcore.cli.doctor import render_text, run_doctor
-
-        servers = [s.strip() for s in args.bootstrap.split(",") if s.strip()]
-        report = asyncio.run(run_doctor(servers, config, args.group))
-        if args.json:
-            print(json.dumps(report.to_json(), indent=2))
-        else:
-            print(render_text(report))
-        return 0 if report.ok else 1
-    except KcoreError as exc:
-        print(f"kcore {args.command}: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -131,10 +131,11 @@ def run_acls(config: Mapping[str, Any], args: argparse.Namespace) -> int:
         _print(bindings, args.json)
         return 0
     filters = _filters(args)
+    if args.action == "remove" and all(f.resource_type.name == "ANY" for f in filters):
+        # Refused before connecting: there is nothing to ask the cluster.
+        raise KcoreError("remove needs a resource (--topic ...): it would match every ACL")
     with AdminClient(config) as admin:
         if args.action == "remove":
-            if all(f.resource_type.name == "ANY" for f in filters):
-                raise KcoreError("remove needs a resource (--topic ...): it would match every ACL")
             try:
                 deleted = admin.delete_acls(filters)
             except AdminOperationError as exc:  # what was deleted is printed all the same

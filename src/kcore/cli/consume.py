@@ -84,9 +84,13 @@ def run_consume(
             raise KcoreError("-g joins a group (subscribe, committed offsets): not with -p or -o N")
         config["group.id"] = group
         config.setdefault("auto.offset.reset", "earliest" if offset == "beginning" else "latest")
-    elif offset != "end":
-        # An offset below the log's start (deleted by retention) starts at its beginning.
-        config.setdefault("auto.offset.reset", "earliest")
+    else:
+        # Reading partitions by hand commits nothing, even when -F names a group.id (closing
+        # would otherwise auto-commit this read's positions as that group's).
+        config["enable.auto.commit"] = "false"
+        if offset != "end":
+            # An offset below the log's start (deleted by retention) starts at its beginning.
+            config.setdefault("auto.offset.reset", "earliest")
     sep = key_separator.encode("utf-8", "surrogateescape") if key_separator else None
     out = sys.stdout.buffer
     seen = 0
@@ -106,25 +110,38 @@ def run_consume(
                 starts = consumer.beginning_offsets(tps)
                 for tp in tps:
                     at = offset if offset >= 0 else ends[tp] + offset
-                    consumer.seek(tp, max(starts[tp], at))
+                    # Within the log: past its end waits there for new records (as kcat and
+                    # the console consumer), not a reset to the beginning.
+                    consumer.seek(tp, min(max(starts[tp], at), ends[tp]))
+        unwritten: dict[TopicPartition, int] = {}  # the first record of this poll not yet out
         try:
             while count is None or seen < count:
                 if exit_at_end and _at_end(consumer, ends):
                     break
                 limit = None if count is None else count - seen
-                for r in consumer.poll(timeout=0.5, max_records=limit):
+                records = consumer.poll(timeout=0.5, max_records=limit)
+                unwritten = {}
+                for r in records:
+                    unwritten.setdefault(TopicPartition(r.topic, r.partition), r.offset)
+                for r in records:
                     if as_json:
                         out.write(json.dumps(record_json(r)).encode() + b"\n")
                     else:
                         if sep is not None:
                             out.write((r.key or b"") + sep)
                         out.write((r.value or b"") + b"\n")
-                    seen += 1
                 out.flush()
+                seen += len(records)
+                unwritten = {}
         except BrokenPipeError:  # `kcore consume ... | head`: the reader has had enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except KeyboardInterrupt:
             pass  # Ctrl-C ends a consume that would go on: commit and summary as usual
+        # Records of the last poll that did not all get out are not consumed: back to the
+        # first of them, so that a group's commit does not skip what nobody read.
+        for tp, first in unwritten.items():
+            if tp in consumer.assignment():
+                consumer.seek(tp, first)
         if group:
             consumer.commit()
     print(f"consumed {seen} records from {topic}", file=sys.stderr)

@@ -41,6 +41,14 @@ class AddressReport:
     login_error: str | None = None
     rtt_ms: float | None = None
     api_versions: int = 0  # how many APIs the broker offers (0: not reached)
+    cluster_id: str | None = None  # the cluster that answered there
+
+    @property
+    def failing_ips(self) -> dict[str, str]:
+        """The addresses of a name that fail while others of it work (ip -> why)."""
+        if "ok" not in self.tcp.values():
+            return {}
+        return {ip: why for ip, why in self.tcp.items() if why != "ok"}
 
     @property
     def ok(self) -> bool:
@@ -99,9 +107,10 @@ async def _probe_address(
     for _ in range(RTT_SAMPLES):
         start = time.perf_counter()
         try:
-            await conn.request(MetadataRequest(topics=[]))
+            answer = await conn.request(MetadataRequest(topics=[]))
         except KcoreError:
             break
+        report.cluster_id = answer.cluster_id
         samples.append((time.perf_counter() - start) * 1000)
     if samples:
         report.rtt_ms = round(statistics.median(samples), 3)
@@ -146,8 +155,15 @@ async def run_doctor(
             if metadata is None:
                 metadata, first_ok = answer, probe
         except KcoreError as exc:
+            hint = (
+                "; if this listener uses SASL, set security.protocol=SASL_PLAINTEXT or "
+                "SASL_SSL and sasl.mechanism"
+                if settings.sasl_mechanism is None
+                else ""
+            )
             report.problems.append(
-                f"bootstrap server {address} logs in but does not answer a Metadata request: {exc}"
+                f"bootstrap server {address} logs in but does not answer a Metadata request: "
+                f"{exc}{hint}"
             )
         conn.close()
     if metadata is None:
@@ -172,6 +188,22 @@ async def run_doctor(
             conn.close()
     if not metadata.brokers:
         report.problems.append("the cluster's metadata lists no brokers")
+    for probe in (*report.bootstrap, *report.brokers):
+        failing = probe.failing_ips
+        if failing:
+            # A client picks one of a name's addresses: it works or fails by luck.
+            bad = "; ".join(f"{ip}: {why}" for ip, why in failing.items())
+            report.problems.append(
+                f"{probe.address} resolves to {len(probe.tcp)} addresses and "
+                f"{len(failing)} of them cannot be reached ({bad}); clients that pick those "
+                "fail now and then: fix DNS or /etc/hosts, or the listener's bind address"
+            )
+        if probe.cluster_id is not None and probe.cluster_id != metadata.cluster_id:
+            report.problems.append(
+                f"{probe.address} answers for another cluster ({probe.cluster_id}, not "
+                f"{metadata.cluster_id}); advertised.listeners or a bootstrap address points at "
+                "a different Kafka"
+            )
     by_address: dict[str, list[int]] = {}
     for b in metadata.brokers:
         by_address.setdefault(format_address(b.host, b.port), []).append(b.node_id)

@@ -27,7 +27,10 @@ async def fetch_metadata(config: Mapping[str, Any], topics: list[str] | None) ->
         await client.close()
 
 
-def metadata_json(md: ClusterMetadata, include_internal: bool = True) -> dict[str, Any]:
+def metadata_json(
+    md: ClusterMetadata, include_internal: bool = True, named: list[str] | None = None
+) -> dict[str, Any]:
+    """The cluster as JSON; internal topics only with ``include_internal`` or when ``named``."""
     return {
         "cluster_id": md.cluster_id,
         "controller_id": md.controller_id,
@@ -55,13 +58,15 @@ def metadata_json(md: ClusterMetadata, include_internal: bool = True) -> dict[st
                 ],
             }
             for t in sorted(md.topics.values(), key=lambda t: t.name)
-            if include_internal or not t.is_internal
+            if include_internal or not t.is_internal or t.name in (named or ())
         ],
     }
 
 
-def render_metadata(md: ClusterMetadata, include_internal: bool = True) -> str:
-    data = metadata_json(md, include_internal)
+def render_metadata(
+    md: ClusterMetadata, include_internal: bool = True, named: list[str] | None = None
+) -> str:
+    data = metadata_json(md, include_internal, named)
     lines = [f"Metadata for cluster {md.cluster_id}:", f" {len(data['brokers'])} brokers:"]
     for b in data["brokers"]:
         role = " (controller)" if b["id"] == md.controller_id else ""
@@ -86,14 +91,19 @@ def run_metadata(
 ) -> int:
     md = asyncio.run(fetch_metadata(config, topics))
     if as_json:
-        print(json.dumps(metadata_json(md, include_internal), indent=2))
+        print(json.dumps(metadata_json(md, include_internal, topics), indent=2))
     else:
-        print(render_metadata(md, include_internal))
-    # Topics asked for by name that the cluster does not have: said, and the exit status is 1.
-    missing = [
-        t for t in topics or [] if t not in md.topics or md.topics[t].error_code == UNKNOWN_TOPIC
-    ]
-    if missing:
-        print(f"kcore metadata: no such topic: {', '.join(missing)}", file=sys.stderr)
-        return 1
-    return 0
+        print(render_metadata(md, include_internal, topics))
+    # Topics asked for by name that the client cannot show: each said with its reason, and the
+    # exit status is 1.
+    problems = []
+    for t in topics or []:
+        if t in md.unauthorized_topics:
+            problems.append(f"{t}: topic authorization failed (this client may not describe it)")
+        elif t in md.invalid_topics:
+            problems.append(f"{t}: not a valid topic name")
+        elif t not in md.topics or md.topics[t].error_code == UNKNOWN_TOPIC:
+            problems.append(f"{t}: no such topic")
+    for problem in problems:
+        print(f"kcore metadata: {problem}", file=sys.stderr)
+    return 1 if problems else 0
