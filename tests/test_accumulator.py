@@ -239,3 +239,109 @@ def test_a_split_batch_s_records_fail_with_their_own_half() -> None:
     assert futures[1].result(0).offset == 11
     assert str(sent.result.error) == "refused"
     assert "failed" in repr(futures[3]) and "done" in repr(futures[0])
+
+
+# -- the batch buffer pool (Java's BufferPool) -------------------------------------------------
+
+
+def test_a_delivered_buffer_is_reused_only_when_nothing_else_holds_it() -> None:
+    """A builder's buffer goes back to its pool on release only if no one else references it
+    (what build() returned may still be in a caller's hands), and a reused buffer holds the new
+    batch's bytes only: the records, the length and the hash are those of a fresh batch."""
+    from kcore._codec import BatchBufferPool, RecordBatchBuilder
+
+    pool = BatchBufferPool(min_buffer=1024, max_buffer=1 << 20, limit=8 << 20)
+
+    def batch(payload: bytes, codec: str = "none") -> RecordBatchBuilder:
+        b = RecordBatchBuilder(codec, pool=pool, capacity=64 << 10)
+        for i in range(200):
+            b.append(b"k%d" % i, payload, 1000 + i)
+        return b
+
+    first = batch(b"A" * 200)
+    kept = first.build()
+    first.release()
+    assert len(pool) == 0  # `kept` still references it
+    assert [r[3] for r in next(iter(decode_batches(kept))).records()][:1] == [b"A" * 200]
+    del kept
+
+    second = batch(b"B" * 200)
+    second.build()  # the result dropped at once
+    capacity = second.capacity
+    second.release()
+    assert len(pool) == 1 and pool.held_bytes == capacity == 64 << 10
+
+    third = RecordBatchBuilder("none", pool=pool, capacity=64 << 10)
+    assert len(pool) == 0 and pool.reuses == 1
+    third.append(None, b"short", 7)
+    out = third.build()
+    assert out == bytes(out) and len(out) == len(bytes(out))
+    assert hash(out) == hash(bytes(out))  # not a stale hash of the buffer's last batch
+    [(offset, ts, key, value, headers)] = next(iter(decode_batches(out))).records()
+    assert (offset, ts, key, value, headers) == (0, 7, None, b"short", ())
+
+    # A compressed batch's own buffer (its output is a separate object) always comes back.
+    lz4 = batch(b"C" * 200, "lz4")
+    compressed = lz4.build()
+    lz4.release()
+    assert len(pool) == 1
+    assert next(iter(decode_batches(compressed))).records()[0][3] == b"C" * 200
+
+
+def test_the_pool_keeps_within_its_limit_and_size_bounds() -> None:
+    from kcore._codec import BatchBufferPool, RecordBatchBuilder
+
+    def released(pool: BatchBufferPool, capacity: int) -> None:
+        b = RecordBatchBuilder("lz4", pool=pool, capacity=capacity)
+        b.append(None, b"x", 0)
+        b.release()
+
+    limited = BatchBufferPool(min_buffer=32 << 10, max_buffer=128 << 10, limit=100 << 10)
+    first = RecordBatchBuilder("lz4", pool=limited, capacity=64 << 10)
+    second = RecordBatchBuilder("lz4", pool=limited, capacity=64 << 10)
+    first.release()
+    second.release()  # 128 KiB would pass the 100 KiB limit: let go
+    assert len(limited) == 1 and limited.held_bytes == 64 << 10
+
+    bounded = BatchBufferPool(min_buffer=32 << 10, max_buffer=128 << 10, limit=1 << 30)
+    released(bounded, 16 << 10)  # under min_buffer
+    released(bounded, 256 << 10)  # over max_buffer
+    assert len(bounded) == 0
+    released(bounded, 64 << 10)
+    assert len(bounded) == 1
+    # A builder that needs more than the pooled buffers hold lets them go and makes its own.
+    big = RecordBatchBuilder("none", pool=bounded, capacity=96 << 10)
+    assert big.capacity >= 96 << 10 and len(bounded) == 0 and bounded.held_bytes == 0
+    released(bounded, 64 << 10)
+    bounded.trim(0)
+    assert len(bounded) == 0 and bounded.held_bytes == 0
+
+
+def test_batches_and_pooled_buffers_stay_within_buffer_memory() -> None:
+    """With batch.size large enough to pool, delivered batches' buffers are kept for the next
+    ones, and batches in use plus pooled buffers never pass buffer.memory."""
+    batch_size, memory = 100_000, 1_000_000
+    acc = RecordAccumulator(
+        batch_size=batch_size, linger_s=0.0, buffer_memory=memory, compression="none"
+    )
+    pool = acc._pool
+    assert pool is not None
+    partitions = [TopicPartition("t", p) for p in range(6)]
+    value = b"v" * 1000
+    for round_ in range(4):
+        batches = []
+        for i in range(300):  # 300 KB a round: 3+ batches of 6 partitions
+            batch, _, _ = acc.append(partitions[i % 6], None, value, 0, None, 5.0)
+            if batch not in batches:
+                batches.append(batch)
+            assert acc._used + pool.held_bytes <= memory + batch_size, (round_, i)
+        for batch in batches:
+            batch.closed = True
+            batch.payload = batch.builder.build()
+        for batch in batches:
+            acc.done(batch)
+            assert acc._used + pool.held_bytes <= memory
+        assert acc._used == 0 and 0 < pool.held_bytes <= memory
+    assert pool.reuses > 0
+    acc.close()
+    assert pool.held_bytes == 0

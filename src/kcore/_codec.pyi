@@ -43,6 +43,16 @@ class ColumnBuffer(Buffer):
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
+class BatchBufferPool:
+    held_bytes: int
+    limit: int
+    min_buffer: int
+    max_buffer: int
+    reuses: int
+    def __init__(self, min_buffer: int = 65536, max_buffer: int = ..., limit: int = 0) -> None: ...
+    def __len__(self) -> int: ...
+    def trim(self, keep: int = 0) -> None: ...
+
 class RecordBatchBuilder:
     record_count: int
     base_offset: int
@@ -65,8 +75,12 @@ class RecordBatchBuilder:
         compression_level: int = -1,
         partition_leader_epoch: int = -1,
         log_append_time: bool = False,
+        pool: BatchBufferPool | None = None,
+        capacity: int = 0,
     ) -> None: ...
     def __len__(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
     def set_producer(
         self,
         producer_id: int,

@@ -284,6 +284,93 @@ cdef inline int column_get(Column* col, Py_ssize_t i, const uint8_t** ptr, Py_ss
     return 0
 
 
+cdef extern from *:
+    """
+    /* A bytes object's length set within its allocation, which a pooled batch buffer keeps
+       whole: the NUL after the data and "not hashed yet", as for any new bytes object. */
+    static void kcore_bytes_set_length(PyObject* o, Py_ssize_t n) {
+        Py_SET_SIZE(o, n);
+        PyBytes_AS_STRING(o)[n] = '\\0';
+    #if defined(_Py_COMP_DIAG_PUSH)
+        _Py_COMP_DIAG_PUSH
+        _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    #endif
+        ((PyBytesObject*)o)->ob_shash = -1;
+    #if defined(_Py_COMP_DIAG_POP)
+        _Py_COMP_DIAG_POP
+    #endif
+    }
+    static Py_ssize_t kcore_refcount(PyObject* o) { return Py_REFCNT(o); }
+    """
+    void kcore_bytes_set_length(PyObject* o, Py_ssize_t n)
+    Py_ssize_t kcore_refcount(PyObject* o)
+
+
+cdef class BatchBufferPool:
+    """Batch buffers a producer hands from delivered batches to new ones, as Java's producer
+    keeps a free list of ``batch.size`` buffers (its BufferPool): a new 1 MB batch then
+    writes into pages already faulted in, instead of fresh ones from the OS (on a VM a fault
+    costs about a microsecond, ~250 per MB). Only a buffer nothing else references comes
+    back (``RecordBatchBuilder.release``), whole, between ``min_buffer`` and ``max_buffer``
+    bytes, and only while ``held_bytes`` stays within ``limit``, which the producer sets so
+    that batches and pooled buffers together stay within ``buffer.memory``. Not thread-safe:
+    the producer's accumulator lock covers it."""
+
+    cdef list _free
+    cdef readonly Py_ssize_t held_bytes
+    cdef public Py_ssize_t limit
+    cdef readonly Py_ssize_t min_buffer
+    cdef readonly Py_ssize_t max_buffer
+    cdef readonly unsigned long long reuses
+
+    def __cinit__(self, Py_ssize_t min_buffer=65536, Py_ssize_t max_buffer=PY_SSIZE_T_MAX,
+                  Py_ssize_t limit=0):
+        self._free = []
+        self.held_bytes = 0
+        self.limit = limit
+        self.min_buffer = min_buffer
+        self.max_buffer = max_buffer
+        self.reuses = 0
+
+    def __len__(self):
+        return len(self._free)
+
+    cdef object take(self, Py_ssize_t min_size):
+        """The most recently pooled buffer of at least ``min_size`` bytes (its pages are the
+        warmest), or None; smaller ones on the way are let go."""
+        cdef Py_ssize_t size
+        while self._free:
+            buf = self._free.pop()
+            size = PyBytes_GET_SIZE(buf)
+            self.held_bytes -= size
+            if size >= min_size:
+                self.reuses += 1
+                return buf
+        return None
+
+    cdef bint give(self, PyObject* buf, Py_ssize_t allocated) noexcept:
+        """Keep ``buf`` (a bytes object only its caller references, ``allocated`` bytes of
+        data long) if it fits; the list takes its own reference."""
+        if (allocated < self.min_buffer or allocated > self.max_buffer
+                or self.held_bytes + allocated > self.limit):
+            return False
+        kcore_bytes_set_length(buf, allocated)
+        try:
+            self._free.append(<object>buf)
+        except BaseException:  # out of memory growing the list: keep nothing
+            return False
+        self.held_bytes += allocated
+        return True
+
+    def trim(self, Py_ssize_t keep=0):
+        """Let buffers go, oldest first, until at most ``keep`` bytes are held."""
+        cdef Py_ssize_t n = 0
+        while self.held_bytes > keep and n < len(self._free):
+            self.held_bytes -= PyBytes_GET_SIZE(self._free[n])
+            n += 1
+        del self._free[:n]
+
+
 cdef class RecordBatchBuilder:
     """Builds one v2 record batch.
 
@@ -298,6 +385,11 @@ cdef class RecordBatchBuilder:
     cdef OutBuf out
     cdef PyObject* _batch
     cdef bint _handed_out
+    # The producer's pool the buffer came from and goes back to (None: plain allocations),
+    # and how many data bytes ``_batch``'s allocation holds: with a pool, build() shortens
+    # the object's length but keeps the allocation whole for the next batch.
+    cdef BatchBufferPool _pool
+    cdef Py_ssize_t _alloc
     # Why the builder takes no more writes: None, or "released" (its batch was delivered or
     # failed: memory back) or "out of memory" (a resize failed and freed the records).
     cdef object _ended
@@ -318,16 +410,27 @@ cdef class RecordBatchBuilder:
     def __cinit__(self, str compression="none", *, int64_t base_offset=0,
                   int64_t producer_id=-1, int producer_epoch=-1, int32_t base_sequence=-1,
                   bint transactional=False, bint is_control=False, int compression_level=-1,
-                  int partition_leader_epoch=-1, bint log_append_time=False):
+                  int partition_leader_epoch=-1, bint log_append_time=False,
+                  BatchBufferPool pool=None, Py_ssize_t capacity=0):
         self.codec = codec_id(compression)
         self.level = compression_level
         self._batch = NULL
         self._handed_out = False
         self._ended = None
+        self._pool = pool
+        self._alloc = 0
         self.out.data = NULL
         self.out.size = 0
         self.out.cap = 0
-        self.reserve(4096)
+        if pool is not None:
+            taken = pool.take(capacity)
+            if taken is not None:
+                Py_INCREF(taken)  # the pool's reference went with ``taken``: now the sole one
+                self._batch = <PyObject*>taken
+                self._alloc = self.out.cap = PyBytes_GET_SIZE(taken)
+                self.out.data = <uint8_t*>PyBytes_AS_STRING(taken)
+        if self._batch == NULL:
+            self.reserve(capacity if capacity > 4096 else 4096)
         self.out.size = BATCH_HEADER_SIZE
         self.record_count = 0
         self.base_offset = base_offset
@@ -367,7 +470,7 @@ cdef class RecordBatchBuilder:
         else:
             self.resize(cap)  # sole owner: grows in place (realloc)
         self.out.data = <uint8_t*>PyBytes_AS_STRING(<object>self._batch)
-        self.out.cap = cap
+        self.out.cap = self._alloc = cap
         kcore_hint_huge_pages(self.out.data + self.out.size, cap - self.out.size)
         return 0
 
@@ -385,7 +488,7 @@ cdef class RecordBatchBuilder:
     cdef void end(self, str why) noexcept:
         Py_CLEAR(self._batch)
         self.out.data = NULL
-        self.out.cap = 0
+        self.out.cap = self._alloc = 0
         self._handed_out = False
         self._ended = why
 
@@ -399,7 +502,17 @@ cdef class RecordBatchBuilder:
         """Free the buffer now (the batch's records were delivered or failed for good);
         ``record_count`` stays. Later appends and builds raise ValueError."""
         if self._ended is None:
+            # Back to the pool only if nothing else holds it (a request still being written,
+            # a caller's reference to what build() returned): no one may see it written again.
+            if (self._pool is not None and self._batch != NULL
+                    and kcore_refcount(self._batch) == 1):
+                self._pool.give(self._batch, self._alloc)
             self.end("released")
+
+    @property
+    def capacity(self):
+        """Bytes the batch's buffer holds (written or not), header included."""
+        return self._alloc
 
     def __len__(self):
         return self.record_count
@@ -620,6 +733,8 @@ cdef class RecordBatchBuilder:
                 PyBuffer_Release(&b)
                 acq = False
             total += (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) + 16
+        if self.out.size + total // sample * n <= self.out.cap:
+            return 0  # the buffer (a pooled one, say) already holds what the sample says
         # 1/8 more than the sample says: a little slack beats a doubling of the whole buffer.
         # Capped: a sample of large records ahead of many small ones must not ask for GBs
         # (past the cap the buffer grows by doubling, as without the estimate).
@@ -654,7 +769,12 @@ cdef class RecordBatchBuilder:
             # Uncompressed: finish the batch in place and hand the object over (shrinking a
             # sole-owned bytes object is a realloc, not a copy).
             self.reserve(0)  # a private object if the last build() handed the previous out
-            self.resize(self.out.size)
+            if self._pool is not None:
+                # Only the length shrinks: the allocation stays whole for the next batch.
+                kcore_bytes_set_length(self._batch, self.out.size)
+            else:
+                self.resize(self.out.size)
+                self._alloc = self.out.size
             self.out.cap = self.out.size
             self.out.data = <uint8_t*>PyBytes_AS_STRING(<object>self._batch)
             result = <bytes>self._batch

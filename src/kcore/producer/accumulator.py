@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any
 
-from kcore._codec import ProducerBatchBase
+from kcore._codec import BatchBufferPool, ProducerBatchBase
 from kcore.admin.types import TopicPartition
 from kcore.codec import RecordBatchBuilder, decode_batches
 from kcore.errors import KcoreError, KcoreTimeoutError
@@ -28,6 +28,14 @@ _ORDER = itertools.count()
 # Bytes a record adds besides its key, value and headers (length, attributes, deltas, lengths).
 RECORD_OVERHEAD = 21
 BATCH_HEADER = 61
+# Batches of batch.size at least this large reuse delivered batches' buffers (below it malloc
+# recycles the memory itself, and a page fault per batch is not worth a pool).
+POOLED_BATCH_MIN = 64 * 1024
+# Room in a new batch's buffer past batch.size: the record that fills a batch ends past it.
+BATCH_SLACK = 16 * 1024
+# A new batch's buffer is made this large at most up front (a huge batch.size grows its
+# buffers as records come, rather than asking for all of it per batch).
+BATCH_CAPACITY_MAX = 8 << 20
 
 
 class ProducerBatch(ProducerBatchBase):
@@ -105,6 +113,15 @@ class RecordAccumulator:
         self._in_flight: dict[TopicPartition, int] = {}
         self.max_in_flight = max(1, max_in_flight)
         self._used = 0
+        # Delivered batches' buffers, reused by new batches (Java's BufferPool); counted with
+        # _used against buffer.memory. Small batches gain nothing: malloc recycles those.
+        self._pool: BatchBufferPool | None = None
+        self._capacity = 0  # a new batch's buffer: batch.size and room for the record past it
+        if self.batch_size >= POOLED_BATCH_MIN:
+            self._capacity = min(self.batch_size + BATCH_SLACK, BATCH_CAPACITY_MAX)
+            self._pool = BatchBufferPool(
+                min_buffer=POOLED_BATCH_MIN, max_buffer=2 * self._capacity, limit=0
+            )
         self._flushing = 0
         self._closed = False
         self._cause: BaseException | None = None
@@ -116,6 +133,7 @@ class RecordAccumulator:
     def _reserve(self, need: int, deadline: float) -> None:
         """Take ``need`` bytes of ``buffer.memory``, waiting for the sender to free some."""
         need = min(need, self.buffer_memory)  # one oversized record may use all of it
+        # Pooled buffers do not count here: the new batch takes one of them (_new_batch).
         while self._used + need > self.buffer_memory:
             if self._closed:
                 raise self._closed_error()
@@ -137,8 +155,22 @@ class RecordAccumulator:
     ) -> ProducerBatch:
         reserved = max(self.batch_size, estimate + BATCH_HEADER)
         self._reserve(reserved, deadline)
-        builder = RecordBatchBuilder(self.compression, compression_level=self.compression_level)
-        batch = ProducerBatch(tp, builder, min(reserved, self.buffer_memory))
+        reserved = min(reserved, self.buffer_memory)
+        builder = RecordBatchBuilder(
+            self.compression,
+            compression_level=self.compression_level,
+            pool=self._pool,
+            capacity=self._capacity,
+        )
+        if self._pool is not None:
+            if builder.capacity > reserved:
+                # A buffer larger than the reservation (with room past batch.size): counted
+                # whole, so batches and pooled buffers together stay within buffer.memory.
+                self._used += builder.capacity - reserved
+                reserved = builder.capacity
+            if self._used + self._pool.held_bytes > self.buffer_memory:
+                self._pool.trim(max(0, self.buffer_memory - self._used))
+        batch = ProducerBatch(tp, builder, reserved)
         batch.closed = closed
         queue = self._queues.setdefault(tp, deque())
         if queue and not queue[-1].closed:
@@ -326,6 +358,8 @@ class RecordAccumulator:
             # The bytes go now, not when the batch object does: the send path keeps the batch
             # it saw last per partition (until its next record there), outside buffer.memory.
             batch.payload = None
+            if self._pool is not None:
+                self._pool.limit = 0 if self._closed else self.buffer_memory - self._used
             batch.builder.release()
             self.incomplete.discard(batch.result)
             self._cond.notify_all()
@@ -395,6 +429,8 @@ class RecordAccumulator:
         with self._cond:
             self._closed = True
             self._cause = cause
+            if self._pool is not None:
+                self._pool.trim(0)
             self._cond.notify_all()
 
     def _closed_error(self) -> KcoreError:

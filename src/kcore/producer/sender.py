@@ -365,6 +365,35 @@ class Sender:
         except (BrokerConnectionError, KcoreTimeoutError, KafkaError) as exc:
             self._retry_all(batches, exc)
             return
+        request, sent = self._produce_request(batches, version)
+        if request is None:
+            return
+        for batch in sent:
+            # From now on the broker may write it, whatever comes back but a sequence error
+            # (an answer lost; REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND or
+            # NOT_LEADER_OR_FOLLOWER after the leader appended): an epoch bump must not
+            # renumber it.
+            if batch.sequence is not None:
+                batch.maybe_written = True
+        try:
+            response = await self.cluster.send(node, request, version)
+        except (BrokerConnectionError, KcoreTimeoutError) as exc:
+            self._retry_all(sent, exc)
+            return
+        # Let go of the request (it holds every batch's bytes) before the batches land, so
+        # that a delivered batch's buffer is free to go back to the producer's pool.
+        del request
+        if response is None:  # acks=0: the broker does not answer
+            for batch in sent:
+                self._succeed(batch, -1, -1)
+            return
+        self._handle_response(response, sent, version)
+
+    def _produce_request(
+        self, batches: list[ProducerBatch], version: int
+    ) -> tuple[Any, list[ProducerBatch]]:
+        """The Produce request for ``batches`` and the batches it carries (some may fail or
+        be put back on the way); None when none is left to send."""
         by_topic: dict[str, list[ProducerBatch]] = defaultdict(list)
         for batch in batches:
             batch.attempts += 1
@@ -403,30 +432,14 @@ class Sender:
             else:
                 topic_data.append(TopicProduceData(name=topic, partition_data=parts))
         if not sent:
-            return
+            return None, sent
         request = ProduceRequest(
             transactional_id=self.transactional_id,
             acks=self.acks,
             timeout_ms=int(self.request_timeout_s * 1000),
             topic_data=topic_data,
         )
-        for batch in sent:
-            # From now on the broker may write it, whatever comes back but a sequence error
-            # (an answer lost; REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND or
-            # NOT_LEADER_OR_FOLLOWER after the leader appended): an epoch bump must not
-            # renumber it.
-            if batch.sequence is not None:
-                batch.maybe_written = True
-        try:
-            response = await self.cluster.send(node, request, version)
-        except (BrokerConnectionError, KcoreTimeoutError) as exc:
-            self._retry_all(sent, exc)
-            return
-        if response is None:  # acks=0: the broker does not answer
-            for batch in sent:
-                self._succeed(batch, -1, -1)
-            return
-        self._handle_response(response, sent, version)
+        return request, sent
 
     def _handle_response(self, response: Any, batches: list[ProducerBatch], version: int) -> None:
         names_by_id = {t.topic_id: n for n, t in self.cluster.metadata.topics.items() if t.topic_id}
