@@ -9,11 +9,13 @@ records from a real broker, through a real ``local[2]`` Spark (one session for t
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -23,11 +25,19 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from kcore.admin.client import AdminClient
-from kcore.admin.types import NewTopic, TopicPartition
-from kcore.errors import ConfigError, KcoreError
+from kcore.admin.types import NewTopic, TopicDescription, TopicPartition
+from kcore.errors import (
+    ConfigError,
+    KcoreError,
+    LogTruncationError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 from kcore.producer.client import Producer
+from kcore.spark import range_reader
 from kcore.spark.admission import delay_batch, rate_limit
 from kcore.spark.batch_reader import KafkaBatchReader
+from kcore.spark.clients import ClientPool
 from kcore.spark.offsets import (
     OffsetRange,
     offsets_from_dict,
@@ -37,6 +47,14 @@ from kcore.spark.offsets import (
     split_ranges,
 )
 from kcore.spark.options import parse_read_options, read_schema
+from kcore.spark.range_reader import (
+    KafkaInputPartition,
+    _Judge,
+    _read,
+    _to_spark,
+    arrow_schema,
+    null_if_empty,
+)
 from kcore.spark.resolver import OffsetResolver
 from kcore.spark.source import KcoreDataSource
 from kcore.spark.stream_reader import KafkaStreamReader, plan_stream_batch
@@ -212,6 +230,17 @@ def test_options_are_case_insensitive_with_jvm_defaults():
     assert opts.admin_config() == {"bootstrap.servers": "127.0.0.1:1"}
     assert opts.consumer_config()["isolation.level"] == "read_committed"
     assert opts.consumer_config()["auto.offset.reset"] == "none"
+    # As Java, the isolation level in any case.
+    upper = parse_read_options({**BASE, "kafka.isolation.level": "READ_COMMITTED"}, streaming=False)
+    assert upper.isolation_level == "read_committed"
+    assert upper.consumer_config()["isolation.level"] == "read_committed"
+
+
+def test_group_id_and_group_id_prefix_are_ignored_with_a_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="kcore.spark"):
+        opts = parse_read_options({**BASE, "groupIdPrefix": "mine"}, streaming=True)
+    assert "groupIdPrefix is ignored" in caplog.text
+    assert "group.id" not in opts.consumer_config()
 
 
 def test_schema_follows_include_headers():
@@ -235,6 +264,260 @@ def test_stream_planning_reports_data_loss():
         plan_stream_batch(OffsetResolver(strict), strict, {a: 9}, {a: 5})
     lenient = parse_read_options({**BASE, "failOnDataLoss": "false"}, streaming=True)
     assert plan_stream_batch(OffsetResolver(lenient), lenient, {a: 9, b: 1}, {a: 5}) == []
+
+
+# -- the executor's range reader, with stand-ins for the consumer and the broker (no Spark) -----
+
+
+def codec_batch(offsets: list[int], headers: list[Any] | None = None) -> pa.RecordBatch:
+    """A batch shaped as the consumer's ``poll_arrow`` hands it out, for partition t-0."""
+    n = len(offsets)
+    columns: dict[str, Any] = {
+        "key": pa.array([None] * n, pa.binary()),
+        "value": pa.array([b"v%d" % o for o in offsets], pa.binary()),
+        "offset": pa.array(offsets, pa.int64()),
+        "timestamp": pa.array([T0] * n, pa.timestamp("ms", "UTC")),
+        "timestampType": pa.array([0] * n, pa.int32()),
+        "topic": pa.array(["t"] * n, pa.string()),
+        "partition": pa.array([0] * n, pa.int32()),
+    }
+    if headers is not None:
+        pair = pa.struct([("key", pa.string()), ("value", pa.binary())])
+        columns["headers"] = pa.array(headers, pa.list_(pair))
+    return pa.record_batch(columns)
+
+
+def test_records_without_headers_have_null_headers():
+    """As the JVM source: null, not an empty list; sliced batches too (the reader cuts them)."""
+    target = arrow_schema(read_schema({"includeHeaders": "true"}))
+    headers = [[("a", b"1")], [], [("b", None), ("c", b"3")], [], []]
+    rb = codec_batch(list(range(5)), headers)
+    out = _to_spark(rb, target)
+    assert out.schema.equals(target)
+    want = [
+        [{"key": "a", "value": b"1"}],
+        None,
+        [{"key": "b", "value": None}, {"key": "c", "value": b"3"}],
+        None,
+        None,
+    ]
+    assert out.column("headers").to_pylist() == want
+    sliced = _to_spark(rb.slice(1, 3), target)
+    sliced.validate(full=True)
+    assert sliced.column("headers").to_pylist() == want[1:4]
+    # Nothing to null: the column as it is; an empty array stays empty.
+    full = pa.array(
+        [[("a", b"1")]], pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    )
+    assert null_if_empty(full) is full
+    assert null_if_empty(full.slice(0, 0)).to_pylist() == []
+
+
+class StandInConsumer:
+    """``poll_arrow`` follows a script: n hands out the next n offsets, an exception is raised,
+    None returns nothing (after a short wait, as a poll that times out)."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = list(script)
+        self.pos = 0
+        self.seeks: list[int] = []
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        pass
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.pos = offset
+        self.seeks.append(offset)
+
+    def position(self, tp: TopicPartition, timeout: float = 0) -> int:
+        return self.pos
+
+    def poll_arrow(self, timeout: float, max_records: int | None = None) -> pa.RecordBatch | None:
+        step = self.script.pop(0) if self.script else None
+        if isinstance(step, BaseException):
+            raise step
+        if not step:
+            time.sleep(0.005)
+            return None
+        offsets = list(range(self.pos, self.pos + step))
+        self.pos += step
+        return codec_batch(offsets)
+
+
+class StandInRead:
+    """``_read`` of offsets [0, end) of t-0 with a stand-in consumer; the judge's view of the
+    partition's offsets is ``available`` (counted in ``asked``), no broker is asked."""
+
+    def __init__(self, script: list[Any], available: tuple[int, int], end: int = 5, **options):
+        self.opts = parse_read_options({**BASE, **options}, streaming=False)
+        self.tp = TopicPartition("t", 0)
+        self.judge = _Judge(self.opts, self.tp, end)
+        self.asked = 0
+
+        def lookup() -> tuple[int, int]:
+            self.asked += 1
+            return available
+
+        self.judge._available = lookup
+        self.consumer = StandInConsumer(script)
+        self.part = KafkaInputPartition("t", 0, 0, end)
+        self.offsets: list[int] = []
+
+    def run(self) -> list[int]:
+        target = arrow_schema(read_schema(BASE))
+        for rb in _read(self.consumer, self.tp, self.part, self.judge, target):
+            self.offsets += rb.column("offset").to_pylist()
+        return self.offsets
+
+
+def truncation() -> LogTruncationError:
+    tp = TopicPartition("t", 0)
+    return LogTruncationError("t-0: the log was truncated", {tp: 2}, {tp: (1, 3)})
+
+
+def test_log_truncation_is_always_data_loss(caplog):
+    """Even where the partition's offsets now cover the position (it grew back after an
+    unclean leader election): failOnDataLoss fails; false warns and reads on from there."""
+    strict = StandInRead([2, truncation(), 3], available=(0, 100))
+    with pytest.raises(KcoreError, match=r"truncated below offset 2.*offset 1.*failOnDataLoss"):
+        strict.run()
+    assert strict.offsets == [0, 1]
+    lenient = StandInRead([2, truncation(), 3], available=(0, 100), failOnDataLoss="false")
+    with caplog.at_level(logging.WARNING, logger="kcore.spark"):
+        assert lenient.run() == [0, 1, 2, 3, 4]
+    assert "truncated below offset 2" in caplog.text
+    assert lenient.consumer.seeks == [0, 2]  # the seek that ends the consumer's error state
+
+
+def test_out_of_range_retries_count_only_without_progress():
+    """A broker catching up: retried; four such errors fail only when nothing is read between
+    them."""
+    oor = OffsetOutOfRangeError
+    spread = StandInRead([1, oor(), 1, oor(), 1, oor(), 1, oor(), 1], available=(0, 100))
+    assert spread.run() == [0, 1, 2, 3, 4]
+    in_a_row = StandInRead([1, oor(), oor(), oor(), oor(), 4], available=(0, 100))
+    with pytest.raises(KcoreError, match="keeps being out of range"):
+        in_a_row.run()
+
+
+def test_a_stall_at_the_latest_offset_is_judged_after_the_poll_timeout(monkeypatch):
+    """The broker says the partition ends at the reader's position (a new leader behind,
+    KAFKA-7703): the reader polls on, for kafkaConsumer.pollTimeoutMs, before data loss."""
+    monkeypatch.setattr(range_reader, "STALL_CHECK_S", 0.05)
+    catching_up = StandInRead([2] + [None] * 40 + [3], available=(0, 2))
+    assert catching_up.run() == [0, 1, 2, 3, 4]  # stalled ~0.2 s, judged more than once
+    assert catching_up.asked >= 2
+    started = time.monotonic()
+    lost = StandInRead([2], available=(0, 2), **{"kafkaConsumer.pollTimeoutMs": "400"})
+    with pytest.raises(KcoreError, match=r"Cannot fetch offset 2 .*failOnDataLoss"):
+        lost.run()
+    assert time.monotonic() - started >= 0.4
+    skipped = StandInRead(
+        [2], available=(0, 2), failOnDataLoss="false", **{"kafkaConsumer.pollTimeoutMs": "400"}
+    )
+    assert skipped.run() == [0, 1]
+
+
+def test_a_stall_asks_the_broker_once_per_check():
+    read = StandInRead([], available=(0, 2), **{"kafkaConsumer.pollTimeoutMs": "1000"})
+    assert read.judge.stalled(2, waited_s=0.5) == 2  # not yet: poll on
+    assert read.asked == 1
+    with pytest.raises(KcoreError, match="failOnDataLoss"):
+        read.judge.stalled(2, waited_s=1.0)
+    assert read.asked == 2
+    inside = StandInRead([], available=(0, 9), **{"kafkaConsumer.pollTimeoutMs": "1000"})
+    with pytest.raises(KcoreError, match="Cannot fetch record for offset 2"):
+        inside.judge.stalled(2, waited_s=1.0)  # there, but not coming: a timeout
+    assert inside.asked == 1
+
+
+def test_an_early_closed_read_gives_its_consumer_back_for_reuse():
+    """Spark's limit/take closes the reader's generator: its client is lent again, not
+    closed; an exception still closes it."""
+    made: list[SimpleNamespace] = []
+
+    def make(config: dict[str, Any]) -> SimpleNamespace:
+        client = SimpleNamespace(closed=False)
+        client.close = lambda: setattr(client, "closed", True)
+        made.append(client)
+        return client
+
+    pool: ClientPool[Any] = ClientPool(make, shared=False, idle_timeout_s=60)
+    config = {"bootstrap.servers": "h:1"}
+
+    def rows() -> Iterator[int]:
+        with pool.lease(config):
+            yield 1
+            yield 2
+
+    gen = rows()
+    assert next(gen) == 1
+    gen.close()
+    with pool.lease(config) as client:
+        assert client is made[0]
+    assert len(made) == 1 and not made[0].closed
+    with pytest.raises(RuntimeError), pool.lease(config):
+        raise RuntimeError("the read failed")
+    assert made[0].closed and len(pool) == 0
+
+
+# -- which partitions a strategy covers, with a stand-in admin client (no broker) -------------
+
+
+class StandInAdmin:
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics = topics
+
+    def list_topics(self, *, include_internal: bool = False, timeout: float | None = None):
+        return sorted(t for t in self.topics if include_internal or not t.startswith("__"))
+
+    def describe_topics(self, names, *, timeout: float | None = None):
+        return {
+            n: TopicDescription(
+                n,
+                None,
+                n.startswith("__"),
+                [SimpleNamespace(partition=p) for p in range(self.topics[n])],
+            )
+            for n in names
+        }
+
+    def close(self) -> None:
+        pass
+
+
+TOPICS = {"events": 2, "old-events-2": 1, "other": 1, "__consumer_offsets": 3}
+
+
+def covered(**options: str) -> set[tuple[str, int]]:
+    opts = parse_read_options(
+        {"kafka.bootstrap.servers": "h:1", "fetchOffset.numRetries": "1", **options},
+        streaming=False,
+    )
+    resolver = OffsetResolver(opts)
+    resolver._admin = StandInAdmin(TOPICS)
+    return {(tp.topic, tp.partition) for tp in resolver.topic_partitions()}
+
+
+def test_subscribe_pattern_is_found_anywhere_in_the_name():
+    """Spark's rule (findFirstIn, since 3.4): not a whole-name match; ^...$ anchors it."""
+    assert covered(subscribePattern="events") == {("events", 0), ("events", 1), ("old-events-2", 0)}
+    assert covered(subscribePattern="^events$") == {("events", 0), ("events", 1)}
+    assert covered(subscribePattern="consumer") == set()  # internal topics are not read
+
+
+def test_internal_topics_are_never_read():
+    assert covered(subscribe="events,__consumer_offsets") == {("events", 0), ("events", 1)}
+    assign = json.dumps({"events": [1, 7], "__consumer_offsets": [0]})
+    assert covered(assign=assign) == {("events", 1)}
+
+
+def test_a_named_topic_that_does_not_exist_fails():
+    """As the JVM source (describeTopics fails): a typo is an error, not an empty read."""
+    with pytest.raises(UnknownTopicOrPartitionError, match="subscribe: topic 'evnts' does not"):
+        covered(subscribe="events,evnts")
+    with pytest.raises(UnknownTopicOrPartitionError, match="assign: topics 'a', 'b' do not"):
+        covered(assign=json.dumps({"a": [0], "events": [0], "b": [1]}))
 
 
 # -- against a broker ----------------------------------------------------------------------------
@@ -314,8 +597,8 @@ def expected_rows(records: list[dict[str, Any]], partitions: int, headers: bool)
             rec["timestamp_ms"],
             0,  # CreateTime
         )
-        if headers:
-            row += (tuple(rec["headers"] or ()),)
+        if headers:  # no headers: null, as the JVM source gives (not an empty list)
+            row += (tuple(rec["headers"]) if rec["headers"] else None,)
         out.add(row)
     return out
 
@@ -334,7 +617,7 @@ def as_tuples(rows) -> set:
             row.timestampType,
         )
         if "headers" in row.__fields__:
-            t += (tuple((h.key, h.value) for h in row.headers),)
+            t += (None if row.headers is None else tuple((h.key, h.value) for h in row.headers),)
         out.add(t)
     return out
 
@@ -421,6 +704,24 @@ def test_bad_options_fail_the_load(spark, bootstrap, sampled):
         ).option("subscribe", topic).load().collect()
 
 
+@pytest.mark.slow
+def test_a_topic_that_does_not_exist_fails_batch_and_stream_reads(spark, bootstrap, sampled):
+    """A typo in subscribe is an error naming the topic, as in the JVM source: not an empty
+    DataFrame."""
+    topic, _ = sampled
+    missing = f"{topic}-typo"
+    options = {"subscribe": f"{topic},{missing}", "fetchOffset.numRetries": "1"}
+    with pytest.raises(Exception, match=f"subscribe: topic '{missing}' does not exist"):
+        load(spark, bootstrap, **options).collect()
+    stream_options = {"kafka.bootstrap.servers": bootstrap, **options}
+    reader = KafkaStreamReader(stream_options, read_schema(stream_options))
+    try:
+        with pytest.raises(UnknownTopicOrPartitionError, match=missing):
+            reader.initialOffset()
+    finally:
+        reader.stop()
+
+
 def read_direct(options: dict[str, str]) -> list[Any]:
     """The batch reader's partitions and reads, called as Spark's workers call them."""
     reader = KafkaBatchReader(options, read_schema(options))
@@ -440,9 +741,10 @@ def test_reader_yields_arrow_record_batches_typed_for_spark(bootstrap, sampled):
     table = pa.Table.from_batches(batches)
     first = table.filter(pc.equal(table["offset"], 0)).sort_by("partition")
     assert first["timestamp"].to_pylist()[0].timestamp() * 1000 == T0
-    assert first["headers"].to_pylist()[0] == [
-        {"key": "h", "value": b"0"},
-        {"key": "empty", "value": None},
+    assert first["headers"].to_pylist() == [
+        [{"key": "h", "value": b"0"}, {"key": "empty", "value": None}],
+        None,  # records 1 and 2 have no headers
+        None,
     ]
 
 

@@ -36,7 +36,7 @@ import kcore.spark
 from kcore.admin import NewTopic
 from kcore.codec import partition_for_key
 from kcore.errors import KcoreError
-from kcore.spark.write_options import SINK_BATCH_SIZE
+from kcore.spark.write_options import SINK_BATCH_SIZE, write_settings
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -228,6 +228,34 @@ def test_null_topic_in_the_data_fails_the_job(spark, bootstrap):
     df = spark.createDataFrame([(topic, "a"), (None, "b")], "topic string, value string")
     with pytest.raises(Exception, match="null topic present in the data"):
         writer(df.coalesce(1), bootstrap).mode("append").save()
+
+
+def test_a_timestamp_before_1970_fails_the_job(spark, bootstrap):
+    """Kafka takes no negative timestamp (the JVM sink's task fails on one too): the task
+    fails naming the column, and the rows of its batch are not written."""
+    topic = new_topic(bootstrap, 1)
+    df = spark.createDataFrame(
+        [
+            ("a", datetime(2020, 1, 1, tzinfo=timezone.utc)),
+            ("b", datetime(1969, 12, 31, tzinfo=timezone.utc)),
+        ],
+        "value string, timestamp timestamp",
+    )
+    with pytest.raises(Exception, match="timestamp: invalid timestamp -86400000 ms"):
+        writer(df.coalesce(1), bootstrap, topic=topic).mode("append").save()
+    assert read_topic(bootstrap, topic, 1, 0) == []
+
+
+def test_transactional_writes_get_a_longer_transaction_timeout():
+    """A task is one transaction: the producer's 60 s would abort slow tasks; 15 min is the
+    brokers' default ceiling. A value given stays; without transactions nothing is set."""
+    schema = StructType([StructField("value", StringType())])
+    base = {"kafka.bootstrap.servers": "h:1", "topic": "t"}
+    txn = write_settings({**base, "kafka.transactional.id": "p"}, schema)
+    assert txn.producer_config["transaction.timeout.ms"] == "900000"
+    given = {**base, "kafka.transactional.id": "p", "kafka.transaction.timeout.ms": "120000"}
+    assert write_settings(given, schema).producer_config["transaction.timeout.ms"] == "120000"
+    assert "transaction.timeout.ms" not in write_settings(base, schema).producer_config
 
 
 def test_unreachable_broker_fails_the_job_in_bounded_time(spark):

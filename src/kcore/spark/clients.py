@@ -10,7 +10,8 @@ Two context managers, each keyed by the client's config (a dict of kcore/Java co
 * ``get_consumer(config)`` lends a ``kcore.Consumer`` to one user at a time (an idle one for the
   config, or a new one). Assign and seek as needed: a consumer comes back with no assignment
   (it is unassigned on return, so it fetches nothing while idle). If the ``with`` block raises,
-  the consumer is closed rather than lent again, as its state is unknown.
+  the consumer is closed rather than lent again, as its state is unknown; a ``GeneratorExit``
+  (a generator holding the lease closed early) is a normal end.
 
 A client that no task has used for ``idle_timeout_s`` (the JVM connector's defaults: 10 min for
 producers, 5 for consumers) is closed by a daemon thread; everything left is closed at exit.
@@ -86,6 +87,10 @@ class ClientPool(Generic[C]):
         failed = False
         try:
             yield entry.client
+        except GeneratorExit:
+            # A reader closed early (Spark's limit/take): raised at the reader's yield, between
+            # two calls to the client, so it is in the state a finished read leaves it in.
+            raise
         except BaseException:
             failed = True
             raise

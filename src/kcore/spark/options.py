@@ -83,7 +83,7 @@ def read_schema(options: Mapping[str, str]) -> StructType:
 @dataclass(frozen=True)
 class Strategy:
     """Which partitions are read: ``assign`` (``partitions``), ``subscribe`` (``topics``) or
-    ``subscribePattern`` (``pattern``, matched against whole topic names)."""
+    ``subscribePattern`` (``pattern``, a topic is read when it is found anywhere in the name)."""
 
     kind: Literal["assign", "subscribe", "subscribePattern"]
     topics: tuple[str, ...] = ()
@@ -287,6 +287,8 @@ def _kafka_params(opts: Mapping[str, str]) -> dict[str, str]:
             "kafka.group.id is ignored: the kcore source assigns partitions itself and "
             "joins no consumer group"
         )
+    if "isolation.level" in params:  # Java takes the value in any case (READ_COMMITTED)
+        params["isolation.level"] = params["isolation.level"].strip().lower()
     try:
         ClientConfig(params, role="consumer")
     except ConfigError as exc:
@@ -311,6 +313,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             if key.lower() in opts:
                 log.warning("%s option ignored in batch queries", key)
     strategy = _strategy(opts)
+    if "groupidprefix" in opts:
+        # The JVM source names its consumer group with it; kcore's readers join no group.
+        log.warning("groupIdPrefix is ignored: the kcore source joins no consumer group")
     min_partitions = _int(opts, "minPartitions", positive=True)
     max_records = _int(opts, "maxRecordsPerPartition", positive=True)
     kafka_params = _kafka_params(opts)

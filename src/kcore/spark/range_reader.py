@@ -5,7 +5,10 @@ wants them (no row-by-row conversion anywhere).
 The consumer has no ``auto.offset.reset``: an offset that is gone shows up as an error
 (``OffsetOutOfRangeError``), which is then judged against the partition's available offsets, as
 the JVM source judges an ``OffsetOutOfRangeException``: data loss (fail or warn and skip, per
-``failOnDataLoss``) or a broker catching up (try again).
+``failOnDataLoss``) or a broker catching up (try again). A truncated log (``LogTruncationError``,
+after an unclean leader election) is always data loss. A read that stalls at or past the
+partition's latest offset is judged only after ``kafkaConsumer.pollTimeoutMs``, as the JVM
+consumer polls that long first.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from kcore.consumer.client import Consumer
 from kcore.errors import (
     KcoreError,
     KcoreTimeoutError,
+    LogTruncationError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
@@ -40,7 +44,7 @@ __all__ = ["KafkaInputPartition", "arrow_schema", "read_range"]
 
 POLL_WAIT_S = 0.5  # one poll's wait: short, so that a stall is noticed and judged
 STALL_CHECK_S = 2.0  # no progress for this long: ask the broker what the partition holds
-OUT_OF_RANGE_RETRIES = 3
+OUT_OF_RANGE_RETRIES = 3  # in a row, without progress in between
 
 
 @dataclass
@@ -67,8 +71,37 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 
 def _to_spark(rb: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     """The codec's batch as Spark's: headers dropped unless asked for, millisecond timestamps
-    cast to microseconds, the headers list's item renamed. Whole columns, no copies per row."""
-    return rb.select(target.names).cast(target)
+    cast to microseconds, the headers list's item renamed, no headers as null (the JVM source
+    never returns an empty list). Whole columns, no copies per row."""
+    import pyarrow as pa
+
+    out = rb.select(target.names).cast(target)
+    if "headers" not in target.names:
+        return out
+    columns = list(out.columns)
+    i = target.get_field_index("headers")
+    columns[i] = null_if_empty(columns[i])
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+def null_if_empty(lists: pa.ListArray) -> pa.ListArray:
+    """``lists`` with each empty list made null: a validity mask over the same values (only the
+    offsets are rebuilt, rebased to 0: pyarrow takes no mask with sliced offsets)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    empty = pc.equal(pc.list_value_length(lists), 0)
+    if not pc.any(empty).as_py():
+        return lists
+    mask = pc.or_kleene(empty, lists.is_null())  # (a null list has a null length)
+    offsets = lists.offsets
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    return type(lists).from_arrays(
+        pc.subtract(offsets, pa.scalar(first, offsets.type)),
+        lists.values.slice(first, last - first),
+        type=lists.type,
+        mask=mask,
+    )
 
 
 def _position(consumer: Consumer, tp: TopicPartition) -> int | None:
@@ -103,9 +136,15 @@ class _Judge:
         latest = self._admin.list_offsets({self.tp: "latest"}, isolation_level=level)
         return earliest[self.tp].offset, latest[self.tp].offset
 
-    def out_of_range(self, pos: int) -> int | None:
-        """Where to go on after ``pos`` went out of range; None: nothing left to read."""
-        earliest, latest = self._available()
+    def progressed(self) -> None:
+        """Records came after an out-of-range error: it was passing, so the retry budget is
+        for the next stretch without progress, not for the whole range."""
+        self._retries = 0
+
+    def out_of_range(self, pos: int, available: tuple[int, int] | None = None) -> int | None:
+        """Where to go on after ``pos`` went out of range; None: nothing left to read.
+        ``available``: the partition's ``(earliest, latest)`` if just asked."""
+        earliest, latest = available if available is not None else self._available()
         fail = self.opts.fail_on_data_loss
         if pos >= latest or earliest >= self.end:
             report_data_loss(
@@ -130,13 +169,31 @@ class _Judge:
         )
         return earliest
 
+    def truncated(self, pos: int, error: LogTruncationError) -> int:
+        """The log was truncated below ``pos`` (an unclean leader election): records already
+        read may be gone, or replaced by others at the same offsets. Always data loss, whatever
+        the partition's offsets look like now; without ``failOnDataLoss`` the read goes on from
+        ``pos``, the position the consumer kept (offsets no longer there are judged then)."""
+        diverged = error.divergent_offsets.get(self.tp)
+        where = f"offset {diverged[0]}" if diverged else "an unknown offset"
+        report_data_loss(
+            f"The log of {self.name} was truncated below offset {pos} (it diverges from what "
+            f"was read at {where}; an unclean leader election)",
+            self.opts.fail_on_data_loss,
+        )
+        return pos
+
     def stalled(self, pos: int, waited_s: float) -> int | None:
-        """Nothing arrives at ``pos``: go on waiting (``pos``), stop (None, the rest is gone) or
-        time out after ``kafkaConsumer.pollTimeoutMs``."""
+        """Nothing has arrived at ``pos`` for ``waited_s``: go on waiting (``pos``), skip ahead
+        or stop (None) if the records are gone, or time out after
+        ``kafkaConsumer.pollTimeoutMs``. At or past the latest offset, loss is only concluded
+        after that timeout, as the JVM consumer polls that long first: a new leader may report
+        a lower end offset for a while (KAFKA-7703)."""
         earliest, latest = self._available()
-        if pos < earliest or pos >= latest:
-            return self.out_of_range(pos)
-        if waited_s * 1000 >= self.opts.poll_timeout_ms:
+        timed_out = waited_s * 1000 >= self.opts.poll_timeout_ms
+        if pos < earliest or (pos >= latest and timed_out):
+            return self.out_of_range(pos, (earliest, latest))
+        if timed_out:
             raise KcoreTimeoutError(
                 f"Cannot fetch record for offset {pos} of {self.name} in "
                 f"{self.opts.poll_timeout_ms} milliseconds"
@@ -175,35 +232,46 @@ def _read(
     consumer.seek(tp, part.start)
     pos = part.start
     progress_at = checked_at = time.monotonic()
+    # A short pollTimeoutMs (tests) must still be checked before it has long passed.
+    check_every = min(STALL_CHECK_S, judge.opts.poll_timeout_ms / 1000)
     while pos < part.end:
-        rb: Any
+        rb: Any = None
         out_of_range = False
+        truncation: LogTruncationError | None = None
         try:
             rb = consumer.poll_arrow(POLL_WAIT_S, max_records=part.end - pos)
+        except LogTruncationError as exc:  # before its base class: never a passing state
+            truncation = exc
         except (OffsetOutOfRangeError, NoOffsetForPartitionError):
-            rb, out_of_range = None, True  # no auto.offset.reset: judged below
+            out_of_range = True  # no auto.offset.reset: judged below
         now = time.monotonic()
+        before = pos
         if rb is not None and rb.num_rows:
             offsets = rb.column("offset").to_numpy()
             n = int(np.searchsorted(offsets, part.end))
             if n:
                 yield _to_spark(rb if n == rb.num_rows else rb.slice(0, n), target)
             pos = max(pos, int(offsets[-1]) + 1)
-            progress_at = now
         moved = _position(consumer, tp)  # past markers and compacted-away offsets too
         if moved is not None and moved > pos:
-            pos, progress_at = moved, now
+            pos = moved
+        if pos > before:
+            progress_at = now
+            judge.progressed()
         if pos >= part.end or (rb is not None and rb.num_rows):
             continue
-        if out_of_range or moved is None:
+        if truncation is not None:
+            next_pos: int | None = judge.truncated(pos, truncation)
+        elif out_of_range or moved is None:
             next_pos = judge.out_of_range(pos)
-        elif now - progress_at >= STALL_CHECK_S and now - checked_at >= STALL_CHECK_S:
+        elif now - progress_at >= check_every and now - checked_at >= check_every:
             checked_at = now
             next_pos = judge.stalled(pos, now - progress_at)
         else:
             continue
         if next_pos is None:
             return
-        if next_pos != pos or out_of_range or moved is None:
+        # A seek also ends the consumer's error state (it keeps a truncated position until then).
+        if next_pos != pos or out_of_range or truncation is not None or moved is None:
             consumer.seek(tp, next_pos)
             pos = next_pos

@@ -42,7 +42,9 @@ class RecordSender:
         cols = self.settings.columns
         topics = self.settings.topic or _topics(batch.column("topic"))
         partitions = _partitions(batch.column("partition")) if "partition" in cols else None
-        stamps = _timestamps(batch.column("timestamp")) if "timestamp" in cols else None
+        stamps = (
+            _timestamps(batch.column("timestamp"), self.records) if "timestamp" in cols else None
+        )
         keys = batch.column("key") if "key" in cols else None
         values = batch.column("value")
         headers = batch.column("headers") if "headers" in cols else None
@@ -97,17 +99,36 @@ def _partitions(column: pa.Array) -> np.ndarray | None:
     return np.asarray(column.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _timestamps(column: pa.Array) -> pa.Array | np.ndarray:
-    """Record timestamps as the JVM sink makes them. A timestamp column goes to ``send_batch``
-    as it is, which floors it to ms and takes null as the time now. A double column is seconds
-    since the epoch cast as Spark casts a double to a timestamp (truncated to microseconds; NaN
-    and infinities are null), then floored to ms (``DateTimeUtils.toMillis``)."""
+def _timestamps(column: pa.Array, first_row: int = 0) -> pa.Array | np.ndarray:
+    """Record timestamps as the JVM sink makes them: microseconds divided by 1000, truncated
+    towards zero (``KafkaWriteTask``), null as the time now. A double column is seconds since
+    the epoch, cast first as Spark casts a double to a timestamp (truncated to microseconds;
+    NaN and infinities are null). A timestamp before 1970 fails, naming its row (counted from
+    ``first_row``): Kafka takes none (Java's ``ProducerRecord`` refuses it and so fails the
+    JVM sink's task), so nothing of the batch is sent."""
     if pa.types.is_timestamp(column.type):
-        return column
-    seconds = column.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls: NaN
-    given = np.isfinite(seconds)
-    micros = np.trunc(np.where(given, seconds, 0.0) * 1_000_000).astype(np.int64)
-    return np.where(given, np.floor_divide(micros, 1000), int(time.time() * 1000))
+        micros = column.cast(pa.timestamp("us", column.type.tz), safe=False).cast(pa.int64())
+        low = pc.min(micros).as_py()
+        if low is None or low >= 0:
+            return column  # send_batch floors it to ms: the same as truncating here
+        given = micros.is_valid().to_numpy(zero_copy_only=False)
+        micros_np = micros.fill_null(0).to_numpy(zero_copy_only=False)
+    else:
+        seconds = column.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls: NaN
+        given = np.isfinite(seconds)
+        micros_np = np.trunc(np.where(given, seconds, 0.0) * 1_000_000).astype(np.int64)
+    ms = np.sign(micros_np) * (np.abs(micros_np) // 1000)  # towards zero, as Java's long /
+    bad = np.flatnonzero(given & (ms < 0))
+    if bad.size:
+        row = int(bad[0])
+        raise ConfigError(
+            "timestamp",
+            f"invalid timestamp {int(ms[row])} ms (before 1970-01-01T00:00:00Z) in row "
+            f"{first_row + row} (from 0) of the task's rows, and {bad.size - 1} more in its "
+            "Arrow batch; Kafka record timestamps must be non-negative or null. None of the "
+            "batch's rows were sent",
+        )
+    return np.where(given, ms, int(time.time() * 1000))
 
 
 def _groups(

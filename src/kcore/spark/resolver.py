@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from kcore.admin.client import AdminClient
 from kcore.admin.types import TopicPartition
-from kcore.errors import ConfigError, KcoreError
+from kcore.errors import ConfigError, KcoreError, UnknownTopicOrPartitionError
 
 from .offsets import EARLIEST, LATEST, PartitionOffsets
 from .options import OffsetLimit, ReadOptions
@@ -90,26 +90,44 @@ class OffsetResolver:
     # -- partitions -------------------------------------------------------------------------
 
     def topic_partitions(self) -> set[TopicPartition]:
-        """The partitions the strategy covers now. Topics that do not exist (yet) have none."""
+        """The partitions the strategy covers now, internal topics left out (as the JVM source
+        leaves them out). A topic that ``subscribe`` or ``assign`` names and that does not
+        exist is an error (after ``fetchOffset.numRetries`` attempts), as in the JVM source;
+        ``subscribePattern`` covers the topics that exist."""
         return self._retrying("listing partitions", self._topic_partitions)
 
     def _topic_partitions(self) -> set[TopicPartition]:
         strategy = self._opts.strategy
         admin = self._client()
-        existing = admin.list_topics(include_internal=strategy.kind != "subscribePattern")
-        if strategy.kind == "subscribe":
-            wanted = [t for t in strategy.topics if t in set(existing)]
-        elif strategy.kind == "subscribePattern":
+        if strategy.kind == "subscribePattern":
+            # Kept when the pattern is found anywhere in the name (Scala's findFirstIn, as the
+            # JVM source since Spark 3.4): ^...$ anchors it to whole names.
             pattern = re.compile(strategy.pattern)
-            wanted = [t for t in existing if pattern.fullmatch(t)]
+            wanted = [t for t in admin.list_topics() if pattern.search(t)]
         else:
-            assigned = {tp.topic for tp in strategy.partitions}
-            wanted = [t for t in existing if t in assigned]
+            if strategy.kind == "subscribe":
+                wanted = list(strategy.topics)
+            else:
+                wanted = list(dict.fromkeys(tp.topic for tp in strategy.partitions))
+            existing = set(admin.list_topics(include_internal=True))
+            missing = [t for t in wanted if t not in existing]
+            if missing:
+                raise UnknownTopicOrPartitionError(
+                    f"{strategy.kind}: topic{'s' if len(missing) > 1 else ''} "
+                    f"{', '.join(repr(t) for t in missing)} "
+                    f"{'do' if len(missing) > 1 else 'does'} not exist"
+                )
         if not wanted:
             return set()
         described = admin.describe_topics(wanted)
+        internal = sorted(d.name for d in described.values() if d.is_internal)
+        if internal:
+            log.warning("%s: internal topics are not read: %s", strategy.kind, ", ".join(internal))
         tps = {
-            TopicPartition(d.name, p.partition) for d in described.values() for p in d.partitions
+            TopicPartition(d.name, p.partition)
+            for d in described.values()
+            if not d.is_internal
+            for p in d.partitions
         }
         if strategy.kind == "assign":
             tps &= set(strategy.partitions)

@@ -39,6 +39,10 @@ COLUMN_TYPES: dict[str, tuple[DataType, ...]] = {
 # hands the producer thousands of rows at once, and kcore's producer costs ~0.1 ms of Python per
 # batch: at 16 KiB that was a third of a write's CPU (bench/test_spark_bench.py).
 SINK_BATCH_SIZE = 262144
+# kafka.transaction.timeout.ms unless given, with kafka.transactional.id: a task is one
+# transaction, and at the producer's 60 s a slow task would be aborted by the coordinator on
+# every attempt. 15 min is the brokers' default ceiling (transaction.max.timeout.ms).
+SINK_TRANSACTION_TIMEOUT_MS = 900000
 # Kafka options the sink sets itself: keys and values are written as the bytes given.
 REFUSED = {
     "key.serializer": "keys are written as given (string or binary)",
@@ -69,6 +73,8 @@ def write_settings(options: Mapping[str, str], schema: StructType) -> WriteSetti
             raise ConfigError(f"kafka.{key}", f"is not supported: {why}")
     config.setdefault("batch.size", str(SINK_BATCH_SIZE))
     prefix = config.pop("transactional.id", None)
+    if prefix:
+        config.setdefault("transaction.timeout.ms", str(SINK_TRANSACTION_TIMEOUT_MS))
     try:  # every other producer key and value, as the producer will see them
         checked = ClientConfig(
             {**config, "transactional.id": prefix} if prefix else config, role="producer"

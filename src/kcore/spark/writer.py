@@ -108,6 +108,8 @@ def write_task(settings: WriteSettings, batches: Iterator[pa.RecordBatch]) -> Ka
     (or micro-batch, after a restart) is run again, those records are written a second time.
     (Closing that gap needs the driver to commit prepared transactions: Kafka's KIP-939.)
     The prefix must be unique to the query: two queries with one prefix fence each other.
+    The transaction stays open for the whole task, so ``transaction.timeout.ms`` defaults to
+    15 min here (``write_options.SINK_TRANSACTION_TIMEOUT_MS``), not the producer's 60 s.
     """
     batches = (batch for batch in batches if batch.num_rows)
     first = next(batches, None)
