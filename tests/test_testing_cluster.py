@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -492,3 +493,120 @@ def test_plugin_errors_instead_of_skipping_when_no_cluster_can_start(
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(errors=2)
     assert "KafkaJarsError" in result.stdout.str()
+
+
+# -- review fixes: versions, Java, tools, topics, healing, user clusters' logs --------------------
+def test_kafka_version_is_read_when_a_cluster_is_made(monkeypatch):
+    from kcore.testing import versions
+    from kcore.testing.errors import ClusterError
+
+    monkeypatch.setenv("KCORE_KAFKA_VERSION", "4.1.0")
+    assert versions.kafka_version() == "4.1.0"
+    assert KafkaCluster(1).kafka_version == "4.1.0"  # made, not started
+    monkeypatch.setenv("KCORE_KAFKA_VERSION", "3.9.1")
+    with pytest.raises(ClusterError, match="4.0 or later"):
+        versions.kafka_version()
+    monkeypatch.delenv("KCORE_KAFKA_VERSION")
+    assert versions.kafka_version() == versions.DEFAULT_KAFKA_VERSION
+
+
+def test_an_old_java_is_named(tmp_path, monkeypatch):
+    fake = tmp_path / "jdk11" / "bin" / "java"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\necho 'openjdk version \"11.0.22\" 2024-01-16' >&2\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk11"))
+    with pytest.raises(KafkaJarsError, match="is Java 11; Apache Kafka 4.x needs Java 17"):
+        kjars.java_executable()
+
+
+def test_a_tool_that_overruns_its_timeout_is_a_kafka_tool_error(kafka_cluster):
+    from kcore.testing.errors import KafkaToolError
+
+    with pytest.raises(KafkaToolError, match="did not finish within") as info:
+        kafka_cluster.run_tool("kafka-topics", "--version", timeout=0.05)
+    assert info.value.returncode is None
+    # No input given: the console producer reads an empty stdin and ends, not the terminal.
+    res = kafka_cluster.run_tool(
+        "kafka-console-producer",
+        "--bootstrap-server",
+        kafka_cluster.bootstrap_servers,
+        "--topic",
+        f"tool-stdin-{uuid.uuid4().hex[:6]}",
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+
+
+def test_create_topic_returns_with_leaders_and_delete_topic(kafka_cluster3):
+    import kcore
+    from kcore.errors import TopicAlreadyExistsError
+
+    topic = f"made-{uuid.uuid4().hex[:8]}"
+    kafka_cluster3.create_topic(topic, partitions=6, config={"retention.ms": 60000})
+    with kcore.AdminClient({"bootstrap.servers": kafka_cluster3.bootstrap_servers}) as admin:
+        described = admin.describe_topics([topic])[topic]
+        assert len(described.partitions) == 6 and all(p.leader > 0 for p in described.partitions)
+        assert all(len(p.replicas) == 3 for p in described.partitions)
+    with pytest.raises(TopicAlreadyExistsError):
+        kafka_cluster3.create_topic(topic)
+    kafka_cluster3.delete_topic(topic)
+
+
+def test_the_plugin_restarts_nodes_a_test_left_down(kafka_cluster3):
+    from kcore.testing import pytest_plugin
+
+    kafka_cluster3.kill_broker(3)
+    try:
+        pytest_plugin._heal(kafka_cluster3)
+        assert all(kafka_cluster3.is_running(n) for n in kafka_cluster3.node_ids)
+    finally:
+        if not kafka_cluster3.is_running(3):
+            kafka_cluster3.start_broker(3)
+
+
+def test_a_tests_own_cluster_gets_log_tails_too(pytester):
+    """A cluster the test's own fixture yields (no plugin cluster in the session) gets the log
+    section and the 'logs kept' line on failure; here a stand-in with a log file."""
+    pytester.makepyfile(
+        """
+        import pytest
+        from pathlib import Path
+        from kcore.testing.cluster import BaseCluster
+
+        class LoggedCluster(BaseCluster):
+            def __init__(self, root):
+                self.root = root
+                (root / "server.log").write_text("line one\\nthe broker said something\\n")
+
+            @property
+            def node_ids(self):
+                return [1]
+
+            def log_tail(self, node_id, lines=50):
+                return (self.root / "server.log").read_text()
+
+            def log_path(self, node_id):
+                return self.root / "server.log"
+
+            @property
+            def work_dir(self):
+                return self.root
+
+            @property
+            def bootstrap_servers(self):
+                return "127.0.0.1:1"
+
+        @pytest.fixture
+        def my_cluster(tmp_path):
+            yield LoggedCluster(tmp_path)
+
+        def test_fails(my_cluster):
+            assert False, "deliberate"
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "kafka node 1 log (last 30 lines of " in out
+    assert "the broker said something" in out

@@ -18,15 +18,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kcore.testing")
     sub = parser.add_subparsers(dest="command", required=True)
     fetch = sub.add_parser("fetch", help="fetch the Kafka jars into the cache, print their dir")
-    fetch.add_argument("--kafka-version", default=versions.KAFKA_VERSION)
+    fetch.add_argument("--kafka-version", default=None)
     run = sub.add_parser("run", help="run a local Kafka cluster until interrupted")
     run.add_argument("--brokers", type=int, default=1)
-    run.add_argument("--kafka-version", default=versions.KAFKA_VERSION)
+    run.add_argument("--kafka-version", default=None)
     run.add_argument("--advertised-host", default=None)
     run.add_argument("--work-dir", default=None)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
+        args.kafka_version = args.kafka_version or versions.kafka_version()
         if args.command == "fetch":
             started = time.monotonic()
             libs = jars.kafka_libs(args.kafka_version)

@@ -65,7 +65,7 @@ class Archives:
     def __init__(self, java: str, libs: Path, version: str | None = None) -> None:
         self.java = java
         self.libs = libs
-        self.version = version or jars.versions.KAFKA_VERSION
+        self.version = version or jars.versions.kafka_version()
         self.dir = jars.kafka_home(version) / "cds"
         digest = hashlib.sha256()
         real_java = os.path.realpath(java)
@@ -129,6 +129,17 @@ class Archives:
             try:
                 cluster.start()
                 cluster.stop(graceful=True)  # the node writes the archive as it exits
+            except Exception as exc:
+                # Marked as tried all the same: a start that fails here would fail (and cost
+                # its timeout) before every later start. Its files go with ``tmp`` below, so
+                # the log's end goes into the warning, and the cluster claims to keep nothing.
+                self._trained_marker.write_text("archive written: False (training failed)\n")
+                try:
+                    tail = cluster.log_tail(1, 15)
+                except Exception:  # noqa: BLE001 - no log to show
+                    tail = ""
+                cluster._failed = False
+                raise RuntimeError(f"{exc}\n{tail}".rstrip()) from None
             finally:
                 cluster.stop()
             for old in [*self.dir.glob("*.jsa"), *self.dir.glob("trained-*")]:

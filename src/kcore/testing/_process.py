@@ -78,7 +78,19 @@ class _Spawner:
                 self._thread.start()
             fut: Future[subprocess.Popen[bytes]] = Future()
             self._queue.put((fut, list(args), kwargs))
-        return fut.result()
+        try:
+            return fut.result()
+        except BaseException:
+            # Interrupted (Ctrl-C) while the spawner forks: the caller will never know the
+            # child, so nobody would stop it. Kill it the moment it exists (or never start it).
+            if not fut.cancel():
+                fut.add_done_callback(_kill_orphan)
+            raise
+
+
+def _kill_orphan(fut: Future[subprocess.Popen[bytes]]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        kill(fut.result())
 
 
 _spawner = _Spawner()

@@ -32,9 +32,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from . import _cds, _process, jars
-from .errors import ClusterControlError, ClusterStartError, KafkaToolError
+from .errors import ClusterControlError, ClusterError, ClusterStartError, KafkaToolError
 
 log = logging.getLogger("kcore.testing")
 
@@ -393,16 +394,29 @@ class BaseCluster:
             _tool_main(tool),
             *(os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in args),
         ]
-        res = subprocess.run(
-            cmd,
-            input=input,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            start_new_session=True,
-            preexec_fn=_process._pdeathsig_preexec(),
-        )
+        try:
+            res = subprocess.run(
+                cmd,
+                input=input,
+                # Without input, none: a console tool must not wait on the terminal.
+                stdin=subprocess.DEVNULL if input is None else None,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=timeout,
+                start_new_session=True,
+                preexec_fn=_process._pdeathsig_preexec(),
+            )
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stderr or exc.stdout or ""
+            if isinstance(out, bytes):
+                out = out.decode(errors="replace")
+            raise KafkaToolError(
+                f"{_tool_main(tool)} did not finish within {timeout:g}s:\n{out.strip()[-4000:]}",
+                returncode=None,
+                stdout=exc.stdout if isinstance(exc.stdout, str) else "",
+                stderr=out,
+            ) from None
         if check and res.returncode != 0:
             raise KafkaToolError(
                 f"{_tool_main(tool)} {' '.join(cmd[cmd.index(_tool_main(tool)) + 1 :])} exited "
@@ -426,23 +440,50 @@ class BaseCluster:
         bootstrap_servers: str | None = None,
         timeout: float = 120.0,
     ) -> None:
-        """Create a topic with Kafka's TopicCommand (until kcore has its own admin client).
-        ``replication_factor`` defaults to min(3, nodes) here, the broker default elsewhere."""
-        args: list[str] = [
-            "--bootstrap-server",
-            bootstrap_servers or self.bootstrap_servers,
-            "--create",
-            "--topic",
-            name,
-            "--partitions",
-            str(partitions),
-        ]
-        rf = replication_factor or (min(3, len(self.nodes)) if self.nodes else None)
-        if rf:
-            args += ["--replication-factor", str(rf)]
-        for key, value in (config or {}).items():
-            args += ["--config", f"{key}={_prop_value(value)}"]
-        self.run_tool("kafka-topics", *args, timeout=timeout, check=True)
+        """Create a topic (kcore's admin client: no JVM, so it works in every mode) and return
+        once the cluster's metadata gives each partition a leader, so a test can use it at
+        once. ``replication_factor`` defaults to min(3, nodes) here, the broker default
+        elsewhere. A topic that exists already raises kcore's TopicAlreadyExistsError."""
+        from kcore.admin import AdminClient, AdminOperationError, NewTopic
+
+        rf = replication_factor or (min(3, len(self.nodes)) if self.nodes else -1)
+        topic = NewTopic(
+            name, partitions, rf, {k: _prop_value(v) for k, v in (config or {}).items()}
+        )
+        deadline = time.monotonic() + timeout
+        bootstrap = bootstrap_servers or self.bootstrap_servers
+        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+            try:
+                admin.create_topics([topic], timeout=timeout)
+            except AdminOperationError as exc:  # one topic: its own error, as Java's get()
+                raise exc.errors.get(name, exc) from None
+            self._wait_for_leaders(admin, name, partitions, deadline)
+
+    def delete_topic(
+        self, name: str, *, bootstrap_servers: str | None = None, timeout: float = 120.0
+    ) -> None:
+        """Delete a topic (kcore's admin client)."""
+        from kcore.admin import AdminClient
+
+        bootstrap = bootstrap_servers or self.bootstrap_servers
+        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+            admin.delete_topics([name], timeout=timeout)
+
+    def _wait_for_leaders(self, admin: Any, name: str, partitions: int, deadline: float) -> None:
+        from kcore.errors import KcoreError
+
+        while True:
+            try:
+                described = admin.describe_topics([name])[name]
+                if len(described.partitions) >= partitions and all(
+                    p.leader >= 0 for p in described.partitions
+                ):
+                    return
+            except KcoreError:
+                pass  # not in the metadata yet
+            if time.monotonic() > deadline:
+                raise ClusterError(f"topic {name!r} has no leader for every partition yet")
+            time.sleep(0.05)
 
 
 class KafkaCluster(BaseCluster):
@@ -462,7 +503,8 @@ class KafkaCluster(BaseCluster):
     :param startup_timeout: seconds for every node to log ``Kafka Server started``.
     :param shutdown_timeout: seconds a node gets to shut down on SIGTERM before SIGKILL.
     :param work_dir: where node dirs go (default: a new temp dir, removed on clean stop).
-    :param kafka_version: Kafka release (default ``kcore.testing.versions.KAFKA_VERSION``).
+    :param kafka_version: Kafka release (default: ``KCORE_KAFKA_VERSION``, read when the
+        cluster is made, else ``kcore.testing.versions.DEFAULT_KAFKA_VERSION``).
     :param keep_logs: keep ``server.log`` s after a clean stop (data dirs are removed). Default:
         keep them when ``work_dir`` was given. After a failure everything is always kept.
     """
@@ -504,7 +546,7 @@ class KafkaCluster(BaseCluster):
         self.jvm_args = tuple(jvm_args)
         self.startup_timeout = startup_timeout
         self.shutdown_timeout = shutdown_timeout
-        self.kafka_version = kafka_version or jars.versions.KAFKA_VERSION
+        self.kafka_version = kafka_version or jars.versions.kafka_version()
         self._work_dir_arg = Path(work_dir) if work_dir is not None else None
         self.keep_logs = keep_logs if keep_logs is not None else work_dir is not None
         self.cluster_id: str | None = None

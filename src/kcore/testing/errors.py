@@ -40,9 +40,10 @@ class ClusterControlError(ClusterError):
 
 
 class KafkaToolError(ClusterError):
-    """A Kafka command-line tool run with ``check=True`` exited with a non-zero status."""
+    """A Kafka command-line tool run with ``check=True`` exited with a non-zero status, or a
+    tool did not finish within its timeout (``returncode`` None)."""
 
-    def __init__(self, message: str, *, returncode: int, stdout: str, stderr: str) -> None:
+    def __init__(self, message: str, *, returncode: int | None, stdout: str, stderr: str) -> None:
         self.returncode = returncode
         self.stdout = stdout
         self.stderr = stderr

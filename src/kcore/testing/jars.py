@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -51,13 +52,13 @@ def cache_root() -> Path:
 
 def kafka_home(version: str | None = None) -> Path:
     """The cache directory of one Kafka version (holds ``pom.xml``, ``libs/``, the stamp)."""
-    return cache_root() / f"kafka-{version or versions.KAFKA_VERSION}"
+    return cache_root() / f"kafka-{version or versions.kafka_version()}"
 
 
 def render_pom(version: str | None = None) -> str:
     """A pom whose dependencies are a KRaft broker, Kafka's CLI tools and a logging backend
     (Kafka's own POMs leave log4j2 out; the release tarball adds it)."""
-    version = version or versions.KAFKA_VERSION
+    version = version or versions.kafka_version()
     return maven_project(
         "kcore.testing.jars",
         "kafka-broker-libs",
@@ -132,21 +133,56 @@ def maven_project(generator: str, artifact_id: str, version: str, body: str) -> 
 """
 
 
+JAVA_MIN_VERSION = 17  # Kafka 4.x brokers need Java 17
+
+
 def java_executable() -> str:
-    """``$JAVA_HOME/bin/java`` if it exists, else ``java`` on PATH."""
+    """``$JAVA_HOME/bin/java`` if it exists, else ``java`` on PATH; checked once to be Java 17
+    or newer (an older one would fail later, as an UnsupportedClassVersionError in the log)."""
     home = os.environ.get("JAVA_HOME")
+    found: str | None = None
     if home:
         candidate = Path(home) / "bin" / "java"
         if os.access(candidate, os.X_OK):
-            return str(candidate)
-    found = shutil.which("java")
+            found = str(candidate)
+        else:
+            log.warning("JAVA_HOME=%s has no bin/java; using java from PATH", home)
+    found = found or shutil.which("java")
     if not found:
         raise KafkaJarsError(
             "`java` was not found (not on PATH, no usable $JAVA_HOME). kcore.testing runs Apache "
             "Kafka from its jars and needs Java 17 or newer, e.g. `apt-get install "
             "openjdk-17-jre-headless`."
         )
+    _check_java_version(found)
     return found
+
+
+_checked_java: dict[str, int] = {}
+
+
+def _check_java_version(java: str) -> None:
+    if java not in _checked_java:
+        try:
+            res = subprocess.run(
+                [java, "-version"], capture_output=True, text=True, timeout=60, errors="replace"
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise KafkaJarsError(f"cannot run {java} -version: {exc}") from None
+        # `java -version` says e.g. 'openjdk version "17.0.9"' or '"1.8.0_392"' on stderr.
+        m = re.search(r'version "(\d+)(?:\.(\d+))?', res.stderr + res.stdout)
+        major = 0
+        if m:
+            major = int(m.group(1))
+            if major == 1 and m.group(2):  # 1.8 is Java 8
+                major = int(m.group(2))
+        _checked_java[java] = major
+    major = _checked_java[java]
+    if major and major < JAVA_MIN_VERSION:
+        raise KafkaJarsError(
+            f"{java} is Java {major}; Apache Kafka 4.x needs Java {JAVA_MIN_VERSION} or newer "
+            "(set JAVA_HOME to one, or put it first on PATH)"
+        )
 
 
 def mvn_executable() -> str:
@@ -191,7 +227,7 @@ def _tail(text: str, lines: int = 40) -> str:
 def kafka_libs(version: str | None = None) -> Path:
     """The directory holding every jar a Kafka ``version`` broker and its tools need (a
     classpath is ``str(kafka_libs() / "*")``). Fetched with Maven on first use, then cached."""
-    version = version or versions.KAFKA_VERSION
+    version = version or versions.kafka_version()
     home = kafka_home(version)
     pom = render_pom(version)
     if _complete(home, pom):
@@ -237,6 +273,7 @@ def fetch_with_maven(home: Path, pom: str, what: str, main_jar: str, **stamp: st
         "-q",
         "-f",
         str(home / "pom.xml"),
+        "--strict-checksums",  # a download whose checksum does not match fails
         "dependency:copy-dependencies",
         "-DincludeScope=runtime",
         f"-DoutputDirectory={staging}",
@@ -269,7 +306,8 @@ def fetch_with_maven(home: Path, pom: str, what: str, main_jar: str, **stamp: st
         why = f"exit status {res.returncode}" if res.returncode else f"no {main.name}"
         raise KafkaJarsError(
             f"Maven could not fetch {what} ({why}). Command: {' '.join(cmd)} "
-            f"(pom: {home / 'pom.xml'}). Last lines of its output:\n"
+            f"(pom: {home / 'pom.xml'}). Behind a proxy, Maven reads it from "
+            "~/.m2/settings.xml, not HTTPS_PROXY. Last lines of its output:\n"
             f"{_tail(res.stdout) or '(no output)'}"
         )
     shutil.rmtree(libs, ignore_errors=True)

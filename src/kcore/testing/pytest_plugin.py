@@ -5,7 +5,10 @@
 * ``KCORE_BOOTSTRAP=host:port`` — both fixtures are that existing cluster (ExternalCluster).
 * ``KCORE_TEST_BROKER=docker`` — started with testcontainers (DockerKafkaCluster, one node).
 * A cluster that cannot start makes the tests that use it error; they are never skipped.
-* When a test using a cluster fails, the tail of every node's log is added to its report.
+* When a test using a cluster fails (the plugin's or one a test's own fixture yields), the tail
+  of every node's log is added to its report, and the cluster keeps its logs.
+* After a test that stopped or killed nodes of a session cluster, they are started again.
+* Under pytest-xdist every worker starts its own clusters (each node a JVM of -Xmx512m).
 
 Importing this module does no JVM or Maven work; everything happens in the fixtures. pytest
 loads it through the ``pytest11`` entry point named ``kcore`` (``-p no:kcore`` disables it);
@@ -27,6 +30,7 @@ CLUSTER_FIXTURES = ("kafka_cluster", "kafka_cluster3")
 LOG_TAIL_LINES = 30
 
 _clusters: list[BaseCluster] = []  # every cluster a fixture started this session
+_user_clusters: list[BaseCluster] = []  # the tests' own clusters, once a test using one failed
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -84,8 +88,7 @@ def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def _clusters_of(item: pytest.Item) -> list[BaseCluster]:
-    if not _clusters:
-        return []
+    """The clusters a test had as fixtures: the plugin's and the user's own."""
     from kcore.testing.cluster import BaseCluster
 
     funcargs = getattr(item, "funcargs", None) or {}
@@ -103,8 +106,41 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed:
         for cluster in _clusters_of(item):
             cluster.mark_failed()
+            if all(cluster is not c for c in (*_clusters, *_user_clusters)):
+                _user_clusters.append(cluster)  # named in the summary with the plugin's
             for title, text in _log_sections(cluster):
                 report.sections.append((title, text))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a test that stopped or killed nodes of a session cluster, they are started again:
+    the next tests get the whole cluster (a test that failed between kill and restart would
+    otherwise leave it short of a node for the rest of the session)."""
+    yield
+    if nextitem is None:  # the session's clusters are being stopped
+        return
+    for cluster in _clusters_of(item):
+        if any(cluster is c for c in _clusters):
+            _heal(cluster)
+
+
+def _heal(cluster: BaseCluster) -> None:
+    from kcore.testing.errors import ClusterError
+
+    try:
+        down = [n for n in cluster.node_ids if not cluster.is_running(n)]
+    except ClusterError:  # a cluster kcore.testing does not run (KCORE_BOOTSTRAP, docker)
+        return
+    if len(down) == len(cluster.node_ids):
+        return  # stopped as a whole: not a test's doing
+    for node_id in down:
+        try:
+            cluster.start_broker(node_id)
+        except ClusterError as exc:  # the next test that needs it fails and shows the log
+            import warnings
+
+            warnings.warn(f"kcore.testing: could not restart node {node_id}: {exc}", stacklevel=1)
 
 
 def _log_sections(cluster: BaseCluster) -> list[tuple[str, str]]:
@@ -128,6 +164,6 @@ def _log_sections(cluster: BaseCluster) -> list[tuple[str, str]]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    for cluster in _clusters:
+    for cluster in (*_clusters, *_user_clusters):
         if cluster.failed and cluster.work_dir is not None:
             terminalreporter.write_line(f"kcore: Kafka logs kept in {cluster.work_dir}")
