@@ -28,6 +28,7 @@ from kcore.errors import (
     TopicAuthorizationFailedError,
     error_for_code,
 )
+from kcore.metrics import ClientMetrics
 from kcore.network.address import canonical_names, format_address, parse_address
 from kcore.network.backoff import ExponentialBackoff
 from kcore.network.connection import BrokerConnection, ConnectionSettings
@@ -45,7 +46,9 @@ REBOOTSTRAP_REQUIRED = 129  # KIP-1102: the broker tells the client to re-bootst
 FATAL_STAGES = frozenset({"tls", "authentication"})
 
 
-def connection_settings(config: Mapping[str, Any]) -> ConnectionSettings:
+def connection_settings(
+    config: Mapping[str, Any], metrics: ClientMetrics | None = None
+) -> ConnectionSettings:
     """The per-connection settings of a client config (a :class:`kcore.config.ClientConfig`)."""
     protocol = str(config.get("security.protocol") or "PLAINTEXT").upper()
     sasl_factory = None
@@ -96,6 +99,7 @@ def connection_settings(config: Mapping[str, Any]) -> ConnectionSettings:
         sasl_mechanism=mechanism,
         sasl_factory=sasl_factory,
         sasl_prepare=sasl_prepare,
+        metrics=metrics,
     )
 
 
@@ -123,7 +127,13 @@ class ClusterClient:
         if not isinstance(config, ClientConfig):
             config = ClientConfig(config, role="common")
         self.config = config
-        self.settings = connection_settings(config)
+        # The client's metrics: the network layer's here, the producer's or consumer's own
+        # recorded by them (Producer.metrics(), Consumer.metrics()).
+        self.metrics = ClientMetrics.from_config(config)
+        self.metrics.declare("request", "total", "rate")
+        self.metrics.declare("outgoing-byte", "total", "rate")
+        self.metrics.declare("incoming-byte", "total", "rate")
+        self.settings = connection_settings(config, self.metrics)
         servers = config.get("bootstrap.servers")
         if isinstance(servers, str):
             servers = [s for s in (x.strip() for x in servers.split(",")) if s]
@@ -153,6 +163,9 @@ class ClusterClient:
         self.auto_create = auto_create
         self.topics: set[str] = set()
         self._conns: dict[int, BrokerConnection] = {}
+        self.metrics.gauge(
+            "connection-count", lambda: sum(1 for c in list(self._conns.values()) if c.is_ready)
+        )
         self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
         self._nodes: dict[int, _NodeState] = {}
         self._refresh_task: asyncio.Task[ClusterMetadata] | None = None

@@ -6,6 +6,7 @@ by the admin client (whose commits come from outside any membership)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -90,6 +91,7 @@ class GroupOffsets:
             topics=[OffsetCommitRequestTopic(name=t, partitions=p) for t, p in by_topic.items()],
         )
         backoff = Backoff(self.link.cluster, timeout)
+        started = time.monotonic()
         while True:
             try:
                 # v10 names topics by id; names keep this independent of the metadata.
@@ -102,6 +104,9 @@ class GroupOffsets:
                 p.error_code for t in response.topics for p in t.partitions if p.error_code != 0
             }
             if not codes:
+                # Java's consumer-coordinator-metrics: a commit and how long it took.
+                elapsed_ms = (time.monotonic() - started) * 1000
+                self.link.cluster.metrics.record("commit-latency", elapsed_ms)
                 return
             code = next(iter(codes))
             if REBALANCE_IN_PROGRESS in codes:

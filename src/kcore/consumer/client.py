@@ -39,6 +39,28 @@ class ConsumerRecord(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...]
 
 
+def _declare_metrics(core: ConsumerCore) -> None:
+    """The consumer's metrics, named as Java's consumer-fetch-manager-metrics and
+    consumer-coordinator-metrics groups have them."""
+    metrics = core.cluster.metrics
+    metrics.declare("records-consumed", "total", "rate")
+    metrics.declare("bytes-consumed", "total", "rate")
+    metrics.declare("fetch-latency", "avg", "max")
+    metrics.declare("fetch-size", "avg", "max")
+    metrics.declare("fetch-throttle-time", "avg", "max")
+    metrics.declare("records-lag", "max")
+    metrics.declare("commit-latency", "avg", "max")
+    metrics.gauge("fetch-total", lambda: metrics.count("fetch-latency"))
+    metrics.gauge("fetch-rate", lambda: metrics.rate_of("fetch-latency"))
+    metrics.gauge("commit-total", lambda: metrics.count("commit-latency"))
+    metrics.gauge("commit-rate", lambda: metrics.rate_of("commit-latency"))
+    metrics.gauge("assigned-partitions", lambda: len(core.fetcher.states))
+    metrics.gauge(
+        "last-poll-seconds-ago",
+        lambda: -1.0 if core.last_poll is None else time.monotonic() - core.last_poll,
+    )
+
+
 def _tps(partitions: Iterable[TopicPartition | tuple[str, int]]) -> list[TopicPartition]:
     return [TopicPartition(*tp) for tp in partitions]
 
@@ -82,6 +104,8 @@ class ConsumerCore:
             offsets, timeout = self.group.offsets, self.group.api_timeout_s
             self.fetcher.committed_lookup = lambda tps: offsets.fetch_with_epochs(tps, timeout)
         self.manual = False  # assign() was used (exclusive with subscribe, as in Java)
+        self.last_poll: float | None = None
+        _declare_metrics(self)
 
     async def start(self) -> None:
         """Bootstrap and start the fetcher; on failure the connections close."""
@@ -330,9 +354,30 @@ class ConsumerCore:
         self.fetcher.completed.remove(data)
         st.queued -= 1
         st.queued_bytes -= len(data.records)
+        self.cluster.metrics.record("bytes-consumed", len(data.records))
         if data.end_offset > (st.position or 0):
             st.took(data, data.end_offset)
+        self._record_lag(st)
         self.wake()
+
+    def _record_lag(self, st: PartitionState) -> None:
+        """records-lag-max: how far a partition's position is behind its high watermark
+        (read_committed: its last stable offset) after records were handed out."""
+        if st.high_watermark >= 0 and st.position is not None:
+            self.cluster.metrics.record("records-lag", max(0, st.high_watermark - st.position))
+
+    def consumed(self, records: int) -> None:
+        """A poll returned ``records``: counted, and the time of the poll kept."""
+        self.last_poll = time.monotonic()
+        if records:
+            self.cluster.metrics.record("records-consumed", records)
+
+    def current_lag(self, tp: TopicPartition) -> int | None:
+        with self.fetcher.lock:
+            st = self.fetcher.states.get(tp)
+            if st is None or st.high_watermark < 0 or st.position is None:
+                return None
+            return max(0, st.high_watermark - st.position)
 
     async def edge_offsets(
         self, partitions: Iterable[TopicPartition | tuple[str, int]], which: str, timeout: float
@@ -387,8 +432,10 @@ class ConsumerCore:
                     out.extend(recs[data.taken : data.taken + n])
                     data.taken += n
                     st.took(data, recs[data.taken - 1].offset + 1)
+                    self._record_lag(st)
                 if data.taken >= len(recs):
                     self._finish(data, st)
+        self.consumed(len(out))
         return out
 
     def _decode(self, data: FetchedData) -> list[ConsumerRecord]:
@@ -434,8 +481,10 @@ class ConsumerCore:
                     data.taken += n
                     left -= n
                     st.took(data, part.column("offset")[n - 1].as_py() + 1)
+                    self._record_lag(st)
                 if data.taken >= rb.num_rows:
                     self._finish(data, st)
+        self.consumed(max_records - left)
         if not batches:
             return _empty_arrow()
         if len(batches) == 1:
@@ -666,6 +715,18 @@ class Consumer(ProcessLocal):
         while True:
             yield from self.poll(1.0)
 
+    def metrics(self) -> dict[str, float]:
+        """The consumer's metrics by their Java names (``records-consumed-rate``,
+        ``records-lag-max``, ``fetch-latency-avg``, ``commit-latency-avg``, ...): see
+        :mod:`kcore.metrics`."""
+        return self._core.cluster.metrics.snapshot()
+
+    def current_lag(self, partition: TopicPartition | tuple[str, int]) -> int | None:
+        """How many records ``partition`` is behind its high watermark (read_committed: its
+        last stable offset) as the last fetch saw it, without asking the broker; None when
+        not known yet (Java's ``currentLag``)."""
+        return self._core.current_lag(TopicPartition(*partition))
+
     def close(self) -> None:
         """Leave the group as :meth:`unsubscribe` does (within 8 s of group I/O; listeners
         run here), commit a manual assignment's positions under auto-commit, close the
@@ -845,6 +906,14 @@ class AsyncConsumer:
             await self._core.fetcher.wait_for_data_async(
                 min(left, 0.1) if self._core.group else left
             )
+
+    def metrics(self) -> dict[str, float]:
+        """As :meth:`Consumer.metrics`."""
+        return self._core.cluster.metrics.snapshot()
+
+    def current_lag(self, partition: TopicPartition | tuple[str, int]) -> int | None:
+        """As :meth:`Consumer.current_lag`."""
+        return self._core.current_lag(TopicPartition(*partition))
 
     async def close(self) -> None:
         """As :meth:`Consumer.close`."""

@@ -505,7 +505,15 @@ class Fetcher:
             forgotten_topics_data=forget,
         )
         timeout = self.cluster.settings.request_timeout_s + self.max_wait_ms / 1000
+        started = time.monotonic()
         response = await self.cluster.send(node, request, version, timeout=timeout)
+        metrics = self.cluster.metrics
+        metrics.record("fetch-latency", (time.monotonic() - started) * 1000)
+        metrics.record("fetch-throttle-time", response.throttle_time_ms or 0)
+        metrics.record(
+            "fetch-size",
+            sum(len(p.records or b"") for t in response.responses for p in t.partitions),
+        )
         if not session.on_response(response.error_code, response.session_id):
             if response.error_code in SESSION_ERROR_CODES:
                 log.debug(

@@ -31,6 +31,7 @@ from kcore.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
+from kcore.metrics import ClientMetrics
 from kcore.network.address import format_address, resolve
 from kcore.protocol import KafkaProtocol, broker_versions, choose_version
 from kcore.protocol.messages import (
@@ -69,6 +70,8 @@ class ConnectionSettings:
     # Awaited before connecting and before logging in again, outside the setup timeout: an
     # OAUTHBEARER token source may be slow (HTTP), and that is not the broker's fault.
     sasl_prepare: Callable[[], Awaitable[None]] | None = None
+    # The client's metrics (request count, bytes out and in), or None.
+    metrics: ClientMetrics | None = None
 
 
 Buffer = bytes | bytearray | memoryview
@@ -560,6 +563,10 @@ class BrokerConnection:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters[correlation_id] = waiter
         self.last_active = time.monotonic()
+        metrics = self.settings.metrics
+        if metrics is not None:
+            metrics.record("request")
+            metrics.record("outgoing-byte", sum(len(s) for s in segments))
         stream.send(segments)
         del segments  # sent or buffered: not kept while the answer is awaited
         await stream.drain()
@@ -589,6 +596,8 @@ class BrokerConnection:
 
     def _data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
+        if self.settings.metrics is not None:
+            self.settings.metrics.record("incoming-byte", len(data))
         try:
             responses = self._proto.receive_data(data)
         except ProtocolError as exc:

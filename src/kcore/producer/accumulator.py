@@ -113,6 +113,8 @@ class RecordAccumulator:
         self._in_flight: dict[TopicPartition, int] = {}
         self.max_in_flight = max(1, max_in_flight)
         self._used = 0
+        self.waiting = 0  # threads blocked for buffer.memory now
+        self.wait_ns_total = 0  # how long they have been blocked, all told
         # Delivered batches' buffers, reused by new batches (Java's BufferPool); counted with
         # _used against buffer.memory. Small batches gain nothing: malloc recycles those.
         self._pool: BatchBufferPool | None = None
@@ -134,6 +136,18 @@ class RecordAccumulator:
         """Take ``need`` bytes of ``buffer.memory``, waiting for the sender to free some."""
         need = min(need, self.buffer_memory)  # one oversized record may use all of it
         # Pooled buffers do not count here: the new batch takes one of them (_new_batch).
+        if self._used + need > self.buffer_memory:
+            # Blocked for memory: counted, as Java's waiting-threads and bufferpool-wait-time.
+            self.waiting += 1
+            started = time.monotonic_ns()
+            try:
+                self._wait_for_memory(need, deadline)
+            finally:
+                self.waiting -= 1
+                self.wait_ns_total += time.monotonic_ns() - started
+        self._used += need
+
+    def _wait_for_memory(self, need: int, deadline: float) -> None:
         while self._used + need > self.buffer_memory:
             if self._closed:
                 raise self._closed_error()
@@ -148,7 +162,11 @@ class RecordAccumulator:
                     "the brokers take records slower than they are sent"
                 )
             self._cond.wait(left)
-        self._used += need
+
+    @property
+    def available_bytes(self) -> int:
+        """buffer.memory not taken by batches (pooled buffers count as free, as Java's)."""
+        return self.buffer_memory - self._used
 
     def _new_batch(
         self, tp: TopicPartition, estimate: int, deadline: float, closed: bool = False

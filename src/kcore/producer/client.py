@@ -121,6 +121,11 @@ class Producer(ProcessLocal):
         those in flight are waited for, then the coordinator aborts what was written."""
         self._loop.run(self._core.abort_transaction(timeout))
 
+    def metrics(self) -> dict[str, float]:
+        """The producer's metrics by their Java names (``record-send-rate``,
+        ``request-latency-avg``, ``buffer-available-bytes``, ...): see :mod:`kcore.metrics`."""
+        return self._core.cluster.metrics.snapshot()
+
     def close(self, timeout: float | None = None) -> None:
         """Deliver what is queued (up to ``timeout``), then fail what is left; nothing is
         dropped silently. Called from a delivery callback (the network thread), it cannot
@@ -229,6 +234,10 @@ class AsyncProducer:
 
     async def abort_transaction(self, timeout: float | None = None) -> None:
         await self._core.abort_transaction(timeout)
+
+    def metrics(self) -> dict[str, float]:
+        """As :meth:`Producer.metrics`."""
+        return self._core.cluster.metrics.snapshot()
 
     async def close(self, timeout: float | None = None) -> None:
         await self._core.close(timeout)

@@ -22,6 +22,7 @@ from kcore.errors import (
     MessageTooLargeError,
     TransactionStateError,
 )
+from kcore.metrics import ClientMetrics
 from kcore.producer.accumulator import BATCH_HEADER, RECORD_OVERHEAD, RecordAccumulator
 from kcore.producer.results import BatchResult, DeliveryFuture, RecordMetadata, SendBatchResult
 from kcore.producer.sender import Sender
@@ -58,6 +59,7 @@ class ProducerCore:
             max_in_flight=int(cfg["max.in.flight.requests.per.connection"]),
         )
         self.accumulator.wake_sender = self.wake_sender
+        _declare_metrics(self.cluster.metrics, self.accumulator)
         self.idempotent = bool(cfg["enable.idempotence"])
         self.sender = Sender(
             self.cluster,
@@ -717,3 +719,19 @@ def _take(column: Any, indices: Any) -> Any:
     if len(indices) == 1:
         return [column[int(indices[0])]]
     return list(itemgetter(*indices.tolist())(column))
+
+
+def _declare_metrics(metrics: ClientMetrics, acc: RecordAccumulator) -> None:
+    """The producer's metrics, named as Java's producer-metrics group has them."""
+    metrics.declare("record-send", "total", "rate")
+    metrics.declare("record-retry", "total", "rate")
+    metrics.declare("record-error", "total", "rate")
+    metrics.declare("batch-size", "avg", "max")
+    metrics.declare("compression-rate", "avg")
+    metrics.declare("records-per-request", "avg")
+    metrics.declare("request-latency", "avg", "max")
+    metrics.declare("produce-throttle-time", "avg", "max")
+    metrics.gauge("buffer-total-bytes", lambda: acc.buffer_memory)
+    metrics.gauge("buffer-available-bytes", lambda: acc.available_bytes)
+    metrics.gauge("waiting-threads", lambda: acc.waiting)
+    metrics.gauge("bufferpool-wait-time-ns-total", lambda: acc.wait_ns_total)

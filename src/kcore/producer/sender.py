@@ -375,11 +375,17 @@ class Sender:
             # renumber it.
             if batch.sequence is not None:
                 batch.maybe_written = True
+        metrics = self.cluster.metrics
+        metrics.record("records-per-request", sum(b.records for b in sent))
+        started = time.monotonic()
         try:
             response = await self.cluster.send(node, request, version)
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
             self._retry_all(sent, exc)
             return
+        if response is not None:
+            metrics.record("request-latency", (time.monotonic() - started) * 1000)
+            metrics.record("produce-throttle-time", response.throttle_time_ms or 0)
         # Let go of the request (it holds every batch's bytes) before the batches land, so
         # that a delivered batch's buffer is free to go back to the producer's pool.
         del request
@@ -422,6 +428,7 @@ class Sender:
                     self._fail(b, KcoreError(f"{b.tp.topic}-{b.tp.partition}: {exc}"))
                     continue
                 parts.append(PartitionProduceData(index=b.tp.partition, records=payload))
+                self._record_batch(b, len(payload))
                 part = md.partition(b.tp.topic, b.tp.partition)
                 b.leader_epoch = part.leader_epoch if part is not None else -1
                 sent.append(b)
@@ -440,6 +447,15 @@ class Sender:
             topic_data=topic_data,
         )
         return request, sent
+
+    def _record_batch(self, batch: ProducerBatch, size: int) -> None:
+        """A batch goes out (again): its records, its size and how well it compressed."""
+        metrics = self.cluster.metrics
+        metrics.record("record-send", batch.records)
+        metrics.record("batch-size", size)
+        raw = batch.builder.size_in_bytes
+        if self.acc.compression != "none" and raw > 0:
+            metrics.record("compression-rate", size / raw)
 
     def _handle_response(self, response: Any, batches: list[ProducerBatch], version: int) -> None:
         names_by_id = {t.topic_id: n for n, t in self.cluster.metadata.topics.items() if t.topic_id}
@@ -604,6 +620,7 @@ class Sender:
                     0.0  # KIP-951, as Java: a new leader is known already (a hint in the answer)
                 )
             self.acc.requeue(batch, now + backoff)
+            self.cluster.metrics.record("record-retry", batch.records)
             self.wakeup()
             return
         self._fail(batch, exc)
@@ -624,6 +641,7 @@ class Sender:
     ) -> None:
         self._land(batch)
         self.acc.done(batch)
+        self.cluster.metrics.record("record-error", batch.records)
         batch.result.fail(exc, record_errors)
         if self.txn is not None:
             # The transaction fails with it (no epoch bump in flight; abort bumps if needed).
@@ -650,6 +668,7 @@ class Sender:
         """Fail a waiting batch of a transaction that aborted or failed (not its own error)."""
         self._land(batch)
         self.acc.done(batch)
+        self.cluster.metrics.record("record-error", batch.records)
         batch.result.fail(exc)
         if self.txn is not None:
             self.txn.batch_dropped(self._numbered(batch))
