@@ -105,6 +105,7 @@ class ConsumerCore:
             self.fetcher.committed_lookup = lambda tps: offsets.fetch_with_epochs(tps, timeout)
         self.manual = False  # assign() was used (exclusive with subscribe, as in Java)
         self.last_poll: float | None = None
+        self.closed = False
         _declare_metrics(self)
 
     async def start(self) -> None:
@@ -120,6 +121,7 @@ class ConsumerCore:
             self.group.loop = self.loop
 
     async def close(self) -> None:
+        self.closed = True
         if self.group is not None:
             try:  # bounded: a dead coordinator must not hold close() up
                 await asyncio.wait_for(self.group.close(commit=True), 8)
@@ -399,7 +401,10 @@ class ConsumerCore:
 
     def check_can_poll(self) -> None:
         """As Java's consumer: polling with neither a subscription nor an assignment is a
-        mistake (it would wait out every timeout and return nothing), not an empty result."""
+        mistake (it would wait out every timeout and return nothing), not an empty result.
+        So is polling a closed consumer (it would return nothing for ever)."""
+        if self.closed:
+            raise KcoreError("the consumer is closed")
         if self.group is not None and self.group.subscribed:
             return
         with self.fetcher.lock:
@@ -878,9 +883,14 @@ class AsyncConsumer:
         if the topic does not exist."""
         return await self._core.partitions_for(topic)
 
+    def _check_started(self) -> None:
+        if self._core.loop is None and not self._core.closed:
+            raise KcoreError("the AsyncConsumer is not started: await start() (or async with)")
+
     async def poll(
         self, timeout: float = 1.0, max_records: int | None = None
     ) -> list[ConsumerRecord]:
+        self._check_started()
         self._core.check_can_poll()
         limit = max_records or self._core.max_poll_records
         deadline = time.monotonic() + timeout
@@ -895,6 +905,7 @@ class AsyncConsumer:
             )
 
     async def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
+        self._check_started()
         self._core.check_can_poll()
         deadline = time.monotonic() + timeout
         while True:
@@ -917,6 +928,8 @@ class AsyncConsumer:
 
     async def close(self) -> None:
         """As :meth:`Consumer.close`."""
+        if self._core.closed:
+            return
         error: Exception | None = None
         group = self._core.leaving()
         if group is not None and self._core.loop is not None:

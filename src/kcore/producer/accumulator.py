@@ -21,7 +21,7 @@ from kcore.codec import RecordBatchBuilder, decode_batches
 from kcore.errors import KcoreError, KcoreTimeoutError
 from kcore.producer.results import BatchResult
 
-__all__ = ["ProducerBatch", "RecordAccumulator"]
+__all__ = ["MemoryShortage", "ProducerBatch", "RecordAccumulator"]
 
 _ORDER = itertools.count()
 
@@ -90,6 +90,11 @@ class ProducerBatch(ProducerBatchBase):
         self.maybe_written = False
 
 
+class MemoryShortage(Exception):
+    """buffer.memory is full and the calling thread may not wait for it (internal: the
+    AsyncProducer then waits off its event loop and tries again)."""
+
+
 class RecordAccumulator:
     def __init__(
         self,
@@ -113,6 +118,8 @@ class RecordAccumulator:
         self._in_flight: dict[TopicPartition, int] = {}
         self.max_in_flight = max(1, max_in_flight)
         self._used = 0
+        # The thread that must never block for memory (an AsyncProducer's event loop).
+        self.no_wait_thread: int | None = None
         self.waiting = 0  # threads blocked for buffer.memory now
         self.wait_ns_total = 0  # how long they have been blocked, all told
         # Delivered batches' buffers, reused by new batches (Java's BufferPool); counted with
@@ -137,6 +144,12 @@ class RecordAccumulator:
         need = min(need, self.buffer_memory)  # one oversized record may use all of it
         # Pooled buffers do not count here: the new batch takes one of them (_new_batch).
         if self._used + need > self.buffer_memory:
+            if self.no_wait_thread is not None and threading.get_ident() == self.no_wait_thread:
+                # The AsyncProducer's event loop, which also runs the sender that frees memory:
+                # waiting here would stall both. The caller waits elsewhere (MemoryShortage).
+                if self._closed:
+                    raise self._closed_error()
+                raise MemoryShortage(need)
             # Blocked for memory: counted, as Java's waiting-threads and bufferpool-wait-time.
             self.waiting += 1
             started = time.monotonic_ns()

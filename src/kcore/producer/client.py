@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
 from kcore.errors import KcoreError
 from kcore.network.loop_thread import start_on_loop_thread
 from kcore.network.process_local import ProcessLocal
+from kcore.producer.accumulator import MemoryShortage
 from kcore.producer.core import OnDelivery, ProducerCore
 from kcore.producer.results import DeliveryFuture, SendBatchResult
 
@@ -156,6 +160,10 @@ class AsyncProducer:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._core = ProducerCore(config)
         self._core.send_path.slow = partial(self._core.slow_send, self._cached_counts)
+        self._core.async_callbacks = True
+        # Where a call waits for buffer.memory: one thread, so such calls keep their order.
+        # The event loop must not wait (it runs the sender that frees the memory).
+        self._waiter: concurrent.futures.ThreadPoolExecutor | None = None
 
     def _cached_counts(self, topic: str, partition: int | None = None) -> tuple[int, list[int]]:
         counts = self._core.cached_partitions(topic)
@@ -165,7 +173,29 @@ class AsyncProducer:
 
     async def start(self) -> AsyncProducer:
         await self._core.start()
+        self._core.accumulator.no_wait_thread = threading.get_ident()
         return self
+
+    def _check_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the producer started on, which must be the caller's (its sender and
+        connections live there)."""
+        loop = self._core.loop
+        if loop is None:
+            raise KcoreError("the AsyncProducer is not started: await start() (or async with)")
+        if asyncio.get_running_loop() is not loop:
+            raise KcoreError(
+                "the AsyncProducer is used from an event loop other than the one it started on"
+            )
+        return loop
+
+    async def _off_loop(self, call: Callable[[], Any]) -> Any:
+        """``call`` on the waiting thread, where it may block for buffer.memory (up to
+        max.block.ms) while this loop's sender frees it."""
+        if self._waiter is None:
+            self._waiter = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="kcore-producer-wait"
+            )
+        return await asyncio.get_running_loop().run_in_executor(self._waiter, call)
 
     async def __aenter__(self) -> AsyncProducer:
         return await self.start()
@@ -190,10 +220,15 @@ class AsyncProducer:
         headers: Sequence[tuple[str, Any]] | None = None,
         on_delivery: OnDelivery | None = None,
     ) -> DeliveryFuture:
+        self._check_loop()
         await self._counts(topic, partition)  # the metadata, fetched on first use
-        return self._core.send_path.send(
-            topic, value, key, partition, timestamp_ms, headers, on_delivery
-        )
+        send = self._core.send_path.send
+        try:
+            return send(topic, value, key, partition, timestamp_ms, headers, on_delivery)
+        except MemoryShortage:  # nothing of the record was queued: again, where it may wait
+            return await self._off_loop(
+                partial(send, topic, value, key, partition, timestamp_ms, headers, on_delivery)
+            )
 
     async def send_batch(
         self,
@@ -205,12 +240,29 @@ class AsyncProducer:
         timestamp_ms: Any = None,
         headers: Any = None,
     ) -> SendBatchResult:
+        self._check_loop()
         counts = await self._counts(topic, partition)
-        return self._core.append_batch(
-            topic, values, keys, partition, timestamp_ms, counts, headers
+        # Chunk by chunk on the waiting thread: a call larger than the free buffer.memory
+        # waits there for the sender (on this loop) to free some, as the sync Producer's
+        # caller waits for its network thread.
+        return cast(
+            SendBatchResult,
+            await self._off_loop(
+                partial(
+                    self._core.append_batch,
+                    topic,
+                    values,
+                    keys,
+                    partition,
+                    timestamp_ms,
+                    counts,
+                    headers,
+                )
+            ),
         )
 
     async def flush(self, timeout: float | None = None) -> None:
+        self._check_loop()
         await self._core.flush(timeout)
 
     # -- transactions (as :class:`Producer`'s) ----------------------------------------------------
@@ -240,4 +292,15 @@ class AsyncProducer:
         return self._core.cluster.metrics.snapshot()
 
     async def close(self, timeout: float | None = None) -> None:
-        await self._core.close(timeout)
+        """Flush (up to ``timeout``) and stop; safe to cancel (the closing goes on, and a later
+        close() waits for it)."""
+        if self._core.loop is None:  # never started: nothing runs
+            await self._core.cluster.close()
+            return
+        self._check_loop()
+        try:
+            await self._core.close(timeout)
+        finally:
+            if self._waiter is not None and self._core._closing is not None:
+                if self._core._closing.done():
+                    self._waiter.shutdown(wait=False)

@@ -4,10 +4,11 @@ the sender task and the cluster client (all on one event loop)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import numbers
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from kcore._codec import SendPath, record_size_upper_bound
@@ -60,6 +61,11 @@ class ProducerCore:
         )
         self.accumulator.wake_sender = self.wake_sender
         _declare_metrics(self.cluster.metrics, self.accumulator)
+        self._closing: asyncio.Future[None] | None = None
+        # AsyncProducer: an on_delivery that returns an awaitable is run as a task of the
+        # producer's loop (the sync Producer calls callbacks on its network thread).
+        self.async_callbacks = False
+        self._callback_tasks: set[asyncio.Task[Any]] = set()
         self.idempotent = bool(cfg["enable.idempotence"])
         self.sender = Sender(
             self.cluster,
@@ -214,6 +220,15 @@ class ProducerCore:
             self.accumulator.end_flush()
 
     async def close(self, timeout: float | None) -> None:
+        """Flush (up to ``timeout``), then stop. Safe to cancel: the closing goes on in a task
+        of its own, which a later close() waits for (a close cut short by a caller's
+        wait_for would otherwise leave the sender, its sockets and the records' futures
+        behind, with every later close() returning at once)."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close(timeout))
+        await asyncio.shield(self._closing)
+
+    async def _close(self, timeout: float | None) -> None:
         if self.closed:
             return
         txn = self.txn
@@ -344,7 +359,7 @@ class ProducerCore:
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         future = DeliveryFuture(result, 0, topic, partition, ts)
         if on_delivery is not None:
-            future.add_done_callback(_delivery_callback(on_delivery))
+            future.add_done_callback(self._delivery_callback(on_delivery))
         return future
 
     def append(
@@ -371,10 +386,56 @@ class ProducerCore:
             raise
         future = DeliveryFuture(batch.result, index, topic, partition, ts)
         if on_delivery is not None:
-            future.add_done_callback(_delivery_callback(on_delivery))
+            future.add_done_callback(self._delivery_callback(on_delivery))
         if wake:
             self.wake_sender()
         return future
+
+    def _delivery_callback(self, on_delivery: OnDelivery) -> Callable[[DeliveryFuture], None]:
+        def call(future: DeliveryFuture) -> None:
+            try:
+                metadata = future.result(0)
+            except BaseException as exc:  # the delivery error goes to the callback
+                outcome = on_delivery(exc, None)
+            else:
+                outcome = on_delivery(None, metadata)
+            if inspect.isawaitable(outcome):
+                self._run_callback(outcome)
+
+        return call
+
+    def _run_callback(self, outcome: Awaitable[Any]) -> None:
+        """An ``async def`` on_delivery: an AsyncProducer runs it as a task of its loop (kept
+        until done, its error logged); the sync Producer cannot await it, and says so."""
+        loop = self.loop
+        if not self.async_callbacks or loop is None or loop.is_closed():
+            if inspect.iscoroutine(outcome):
+                outcome.close()  # (no "never awaited" warning on top of the error)
+            log.error(
+                "on_delivery returned an awaitable, which the (sync) Producer does not await: "
+                "pass a plain function, or use AsyncProducer"
+            )
+            return
+
+        async def run() -> None:
+            await outcome
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            task = loop.create_task(run())
+            self._callback_tasks.add(task)
+            task.add_done_callback(self._callback_done)
+        else:  # completed on another thread (a send that waited for memory off the loop)
+            asyncio.run_coroutine_threadsafe(run(), loop).add_done_callback(self._callback_done)
+
+    def _callback_done(self, task: Any) -> None:
+        if isinstance(task, asyncio.Task):
+            self._callback_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("on_delivery callback failed", exc_info=task.exception())
 
     # -- transactions (on the loop, except begin_transaction) ----------------------------------
 
@@ -627,18 +688,6 @@ async def _all_done(pending: list[Any], left: list[int]) -> None:
     for result in pending:
         result.add_callback(lambda r: loop.call_soon_threadsafe(one_done, r))
     await all_done
-
-
-def _delivery_callback(on_delivery: OnDelivery) -> Callable[[DeliveryFuture], None]:
-    def call(future: DeliveryFuture) -> None:
-        try:
-            metadata = future.result(0)
-        except BaseException as exc:  # the delivery error goes to the callback
-            on_delivery(exc, None)
-            return
-        on_delivery(None, metadata)
-
-    return call
 
 
 def _milliseconds(column: Any) -> Any:
