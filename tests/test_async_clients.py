@@ -162,3 +162,21 @@ def test_misuse_is_an_error_not_a_hang(kafka_cluster):
     consumer.close()
     with pytest.raises(KcoreError, match="closed"):
         consumer.poll(0.1)
+
+
+def test_an_event_loop_that_ends_without_close_fails_the_records_loudly(kafka_cluster, caplog):
+    bs = kafka_cluster.bootstrap_servers
+    topic = _topic(bs, 1)
+    futures: list = []
+
+    async def run() -> None:
+        producer = await kcore.AsyncProducer({"bootstrap.servers": bs, "linger.ms": 60000}).start()
+        for i in range(10):
+            futures.append(await producer.send(topic, b"%d" % i))
+        # no close(): asyncio.run cancels the sender as the loop ends
+
+    asyncio.run(run())
+    assert all(f.done() for f in futures)
+    with pytest.raises(KcoreError, match="event loop ended before close"):
+        futures[0].result(0)
+    assert "event loop ended before close" in caplog.text

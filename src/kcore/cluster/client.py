@@ -7,7 +7,6 @@ Asyncio, single loop. The synchronous APIs run it on a :class:`~kcore.network.Lo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -32,6 +31,7 @@ from kcore.metrics import ClientMetrics
 from kcore.network.address import canonical_names, format_address, parse_address
 from kcore.network.backoff import ExponentialBackoff
 from kcore.network.connection import BrokerConnection, ConnectionSettings
+from kcore.network.events import wait_event
 from kcore.network.tls import build_ssl_context
 from kcore.protocol.messages import FindCoordinatorRequest, MetadataRequest
 from kcore.protocol.messages.metadata_request import MetadataRequestTopic
@@ -707,10 +707,7 @@ class ClusterClient:
                 wait = max(wait, self.retry_backoff.backoff_s(attempt - 1))
             wanted.clear()
             if wait > 0:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(
-                        wanted.wait(), min(wait, 1.0, max(self.idle_timeout_s / 4, 0.01))
-                    )
+                await wait_event(wanted, min(wait, 1.0, max(self.idle_timeout_s / 4, 0.01)))
             self._close_idle()
             if not self.cache.needs_update():
                 continue

@@ -49,6 +49,7 @@ from kcore.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
+from kcore.network.events import wait_event
 from kcore.protocol.messages import FetchRequest, OffsetForLeaderEpochRequest
 from kcore.protocol.messages.fetch_request import FetchPartition, FetchTopic, ForgottenTopic
 from kcore.protocol.messages.offset_for_leader_epoch_request import (
@@ -212,10 +213,7 @@ class Fetcher:
                 log.exception("fetcher")
                 self._deliver_error(KcoreError(f"the fetcher failed: {exc!r}"))
                 await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), 0.5)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._wakeup, 0.5)
 
     def leader_epoch(self, tp: TopicPartition) -> int:
         """The partition leader's epoch in the current metadata (-1: unknown)."""

@@ -20,6 +20,7 @@ from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import Backoff, CoordinatorLink
 from kcore.cluster.group_offsets import MemberIdentity
 from kcore.errors import BrokerConnectionError, KafkaError, KcoreTimeoutError, error_for_code
+from kcore.network.events import wait_event
 from kcore.protocol.messages.consumer_group_heartbeat_request import (
     ConsumerGroupHeartbeatRequest,
 )
@@ -151,10 +152,7 @@ class ConsumerGroupMember:
             # Awake at the poll deadline too (the broker's interval is 5 s by default): a
             # member that stopped polling must leave when max.poll.interval.ms says.
             poll_due = self.last_poll + self.rebalance_timeout_ms / 1000 - time.monotonic()
-            try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, min(self.interval_s, poll_due)))
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._wake, max(0.0, min(self.interval_s, poll_due)))
             self._wake.clear()
 
     def _request(self, epoch: int) -> ConsumerGroupHeartbeatRequest:

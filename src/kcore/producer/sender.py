@@ -34,6 +34,7 @@ from kcore.errors import (
     KcoreTimeoutError,
     error_for_code,
 )
+from kcore.network.events import wait_event
 from kcore.producer.accumulator import ProducerBatch, RecordAccumulator
 from kcore.protocol.messages import InitProducerIdRequest, ProduceRequest
 from kcore.protocol.messages.produce_request import PartitionProduceData, TopicProduceData
@@ -191,6 +192,24 @@ class Sender:
     async def run(self) -> None:
         try:
             await self._run()
+        except asyncio.CancelledError:
+            if not self._stopping:
+                # Cancelled without close(): an AsyncProducer's event loop ended under it
+                # (asyncio.run cancels what is left). What was not delivered fails, loudly,
+                # rather than leaving its futures unanswered.
+                pending = self.acc.pending_results()
+                ended = KcoreError(
+                    "the producer's event loop ended before close(): its records were not "
+                    "all delivered (close or flush an AsyncProducer before the loop ends)"
+                )
+                if pending:
+                    log.warning("%s (%d batches)", ended, len(pending))
+                self._stopping = True
+                self.acc.close(ended)
+                for result in pending:
+                    if not result.done:
+                        result.fail(ended)
+            raise
         except Exception as exc:
             # A fatal error (or a bug) must not leave callers waiting forever: fail what waits
             # to be sent, refuse more. Batches in flight are settled by their answers (one
@@ -240,10 +259,7 @@ class Sender:
                 timeout = min(timeout, 0.1)  # in-flight records' delivery.timeout.ms
             self._wakeup.clear()
             if wait is None or wait > 0:
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), timeout)
-                except asyncio.TimeoutError:
-                    pass
+                await wait_event(self._wakeup, timeout)
             else:
                 await asyncio.sleep(0)  # more may be ready: drain again after replies
 
