@@ -334,7 +334,7 @@ def test_batches_and_pooled_buffers_stay_within_buffer_memory() -> None:
             batch, _, _ = acc.append(partitions[i % 6], None, value, 0, None, 5.0)
             if batch not in batches:
                 batches.append(batch)
-            assert acc._used + pool.held_bytes <= memory + batch_size, (round_, i)
+            assert acc._used + pool.held_bytes <= memory, (round_, i)
         for batch in batches:
             batch.closed = True
             batch.payload = batch.builder.build()
@@ -345,3 +345,29 @@ def test_batches_and_pooled_buffers_stay_within_buffer_memory() -> None:
     assert pool.reuses > 0
     acc.close()
     assert pool.held_bytes == 0
+
+
+def test_a_pooled_batch_is_made_at_its_capacity_and_counted_within_buffer_memory() -> None:
+    """A new batch's buffer is batch.size + 16 KiB exactly (not the next power of two), and
+    what is counted against buffer.memory never passes it, pool or not."""
+    from kcore.producer.accumulator import BATCH_SLACK
+
+    acc = RecordAccumulator(
+        batch_size=100_000, linger_s=0.0, buffer_memory=240_000, compression="none"
+    )
+    batch, _, _ = acc.append(TP, None, b"v" * 1000, 0, None, 5.0)
+    assert batch.builder.capacity == 100_000 + BATCH_SLACK
+    assert batch.reserved == batch.builder.capacity
+    other, _, _ = acc.append(TopicPartition("t", 1), None, b"v" * 1000, 0, None, 5.0)
+    assert acc._used <= 240_000 and acc.available_bytes >= 0
+    # A third partition's batch does not fit: it waits (and times out) rather than overshoot.
+    try:
+        acc.append(TopicPartition("t", 2), None, b"v", 0, None, 0.05)
+    except KcoreError:
+        pass
+    assert acc._used <= 240_000
+    for b in (batch, other):
+        b.closed = True
+        b.payload = b.builder.build()
+        acc.done(b)
+    assert acc._used == 0

@@ -553,16 +553,22 @@ def test_create_topic_returns_with_leaders_and_delete_topic(kafka_cluster3):
     kafka_cluster3.delete_topic(topic)
 
 
-def test_the_plugin_restarts_nodes_a_test_left_down(kafka_cluster3):
+def test_the_plugin_restarts_nodes_a_test_left_down(kafka_cluster3, kafka_cluster):
+    """A node of a session cluster a test killed is started again, the only node of a
+    one-node cluster too; a cluster stopped as a whole is left alone."""
     from kcore.testing import pytest_plugin
 
-    kafka_cluster3.kill_broker(3)
-    try:
-        pytest_plugin._heal(kafka_cluster3)
-        assert all(kafka_cluster3.is_running(n) for n in kafka_cluster3.node_ids)
-    finally:
-        if not kafka_cluster3.is_running(3):
-            kafka_cluster3.start_broker(3)
+    for cluster, node in ((kafka_cluster3, 3), (kafka_cluster, 1)):
+        cluster.kill_broker(node)
+        try:
+            pytest_plugin._heal(cluster)
+            assert all(cluster.is_running(n) for n in cluster.node_ids)
+        finally:
+            if not cluster.is_running(node):
+                cluster.start_broker(node)
+    stopped = KafkaCluster(1)  # never started
+    pytest_plugin._heal(stopped)
+    assert not stopped.nodes or not any(stopped.is_running(n) for n in stopped.node_ids)
 
 
 def test_a_tests_own_cluster_gets_log_tails_too(pytester):

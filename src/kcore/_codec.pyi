@@ -77,6 +77,7 @@ class RecordBatchBuilder:
         log_append_time: bool = False,
         pool: BatchBufferPool | None = None,
         capacity: int = 0,
+        max_capacity: int = 0,
     ) -> None: ...
     def __len__(self) -> int: ...
     @property

@@ -335,15 +335,16 @@ cdef class BatchBufferPool:
     def __len__(self):
         return len(self._free)
 
-    cdef object take(self, Py_ssize_t min_size):
-        """The most recently pooled buffer of at least ``min_size`` bytes (its pages are the
-        warmest), or None; smaller ones on the way are let go."""
+    cdef object take(self, Py_ssize_t min_size, Py_ssize_t max_size):
+        """The most recently pooled buffer of ``min_size`` to ``max_size`` bytes (its pages
+        are the warmest), or None; others on the way are let go (a buffer larger than the
+        batch's reservation would take memory outside buffer.memory)."""
         cdef Py_ssize_t size
         while self._free:
             buf = self._free.pop()
             size = PyBytes_GET_SIZE(buf)
             self.held_bytes -= size
-            if size >= min_size:
+            if min_size <= size <= max_size:
                 self.reuses += 1
                 return buf
         return None
@@ -411,7 +412,8 @@ cdef class RecordBatchBuilder:
                   int64_t producer_id=-1, int producer_epoch=-1, int32_t base_sequence=-1,
                   bint transactional=False, bint is_control=False, int compression_level=-1,
                   int partition_leader_epoch=-1, bint log_append_time=False,
-                  BatchBufferPool pool=None, Py_ssize_t capacity=0):
+                  BatchBufferPool pool=None, Py_ssize_t capacity=0,
+                  Py_ssize_t max_capacity=0):
         self.codec = codec_id(compression)
         self.level = compression_level
         self._batch = NULL
@@ -423,14 +425,23 @@ cdef class RecordBatchBuilder:
         self.out.size = 0
         self.out.cap = 0
         if pool is not None:
-            taken = pool.take(capacity)
+            taken = pool.take(capacity, max_capacity if max_capacity > 0 else capacity)
             if taken is not None:
                 Py_INCREF(taken)  # the pool's reference went with ``taken``: now the sole one
                 self._batch = <PyObject*>taken
                 self._alloc = self.out.cap = PyBytes_GET_SIZE(taken)
                 self.out.data = <uint8_t*>PyBytes_AS_STRING(taken)
         if self._batch == NULL:
-            self.reserve(capacity if capacity > 4096 else 4096)
+            if capacity > 4096:
+                # Exactly that (reserve() would double past it, to the next power of two).
+                fresh = PyBytes_FromStringAndSize(NULL, capacity)
+                Py_INCREF(fresh)
+                self._batch = <PyObject*>fresh
+                self._alloc = self.out.cap = capacity
+                self.out.data = <uint8_t*>PyBytes_AS_STRING(fresh)
+                kcore_hint_huge_pages(self.out.data, capacity)
+            else:
+                self.reserve(4096)
         self.out.size = BATCH_HEADER_SIZE
         self.record_count = 0
         self.base_offset = base_offset

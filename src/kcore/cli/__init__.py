@@ -243,6 +243,11 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+# Events a command's loop checks between steps: SIGTERM sets them instead of interrupting
+# wherever the main thread is (a poll half done would skip records in a group's commit).
+SOFT_STOPS: list[threading.Event] = []
+
+
 def _stdout_to_devnull() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
@@ -261,6 +266,10 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         return
 
     def interrupt(signum: int, frame: Any) -> None:
+        if SOFT_STOPS:  # a loop that stops itself between steps (consume: nothing half-read)
+            for stop in SOFT_STOPS:
+                stop.set()
+            return
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupt)

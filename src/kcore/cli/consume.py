@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -114,8 +115,12 @@ def run_consume(
                     # the console consumer), not a reset to the beginning.
                     consumer.seek(tp, min(max(starts[tp], at), ends[tp]))
         unwritten: dict[TopicPartition, int] = {}  # the first record of this poll not yet out
+        from kcore.cli import SOFT_STOPS
+
+        stop = threading.Event()  # SIGTERM: the loop ends between polls
+        SOFT_STOPS.append(stop)
         try:
-            while count is None or seen < count:
+            while (count is None or seen < count) and not stop.is_set():
                 if exit_at_end and _at_end(consumer, ends):
                     break
                 limit = None if count is None else count - seen
@@ -137,6 +142,8 @@ def run_consume(
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except KeyboardInterrupt:
             pass  # Ctrl-C ends a consume that would go on: commit and summary as usual
+        finally:
+            SOFT_STOPS.remove(stop)
         # Records of the last poll that did not all get out are not consumed: back to the
         # first of them, so that a group's commit does not skip what nobody read.
         for tp, first in unwritten.items():

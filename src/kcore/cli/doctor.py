@@ -191,13 +191,24 @@ async def run_doctor(
     for probe in (*report.bootstrap, *report.brokers):
         failing = probe.failing_ips
         if failing:
-            # A client picks one of a name's addresses: it works or fails by luck.
+            # Clients (client.dns.lookup=use_all_dns_ips, the default) go on to the next
+            # address: one that refuses costs a moment, one that does not answer costs the
+            # connection setup timeout each time it is picked.
             bad = "; ".join(f"{ip}: {why}" for ip, why in failing.items())
-            report.problems.append(
+            text = (
                 f"{probe.address} resolves to {len(probe.tcp)} addresses and "
-                f"{len(failing)} of them cannot be reached ({bad}); clients that pick those "
-                "fail now and then: fix DNS or /etc/hosts, or the listener's bind address"
+                f"{len(failing)} of them cannot be reached ({bad})"
             )
+            if all("refused" in why for why in failing.values()):
+                report.notes.append(
+                    text + "; clients try the next address, so this only slows connecting "
+                    "(a listener bound to one address family or interface?)"
+                )
+            else:
+                report.problems.append(
+                    text + "; a client that picks one waits its connection setup timeout "
+                    "before trying the next: fix DNS or /etc/hosts, or the listener's address"
+                )
         if probe.cluster_id is not None and probe.cluster_id != metadata.cluster_id:
             report.problems.append(
                 f"{probe.address} answers for another cluster ({probe.cluster_id}, not "

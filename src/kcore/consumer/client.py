@@ -106,6 +106,7 @@ class ConsumerCore:
         self.manual = False  # assign() was used (exclusive with subscribe, as in Java)
         self.last_poll: float | None = None
         self.closed = False
+        self._closing: asyncio.Future[None] | None = None
         _declare_metrics(self)
 
     async def start(self) -> None:
@@ -121,7 +122,14 @@ class ConsumerCore:
             self.group.loop = self.loop
 
     async def close(self) -> None:
+        """Commit and leave (bounded), stop fetching, close the connections. Safe to cancel:
+        the closing goes on in a task of its own, which a later close() waits for."""
         self.closed = True
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
         if self.group is not None:
             try:  # bounded: a dead coordinator must not hold close() up
                 await asyncio.wait_for(self.group.close(commit=True), 8)
@@ -365,8 +373,8 @@ class ConsumerCore:
     def _record_lag(self, st: PartitionState) -> None:
         """records-lag-max: how far a partition's position is behind its high watermark
         (read_committed: its last stable offset) after records were handed out."""
-        if st.high_watermark >= 0 and st.position is not None:
-            self.cluster.metrics.record("records-lag", max(0, st.high_watermark - st.position))
+        if st.lag_end >= 0 and st.position is not None:
+            self.cluster.metrics.record("records-lag", max(0, st.lag_end - st.position))
 
     def consumed(self, records: int) -> None:
         """A poll returned ``records``: counted, and the time of the poll kept."""
@@ -377,9 +385,9 @@ class ConsumerCore:
     def current_lag(self, tp: TopicPartition) -> int | None:
         with self.fetcher.lock:
             st = self.fetcher.states.get(tp)
-            if st is None or st.high_watermark < 0 or st.position is None:
+            if st is None or st.lag_end < 0 or st.position is None:
                 return None
-            return max(0, st.high_watermark - st.position)
+            return max(0, st.lag_end - st.position)
 
     async def edge_offsets(
         self, partitions: Iterable[TopicPartition | tuple[str, int]], which: str, timeout: float
@@ -927,8 +935,9 @@ class AsyncConsumer:
         return self._core.current_lag(TopicPartition(*partition))
 
     async def close(self) -> None:
-        """As :meth:`Consumer.close`."""
+        """As :meth:`Consumer.close`; safe to cancel (a later close() finishes it)."""
         if self._core.closed:
+            await self._core.close()  # a close cut short earlier: wait for it to finish
             return
         error: Exception | None = None
         group = self._core.leaving()

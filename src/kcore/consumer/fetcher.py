@@ -89,6 +89,9 @@ class PartitionState:
     queued: int = 0  # responses of it waiting in the queue
     queued_bytes: int = 0
     high_watermark: int = -1
+    # Where lag is measured to: the high watermark, or read_committed the last stable offset
+    # (as Java's records-lag and currentLag).
+    lag_end: int = -1
     reset_to: str | None = None  # a pending seek_to_beginning/end ("earliest"/"latest")
     batch_bytes: int = 0  # size of the next batch, when the last fetch got only part of it
     served: int = 0  # when it last had data queued (fetch order: longest waiting first)
@@ -549,6 +552,10 @@ class Fetcher:
             if st.validating is not None or epoch != st.leader_epoch:
                 return  # from a leader since replaced (KIP-320): fetched again once checked
             st.high_watermark = p.high_watermark
+            lso = getattr(p, "last_stable_offset", -1)
+            st.lag_end = (
+                lso if self.isolation_level and lso is not None and lso >= 0 else (p.high_watermark)
+            )
             if code == 0:
                 st.errors = 0
                 records = p.records

@@ -184,23 +184,26 @@ class RecordAccumulator:
     def _new_batch(
         self, tp: TopicPartition, estimate: int, deadline: float, closed: bool = False
     ) -> ProducerBatch:
-        reserved = max(self.batch_size, estimate + BATCH_HEADER)
-        self._reserve(reserved, deadline)
-        reserved = min(reserved, self.buffer_memory)
-        builder = RecordBatchBuilder(
-            self.compression,
-            compression_level=self.compression_level,
-            pool=self._pool,
-            capacity=self._capacity,
+        # With the pool, a batch's buffer is made (or taken) at its capacity up front, and
+        # counted whole: batches and pooled buffers together stay within buffer.memory.
+        reserved = min(
+            max(self.batch_size, estimate + BATCH_HEADER, self._capacity), self.buffer_memory
         )
-        if self._pool is not None:
-            if builder.capacity > reserved:
-                # A buffer larger than the reservation (with room past batch.size): counted
-                # whole, so batches and pooled buffers together stay within buffer.memory.
-                self._used += builder.capacity - reserved
-                reserved = builder.capacity
-            if self._used + self._pool.held_bytes > self.buffer_memory:
-                self._pool.trim(max(0, self.buffer_memory - self._used))
+        self._reserve(reserved, deadline)
+        try:
+            builder = RecordBatchBuilder(
+                self.compression,
+                compression_level=self.compression_level,
+                pool=self._pool,
+                capacity=self._capacity,
+                max_capacity=reserved,
+            )
+        except BaseException:  # (MemoryError, an interrupt): the reservation goes back
+            self._used -= reserved
+            self._cond.notify_all()
+            raise
+        if self._pool is not None and self._used + self._pool.held_bytes > self.buffer_memory:
+            self._pool.trim(max(0, self.buffer_memory - self._used))
         batch = ProducerBatch(tp, builder, reserved)
         batch.closed = closed
         queue = self._queues.setdefault(tp, deque())

@@ -470,8 +470,10 @@ class Sender:
         metrics.record("record-send", batch.records)
         metrics.record("batch-size", size)
         raw = batch.builder.size_in_bytes
-        if self.acc.compression != "none" and raw > 0:
-            metrics.record("compression-rate", size / raw)
+        if raw > 0:  # 1.0 uncompressed, as Java's
+            metrics.record(
+                "compression-rate", size / raw if self.acc.compression != "none" else 1.0
+            )
 
     def _handle_response(self, response: Any, batches: list[ProducerBatch], version: int) -> None:
         names_by_id = {t.topic_id: n for n, t in self.cluster.metadata.topics.items() if t.topic_id}

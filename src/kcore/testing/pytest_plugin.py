@@ -128,12 +128,12 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def _heal(cluster: BaseCluster) -> None:
     from kcore.testing.errors import ClusterError
 
+    if not getattr(cluster, "_started", False):
+        return  # stopped as a whole (cluster.stop()), or not one kcore.testing runs
     try:
         down = [n for n in cluster.node_ids if not cluster.is_running(n)]
     except ClusterError:  # a cluster kcore.testing does not run (KCORE_BOOTSTRAP, docker)
         return
-    if len(down) == len(cluster.node_ids):
-        return  # stopped as a whole: not a test's doing
     for node_id in down:
         try:
             cluster.start_broker(node_id)
