@@ -34,6 +34,7 @@ from kcore.errors import (
     KcoreTimeoutError,
     error_for_code,
 )
+from kcore.metrics import ClientMetrics
 from kcore.network.events import wait_event
 from kcore.producer.accumulator import ProducerBatch, RecordAccumulator
 from kcore.protocol.messages import InitProducerIdRequest, ProduceRequest
@@ -73,6 +74,8 @@ class Sender:
         retries: int = 2**31 - 1,
     ) -> None:
         self.cluster = cluster
+        # The client's metrics (a sender made without a ClusterClient records into its own).
+        self.metrics: ClientMetrics = getattr(cluster, "metrics", None) or ClientMetrics()
         self.acc = accumulator
         self.acks = acks
         self.request_timeout_s = request_timeout_s
@@ -391,7 +394,7 @@ class Sender:
             # renumber it.
             if batch.sequence is not None:
                 batch.maybe_written = True
-        metrics = self.cluster.metrics
+        metrics = self.metrics
         metrics.record("records-per-request", sum(b.records for b in sent))
         started = time.monotonic()
         try:
@@ -466,7 +469,7 @@ class Sender:
 
     def _record_batch(self, batch: ProducerBatch, size: int) -> None:
         """A batch goes out (again): its records, its size and how well it compressed."""
-        metrics = self.cluster.metrics
+        metrics = self.metrics
         metrics.record("record-send", batch.records)
         metrics.record("batch-size", size)
         raw = batch.builder.size_in_bytes
@@ -638,7 +641,7 @@ class Sender:
                     0.0  # KIP-951, as Java: a new leader is known already (a hint in the answer)
                 )
             self.acc.requeue(batch, now + backoff)
-            self.cluster.metrics.record("record-retry", batch.records)
+            self.metrics.record("record-retry", batch.records)
             self.wakeup()
             return
         self._fail(batch, exc)
@@ -659,7 +662,7 @@ class Sender:
     ) -> None:
         self._land(batch)
         self.acc.done(batch)
-        self.cluster.metrics.record("record-error", batch.records)
+        self.metrics.record("record-error", batch.records)
         batch.result.fail(exc, record_errors)
         if self.txn is not None:
             # The transaction fails with it (no epoch bump in flight; abort bumps if needed).
@@ -686,7 +689,7 @@ class Sender:
         """Fail a waiting batch of a transaction that aborted or failed (not its own error)."""
         self._land(batch)
         self.acc.done(batch)
-        self.cluster.metrics.record("record-error", batch.records)
+        self.metrics.record("record-error", batch.records)
         batch.result.fail(exc)
         if self.txn is not None:
             self.txn.batch_dropped(self._numbered(batch))
