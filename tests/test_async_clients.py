@@ -180,3 +180,52 @@ def test_an_event_loop_that_ends_without_close_fails_the_records_loudly(kafka_cl
     with pytest.raises(KcoreError, match="event loop ended before close"):
         futures[0].result(0)
     assert "event loop ended before close" in caplog.text
+
+
+def test_an_on_assign_cut_short_by_a_cancelled_poll_is_finished_by_the_next(kafka_cluster):
+    """asyncio.wait_for(consumer.poll(), ...) cancels a poll whose async on_assign is still
+    running (seeking to offsets kept elsewhere, say): the listener goes on, and the next poll
+    waits for it before handing out records, so they start where it sought."""
+    bs = kafka_cluster.bootstrap_servers
+    topic = _topic(bs, 1)
+    with kcore.Producer({"bootstrap.servers": bs}) as producer:
+        for i in range(20):
+            producer.send(topic, b"%d" % i)
+
+    async def run() -> tuple[list, list[int]]:
+        events: list = []
+        config = {
+            "bootstrap.servers": bs,
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        }
+        async with kcore.AsyncConsumer(config) as consumer:
+
+            async def on_assign(partitions) -> None:
+                events.append("assign started")
+                await asyncio.sleep(1.0)
+                for tp in partitions:
+                    consumer.seek(tp, 15)  # as if the offset were kept outside Kafka
+                events.append("assign done")
+
+            consumer.subscribe([topic], on_assign=on_assign)
+            got: list = []
+            cancelled = 0
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while len(got) < 5 and loop.time() < deadline:
+                try:
+                    got += await asyncio.wait_for(consumer.poll(2.0), 0.3)
+                except asyncio.TimeoutError:
+                    cancelled += 1
+            events.append(("cancelled polls", cancelled > 0))
+            return events, [r.offset for r in got]
+
+    events, offsets = asyncio.run(run())
+    assert events[:2] == ["assign started", "assign done"] and events[2] == (
+        "cancelled polls",
+        True,
+    )
+    assert offsets == [15, 16, 17, 18, 19]
