@@ -229,3 +229,37 @@ def test_an_on_assign_cut_short_by_a_cancelled_poll_is_finished_by_the_next(kafk
         True,
     )
     assert offsets == [15, 16, 17, 18, 19]
+
+
+def test_a_later_close_with_a_deadline_forces_a_waiting_one(kafka_cluster):
+    """close() with no timeout waits for records a stopped (SIGSTOPped) broker does not
+    answer; a later close(0.5) ends it at its own deadline, failing what is left, as Java's
+    close(timeout)."""
+    import os
+    import signal
+
+    bs = kafka_cluster.bootstrap_servers
+    topic = _topic(bs, 1)
+    pid = kafka_cluster.nodes[0].process.pid
+
+    async def run() -> float:
+        producer = await kcore.AsyncProducer({"bootstrap.servers": bs}).start()
+        await (await producer.send(topic, b"warm"))  # connected, metadata known
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            future = await producer.send(topic, b"never answered")
+            first = asyncio.ensure_future(producer.close())
+            await asyncio.sleep(0.5)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await producer.close(0.5)
+            took = loop.time() - started
+            await asyncio.wait_for(first, 30)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert future.done()
+        with pytest.raises(KcoreError):
+            future.result(0)
+        return took
+
+    assert asyncio.run(run()) < 15

@@ -62,6 +62,8 @@ class ProducerCore:
         self.accumulator.wake_sender = self.wake_sender
         _declare_metrics(self.cluster.metrics, self.accumulator)
         self._closing: asyncio.Future[None] | None = None
+        self._flushing: asyncio.Future[None] | None = None  # close()'s flush
+        self._forced = False  # a later close()'s deadline passed: fail what is left
         # AsyncProducer: an on_delivery that returns an awaitable is run as a task of the
         # producer's loop (the sync Producer calls callbacks on its network thread).
         self.async_callbacks = False
@@ -226,6 +228,16 @@ class ProducerCore:
         behind, with every later close() returning at once)."""
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close(timeout))
+        elif timeout is not None and not self._closing.done():
+            # A second close with a deadline of its own (close(0) to force one that waits):
+            # at that deadline what is not delivered fails, as Java's close(timeout) does.
+            try:
+                await asyncio.wait_for(asyncio.shield(self._closing), timeout)
+                return
+            except asyncio.TimeoutError:
+                self._forced = True
+                if self._flushing is not None:
+                    self._flushing.cancel()
         await asyncio.shield(self._closing)
 
     async def _close(self, timeout: float | None) -> None:
@@ -242,12 +254,17 @@ class ProducerCore:
         self.send_path.enabled = False  # every send now takes the checked (and refused) path
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            await self.flush(timeout)
-            aborted = False
+            self._flushing = asyncio.ensure_future(self.flush(timeout))
+            try:
+                await self._flushing
+            except asyncio.CancelledError:
+                if not self._forced:
+                    raise
+            aborted = self._forced
             # Records already told they timed out (delivery.timeout.ms passed while in flight)
             # may have requests out still: those count, within the same deadline.
-            while self.accumulator.has_pending():
-                if deadline is not None and time.monotonic() >= deadline:
+            while self.accumulator.has_pending() and not aborted:
+                if (deadline is not None and time.monotonic() >= deadline) or self._forced:
                     aborted = True
                     break
                 await asyncio.sleep(0.02)
