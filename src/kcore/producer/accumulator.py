@@ -92,7 +92,10 @@ class ProducerBatch(ProducerBatchBase):
 
 class MemoryShortage(Exception):
     """buffer.memory is full and the calling thread may not wait for it (internal: the
-    AsyncProducer then waits off its event loop and tries again)."""
+    AsyncProducer then waits off its event loop and tries again). ``retry``, when set, is
+    what is left of the call to do then."""
+
+    retry: Callable[[], Any] | None = None
 
 
 class RecordAccumulator:

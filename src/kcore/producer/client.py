@@ -225,9 +225,10 @@ class AsyncProducer:
         send = self._core.send_path.send
         try:
             return send(topic, value, key, partition, timestamp_ms, headers, on_delivery)
-        except MemoryShortage:  # nothing of the record was queued: again, where it may wait
+        except MemoryShortage as shortage:  # nothing was queued: again, where it may wait
             return await self._off_loop(
-                partial(send, topic, value, key, partition, timestamp_ms, headers, on_delivery)
+                shortage.retry
+                or partial(send, topic, value, key, partition, timestamp_ms, headers, on_delivery)
             )
 
     async def send_batch(

@@ -9,6 +9,7 @@ import logging
 import numbers
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from kcore._codec import SendPath, record_size_upper_bound
@@ -24,7 +25,12 @@ from kcore.errors import (
     TransactionStateError,
 )
 from kcore.metrics import ClientMetrics
-from kcore.producer.accumulator import BATCH_HEADER, RECORD_OVERHEAD, RecordAccumulator
+from kcore.producer.accumulator import (
+    BATCH_HEADER,
+    RECORD_OVERHEAD,
+    MemoryShortage,
+    RecordAccumulator,
+)
 from kcore.producer.results import BatchResult, DeliveryFuture, RecordMetadata, SendBatchResult
 from kcore.producer.sender import Sender
 from kcore.producer.transactions import TransactionManager, TxnState
@@ -346,7 +352,15 @@ class ProducerCore:
                 on_delivery,
             )
         p = self.choose_partition(topic, key, value, partition, counts(topic, partition))
-        return self.append(topic, value, key, p, timestamp_ms, headers, on_delivery)
+        try:
+            return self.append(topic, value, key, p, timestamp_ms, headers, on_delivery)
+        except MemoryShortage as shortage:
+            # (AsyncProducer) what is left to do, once memory is free: serializers and the
+            # partitioner are not run again.
+            shortage.retry = partial(
+                self.append, topic, value, key, p, timestamp_ms, headers, on_delivery
+            )
+            raise
 
     def too_large(self, size: int) -> MessageTooLargeError:
         """Java's ensureValidRecordSize: max.request.size first, then buffer.memory."""
