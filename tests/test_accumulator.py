@@ -371,3 +371,20 @@ def test_a_pooled_batch_is_made_at_its_capacity_and_counted_within_buffer_memory
         b.payload = b.builder.build()
         acc.done(b)
     assert acc._used == 0
+
+
+def test_a_large_records_batch_is_made_at_what_it_reserved() -> None:
+    """A record larger than batch.size gets a buffer of exactly its batch's reservation (it
+    was made at batch.size + 16 KiB and doubled past it), and a buffer.memory below that
+    capacity caps the buffer too."""
+    acc = RecordAccumulator(
+        batch_size=65536, linger_s=0.0, buffer_memory=1 << 20, compression="none"
+    )
+    batch, _, _ = acc.append(TP, None, b"v" * 100_000, 0, None, 5.0)
+    assert batch.builder.capacity == batch.reserved >= 100_000
+    assert batch.builder.size_in_bytes <= batch.builder.capacity
+    small = RecordAccumulator(
+        batch_size=65536, linger_s=0.0, buffer_memory=70_000, compression="none"
+    )
+    b, _, _ = small.append(TP, None, b"v" * 100, 0, None, 5.0)
+    assert b.builder.capacity == b.reserved == 70_000 and small._used <= 70_000

@@ -263,3 +263,65 @@ def test_a_later_close_with_a_deadline_forces_a_waiting_one(kafka_cluster):
         return took
 
     assert asyncio.run(run()) < 15
+
+
+def test_a_rebalance_cut_short_by_a_cancelled_poll_runs_on_revoke_once(kafka_cluster):
+    """An eager rebalance whose async on_revoke is still running when asyncio.wait_for
+    cancels the poll: the group step goes on in the background and the next poll waits for
+    it, so on_revoke runs once (a step cut short ran it again and could leave partitions
+    unassigned), and the member ends up with its share."""
+    import threading
+
+    bs = kafka_cluster.bootstrap_servers
+    topic = _topic(bs, 4)
+    group = f"g-{topic}"
+    config = {
+        "bootstrap.servers": bs,
+        "group.id": group,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+        "partition.assignment.strategy": "range",
+    }
+    other_done = threading.Event()
+    other_owned: list = []
+
+    def other_member() -> None:
+        with kcore.Consumer(config) as c:
+            c.subscribe([topic])
+            while not other_done.is_set():
+                c.poll(0.2)
+                other_owned[:] = sorted(c.assignment())
+
+    async def run() -> tuple[int, int]:
+        revokes = 0
+
+        async def on_revoke(partitions) -> None:
+            nonlocal revokes
+            if partitions:
+                revokes += 1
+                await asyncio.sleep(1.0)
+
+        async with kcore.AsyncConsumer(config) as consumer:
+            consumer.subscribe([topic], on_revoke=on_revoke)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while len(consumer.assignment()) < 4 and loop.time() < deadline:
+                await consumer.poll(0.2)
+            assert len(consumer.assignment()) == 4
+            thread = threading.Thread(target=other_member, daemon=True)
+            thread.start()
+            try:
+                while loop.time() < deadline and not (
+                    len(consumer.assignment()) == 2 and len(other_owned) == 2
+                ):
+                    try:
+                        await asyncio.wait_for(consumer.poll(1.0), 0.3)
+                    except asyncio.TimeoutError:
+                        pass
+                return revokes, len(consumer.assignment())
+            finally:
+                other_done.set()
+                thread.join(30)
+
+    revokes, owned = asyncio.run(run())
+    assert (revokes, owned) == (1, 2)

@@ -266,7 +266,9 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         return
 
     def interrupt(signum: int, frame: Any) -> None:
-        if SOFT_STOPS:  # a loop that stops itself between steps (consume: nothing half-read)
+        # A loop that stops itself between steps (consume: nothing half-read), unless it was
+        # asked already and is stuck (writing to a full pipe): then as Ctrl-C.
+        if SOFT_STOPS and not all(stop.is_set() for stop in SOFT_STOPS):
             for stop in SOFT_STOPS:
                 stop.set()
             return

@@ -772,6 +772,8 @@ class AsyncConsumer:
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._core = ConsumerCore(config)
+        self._step_task: asyncio.Future[Any] | None = None  # a poll's group step (see there)
+        self._closing: asyncio.Future[None] | None = None
 
     async def start(self) -> AsyncConsumer:
         await self._core.start()
@@ -819,6 +821,7 @@ class AsyncConsumer:
 
     async def unsubscribe(self) -> None:
         """As :meth:`Consumer.unsubscribe`; listeners may be coroutine functions."""
+        await self._finish_pending_step()
         self._core.unassign()
         group = self._core.leaving()
         if group is not None:
@@ -841,9 +844,33 @@ class AsyncConsumer:
     def group_metadata(self) -> ConsumerGroupMetadata:
         return self._core.require_group().group_metadata()
 
+    async def _finish_pending_step(self) -> None:
+        """Wait for a group step an earlier, cancelled poll left running (its listener's
+        error, if any, is raised here)."""
+        pending = self._step_task
+        if pending is not None:
+            try:
+                await asyncio.shield(pending)
+            finally:
+                if pending.done():
+                    self._step_task = None
+
     async def _group_step(self, timeout: float = 0.0) -> None:
-        if self._core.group is not None:
-            await drive_async(self._core.group.poll_step(timeout))
+        """The group's part of a poll, as a task: a poll cancelled meanwhile (asyncio.wait_for
+        around it) leaves the step running, listeners and all, and the next poll waits for it
+        before a step of its own, as Java's poll always completes a rebalance it began (a
+        step cut short ran its listeners again, or left partitions unassigned)."""
+        group = self._core.group
+        if group is None:
+            return
+        await self._finish_pending_step()
+        task = asyncio.ensure_future(drive_async(group.poll_step(timeout)))
+        self._step_task = task
+        try:
+            await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._step_task = None
 
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         self._core.seek(partition, offset)
@@ -935,17 +962,33 @@ class AsyncConsumer:
         return self._core.current_lag(TopicPartition(*partition))
 
     async def close(self) -> None:
-        """As :meth:`Consumer.close`; safe to cancel (a later close() finishes it)."""
-        if self._core.closed:
-            await self._core.close()  # a close cut short earlier: wait for it to finish
-            return
+        """As :meth:`Consumer.close`. Safe to cancel: the whole closing (listeners, commit,
+        leave, connections) goes on in a task of its own, which a later close() waits for."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
         error: Exception | None = None
+        step = self._step_task
+        if step is not None and not step.done():
+            # A poll's group step that a cancellation left running: it finishes (bounded)
+            # before the leave, so no listener runs twice or alongside the leave's.
+            try:
+                await asyncio.wait_for(asyncio.shield(step), _LEAVE_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                step.cancel()
+            except Exception as exc:  # noqa: BLE001 - a listener's: raised once closed
+                error = exc
+        elif step is not None and not step.cancelled() and step.exception() is not None:
+            error = error or step.exception()  # type: ignore[assignment]
+        self._step_task = None
         group = self._core.leaving()
         if group is not None and self._core.loop is not None:
             try:
                 await drive_async(group.leave_step(_LEAVE_TIMEOUT_S))
             except Exception as exc:  # a listener's: closing goes on first
-                error = exc
+                error = error or exc
         await self._core.close()
         if error is not None:
             raise error

@@ -42,14 +42,11 @@ Listener = Callable[[list[TopicPartition]], Any]
 
 @dataclass
 class ListenerCall:
-    """A step asks its driver to call a rebalance listener (in the caller's context).
-    ``unfinished``: where an async driver leaves a listener coroutine that a cancelled poll
-    cut short, for the next poll to finish first."""
+    """A step asks its driver to call a rebalance listener (in the caller's context)."""
 
     fn: Listener
     partitions: list[TopicPartition]
     what: str
-    unfinished: list[asyncio.Future[Any]] | None = None
 
 
 Step = Generator[Any, Any, Any]
@@ -100,8 +97,6 @@ class GroupCoordinator:
         self._joined_topics: set[str] = set()  # what this member subscribed to at its last join
         self.loop: asyncio.AbstractEventLoop | None = None  # set by the consumer's start
         self._listener_error: Exception | None = None  # raised when the poll step ends
-        # Listener coroutines a cancelled poll left running (see _finish_listeners_step).
-        self._unfinished_listeners: list[asyncio.Future[Any]] = []
         # Auto-commits in flight: the loop keeps only weak references to tasks; each future
         # holds its task until it is done.
         self._pending_commits: set[Any] = set()
@@ -168,26 +163,11 @@ class GroupCoordinator:
 
     def _listener(self, fn: Listener, partitions: list[TopicPartition], what: str) -> Step:
         try:
-            yield ListenerCall(fn, partitions, what, self._unfinished_listeners)
+            yield ListenerCall(fn, partitions, what)
         except Exception as exc:  # the rebalance goes on; poll raises it at the end
             log.exception("%s listener failed", what)
             if self._listener_error is None:
                 self._listener_error = exc
-
-    def _finish_listeners_step(self) -> Step:
-        """A listener coroutine an earlier poll's cancellation cut short (AsyncConsumer under
-        asyncio.wait_for, say) runs to its end before anything else, as Java's listeners
-        always complete inside poll: its partitions were already this member's, and an
-        on_assign that seeks must be done before records are handed out."""
-        while self._unfinished_listeners:
-            task = self._unfinished_listeners[0]
-            try:
-                yield _shielded(task)
-            except Exception as exc:
-                log.exception("listener failed")
-                if self._listener_error is None:
-                    self._listener_error = exc
-            self._unfinished_listeners.pop(0)
 
     def _poll_step(self) -> Step:
         member = self.member
@@ -196,7 +176,6 @@ class GroupCoordinator:
                 member.cancel_join()  # (its failed join's exception is the fatal one)
             raise member.fatal
         member.last_poll = time.monotonic()
-        yield from self._finish_listeners_step()
         if self.subscribed:
             if isinstance(member, ClassicGroupMember):
                 yield from self._classic_step(member)
@@ -453,14 +432,8 @@ def drive_sync(step: Step, run: Callable[[Coroutine[Any, Any, Any]], Any]) -> An
             value, error = None, exc
 
 
-async def _shielded(task: asyncio.Future[Any]) -> Any:
-    return await asyncio.shield(task)
-
-
 async def drive_async(step: Step) -> Any:
-    """:func:`drive_sync` for ``AsyncConsumer``: listeners may be coroutine functions. One
-    that a cancellation of the caller interrupts goes on as a task (the poll that is cut
-    short leaves it in ``ListenerCall.unfinished``; the next poll finishes it first)."""
+    """:func:`drive_sync` for ``AsyncConsumer``: listeners may be coroutine functions."""
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -471,16 +444,7 @@ async def drive_async(step: Step) -> Any:
         try:
             if isinstance(effect, ListenerCall):
                 result = effect.fn(effect.partitions)
-                if inspect.isawaitable(result):
-                    task = asyncio.ensure_future(result)
-                    try:
-                        value = await asyncio.shield(task)
-                    except asyncio.CancelledError:
-                        if not task.done() and effect.unfinished is not None:
-                            effect.unfinished.append(task)
-                        raise
-                else:
-                    value = result
+                value = await result if inspect.isawaitable(result) else result
             else:
                 value = await effect
             error = None

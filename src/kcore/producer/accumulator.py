@@ -198,7 +198,11 @@ class RecordAccumulator:
                 self.compression,
                 compression_level=self.compression_level,
                 pool=self._pool,
-                capacity=self._capacity,
+                # What was reserved, exactly (a large record's batch is larger than capacity;
+                # a buffer.memory below it, smaller): the buffer never outgrows its count.
+                capacity=min(max(self._capacity, estimate + BATCH_HEADER), reserved)
+                if self._pool is not None
+                else 0,
                 max_capacity=reserved,
             )
         except BaseException:  # (MemoryError, an interrupt): the reservation goes back
@@ -229,6 +233,8 @@ class RecordAccumulator:
     ) -> tuple[ProducerBatch, int, bool]:
         """Add one record; returns ``(batch, index in batch, wake the sender)``."""
         estimate = RECORD_OVERHEAD + _length(key) + _length(value)
+        if headers:  # (as Java's estimate: a record's headers are part of its size)
+            estimate += sum(8 + _length(k) + _length(v) for k, v in headers)
         with self._cond:
             if self._closed:
                 raise self._closed_error()

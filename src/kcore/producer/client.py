@@ -242,6 +242,8 @@ class AsyncProducer:
         headers: Any = None,
     ) -> SendBatchResult:
         self._check_loop()
+        if self._core.closed:
+            raise KcoreError("the producer is closed")
         counts = await self._counts(topic, partition)
         # Chunk by chunk on the waiting thread: a call larger than the free buffer.memory
         # waits there for the sender (on this loop) to free some, as the sync Producer's
@@ -302,6 +304,7 @@ class AsyncProducer:
         try:
             await self._core.close(timeout)
         finally:
-            if self._waiter is not None and self._core._closing is not None:
-                if self._core._closing.done():
-                    self._waiter.shutdown(wait=False)
+            # The waiting thread goes once the closing is done (also after a cancelled close).
+            closing, waiter = self._core._closing, self._waiter
+            if closing is not None and waiter is not None:
+                closing.add_done_callback(lambda _: waiter.shutdown(wait=False))

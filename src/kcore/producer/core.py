@@ -232,19 +232,20 @@ class ProducerCore:
         of its own, which a later close() waits for (a close cut short by a caller's
         wait_for would otherwise leave the sender, its sockets and the records' futures
         behind, with every later close() returning at once)."""
-        if self._closing is None:
-            self._closing = asyncio.ensure_future(self._close(timeout))
-        elif timeout is not None and not self._closing.done():
+        closing = self._closing
+        if closing is None:
+            closing = self._closing = asyncio.ensure_future(self._close(timeout))
+        elif timeout is not None and not closing.done():
             # A second close with a deadline of its own (close(0) to force one that waits):
             # at that deadline what is not delivered fails, as Java's close(timeout) does.
             try:
-                await asyncio.wait_for(asyncio.shield(self._closing), timeout)
+                await asyncio.wait_for(asyncio.shield(closing), timeout)
                 return
             except asyncio.TimeoutError:
                 self._forced = True
                 if self._flushing is not None:
                     self._flushing.cancel()
-        await asyncio.shield(self._closing)
+        await asyncio.shield(closing)
 
     async def _close(self, timeout: float | None) -> None:
         if self.closed:
@@ -260,12 +261,15 @@ class ProducerCore:
         self.send_path.enabled = False  # every send now takes the checked (and refused) path
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            self._flushing = asyncio.ensure_future(self.flush(timeout))
-            try:
-                await self._flushing
-            except asyncio.CancelledError:
-                if not self._forced:
-                    raise
+            if not self._forced:  # (a forcing close may have come during the abort above)
+                self._flushing = asyncio.ensure_future(self.flush(timeout))
+                try:
+                    await self._flushing
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    cancelling = getattr(task, "cancelling", lambda: 0)()
+                    if not self._forced or cancelling:  # this close itself is cancelled
+                        raise
             aborted = self._forced
             # Records already told they timed out (delivery.timeout.ms passed while in flight)
             # may have requests out still: those count, within the same deadline.
@@ -276,6 +280,7 @@ class ProducerCore:
                 await asyncio.sleep(0.02)
         except KcoreTimeoutError:
             aborted = True
+        aborted = aborted or self._forced
         self.accumulator.close()
         await self.sender.stop(abort=aborted)
         if aborted:
