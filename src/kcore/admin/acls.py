@@ -14,6 +14,7 @@ from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kcore.admin.client_part import AdminClientPart
 from kcore.admin.types import AdminOperationError
 from kcore.errors import KafkaError, KcoreError, UnknownServerError, error_for_code
 from kcore.protocol.messages.create_acls_request import AclCreation, CreateAclsRequest
@@ -21,7 +22,7 @@ from kcore.protocol.messages.delete_acls_request import DeleteAclsFilter, Delete
 from kcore.protocol.messages.describe_acls_request import DescribeAclsRequest
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    pass
 
 __all__ = [
     "AclBinding",
@@ -259,7 +260,7 @@ class AclBindingFilter:
         return f"filter({', '.join(parts) or 'any ACL'})"
 
 
-class AclOperations:
+class AclOperations(AdminClientPart):
     """Part of :class:`~kcore.admin.AsyncAdminClient` (a base class of it): its ACL
     operations. Each request goes to any broker: creations and deletions are forwarded to the
     controller, and a broker answers a describe from its own authorizer, which applies changes
@@ -267,14 +268,6 @@ class AclOperations:
     after a change may not show it yet). Retriable errors are retried until the call's
     timeout. A broker without an authorizer answers SECURITY_DISABLED
     (``SecurityDisabledError``)."""
-
-    if TYPE_CHECKING:  # AsyncAdminClient's
-
-        async def _retrying(
-            self, what: str, attempt_fn: Callable[[], Awaitable[Any]], timeout: float | None
-        ) -> Any: ...
-
-        async def _send_any(self, build: Callable[[int], Any], api_key: int) -> Any: ...
 
     async def create_acls(
         self, bindings: Iterable[AclBinding], *, timeout: float | None = None

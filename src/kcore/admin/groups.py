@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kcore.admin.client_part import AdminClientPart
 from kcore.admin.describe_groups import ConsumerGroupDescription, describe_group
 from kcore.admin.types import AdminOperationError, TopicPartition
 from kcore.cluster.coordinator import GROUP, Backoff, CoordinatorLink
@@ -40,8 +41,6 @@ from kcore.protocol.messages.offset_delete_request import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from kcore.cluster.client import ClusterClient
 
 __all__ = ["ConsumerGroupListing", "GroupOperations"]
@@ -61,20 +60,12 @@ class ConsumerGroupListing:
     type: str | None = None
 
 
-class GroupOperations:
+class GroupOperations(AdminClientPart):
     """Part of :class:`~kcore.admin.AsyncAdminClient` (a base class of it): its group and
     record operations, kept in a file of their own."""
 
     cluster: ClusterClient
     default_timeout: float
-
-    if TYPE_CHECKING:  # AsyncAdminClient's
-
-        async def _retrying(
-            self, what: str, attempt_fn: Callable[[], Awaitable[Any]], timeout: float | None
-        ) -> Any: ...
-
-        def _server_timeout_ms(self, deadline: float) -> int: ...
 
     def _timeout(self, timeout: float | None) -> float:
         return self.default_timeout if timeout is None else timeout

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kcore.admin.client_part import AdminClientPart
 from kcore.admin.types import AdminOperationError
 from kcore.errors import (
     KafkaError,
@@ -35,7 +36,7 @@ from kcore.protocol.messages.describe_user_scram_credentials_request import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    pass
 
 __all__ = [
     "ScramCredentialInfo",
@@ -115,17 +116,9 @@ def salted_password(mechanism: ScramMechanism, password: str | bytes, salt: byte
     return hashlib.pbkdf2_hmac(_HASHES[mechanism], secret, salt, n)
 
 
-class ScramOperations:
+class ScramOperations(AdminClientPart):
     """Part of :class:`~kcore.admin.AsyncAdminClient` (a base class of it): SCRAM user
     administration. Requests go to any broker (it forwards alterations to the controller)."""
-
-    if TYPE_CHECKING:  # AsyncAdminClient's
-
-        async def _retrying(
-            self, what: str, attempt_fn: Callable[[], Awaitable[Any]], timeout: float | None
-        ) -> Any: ...
-
-        async def _send_any(self, build: Callable[[int], Any], api_key: int) -> Any: ...
 
     async def describe_user_scram_credentials(
         self, users: Iterable[str] | None = None, *, timeout: float | None = None
