@@ -425,20 +425,12 @@ cdef class RecordBatchBuilder:
         self.out.size = 0
         self.out.cap = 0
         if pool is not None:
-            taken = pool.take(capacity, max_capacity if max_capacity > 0 else capacity)
-            if taken is not None:
-                Py_INCREF(taken)  # the pool's reference went with ``taken``: now the sole one
-                self._batch = <PyObject*>taken
-                self._alloc = self.out.cap = PyBytes_GET_SIZE(taken)
-                self.out.data = <uint8_t*>PyBytes_AS_STRING(taken)
+            # (the pool's reference goes with ``taken``: the builder's is then the only one)
+            self.own(pool.take(capacity, max_capacity if max_capacity > 0 else capacity))
         if self._batch == NULL:
             if capacity > 4096:
                 # Exactly that (reserve() would double past it, to the next power of two).
-                fresh = PyBytes_FromStringAndSize(NULL, capacity)
-                Py_INCREF(fresh)
-                self._batch = <PyObject*>fresh
-                self._alloc = self.out.cap = capacity
-                self.out.data = <uint8_t*>PyBytes_AS_STRING(fresh)
+                self.own(PyBytes_FromStringAndSize(NULL, capacity))
                 kcore_hint_huge_pages(self.out.data, capacity)
             else:
                 self.reserve(4096)
@@ -457,6 +449,16 @@ cdef class RecordBatchBuilder:
 
     def __dealloc__(self):
         Py_XDECREF(self._batch)
+
+    cdef void own(self, object buf):
+        """Write into ``buf`` (a bytes object no one else holds; None: nothing to own), all of
+        its length the buffer's capacity."""
+        if buf is None:
+            return
+        Py_INCREF(buf)
+        self._batch = <PyObject*>buf
+        self._alloc = self.out.cap = PyBytes_GET_SIZE(buf)
+        self.out.data = <uint8_t*>PyBytes_AS_STRING(buf)
 
     cdef int reserve(self, Py_ssize_t extra) except -1:
         """Room for ``extra`` more bytes in the batch object."""

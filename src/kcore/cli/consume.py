@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -115,7 +114,7 @@ def run_consume(
                     # the console consumer), not a reset to the beginning.
                     consumer.seek(tp, min(max(starts[tp], at), ends[tp]))
         unwritten: dict[TopicPartition, int] = {}  # the first record of this poll not yet out
-        from kcore.cli import SOFT_STOPS
+        from kcore.cli import SOFT_STOPS, _stdout_to_devnull
 
         stop = threading.Event()  # SIGTERM: the loop ends between polls
         SOFT_STOPS.append(stop)
@@ -139,7 +138,7 @@ def run_consume(
                 seen += len(records)
                 unwritten = {}
         except BrokenPipeError:  # `kcore consume ... | head`: the reader has had enough
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _stdout_to_devnull()
         except KeyboardInterrupt:
             pass  # Ctrl-C ends a consume that would go on: commit and summary as usual
         finally:

@@ -367,7 +367,6 @@ class ConsumerCore:
         self.cluster.metrics.record("bytes-consumed", len(data.records))
         if data.end_offset > (st.position or 0):
             st.took(data, data.end_offset)
-        self._record_lag(st)
         self.wake()
 
     def _record_lag(self, st: PartitionState) -> None:
@@ -445,9 +444,9 @@ class ConsumerCore:
                     out.extend(recs[data.taken : data.taken + n])
                     data.taken += n
                     st.took(data, recs[data.taken - 1].offset + 1)
-                    self._record_lag(st)
                 if data.taken >= len(recs):
                     self._finish(data, st)
+                self._record_lag(st)
         self.consumed(len(out))
         return out
 
@@ -494,9 +493,9 @@ class ConsumerCore:
                     data.taken += n
                     left -= n
                     st.took(data, part.column("offset")[n - 1].as_py() + 1)
-                    self._record_lag(st)
                 if data.taken >= rb.num_rows:
                     self._finish(data, st)
+                self._record_lag(st)
         self.consumed(max_records - left)
         if not batches:
             return _empty_arrow()

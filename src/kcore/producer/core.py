@@ -270,17 +270,17 @@ class ProducerCore:
                     cancelling = getattr(task, "cancelling", lambda: 0)()
                     if not self._forced or cancelling:  # this close itself is cancelled
                         raise
-            aborted = self._forced
+            aborted = False
             # Records already told they timed out (delivery.timeout.ms passed while in flight)
             # may have requests out still: those count, within the same deadline.
-            while self.accumulator.has_pending() and not aborted:
-                if (deadline is not None and time.monotonic() >= deadline) or self._forced:
+            while self.accumulator.has_pending() and not self._forced:
+                if deadline is not None and time.monotonic() >= deadline:
                     aborted = True
                     break
                 await asyncio.sleep(0.02)
         except KcoreTimeoutError:
             aborted = True
-        aborted = aborted or self._forced
+        aborted = aborted or self._forced  # (a forcing close: also during the flush or abort)
         self.accumulator.close()
         await self.sender.stop(abort=aborted)
         if aborted:
