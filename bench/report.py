@@ -59,6 +59,10 @@ class Goal:
     peer: str | None  # the peer's key; None: the fastest of the group's ``package`` benchmarks
     target: float
     suite: str = "codec"  # a run is held to the goals of the suites it has a group of
+    # A benchmark that does the least any implementation must (e.g. make the records' objects
+    # and nothing else): its extra_info key, and who it bounds. peer / bound is the most any of
+    # them could reach.
+    bound: tuple[str, str] | None = None
 
 
 GOALS = (
@@ -82,6 +86,7 @@ GOALS = (
         ("kcore.decode_batches", "kcore.decode_records", "kcore.decode_batches.no_crc"),
         "aiokafka.decode",
         2.0,
+        bound=("floor.decode_records", "decoder that returns the same record objects"),
     ),
     Goal(
         "columnar decode >= 10x aiokafka's decode (uncompressed)",
@@ -117,6 +122,7 @@ GOALS = (
                 "confluent.produce",
                 3.0,
                 "producer",
+                bound=("floor.produce", "client on one connection to this broker"),
             ),
         )
     ),
@@ -673,6 +679,28 @@ def machine_lines(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def bound_lines(results: list[GoalResult], groups: dict[str, list[Bench]]) -> list[str]:
+    """For a goal with a bound benchmark in the run: how far ahead of the peer the bound itself
+    is (the most any implementation reaches), and how close kcore's best comes to it."""
+    lines = []
+    for goal in dict.fromkeys(r.goal for r in results if r.goal.bound):
+        benches = {b.key: b for b in groups.get(goal.group, [])}
+        assert goal.bound is not None
+        bound = benches.get(goal.bound[0])
+        ran = [r for r in results if r.goal is goal and r.ratio is not None]
+        if bound is None or not ran:
+            continue
+        best = max(ran, key=lambda r: r.ratio or 0.0)
+        assert best.peer is not None and best.kcore is not None
+        lines.append(
+            f'Bound of "{goal.text}": {bound.label} takes {fmt_median(bound)}, so no'
+            f" {goal.bound[1]} can pass {fmt_ratio(best.peer.median / bound.median)} of"
+            f" {best.peer.label} in this run; {best.kcore.label} runs at"
+            f" {100 * bound.median / best.kcore.median:.0f}% of the bound's speed."
+        )
+    return [*lines, ""] if lines else []
+
+
 def report(path: Path) -> tuple[list[str], list[GoalResult]]:
     data, groups = load(path)
     results = evaluate(groups)
@@ -687,7 +715,7 @@ def report(path: Path) -> tuple[list[str], list[GoalResult]]:
         "",
     ]
     if has_goals:
-        lines += ["### Goals", "", *goals_table(results)]
+        lines += ["### Goals", "", *goals_table(results), *bound_lines(results, groups)]
         lines += client_cpu_table(results)
     for name in sorted(groups, key=group_order):
         if name.startswith(tuple(CLIENT_GROUPS)):

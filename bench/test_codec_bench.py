@@ -25,9 +25,10 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 from _checks import check_arrow, check_columns, check_encoded, check_rows
-from _workload import CODEC_IDS, CODECS, CRC_BUFFER_SIZE, Workload
+from _workload import CODEC_IDS, CODECS, CRC_BUFFER_SIZE, KEY_SIZE, VALUE_SIZE, Workload
 
 from kcore.codec import (
     RecordBatchBuilder,
@@ -364,6 +365,40 @@ def test_decode_aiokafka(benchmark, workload, batches, codec):
         output="records",
     )
     check_rows(benchmark(_peer_decode(aiokafka_memory.MemoryRecords, batches[codec])), workload)
+
+
+def _record_floor() -> Any:
+    """bench/_record_floor.pyx, compiled on first use (pyximport: Cython and a C compiler)."""
+    try:
+        import pyximport
+
+        pyximport.install(language_level=3, inplace=False)
+        import _record_floor
+    except Exception as exc:  # no compiler, no Cython
+        pytest.skip(f"bench/_record_floor.pyx does not compile here: {exc}")
+    return _record_floor
+
+
+@pytest.mark.parametrize("codec", DECODE_NONE)
+def test_decode_floor_objects_only(benchmark, workload, codec):
+    """Not a decoder: the records' objects alone, made from parsed columns (the least any
+    decoder returning these records does). report.py holds the decode goal against it."""
+    floor = _record_floor()
+    keys = workload.keys_np.view(np.uint8)
+    values = workload.values_np.view(np.uint8)
+    timestamps = np.ascontiguousarray(workload.timestamps_np, dtype=np.int64)
+    _info(
+        benchmark,
+        "floor.decode_records",
+        "the records' objects alone, no decoding (floor)",
+        impl="floor",
+        items=len(workload),
+        output="records",
+    )
+    check_rows(
+        benchmark(floor.make_records, keys, KEY_SIZE, values, VALUE_SIZE, timestamps),
+        workload,
+    )
 
 
 @pytest.mark.parametrize("codec", DECODE_NONE)

@@ -504,6 +504,143 @@ def test_kcore_send_batch_big_buffer(benchmark: Any, broker: Broker, values: Val
     _send_batch(benchmark, broker, values.list, "none", **{"buffer.memory": BIG_BUFFER})
 
 
+# The floor: what no client can beat on this broker
+
+
+MAX_REQUEST_SIZE = 1_048_576  # Java's max.request.size default, which every client here keeps
+MAX_IN_FLIGHT = 5  # max.in.flight.requests.per.connection with idempotence
+
+
+class RawProduceFloor:
+    """The least a client does to write the N records: nothing. Batches (idempotent, chunks of
+    about ``batch.size`` of the same values, partitions in turn) and their Produce requests
+    (up to ``max.request.size``) are all made before the timed part; the timed part writes the
+    ready frames on one connection, five in flight, and reads the answers. What it takes is the
+    broker's time (and the loopback's), so ``confluent-kafka / floor`` is the highest ratio any
+    client could reach in that run."""
+
+    def __init__(self, broker: Broker, codec: str) -> None:
+        from kcore.network.blocking import BlockingBrokerConnection
+        from kcore.protocol.messages import InitProducerIdRequest
+
+        host, port = broker.bootstrap.split(",")[0].rsplit(":", 1)
+        self.conn = BlockingBrokerConnection(host, int(port), timeout=TIMEOUT_S).open()
+        self.codec = codec
+        # Produce v13 names topics by id; v12 by name, which saves a metadata lookup here.
+        self.version = self.conn.version_for(0, max_version=12)
+        deadline = time.monotonic() + 30
+        while True:  # a young broker answers COORDINATOR_LOAD_IN_PROGRESS (14) for a while
+            got = self.conn.request(
+                InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
+            )
+            if got.error_code != 14 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert got.error_code == 0, got
+        self.producer = (got.producer_id, got.producer_epoch)
+        self.frames: dict[str, list[tuple[int, bytearray]]] = {}
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def prepare(self, topic: str, values: Any) -> None:
+        from kcore.codec import RecordBatchBuilder
+        from kcore.protocol.messages import ProduceRequest
+        from kcore.protocol.messages.produce_request import PartitionProduceData, TopicProduceData
+
+        per_batch = max(1, BATCH_SIZE // (VALUE_SIZE + 8))  # 8: a record's varints and fields
+        sequences = [0] * PARTITIONS
+        now = int(time.time() * 1000)
+        batches: list[tuple[int, bytes]] = []
+        for number, start in enumerate(range(0, len(values), per_batch)):
+            partition = number % PARTITIONS
+            chunk = values[start : start + per_batch]
+            builder = RecordBatchBuilder(
+                self.codec,
+                producer_id=self.producer[0],
+                producer_epoch=self.producer[1],
+                base_sequence=sequences[partition],
+            )
+            builder.append_many(None, chunk, now)
+            sequences[partition] += len(chunk)
+            batches.append((partition, builder.build()))
+        frames = []
+        while batches:
+            size, parts = 0, []
+            while batches and (not parts or size + len(batches[0][1]) <= MAX_REQUEST_SIZE):
+                partition, records = batches.pop(0)
+                size += len(records)
+                parts.append(PartitionProduceData(index=partition, records=records))
+            request = ProduceRequest(
+                transactional_id=None,
+                acks=-1,
+                timeout_ms=30_000,
+                topic_data=[TopicProduceData(name=topic, partition_data=parts)],
+            )
+            frames.append(self.conn.prepare(request, self.version))
+        self.frames[topic] = frames
+
+    def produce(self, topic: str) -> None:
+        frames = self.frames.pop(topic)
+        waiting: list[int] = []
+        for correlation_id, frame in frames:
+            if len(waiting) == MAX_IN_FLIGHT:
+                self._check(waiting.pop(0))
+            self.conn.send_prepared(frame)
+            waiting.append(correlation_id)
+        for correlation_id in waiting:
+            self._check(correlation_id)
+
+    def _check(self, correlation_id: int) -> None:
+        response = self.conn.receive(correlation_id, TIMEOUT_S).body
+        for t in response.responses:
+            for p in t.partition_responses:
+                assert p.error_code == 0, f"partition {p.index}: error {p.error_code}"
+
+
+class FloorRounds(Rounds):
+    """Rounds whose setup also makes the round's frames (untimed)."""
+
+    floor: RawProduceFloor | None = None
+    column: Any = None
+
+    def setup(self) -> tuple[tuple[str], dict[str, Any]]:
+        args, kwargs = super().setup()
+        assert self.floor is not None
+        # A client retries NOT_LEADER_OR_FOLLOWER while a new topic's partitions load on the
+        # broker; the floor does not retry, so it waits for them (list_offsets retries).
+        self.broker.end_offsets(args[0])
+        self.floor.prepare(args[0], self.column)
+        self.meters.start()  # the frames are made: measure from here
+        return args, kwargs
+
+
+@pytest.mark.parametrize("codec", CODEC_PARAMS)
+def test_floor_produce(benchmark: Any, broker: Broker, values: Values, codec: str) -> None:
+    """Not a client: ready-made Produce requests written as fast as the broker takes them
+    (RawProduceFloor). report.py holds the send_batch goal against it."""
+    _bench_info(
+        benchmark,
+        "floor.produce",
+        "pre-encoded Produce requests, one connection (floor)",
+        "floor",
+        codec,
+    )
+    floor = RawProduceFloor(broker, codec)
+    try:
+        rounds = FloorRounds(broker, benchmark)
+        rounds.floor, rounds.column = floor, values.list
+
+        def prime(topic: str) -> None:
+            broker.end_offsets(topic)
+            floor.prepare(topic, values.list[:PRIME_RECORDS])
+            floor.produce(topic)
+
+        rounds.run(prime, floor.produce)
+    finally:
+        floor.close()
+
+
 @pytest.mark.parametrize("codec", CODEC_PARAMS)
 def test_confluent_produce(benchmark: Any, broker: Broker, values: Values, codec: str) -> None:
     _need(confluent, "confluent-kafka")

@@ -422,3 +422,71 @@ def test_a_batch_in_flight_past_delivery_timeout_fails_its_records_and_is_not_se
     assert not acc._queues[P1] and acc._used == 0 and not sender._sent
     assert isinstance(second.result.error, KcoreTimeoutError)
     assert bumps and P1 in sender._rewrite
+
+
+def test_batches_wait_while_the_node_has_max_in_flight_requests_then_go_together() -> None:
+    """max.in.flight.requests.per.connection counts requests to a node, as Java's: while it
+    is reached, ready batches stay in the accumulator, and the next request carries all of
+    them (one each would queue for the connection's slots, and the broker would pay for
+    every request)."""
+    import asyncio
+
+    P3 = TopicPartition("t", 3)
+    acc = _accumulator()
+    sent: list[list[int]] = []
+    gates: list[asyncio.Future[None]] = []
+
+    class Cluster:
+        metadata = SimpleNamespace(
+            topics={},
+            partition=lambda topic, partition: None,
+            leader_for=lambda topic, partition: SimpleNamespace(node_id=1),
+        )
+
+        def is_blacked_out(self, node: int) -> bool:
+            return False
+
+        async def version_for(self, node: int, api: int, **limits: int) -> int:
+            return 9
+
+        async def send(self, node: int, request: Any, version: int) -> None:
+            sent.append(sorted(p.index for t in request.topic_data for p in t.partition_data))
+            gate = asyncio.get_running_loop().create_future()
+            gates.append(gate)
+            await gate  # answered when the test says so (acks=0: no body)
+
+    async def main() -> None:
+        sender = Sender(
+            Cluster(),  # type: ignore[arg-type]
+            acc,
+            acks=0,
+            request_timeout_s=1.0,
+            delivery_timeout_s=30.0,
+            idempotent=False,
+            max_in_flight=1,
+        )
+
+        async def step() -> None:
+            batches = acc.drain(time.monotonic() + 1, sender._sendable)
+            if batches:
+                sender._dispatch(batches)
+            for _ in range(3):
+                await asyncio.sleep(0)
+
+        acc.append(P1, None, b"a", 0, None, 1.0)
+        await step()
+        assert sent == [[1]]
+        acc.append(P2, None, b"b", 0, None, 1.0)
+        acc.append(P3, None, b"c", 0, None, 1.0)
+        await step()
+        assert sent == [[1]]  # the node has its one request out: P2 and P3 wait
+        assert len(acc._queues[P2]) == len(acc._queues[P3]) == 1
+        gates[0].set_result(None)
+        await step()  # the answer frees the node
+        await step()
+        assert sent == [[1], [2, 3]]  # both in the next request
+        gates[1].set_result(None)
+        await step()
+        assert sender._node_requests[1] == 0 and not acc.has_pending()
+
+    asyncio.run(main())

@@ -206,7 +206,10 @@ def test_stop_start_and_kill_brokers(cluster3):
 def test_external_cluster_has_addresses_but_no_control(kafka_cluster):
     with ExternalCluster(f" {kafka_cluster.bootstrap_servers}, ") as ext:
         assert ext.bootstrap_servers == kafka_cluster.bootstrap_servers
-        assert ext.node_ids == []
+        assert ext.node_ids == kafka_cluster.node_ids  # as the cluster describes itself
+        assert ext.broker_address(ext.node_ids[0]) == kafka_cluster.bootstrap_servers
+        with pytest.raises(ClusterControlError, match="has no node 99"):
+            ext.broker_address(99)
         for op in (ext.stop_broker, ext.start_broker, ext.kill_broker, ext.is_running):
             with pytest.raises(ClusterControlError, match="external cluster"):
                 op(1)
@@ -449,16 +452,20 @@ def test_plugin_env_selects_external_or_docker_clusters(pytester, monkeypatch, k
         import pytest
         from kcore.testing import ClusterControlError, ExternalCluster
 
-        def test_external(kafka_cluster, kafka_cluster3):
-            for cluster in (kafka_cluster, kafka_cluster3):
-                assert isinstance(cluster, ExternalCluster)
-                assert cluster.bootstrap_servers == os.environ["KCORE_BOOTSTRAP"]
+        def test_external(kafka_cluster):
+            assert isinstance(kafka_cluster, ExternalCluster)
+            assert kafka_cluster.bootstrap_servers == os.environ["KCORE_BOOTSTRAP"]
             with pytest.raises(ClusterControlError, match="KCORE_BOOTSTRAP"):
-                kafka_cluster3.kill_broker(2)
+                kafka_cluster.kill_broker(1)
+
+        def test_external_three_nodes(kafka_cluster3):
+            pass
         """
     )
     monkeypatch.setenv("KCORE_BOOTSTRAP", kafka_cluster.bootstrap_servers)
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)  # one node for three: clear error, no skip
+    assert "the 3-node fixture needs 3 brokers; KCORE_BOOTSTRAP's cluster" in result.stdout.str()
 
     monkeypatch.delenv("KCORE_BOOTSTRAP")
     monkeypatch.setenv("KCORE_TEST_BROKER", "docker")

@@ -106,17 +106,28 @@ class BlockingBrokerConnection:
 
     def send(self, request: Any, version: int | None = None) -> int:
         """Write ``request`` (at ``version``, or the negotiated one); return its correlation id."""
+        correlation_id, frame = self.prepare(request, version)
+        self.send_prepared(frame)
+        return correlation_id
+
+    def prepare(self, request: Any, version: int | None = None) -> tuple[int, bytearray]:
+        """Encode ``request`` now, to be written later with :meth:`send_prepared` (frames must
+        go out in the order they were prepared); returns its correlation id and its frame."""
         if self._sock is None:
             raise NetworkError(f"connection to {self.host}:{self.port} is not open")
         if version is None:
             version = self.version_for(request.API_KEY)
-        correlation_id, data = self._protocol.send_request(request, version)
+        return self._protocol.send_request(request, version)
+
+    def send_prepared(self, frame: bytes | bytearray | memoryview) -> None:
+        """Write a frame from :meth:`prepare`."""
+        if self._sock is None:
+            raise NetworkError(f"connection to {self.host}:{self.port} is not open")
         try:
-            self._sock.sendall(data)
+            self._sock.sendall(frame)
         except OSError as exc:
             self.close()
             raise NetworkError(f"sending to {self.host}:{self.port} failed: {exc}") from exc
-        return correlation_id
 
     def receive(self, correlation_id: int, timeout: float | None = None) -> Response:
         """Block until the response to ``correlation_id`` has arrived and return it."""

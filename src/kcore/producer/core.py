@@ -84,6 +84,7 @@ class ProducerCore:
             idempotent=self.idempotent,
             max_request_size=int(cfg["max.request.size"]),
             retries=int(cfg["retries"]),
+            max_in_flight=int(cfg["max.in.flight.requests.per.connection"]),
         )
         # transactional.id: records are sent only inside transactions (kcore.producer.transactions).
         self.txn: TransactionManager | None = None

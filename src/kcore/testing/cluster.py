@@ -1019,6 +1019,24 @@ class ExternalCluster(BaseCluster):
     def bootstrap_servers(self) -> str:
         return self._bootstrap
 
+    @property
+    def node_ids(self) -> list[int]:
+        """The brokers' ids, as the cluster describes itself (asked each time: someone else
+        runs it, so they may change)."""
+        return [b.node_id for b in self._brokers()]
+
+    def broker_address(self, node_id: int) -> str:
+        for b in self._brokers():
+            if b.node_id == node_id:
+                return b.address
+        raise ClusterControlError(f"{self._bootstrap} has no node {node_id}")
+
+    def _brokers(self) -> list[Any]:
+        from kcore.admin import AdminClient
+
+        with AdminClient({"bootstrap.servers": self._bootstrap}) as admin:
+            return list(admin.describe_cluster(timeout=30).brokers)
+
     def _cannot(self, what: str, node_id: int) -> ClusterControlError:
         return ClusterControlError(
             f"cannot {what} {node_id}: {self._bootstrap} is an external cluster "

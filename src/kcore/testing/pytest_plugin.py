@@ -66,8 +66,21 @@ def make_cluster(brokers: int, tmp_path_factory: pytest.TempPathFactory) -> Base
 
 
 def _session_cluster(brokers: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from kcore.testing.cluster import ExternalCluster
+    from kcore.testing.errors import ClusterStartError
+
     cluster = make_cluster(brokers, tmp_path_factory)
     cluster.start()  # a failure errors every test that uses the fixture (pytest caches it)
+    if isinstance(cluster, ExternalCluster) and brokers > 1:
+        # Someone else's cluster may be smaller than the fixture promises: its tests would
+        # fail on replication factors and node ids, saying nothing of why.
+        found = len(cluster.node_ids)
+        if found < brokers:
+            raise ClusterStartError(
+                f"the {brokers}-node fixture needs {brokers} brokers; KCORE_BOOTSTRAP's "
+                f"cluster ({cluster.bootstrap_servers}) has {found}. Point it at a larger "
+                "cluster, or unset it to start a local one from the Kafka jars."
+            )
     _clusters.append(cluster)
     try:
         yield cluster
