@@ -90,6 +90,7 @@ class Sender:
         # meanwhile instead of one request each queueing for a connection slot.
         self.max_in_flight = max(1, max_in_flight)
         self._node_requests: dict[int, int] = defaultdict(int)
+        self._held_at_limit = False  # the last drain left a batch for a node at the limit
         self.producer_id = -1
         self.producer_epoch = -1
         self._sequences: dict[TopicPartition, int] = defaultdict(int)
@@ -254,6 +255,7 @@ class Sender:
                 if error is not None:  # aborting, failed, or not in a transaction
                     for batch in self.acc.abort_all():
                         self._drop(batch, error)
+            self._held_at_limit = False
             batches = self.acc.drain(now, self._sendable)
             if batches:
                 self._dispatch(batches)
@@ -262,8 +264,10 @@ class Sender:
             wait = self.acc.next_ready_in(time.monotonic())
             if wait is not None and wait <= 0 and not batches:
                 # Ready but held back (leader unknown, a retry waiting for its partition's
-                # batches in flight): until an answer arrives, or briefly.
-                wait = 0.005
+                # batches in flight): until an answer arrives, or briefly. For a node at
+                # max.in.flight an answer is what frees it (and wakes this loop), so the poll is
+                # slower: it only bounds how late another node's batch may go meanwhile.
+                wait = 0.05 if self._held_at_limit else 0.005
             timeout = 1.0 if wait is None else min(max(wait, 0.0005), 1.0)
             if self._sent and self.txn is None:
                 timeout = min(timeout, 0.1)  # in-flight records' delivery.timeout.ms
@@ -294,9 +298,14 @@ class Sender:
             return False
         if self.cluster.is_blacked_out(leader.node_id):
             return False
+        # (may_send first: it registers a transaction's new partition, which can go on while
+        # the node is busy.)
+        if self.txn is not None and not self.txn.may_send(tp):
+            return False
         if self._node_requests.get(leader.node_id, 0) >= self.max_in_flight:
-            return False  # an answer wakes the sender
-        return self.txn is None or self.txn.may_send(tp)
+            self._held_at_limit = True  # an answer wakes the sender: no need to poll
+            return False
+        return True
 
     def _expire(self, now: float) -> None:
         for batch in self.acc.expire(now, self.delivery_timeout_s):
