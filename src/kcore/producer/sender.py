@@ -4,15 +4,15 @@ hints, idempotent sequences and epoch bumps).
 
 Runs on the client's event loop. With idempotence (the default) each batch gets its sequence
 when first sent and keeps it through retries, so a retry the broker already wrote is dropped
-as a duplicate. Up to ``max.in.flight.requests.per.connection`` batches of a partition are in
-flight at once; order holds because sequences are given out in queue order when batches are
-taken (not when their request is built), a retried batch goes out only once nothing else of its
-partition is in flight, after an epoch bump nothing new goes out for a partition until
-its batches of the old epoch have come back (a bump renumbers only the partitions whose
-sequence broke, and batches the broker rejected, never one sent and left unanswered; other
-retries keep their numbering, so one the broker already wrote comes back DUPLICATE_SEQUENCE),
-and a
-partition has one batch in flight until one of the current producer id and epoch is written
+as a duplicate. Up to ``max.in.flight.requests.per.connection`` Produce requests to a broker,
+and as many batches of a partition, are in flight at once; order holds because sequences are
+given out in queue order when batches are taken (not when their request is built), a retried
+batch goes out only once nothing else of its partition is in flight, after an epoch bump
+nothing new goes out for a partition until its batches of the old epoch have come back (a
+bump renumbers only the partitions whose sequence broke, and batches the broker rejected,
+never one sent and left unanswered; other retries keep their numbering, so one the broker
+already wrote comes back DUPLICATE_SEQUENCE), and a partition has one batch in flight until
+one of the current producer id and epoch is written
 (before that the leader takes any first sequence, so a later batch could overtake).
 """
 
