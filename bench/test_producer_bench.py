@@ -19,9 +19,11 @@ Every client gets the same batching: ``linger.ms`` 5, ``batch.size`` 1,000,000 b
 largest batch a default broker takes is 1,048,588), 32 MiB of send buffer where the client has
 such a limit (see BATCHING and the clients' factories below). Each producer is created,
 connected and primed outside the timed part, once per benchmark; each round gets its own new
-topic (created before it and checked after it, outside the timed part; all deleted at the end
-of the module), so a round also pays for one metadata fetch of the new topic, as a producer's
-first send to a topic does.
+topic (created, and its partitions' logs ready on the broker, before it; checked after it,
+outside the timed part; deleted after it on kcore.testing's cluster, else at the end of the
+module), so a round also pays for one metadata fetch of the new topic, as a producer's first
+send to a topic does. A floor row (pre-encoded requests, no client) bounds what any client can
+reach on the broker.
 
 Besides wall time, each round records the process CPU time (``time.process_time``: the calling
 thread and every thread of the client, e.g. librdkafka's or kcore's network thread), the
@@ -188,6 +190,12 @@ class Broker:
         self.created.append(name)
         described = self.admin.describe_topics([name], timeout=30)
         assert len(described[name].partitions) == PARTITIONS
+        # Metadata names a new partition's leader before that broker has made its log, and a
+        # Produce in between is answered NOT_LEADER_OR_FOLLOWER and retried after
+        # retry.backoff.ms (100 ms in every client here): up to three batches of a kcore round
+        # were, adding 40-130 ms at random. ListOffsets (the admin client retries it) answers
+        # once the logs are there: the rounds time writing, not the topic's creation.
+        self.end_offsets(name)
         return name
 
     def own_cluster(self) -> None:
@@ -642,9 +650,6 @@ class FloorRounds(Rounds):
     def setup(self) -> tuple[tuple[str], dict[str, Any]]:
         args, kwargs = super().setup()
         assert self.floor is not None
-        # A client retries NOT_LEADER_OR_FOLLOWER while a new topic's partitions load on the
-        # broker; the floor does not retry, so it waits for them (list_offsets retries).
-        self.broker.end_offsets(args[0])
         self.floor.prepare(args[0], self.column)
         self.meters.start()  # the frames are made: measure from here
         return args, kwargs
@@ -667,7 +672,6 @@ def test_floor_produce(benchmark: Any, broker: Broker, values: Values, codec: st
         rounds.floor, rounds.column = floor, values.list
 
         def prime(topic: str) -> None:
-            broker.end_offsets(topic)
             floor.prepare(topic, values.list[:PRIME_RECORDS])
             floor.produce(topic)
 
