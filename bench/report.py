@@ -692,6 +692,15 @@ def bound_lines(results: list[GoalResult], groups: dict[str, list[Bench]]) -> li
             continue
         best = max(ran, key=lambda r: r.ratio or 0.0)
         assert best.peer is not None and best.kcore is not None
+        if best.kcore.median < bound.median:
+            # The floor was measured under other conditions than the row it should bound
+            # (e.g. which of the allocator's arenas were still mapped): no bound in this run.
+            lines.append(
+                f'"{goal.text}": {bound.label} took {fmt_median(bound)}, more than'
+                f" {best.kcore.label} ({fmt_median(best.kcore)}): it ran under other"
+                " conditions (memory state, load), so it bounds nothing in this run."
+            )
+            continue
         lines.append(
             f'Bound of "{goal.text}": {bound.label} takes {fmt_median(bound)}, so no'
             f" {goal.bound[1]} can pass {fmt_ratio(best.peer.median / bound.median)} of"
