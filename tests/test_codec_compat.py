@@ -1059,3 +1059,57 @@ def test_decode_to_arrow_magic0_timestamp_type_is_none():
     buf = legacy_set(PEERS[-1], 0, "none", LEGACY[:2])
     assert {b.timestamp_type for b in decode_batches(buf)} == {-1}
     assert decode_to_arrow(buf).column("timestampType").to_pylist() == [-1, -1]
+
+
+@pytest.mark.parametrize(
+    ("codec", "levels"),
+    [("gzip", (1, 9)), ("lz4", (1, 12, 17)), ("zstd", (-5, 1, 19))],
+    ids=["gzip", "lz4-hc", "zstd"],
+)
+def test_compression_levels_are_honoured_and_read_by_peers(codec, levels):
+    """compression.<codec>.level (KIP-390): each level gives its own output (zstd's negative
+    levels are real, faster ones; lz4 levels other than 9 are LZ4 HC, as Java's producer makes
+    them), and the batches read back, in kcore and in aiokafka."""
+    default = kcore_batch(COMPRESSIBLE * 20, codec)
+    sizes = {}
+    for level in levels:
+        ours = kcore_batch(COMPRESSIBLE * 20, codec, compression_level=level)
+        assert decode_records(ours) == expected(COMPRESSIBLE * 20)
+        assert peer_records(PEERS[-1], ours) == expected(COMPRESSIBLE * 20)
+        sizes[level] = len(ours)
+    assert len(set(sizes.values()) | {len(default)}) > 1, sizes  # the level changed something
+    if codec == "lz4":
+        # 9 is Java's default level: the fast compressor, as with no level at all.
+        assert kcore_batch(COMPRESSIBLE * 20, codec, compression_level=9) == default
+
+
+def test_lz4_high_compression_without_the_lz4_package_is_a_config_error():
+    """cramjam has no LZ4 HC: without the lz4 package a level other than 9 is refused, naming
+    the setting and the package (and the producer refuses it when it is made)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['lz4'] = None\n"
+        "from kcore.codec import RecordBatchBuilder, lz4_high_compression_available\n"
+        "from kcore.errors import ConfigError\n"
+        "assert not lz4_high_compression_available()\n"
+        "b = RecordBatchBuilder('lz4', compression_level=12); b.append(None, b'x' * 100, 0)\n"
+        "try:\n"
+        "    b.build()\n"
+        "except ConfigError as e:\n"
+        "    assert e.key == 'compression.lz4.level' and 'pip install lz4' in str(e), e\n"
+        "else:\n"
+        "    raise SystemExit('no error')\n"
+        "b = RecordBatchBuilder('lz4', compression_level=9); b.append(None, b'x' * 100, 0)\n"
+        "b.build()  # the default level needs nothing more\n"
+        "import kcore\n"
+        "try:\n"
+        "    kcore.Producer({'bootstrap.servers': '127.0.0.1:1', 'compression.type': 'lz4',\n"
+        "                    'compression.lz4.level': 3})\n"
+        "except ConfigError as e:\n"
+        "    assert e.key == 'compression.lz4.level', e\n"
+        "else:\n"
+        "    raise SystemExit('the producer took it')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -139,13 +139,32 @@ def test_keyed_partitions_match_librdkafka_murmur2(kafka_cluster):
     assert [f.result(0).partition for f in ours] == [theirs[k] for k in keys]
 
 
-@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_every_codec_reads_back(kafka_cluster, codec):
+@pytest.mark.parametrize(
+    ("codec", "level"),
+    [
+        ("none", None),
+        ("gzip", None),
+        ("snappy", None),
+        ("lz4", None),
+        ("zstd", None),
+        ("gzip", 1),
+        ("lz4", 12),  # LZ4 HC, as Java's producer writes any level but 9
+        ("zstd", 19),
+        ("zstd", -5),
+    ],
+    ids=str,
+)
+def test_every_codec_reads_back(kafka_cluster, codec, level):
+    """Every codec, and compression.<codec>.level (KIP-390), read back by confluent-kafka."""
     topic = name(f"codec-{codec}")
     create(kafka_cluster.bootstrap_servers, topic, 2)
     config = {"bootstrap.servers": kafka_cluster.bootstrap_servers, "compression.type": codec}
+    if level is not None:
+        config[f"compression.{codec}.level"] = level
     values = [b"%06d" % i * 20 for i in range(2000)]
     with kcore.Producer(config) as producer:
+        if level is not None:
+            assert producer._core.accumulator.compression_level == level
         for i, v in enumerate(values):
             producer.send(topic, v, b"k%d" % (i % 50))
         producer.flush(30)

@@ -47,6 +47,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 
 from kcore.errors import (
+    ConfigError,
     CorruptRecordError,
     CrcMismatchError,
     DecompressionLimitError,

@@ -583,8 +583,11 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "Codec of produced batches."),
     ConfigDef("compression.gzip.level", "int", -1, Range(1, 9, also=-1), _PRODUCER,
               "gzip level; -1: the codec's default."),
-    ConfigDef("compression.lz4.level", "int", 9, Range(1, 17), _PRODUCER, "lz4 level."),
-    ConfigDef("compression.zstd.level", "int", 3, Range(-131072, 22), _PRODUCER, "zstd level."),
+    ConfigDef("compression.lz4.level", "int", 9, Range(1, 17), _PRODUCER,
+              "lz4 level: 9, the default, is LZ4's fast compressor (as Java's); any other is "
+              "LZ4 HC, which needs the lz4 package (pip install kcore[lz4])."),
+    ConfigDef("compression.zstd.level", "int", 3, Range(-131072, 22), _PRODUCER,
+              "zstd level (negative levels are faster ones; -1 is taken as the default, 3)."),
     ConfigDef("metadata.max.idle.ms", "long", 300000, Range(5000), _PRODUCER,
               "Forget metadata of a topic not produced to for this long."),
     ConfigDef("partitioner.class", "callable", None, None, _PRODUCER,

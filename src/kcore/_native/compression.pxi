@@ -24,6 +24,7 @@ cdef const char* XERIAL_MAGIC_C = b"\x82SNAPPY\x00"
 DEF XERIAL_HEADER_SIZE = 16
 DEF XERIAL_BLOCK_SIZE = 32768
 DEF LZ4_BLOCK_SIZE = 65536
+DEF LZ4_DEFAULT_LEVEL = 9  # compression.lz4.level's default: the fast compressor
 DEF LZ4_MAGIC = 0x184D2204
 # FLG: version 01, independent blocks, no checksums, no content size. BD: 64 KiB blocks.
 DEF LZ4_FLG = 0x60
@@ -42,7 +43,8 @@ cdef int codec_id(str name) except -1:
 
 def compress(str codec, object data, int level=-1):
     """Compress ``data`` with Kafka's framing for ``codec``; ``level`` -1 is the codec default
-    (gzip 6 and zstd 3, as the Java producer uses)."""
+    (gzip 6, zstd 3, lz4's fast compressor, as the Java producer uses). lz4 at a level other
+    than 9 (Java's default, the fast compressor) is LZ4 HC, which needs the ``lz4`` package."""
     return compress_payload(codec_id(codec), data, level)
 
 
@@ -64,9 +66,10 @@ cdef bytes compress_payload(int codec, object data, int level):
     if codec == CODEC_SNAPPY:
         return xerial_compress(data)
     if codec == CODEC_LZ4:
-        return lz4_frame_compress(data)
+        return lz4_frame_compress(data, level)
     if codec == CODEC_ZSTD:
-        return bytes(_cramjam.zstd.compress(data, level=3 if level < 0 else level))
+        # (zstd's negative levels are real, faster ones: only -1 means the default.)
+        return bytes(_cramjam.zstd.compress(data, level=3 if level == -1 else level))
     raise UnsupportedCodecError(f"compression codec {codec} is not known")
 
 
@@ -99,7 +102,35 @@ cdef bytes xerial_compress(object data):
         free(out.data)
 
 
-cdef bytes lz4_frame_compress(object data):
+cdef object _lz4_block = None  # python-lz4's block module, for LZ4 HC (cramjam has no HC)
+
+
+def lz4_high_compression_available():
+    """Whether lz4 levels other than the default can be written (the ``lz4`` package)."""
+    try:
+        lz4_hc_module()
+    except ConfigError:
+        return False
+    return True
+
+
+cdef object lz4_hc_module():
+    global _lz4_block
+    if _lz4_block is None:
+        try:
+            import lz4.block as block
+        except ImportError:
+            raise ConfigError(
+                "compression.lz4.level",
+                "a level other than 9 (Java's default, the fast compressor) is LZ4 HC, "
+                "which kcore writes with the lz4 package: pip install lz4") from None
+        _lz4_block = block
+    return _lz4_block
+
+
+cdef bytes lz4_frame_compress(object data, int level=-1):
+    # As Java's producer: its default level (9, compression.lz4.level) is LZ4's fast
+    # compressor; any other level is LZ4 HC at that level.
     cdef ByteView v
     cdef Py_buffer pybuf
     cdef OutBuf out
@@ -122,7 +153,12 @@ cdef bytes lz4_frame_compress(object data):
         out_write(&out, header, 7)
         while pos < v.size:
             n = min(LZ4_BLOCK_SIZE, v.size - pos)
-            block = bytes(_cramjam.lz4.compress_block(mem[pos:pos + n], store_size=False))
+            if level < 0 or level == LZ4_DEFAULT_LEVEL:
+                block = bytes(_cramjam.lz4.compress_block(mem[pos:pos + n], store_size=False))
+            else:
+                block = lz4_hc_module().compress(
+                    mem[pos:pos + n], mode="high_compression", compression=level,
+                    store_size=False)
             clen = len(block)
             out_reserve(&out, 4 + n)
             if clen >= n:  # incompressible: store the block as is, flagged by the high bit

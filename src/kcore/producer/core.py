@@ -19,6 +19,7 @@ from kcore.cluster.metadata import ClusterMetadata
 from kcore.codec import partition_for_key
 from kcore.config import ClientConfig
 from kcore.errors import (
+    ConfigError,
     KcoreError,
     KcoreTimeoutError,
     MessageTooLargeError,
@@ -62,6 +63,7 @@ class ProducerCore:
             linger_s=int(cfg["linger.ms"]) / 1000,
             buffer_memory=int(cfg["buffer.memory"]),
             compression=str(cfg["compression.type"]),
+            compression_level=_compression_level(cfg),
             # Batches of one partition in flight at once (the sender keeps their order).
             max_in_flight=int(cfg["max.in.flight.requests.per.connection"]),
         )
@@ -769,6 +771,25 @@ def _check_payload(name: str, data: Any) -> None:
 
 def _is_datetime64_scalar(value: Any) -> bool:
     return type(value).__name__ == "datetime64" and type(value).__module__ == "numpy"
+
+
+def _compression_level(cfg: Any) -> int:
+    """compression.gzip.level / compression.lz4.level / compression.zstd.level (KIP-390) for
+    the configured codec; -1 (the codec's default) for the others. Checked now: an lz4 level
+    that needs LZ4 HC fails the producer's creation, not every batch later."""
+    from kcore.codec import lz4_high_compression_available
+
+    codec = str(cfg["compression.type"])
+    if codec not in ("gzip", "lz4", "zstd"):
+        return -1
+    level = int(cfg[f"compression.{codec}.level"])
+    if codec == "lz4" and level != 9 and not lz4_high_compression_available():
+        raise ConfigError(
+            "compression.lz4.level",
+            f"{level} is LZ4 HC (only 9, Java's default, is the fast compressor), which kcore "
+            "writes with the lz4 package: pip install lz4",
+        )
+    return level
 
 
 def _mean_size(column: Any, n: int) -> int:
