@@ -1063,7 +1063,7 @@ def test_decode_to_arrow_magic0_timestamp_type_is_none():
 
 @pytest.mark.parametrize(
     ("codec", "levels"),
-    [("gzip", (1, 9)), ("lz4", (1, 12, 17)), ("zstd", (-5, 1, 19))],
+    [("gzip", (1, 9)), ("lz4", (1, 12, 17)), ("zstd", (-5, -1, 1, 19))],
     ids=["gzip", "lz4-hc", "zstd"],
 )
 def test_compression_levels_are_honoured_and_read_by_peers(codec, levels):
@@ -1081,6 +1081,10 @@ def test_compression_levels_are_honoured_and_read_by_peers(codec, levels):
     if codec == "lz4":
         # 9 is Java's default level: the fast compressor, as with no level at all.
         assert kcore_batch(COMPRESSIBLE * 20, codec, compression_level=9) == default
+    if codec == "zstd":
+        # -1 is one of zstd's levels (a faster one), not "the default" (3).
+        assert sizes[-1] != len(default)
+        assert kcore_batch(COMPRESSIBLE * 20, codec, compression_level=3) == default
 
 
 def test_lz4_high_compression_without_the_lz4_package_is_a_config_error():

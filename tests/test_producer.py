@@ -151,6 +151,7 @@ def test_keyed_partitions_match_librdkafka_murmur2(kafka_cluster):
         ("lz4", 12),  # LZ4 HC, as Java's producer writes any level but 9
         ("zstd", 19),
         ("zstd", -5),
+        ("zstd", -1),  # a level of zstd's (Java passes it on), not "the default"
     ],
     ids=str,
 )

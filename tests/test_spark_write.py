@@ -258,6 +258,34 @@ def test_transactional_writes_get_a_longer_transaction_timeout():
     assert "transaction.timeout.ms" not in write_settings(base, schema).producer_config
 
 
+def test_lz4_high_compression_is_checked_at_planning():
+    """kafka.compression.lz4.level other than 9 is LZ4 HC, which needs the lz4 package: without
+    it the write fails when planned (naming the option), not in every task."""
+    import subprocess
+    import sys
+
+    schema = StructType([StructField("value", StringType())])
+    base = {"kafka.bootstrap.servers": "h:1", "topic": "t", "kafka.compression.type": "lz4"}
+    for level in ("9", "12"):  # this environment has lz4: both plan
+        write_settings({**base, "kafka.compression.lz4.level": level}, schema)
+    code = (
+        "import sys; sys.modules['lz4'] = None\n"
+        "from pyspark.sql.types import StructField, StringType, StructType\n"
+        "from kcore.errors import ConfigError\n"
+        "from kcore.spark.write_options import write_settings\n"
+        "schema = StructType([StructField('value', StringType())])\n"
+        f"base = {base!r}\n"
+        "write_settings({**base, 'kafka.compression.lz4.level': '9'}, schema)\n"
+        "try:\n"
+        "    write_settings({**base, 'kafka.compression.lz4.level': '12'}, schema)\n"
+        "except ConfigError as e:\n"
+        "    assert e.key == 'kafka.compression.lz4.level' and 'lz4 package' in str(e), e\n"
+        "else:\n"
+        "    raise SystemExit('planned without the lz4 package')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
 def test_unreachable_broker_fails_the_job_in_bounded_time(spark):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

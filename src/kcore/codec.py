@@ -10,6 +10,7 @@ from typing import Any
 
 from ._codec import (
     COMPRESSION_CODECS,
+    DEFAULT_COMPRESSION_LEVEL,
     DEFAULT_MAX_DECOMPRESSED_SIZE,
     ColumnarRecords,
     LegacyBatch,
@@ -41,6 +42,7 @@ from ._codec import (
 
 __all__ = [
     "COMPRESSION_CODECS",
+    "DEFAULT_COMPRESSION_LEVEL",
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
     "ColumnarRecords",
     "LegacyBatch",

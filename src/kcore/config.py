@@ -587,7 +587,7 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "lz4 level: 9, the default, is LZ4's fast compressor (as Java's); any other is "
               "LZ4 HC, which needs the lz4 package (pip install kcore[lz4])."),
     ConfigDef("compression.zstd.level", "int", 3, Range(-131072, 22), _PRODUCER,
-              "zstd level (negative levels are faster ones; -1 is taken as the default, 3)."),
+              "zstd level (negative levels are faster ones)."),
     ConfigDef("metadata.max.idle.ms", "long", 300000, Range(5000), _PRODUCER,
               "Forget metadata of a topic not produced to for this long."),
     ConfigDef("partitioner.class", "callable", None, None, _PRODUCER,

@@ -410,7 +410,8 @@ cdef class RecordBatchBuilder:
 
     def __cinit__(self, str compression="none", *, int64_t base_offset=0,
                   int64_t producer_id=-1, int producer_epoch=-1, int32_t base_sequence=-1,
-                  bint transactional=False, bint is_control=False, int compression_level=-1,
+                  bint transactional=False, bint is_control=False,
+                  int compression_level=LEVEL_DEFAULT,
                   int partition_leader_epoch=-1, bint log_append_time=False,
                   BatchBufferPool pool=None, Py_ssize_t capacity=0,
                   Py_ssize_t max_capacity=0):

@@ -25,6 +25,10 @@ DEF XERIAL_HEADER_SIZE = 16
 DEF XERIAL_BLOCK_SIZE = 32768
 DEF LZ4_BLOCK_SIZE = 65536
 DEF LZ4_DEFAULT_LEVEL = 9  # compression.lz4.level's default: the fast compressor
+# "The codec's default level" (gzip 6, lz4 fast, zstd 3): not a level of any codec, since -1
+# is one of zstd's (a faster one) and gzip's own name for its default.
+DEF LEVEL_DEFAULT = -2147483648
+DEFAULT_COMPRESSION_LEVEL = LEVEL_DEFAULT
 DEF LZ4_MAGIC = 0x184D2204
 # FLG: version 01, independent blocks, no checksums, no content size. BD: 64 KiB blocks.
 DEF LZ4_FLG = 0x60
@@ -41,10 +45,11 @@ cdef int codec_id(str name) except -1:
             f"unknown compression {name!r}; one of {', '.join(COMPRESSION_CODECS)}") from None
 
 
-def compress(str codec, object data, int level=-1):
-    """Compress ``data`` with Kafka's framing for ``codec``; ``level`` -1 is the codec default
-    (gzip 6, zstd 3, lz4's fast compressor, as the Java producer uses). lz4 at a level other
-    than 9 (Java's default, the fast compressor) is LZ4 HC, which needs the ``lz4`` package."""
+def compress(str codec, object data, int level=LEVEL_DEFAULT):
+    """Compress ``data`` with Kafka's framing for ``codec`` at ``level``, as Java's producer:
+    by default gzip 6, zstd 3 and lz4's fast compressor; gzip's -1 is its default too, zstd's
+    negative levels are its faster ones, and lz4 at a level other than 9 (Java's default, the
+    fast compressor) is LZ4 HC, which needs the ``lz4`` package."""
     return compress_payload(codec_id(codec), data, level)
 
 
@@ -62,14 +67,13 @@ cdef bytes compress_payload(int codec, object data, int level):
     if codec == CODEC_NONE:
         return bytes(data)
     if codec == CODEC_GZIP:
-        return bytes(_cramjam.gzip.compress(data, level=6 if level < 0 else level))
+        return bytes(_cramjam.gzip.compress(data, level=6 if level < 0 else level))  # -1: 6
     if codec == CODEC_SNAPPY:
         return xerial_compress(data)
     if codec == CODEC_LZ4:
         return lz4_frame_compress(data, level)
     if codec == CODEC_ZSTD:
-        # (zstd's negative levels are real, faster ones: only -1 means the default.)
-        return bytes(_cramjam.zstd.compress(data, level=3 if level == -1 else level))
+        return bytes(_cramjam.zstd.compress(data, level=3 if level == LEVEL_DEFAULT else level))
     raise UnsupportedCodecError(f"compression codec {codec} is not known")
 
 
@@ -123,12 +127,13 @@ cdef object lz4_hc_module():
             raise ConfigError(
                 "compression.lz4.level",
                 "a level other than 9 (Java's default, the fast compressor) is LZ4 HC, "
-                "which kcore writes with the lz4 package: pip install lz4") from None
+                "which kcore writes with the lz4 package: pip install lz4 (or kcore[lz4])"
+            ) from None
         _lz4_block = block
     return _lz4_block
 
 
-cdef bytes lz4_frame_compress(object data, int level=-1):
+cdef bytes lz4_frame_compress(object data, int level=LEVEL_DEFAULT):
     # As Java's producer: its default level (9, compression.lz4.level) is LZ4's fast
     # compressor; any other level is LZ4 HC at that level.
     cdef ByteView v

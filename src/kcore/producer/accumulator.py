@@ -17,7 +17,7 @@ from typing import Any
 
 from kcore._codec import BatchBufferPool, ProducerBatchBase
 from kcore.admin.types import TopicPartition
-from kcore.codec import RecordBatchBuilder, decode_batches
+from kcore.codec import DEFAULT_COMPRESSION_LEVEL, RecordBatchBuilder, decode_batches
 from kcore.errors import KcoreError, KcoreTimeoutError
 from kcore.producer.results import BatchResult
 
@@ -106,7 +106,7 @@ class RecordAccumulator:
         linger_s: float,
         buffer_memory: int,
         compression: str,
-        compression_level: int = -1,
+        compression_level: int = DEFAULT_COMPRESSION_LEVEL,
         max_in_flight: int = 5,
     ) -> None:
         self.batch_size = max(batch_size, 1)
