@@ -383,8 +383,12 @@ class Rounds:
         # of the later ones for the same records. Written back here, untimed, every round
         # starts alike.
         os.sync()
+        self.prepare(topic)
         self.meters.start()
         return (topic,), {}
+
+    def prepare(self, topic: str) -> None:
+        """Untimed work of a round before its meters start (none here)."""
 
     def timed(self, produce: Callable[[str], None]) -> Callable[[str], None]:
         def run(topic: str) -> None:
@@ -647,12 +651,9 @@ class FloorRounds(Rounds):
     floor: RawProduceFloor | None = None
     column: Any = None
 
-    def setup(self) -> tuple[tuple[str], dict[str, Any]]:
-        args, kwargs = super().setup()
+    def prepare(self, topic: str) -> None:
         assert self.floor is not None
-        self.floor.prepare(args[0], self.column)
-        self.meters.start()  # the frames are made: measure from here
-        return args, kwargs
+        self.floor.prepare(topic, self.column)
 
 
 @pytest.mark.parametrize("codec", CODEC_PARAMS)

@@ -1311,6 +1311,18 @@ def _check_producer(v: dict[str, Any], user: dict[str, Any]) -> None:
     if v["transactional.id"] is not None and not v["enable.idempotence"]:
         why = f" (it is off because {off_because})" if off_because else ""
         raise ConfigError("transactional.id", f"needs enable.idempotence=true{why}")
+    # lz4 at a level other than Java's default (9, the fast compressor) is LZ4 HC, which the
+    # codec writes with the optional lz4 package: refused here, not by every batch later.
+    if v["compression.type"] == "lz4" and v["compression.lz4.level"] != 9:
+        from kcore.codec import lz4_high_compression_available
+
+        if not lz4_high_compression_available():
+            raise ConfigError(
+                "compression.lz4.level",
+                f"{v['compression.lz4.level']} is LZ4 HC (only 9, Java's default, is the fast "
+                "compressor), which kcore writes with the lz4 package: pip install lz4 (or "
+                "kcore[lz4])",
+            )
     # Java's KafkaProducer: a delivery timeout must cover one linger plus one request.
     floor = min(v["linger.ms"] + v["request.timeout.ms"], INT_MAX)
     if v["delivery.timeout.ms"] < floor:

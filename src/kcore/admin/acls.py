@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from kcore.admin.client_part import AdminClientPart
 from kcore.admin.types import AdminOperationError
@@ -20,9 +20,6 @@ from kcore.errors import KafkaError, KcoreError, UnknownServerError, error_for_c
 from kcore.protocol.messages.create_acls_request import AclCreation, CreateAclsRequest
 from kcore.protocol.messages.delete_acls_request import DeleteAclsFilter, DeleteAclsRequest
 from kcore.protocol.messages.describe_acls_request import DescribeAclsRequest
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "AclBinding",

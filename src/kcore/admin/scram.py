@@ -12,7 +12,7 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kcore.admin.client_part import AdminClientPart
 from kcore.admin.types import AdminOperationError
@@ -34,9 +34,6 @@ from kcore.protocol.messages.describe_user_scram_credentials_request import (
     DescribeUserScramCredentialsRequest,
     UserName,
 )
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "ScramCredentialInfo",

@@ -554,7 +554,7 @@ class Fetcher:
             st.high_watermark = p.high_watermark
             lso = getattr(p, "last_stable_offset", -1)
             st.lag_end = (
-                lso if self.isolation_level and lso is not None and lso >= 0 else (p.high_watermark)
+                lso if self.isolation_level and lso is not None and lso >= 0 else p.high_watermark
             )
             if code == 0:
                 st.errors = 0

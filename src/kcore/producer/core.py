@@ -19,7 +19,6 @@ from kcore.cluster.metadata import ClusterMetadata
 from kcore.codec import partition_for_key
 from kcore.config import ClientConfig
 from kcore.errors import (
-    ConfigError,
     KcoreError,
     KcoreTimeoutError,
     MessageTooLargeError,
@@ -776,21 +775,13 @@ def _is_datetime64_scalar(value: Any) -> bool:
 def _compression_level(cfg: Any) -> int:
     """compression.gzip.level / compression.lz4.level / compression.zstd.level (KIP-390) for
     the configured codec, as it is (zstd's -1 is a level); the codec's default for the others.
-    Checked now: an lz4 level that needs LZ4 HC fails the producer's creation, not every
-    batch later."""
-    from kcore.codec import DEFAULT_COMPRESSION_LEVEL, lz4_high_compression_available
+    (An LZ4 HC level without the lz4 package was refused with the config.)"""
+    from kcore.codec import DEFAULT_COMPRESSION_LEVEL
 
     codec = str(cfg["compression.type"])
     if codec not in ("gzip", "lz4", "zstd"):
         return DEFAULT_COMPRESSION_LEVEL
-    level = int(cfg[f"compression.{codec}.level"])
-    if codec == "lz4" and level != 9 and not lz4_high_compression_available():
-        raise ConfigError(
-            "compression.lz4.level",
-            f"{level} is LZ4 HC (only 9, Java's default, is the fast compressor), which kcore "
-            "writes with the lz4 package: pip install lz4 (or kcore[lz4])",
-        )
-    return level
+    return int(cfg[f"compression.{codec}.level"])
 
 
 def _mean_size(column: Any, n: int) -> int:

@@ -81,17 +81,6 @@ def write_settings(options: Mapping[str, str], schema: StructType) -> WriteSetti
         )
     except ConfigError as exc:
         raise ConfigError(f"kafka.{exc.key}", exc.message) from None
-    if checked["compression.type"] == "lz4" and int(checked["compression.lz4.level"]) != 9:
-        # LZ4 HC needs the lz4 package, which the shipped bundle does not carry: checked here
-        # (the driver), it is at least not news to every task. Executors need it too.
-        from kcore.codec import lz4_high_compression_available
-
-        if not lz4_high_compression_available():
-            raise ConfigError(
-                "kafka.compression.lz4.level",
-                "a level other than 9 is LZ4 HC, which needs the lz4 package on the driver "
-                "and the executors (pip install lz4)",
-            )
 
     topic = options.get("topic")
     if topic is not None:
