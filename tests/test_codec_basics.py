@@ -180,6 +180,61 @@ def test_build_hands_out_an_immutable_batch_and_the_builder_goes_on():
     hash(first)  # a returned batch behaves as any bytes
 
 
+def test_a_large_batch_keeps_its_slack_and_is_still_an_exact_bytes() -> None:
+    """A batch of over 1 MiB is handed out without shrinking its allocation (so repeated
+    large builds reuse memory instead of faulting in fresh pages); the bytes object must
+    still be exactly the batch: length, contents, hash, and what a copy of it decodes to."""
+    from kcore.codec import decode_records
+
+    keys = [b"key-%012d" % i for i in range(20_000)]
+    values = [(b"%05d" % i) * 20 for i in range(20_000)]
+    for _ in range(3):  # again and again: the memory of the last one comes back
+        b = RecordBatchBuilder()
+        b.append_many(keys, values, 1_700_000_000_000)
+        batch = b.build()
+        assert len(batch) > 1024 * 1024
+        copy = bytes(bytearray(batch))
+        assert batch == copy and hash(batch) == hash(copy)
+        assert batch + b"" == copy and batch[-1:] == copy[-1:]
+        struct_len = struct.unpack_from(">i", batch, 8)[0]
+        assert struct_len == len(batch) - 12
+        records = decode_records(batch)
+        assert len(records) == 20_000 and records[-1][2:4] == (keys[-1], values[-1])
+        b.append(b"one", b"more", 1_700_000_000_001)  # the builder goes on: a copy
+        assert len(decode_records(b.build())) == 20_001
+        assert bytes(bytearray(batch)) == copy  # the handed-out batch never changed
+
+
+def test_append_many_from_lists_matches_append_for_every_kind_of_item() -> None:
+    """Lists of exact bytes, None and ints of up to two digits take append_many's inline
+    reads; everything else (bytes-likes, str, bytes subclasses, large or negative ints, bool)
+    the general path. Both must write what append writes, byte for byte."""
+
+    class Sub(bytes):
+        pass
+
+    timestamps = [0, 1, 2**30 - 1, 2**30, 2**60 - 1, 2**60, 2**63 - 1, -1, -(2**40), True]
+    timestamps += [1_700_000_000_000 + i for i in range(6)]
+    kinds = [b"k", None, bytearray(b"ba"), "text", memoryview(b"mv"), Sub(b"sub"), b"", b"x" * 300]
+    keys = [kinds[i % len(kinds)] for i in range(len(timestamps))]
+    values = [kinds[(i + 3) % len(kinds)] for i in range(len(timestamps))]
+    for key_column, value_column in ((keys, values), (tuple(keys), tuple(values)), (None, values)):
+        bulk = RecordBatchBuilder()
+        bulk.append_many(key_column, value_column, timestamps)
+        one_by_one = RecordBatchBuilder()
+        for i, ts in enumerate(timestamps):
+            key = None if key_column is None else key_column[i]
+            value = value_column[i]
+            one_by_one.append(  # (append takes no str; append_many writes one as UTF-8)
+                key.encode() if isinstance(key, str) else key,
+                value.encode() if isinstance(value, str) else value,
+                int(ts),
+            )
+        assert bulk.build() == one_by_one.build()
+    with pytest.raises(OverflowError):
+        RecordBatchBuilder().append_many([b"k"], [b"v"], [2**63])
+
+
 def test_records_made_as_a_named_tuple() -> None:
     """decode_records(record_type=...) makes each record as the caller's NamedTuple directly
     (the consumer's ConsumerRecord), equal to wrapping the plain tuples; records before

@@ -14,6 +14,7 @@ DEF ATTR_CONTROL = 0x20
 
 # append_many's up-front reservation is an estimate; never more than this in one go.
 DEF RESERVE_CAP = 64 * 1024 * 1024
+DEF KEEP_SLACK_FROM = 1024 * 1024  # build() keeps a large batch's slack (see there)
 
 # Kinds of column append_many reads.
 DEF COL_NULL = 0      # None: every value null
@@ -230,6 +231,54 @@ cdef uint8_t* write_header_columns(uint8_t* p, HeaderColumns* hc, Py_ssize_t sta
             memcpy(p, ptr, n)
             p += n
     return p
+
+
+cdef extern from *:
+    """
+    /* append_many's common case read without a Python reference: item i of a list or tuple
+       column when it is exactly bytes or None. Returns 0 for anything else (and for an index
+       past a list that shrank), which the general column_get then takes. */
+    static inline int kcore_plain_item(PyObject* seq, int is_list, PyObject** items,
+                                       Py_ssize_t i, const uint8_t** p, Py_ssize_t* n) {
+        PyObject* o;
+        if (is_list) {
+            if (i >= PyList_GET_SIZE(seq)) return 0;
+            o = PyList_GET_ITEM(seq, i);
+        } else {
+            o = items[i];
+        }
+        if (PyBytes_CheckExact(o)) {
+            *p = (const uint8_t*)PyBytes_AS_STRING(o);
+            *n = PyBytes_GET_SIZE(o);
+            return 1;
+        }
+        if (o == Py_None) {
+            *n = -1;
+            return 1;
+        }
+        return 0;
+    }
+    /* An exact int of up to two 30-bit digits (every ms timestamp until the year 36812) read
+       from its digits: PyLong_AsLongLongAndOverflow's checks cost more than the read. Returns
+       0 for anything else (and on Pythons whose ints are laid out differently). */
+    static inline int kcore_small_long(PyObject* o, int64_t* out) {
+    #if PY_VERSION_HEX < 0x030C0000 && !defined(PYPY_VERSION) && PyLong_SHIFT == 30
+        if (PyLong_CheckExact(o)) {
+            Py_ssize_t size = Py_SIZE(o);
+            const digit* d = ((PyLongObject*)o)->ob_digit;
+            if (size == 2) { *out = ((int64_t)d[1] << 30) | (int64_t)d[0]; return 1; }
+            if (size == 1) { *out = (int64_t)d[0]; return 1; }
+            if (size == 0) { *out = 0; return 1; }
+        }
+    #endif
+        (void)o; (void)out;
+        return 0;
+    }
+    """
+    int kcore_plain_item(PyObject* seq, int is_list, PyObject** items, Py_ssize_t i,
+                         const uint8_t** p, Py_ssize_t* n) noexcept
+    int kcore_small_long(PyObject* o, int64_t* out) noexcept
+    PyObject* kcore_list_item "PyList_GET_ITEM" (object lst, Py_ssize_t i) noexcept
 
 
 cdef inline int column_get(Column* col, Py_ssize_t i, const uint8_t** ptr, Py_ssize_t* n,
@@ -461,8 +510,9 @@ cdef class RecordBatchBuilder:
         self._alloc = self.out.cap = PyBytes_GET_SIZE(buf)
         self.out.data = <uint8_t*>PyBytes_AS_STRING(buf)
 
-    cdef int reserve(self, Py_ssize_t extra) except -1:
-        """Room for ``extra`` more bytes in the batch object."""
+    cdef int reserve(self, Py_ssize_t extra, bint exact=False) except -1:
+        """Room for ``extra`` more bytes in the batch object (``exact``: that much, not the
+        next doubling past it)."""
         cdef Py_ssize_t need = self.out.size + extra
         cdef Py_ssize_t cap
         if need <= self.out.cap and not self._handed_out:
@@ -470,6 +520,8 @@ cdef class RecordBatchBuilder:
         if self._ended is not None:
             self.raise_ended()
         cap = self.out.cap if self.out.cap > 0 else 4096
+        if exact and cap < need:
+            cap = need
         while cap < need:
             cap *= 2
         if self._batch == NULL or self._handed_out:
@@ -572,7 +624,8 @@ cdef class RecordBatchBuilder:
                 + uvarint_size(zigzag32(header_count)) + headers_size)
         if body > 0x7FFFFFFF:
             raise ValueError("a record is larger than 2 GiB")
-        self.reserve(body + 5)
+        if self.out.size + body + 5 > self.out.cap or self._handed_out:
+            self.reserve(body + 5)
         p = self.out.data + self.out.size
         p += put_uvarint64(p, zigzag32(<int32_t>body))
         p[0] = 0  # record attributes: unused
@@ -657,6 +710,7 @@ cdef class RecordBatchBuilder:
         cdef object ts_list = None
         cdef object ts_view = None
         cdef int ovf = 0
+        cdef PyObject* ts_item
         column_open(values, &vc, vh)
         column_open(keys, &kc, kh)
         if vc.kind == COL_NULL:
@@ -701,12 +755,22 @@ cdef class RecordBatchBuilder:
                     raise RuntimeError("the timestamp list changed size during append_many")
                 # ...AndOverflow reads the digits directly; PyLong_AsLongLong goes through
                 # _PyLong_AsByteArray for any int above 2**30, as every ms timestamp is.
-                ts = PyLong_AsLongLongAndOverflow(<object>PyList_GET_ITEM(ts_list, i), &ovf)
-                if ovf:
-                    raise OverflowError(f"timestamp {ts_list[i]} does not fit in 64 bits")
-            column_get(&kc, i, &kp, &klen, &kb, &kacq)
+                ts_item = kcore_list_item(ts_list, i)
+                if not kcore_small_long(ts_item, &ts):
+                    ts = PyLong_AsLongLongAndOverflow(<object>ts_item, &ovf)
+                    if ovf:
+                        raise OverflowError(f"timestamp {ts_list[i]} does not fit in 64 bits")
+            # Lists or tuples of bytes (the common case) are read inline, the rest by
+            # column_get.
+            if kc.kind == COL_NULL:
+                klen = -1
+            elif not (kc.kind == COL_OBJECTS
+                      and kcore_plain_item(kc.seq, kc.is_list, kc.items, i, &kp, &klen)):
+                column_get(&kc, i, &kp, &klen, &kb, &kacq)
             try:
-                column_get(&vc, i, &vp, &vlen, &vb, &vacq)
+                if not (vc.kind == COL_OBJECTS
+                        and kcore_plain_item(vc.seq, vc.is_list, vc.items, i, &vp, &vlen)):
+                    column_get(&vc, i, &vp, &vlen, &vb, &vacq)
                 try:
                     if hcols.present:
                         header_range(&hcols, i, &h_start, &h_end)
@@ -752,7 +816,7 @@ cdef class RecordBatchBuilder:
         # 1/8 more than the sample says: a little slack beats a doubling of the whole buffer.
         # Capped: a sample of large records ahead of many small ones must not ask for GBs
         # (past the cap the buffer grows by doubling, as without the estimate).
-        self.reserve(min(total // sample * n + total // sample * n // 8, RESERVE_CAP))
+        self.reserve(min(total // sample * n + total // sample * n // 8, RESERVE_CAP), True)
         return 0
 
     def build(self):
@@ -785,6 +849,14 @@ cdef class RecordBatchBuilder:
             self.reserve(0)  # a private object if the last build() handed the previous out
             if self._pool is not None:
                 # Only the length shrinks: the allocation stays whole for the next batch.
+                kcore_bytes_set_length(self._batch, self.out.size)
+            elif (self._alloc >= KEEP_SLACK_FROM
+                  and self._alloc - self.out.size <= self._alloc // 4):
+                # A large batch keeps its little slack (reserve_for asks 1/8 more than its
+                # sample, which counts 16 bytes of framing a record, more than most take).
+                # Shrinking it (glibc: an mremap) lowers the size glibc remembers
+                # for its mmap threshold below the next such batch, so every batch got fresh
+                # pages, each faulted in; unshrunk, the next one reuses the freed memory.
                 kcore_bytes_set_length(self._batch, self.out.size)
             else:
                 self.resize(self.out.size)
