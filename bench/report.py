@@ -80,11 +80,22 @@ GOALS = (
         "aiokafka.append",
         5.0,
     ),
+    # Both sides as their consumers decode by default: batches' CRCs checked (Java's check.crcs,
+    # aiokafka's and kafka-python's check_crcs), which is also how the issue measured aiokafka.
     Goal(
         "decode to records >= 2x aiokafka's decode (uncompressed)",
         "decode:none",
-        ("kcore.decode_batches", "kcore.decode_records", "kcore.decode_batches.no_crc"),
+        ("kcore.decode_batches", "kcore.decode_records"),
         "aiokafka.decode",
+        2.0,
+    ),
+    # The same with neither side checking CRCs: what is left is reading records and making
+    # their objects, which the floor bounds.
+    Goal(
+        "decode to records >= 2x aiokafka's decode, neither checking CRCs (uncompressed)",
+        "decode:none",
+        ("kcore.decode_batches.no_crc",),
+        "aiokafka.decode.no_crc",
         2.0,
         bound=("floor.decode_records", "decoder that returns the same record objects"),
     ),

@@ -280,7 +280,7 @@ def test_decode_kcore_batches_records(benchmark, workload, batches, codec):
 
 @pytest.mark.parametrize("codec", DECODE)
 def test_decode_kcore_batches_records_no_crc(benchmark, workload, batches, codec):
-    """As above without the CRC check, which the peers' record loops do not do either."""
+    """As above without the CRC check: the like-for-like row of the peers' no-CRC rows."""
     buf = batches[codec]
 
     def run() -> list:
@@ -339,14 +339,20 @@ def test_decode_kcore_arrow(benchmark, workload, batches, codec):
     check_arrow(benchmark(decode_to_arrow, batches[codec]), workload)
 
 
-def _peer_decode(memory_records_cls: type, buf: bytes) -> Callable[[], list]:
-    """The peer's consumer path: MemoryRecords over the fetched bytes, batch by batch, every
-    record's offset, timestamp, key and value pulled out (as kcore's records() tuples hold)."""
+def _peer_decode(
+    memory_records_cls: type, buf: bytes, check_crcs: bool = True
+) -> Callable[[], list]:
+    """The peer's consumer path: MemoryRecords over the fetched bytes, batch by batch, each
+    batch's CRC checked first as their consumers do by default (``check_crcs=True`` in aiokafka
+    and kafka-python, as Java's ``check.crcs``), then every record's offset, timestamp, key and
+    value pulled out (as kcore's records() tuples hold)."""
 
     def run() -> list:
         out: list = []
         records = memory_records_cls(buf)
         while (batch := records.next_batch()) is not None:
+            if check_crcs and not batch.validate_crc():
+                raise AssertionError("the peer found a CRC mismatch in kcore's batch")
             out.extend([(r.offset, r.timestamp, r.key, r.value) for r in batch])
         return out
 
@@ -359,12 +365,29 @@ def test_decode_aiokafka(benchmark, workload, batches, codec):
     _info(
         benchmark,
         "aiokafka.decode",
-        f"{AIOKAFKA_LABEL} MemoryRecords/DefaultRecordBatch records",
+        f"{AIOKAFKA_LABEL} MemoryRecords/DefaultRecordBatch validate_crc() + records",
         impl="aiokafka",
         items=len(workload),
         output="records",
     )
     check_rows(benchmark(_peer_decode(aiokafka_memory.MemoryRecords, batches[codec])), workload)
+
+
+@pytest.mark.parametrize("codec", DECODE)
+def test_decode_aiokafka_no_crc(benchmark, workload, batches, codec):
+    """As above without the CRC check (``check_crcs=False``): the like-for-like peer of
+    kcore's ``check_crcs=False`` row."""
+    _need(aiokafka_memory, "aiokafka")
+    _info(
+        benchmark,
+        "aiokafka.decode.no_crc",
+        f"{AIOKAFKA_LABEL} MemoryRecords/DefaultRecordBatch records, no CRC check",
+        impl="aiokafka",
+        items=len(workload),
+        output="records",
+    )
+    run = _peer_decode(aiokafka_memory.MemoryRecords, batches[codec], check_crcs=False)
+    check_rows(benchmark(run), workload)
 
 
 def _record_floor() -> Any:
@@ -428,7 +451,7 @@ def test_decode_kafka_python(benchmark, workload, batches, codec):
     _info(
         benchmark,
         "kafka-python.decode",
-        "kafka-python MemoryRecords/DefaultRecordBatch records",
+        "kafka-python MemoryRecords/DefaultRecordBatch validate_crc() + records",
         impl="kafka-python",
         items=len(workload),
         output="records",

@@ -159,6 +159,22 @@ def test_corrupt_batches_raise_named_errors():
     assert exc.value.position == 0
 
 
+def test_the_columnar_decode_checks_crcs_unless_told_not_to():
+    """decode_columns (poll_arrow's decoder) honours check.crcs as decode_records does."""
+    from kcore.codec import decode_columns, decode_records
+
+    b = RecordBatchBuilder()
+    b.append(b"k", b"value", 5)
+    flipped = bytearray(b.build())
+    flipped[-3] ^= 0x01  # a bit of the value
+    for decode in (decode_columns, decode_records):
+        with pytest.raises(CrcMismatchError) as exc:
+            decode(bytes(flipped))
+        assert exc.value.position == 0
+    cols = decode_columns(bytes(flipped), check_crcs=False)
+    assert cols.to_arrow().column("value").to_pylist() == [b"valte"]
+
+
 def test_build_hands_out_an_immutable_batch_and_the_builder_goes_on():
     """build() of an uncompressed batch returns the builder's own buffer (no copy); appending
     or building again must never change a batch already returned."""

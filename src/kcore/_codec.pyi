@@ -226,6 +226,7 @@ def decode_columns(
     allow_partial: bool = True,
     timestamp_unit: Literal["ms", "us"] = "ms",
     max_decompressed_size: int = ...,
+    check_crcs: bool = True,
 ) -> ColumnarRecords: ...
 def decode_to_arrow(buf: Buffer, **options: Any) -> Any: ...
 

@@ -238,9 +238,11 @@ cdef class ColumnarRecords:
 
 def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
                    bint include_headers=True, bint allow_partial=True, str timestamp_unit="ms",
-                   Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
+                   Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE,
+                   bint check_crcs=True):
     """Decode every record in ``buf`` into a :class:`ColumnarRecords` (no Python object per
-    record). Records before ``min_offset`` and, by default, control batches are skipped."""
+    record). Records before ``min_offset`` and, by default, control batches are skipped;
+    ``check_crcs`` (Java's check.crcs) verifies each v2 batch's CRC32C first."""
     cdef ColumnarRecords cols = ColumnarRecords()
     cdef RecordBatch batch
     cdef ByteView v
@@ -254,7 +256,8 @@ def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
         raise ValueError("timestamp_unit is 'ms' or 'us'")
     cols.ts_scale = 1 if timestamp_unit == "ms" else 1000
     cols.include_headers = include_headers
-    batches = decode_batches(buf, allow_partial, max_decompressed_size=max_decompressed_size)
+    batches = decode_batches(buf, allow_partial, check_crcs=check_crcs,
+                             max_decompressed_size=max_decompressed_size)
     cols.presize(batches)
     for b in batches:
         if skip_control and b.is_control:

@@ -478,7 +478,9 @@ class ConsumerCore:
                 if data.decoded is None:
                     try:
                         records = _committed(data) if data.aborted else data.records
-                        cols = decode_columns(records, min_offset=data.fetch_offset)
+                        cols = decode_columns(
+                            records, min_offset=data.fetch_offset, check_crcs=self.check_crcs
+                        )
                     except Exception:
                         if batches:  # hand out what was taken; the next poll raises
                             break
