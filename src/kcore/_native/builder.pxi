@@ -258,7 +258,7 @@ cdef extern from *:
         }
         return 0;
     }
-    /* An exact int of up to two 30-bit digits (every ms timestamp until the year 36812) read
+    /* An exact int of up to two 30-bit digits (below 2**60: any ms timestamp) read
        from its digits: PyLong_AsLongLongAndOverflow's checks cost more than the read. Returns
        0 for anything else (and on Pythons whose ints are laid out differently). */
     static inline int kcore_small_long(PyObject* o, int64_t* out) {
@@ -440,6 +440,9 @@ cdef class RecordBatchBuilder:
     # the object's length but keeps the allocation whole for the next batch.
     cdef BatchBufferPool _pool
     cdef Py_ssize_t _alloc
+    # build() may hand out a large batch with its slack (see there); not for the producer's
+    # batches (a pool, or a max_capacity), whose memory is counted against buffer.memory.
+    cdef bint _keep_slack
     # Why the builder takes no more writes: None, or "released" (its batch was delivered or
     # failed: memory back) or "out of memory" (a resize failed and freed the records).
     cdef object _ended
@@ -471,6 +474,7 @@ cdef class RecordBatchBuilder:
         self._ended = None
         self._pool = pool
         self._alloc = 0
+        self._keep_slack = pool is None and max_capacity <= 0
         self.out.data = NULL
         self.out.size = 0
         self.out.cap = 0
@@ -770,6 +774,11 @@ cdef class RecordBatchBuilder:
             try:
                 if not (vc.kind == COL_OBJECTS
                         and kcore_plain_item(vc.seq, vc.is_list, vc.items, i, &vp, &vlen)):
+                    if kc.kind == COL_OBJECTS and not kacq and klen >= 0:
+                        # kp borrows from the keys' item, and reading the value may run code
+                        # (a buffer exporter) that replaces it: hold it until it is copied.
+                        key_keep = <object>(kcore_list_item(<object>kc.seq, i) if kc.is_list
+                                            else kc.items[i])
                     column_get(&vc, i, &vp, &vlen, &vb, &vacq)
                 try:
                     if hcols.present:
@@ -850,7 +859,7 @@ cdef class RecordBatchBuilder:
             if self._pool is not None:
                 # Only the length shrinks: the allocation stays whole for the next batch.
                 kcore_bytes_set_length(self._batch, self.out.size)
-            elif (self._alloc >= KEEP_SLACK_FROM
+            elif (self._keep_slack and self._alloc >= KEEP_SLACK_FROM
                   and self._alloc - self.out.size <= self._alloc // 4):
                 # A large batch keeps its little slack (reserve_for asks 1/8 more than its
                 # sample, which counts 16 bytes of framing a record, more than most take).
