@@ -175,14 +175,17 @@ def test_every_codec_reads_back(kafka_cluster, codec, level):
 
 def test_a_request_carries_the_batches_that_waited_for_a_free_slot(kafka_cluster):
     """max.in.flight.requests.per.connection counts requests to a broker, as Java's: while the
-    broker has five out, the batches that become ready wait and go together in the next
-    request (one per partition). Counted per partition, as before, each batch went as soon as
-    it was ready: ~2.7 batches a request here, against ~4.5 now. Every record lands once."""
+    broker has its requests out, the batches that become ready wait and go together in the next
+    request (one per partition, so at most six here). How many go together depends on how fast
+    the broker answers, so this only checks that they do, with one slot to make it likely
+    (4.5-5.5 batches a request here; five slots gave 2.7-4.5 depending on the broker's pace).
+    test_sender_sequences checks the rule itself, without a broker. Every record lands once."""
     topic = name("in-flight")
     create(kafka_cluster.bootstrap_servers, topic, 6)
     config = {
         "bootstrap.servers": kafka_cluster.bootstrap_servers,
         "batch.size": 16384,
+        "max.in.flight.requests.per.connection": 1,
     }
     n = 20000
     values = [b"%0100d" % i for i in range(n)]
@@ -190,7 +193,7 @@ def test_a_request_carries_the_batches_that_waited_for_a_free_slot(kafka_cluster
         per_batch = 16384 // (100 + 21)  # send_batch's chunk: batch.size over its estimate
         producer.send_batch(topic, values).result(60)
         metrics = producer.metrics()
-        assert metrics["records-per-request-avg"] > 3.5 * per_batch, metrics
+        assert metrics["records-per-request-avg"] > 2 * per_batch, metrics
     back = read_all(kafka_cluster.bootstrap_servers, topic, 6, n)
     assert sorted(m.value() for msgs in back.values() for m in msgs) == sorted(values)
 
