@@ -388,3 +388,22 @@ def test_a_large_records_batch_is_made_at_what_it_reserved() -> None:
     )
     b, _, _ = small.append(TP, None, b"v" * 100, 0, None, 5.0)
     assert b.builder.capacity == b.reserved == 70_000 and small._used <= 70_000
+
+
+def test_a_partition_s_empty_queue_goes_and_comes_back_with_its_next_batch() -> None:
+    """Every drain walks the queues, so emptied ones go: a producer that wrote to many topics
+    (one a day, say) would otherwise walk every partition it ever wrote to. A record for the
+    partition after that queues a new batch as before, and ``has_topic`` (metadata.max.idle.ms)
+    sees records waiting or in flight."""
+    acc = _accumulator(buffer_memory=10_000)
+    acc.append(TP, None, b"v", 0, None, 1.0)
+    assert acc.has_topic("t") and not acc.has_topic("other")
+    (sent,) = acc.drain(time.monotonic() + 1, lambda tp, b, n: True)
+    assert acc.has_topic("t")  # in flight
+    assert acc.drain(time.monotonic() + 1, lambda tp, b, n: True) == []
+    assert TP not in acc._queues
+    acc.done(sent)
+    assert not acc.has_topic("t")
+    again, index, _ = acc.append(TP, None, b"w", 0, None, 1.0)
+    assert index == 0 and list(acc._queues[TP]) == [again]
+    assert acc.drain(time.monotonic() + 1, lambda tp, b, n: True) == [again]

@@ -98,6 +98,32 @@ def test_partial_updates_keep_other_topics_and_full_ones_drop_them():
     assert set(cache.current.topics) == {"a"}
 
 
+def test_an_answer_about_new_topics_only_leaves_the_refresh_bookkeeping_alone():
+    """A partial update (KIP-526: a new topic fetched alone) merges its topics, but a refresh
+    that was asked for stays asked for, and metadata.max.age.ms keeps counting from the last
+    full refresh: the other topics were not refreshed."""
+    cache = MetadataCache(max_age_s=10)
+    cache.update(metadata({0: (1, 0)}, topics=("a",)), all_topics=False, now=100.0)
+    cache.request_update()  # say, NOT_LEADER_OR_FOLLOWER for a
+    cache.update(metadata({0: (2, 0)}, topics=("new",)), all_topics=False, partial=True, now=105.0)
+    assert set(cache.current.topics) == {"a", "new"}
+    assert cache.update_requested and cache.needs_update(now=105.0)
+    cache.update(metadata({0: (1, 0)}, topics=("a", "new")), all_topics=False, now=106.0)
+    assert not cache.needs_update(now=106.0)
+    cache.update(
+        metadata({0: (2, 0)}, topics=("other",)), all_topics=False, partial=True, now=112.0
+    )
+    assert cache.seconds_until_update(now=112.0) == pytest.approx(4.0)  # from 106, not 112
+
+
+def test_forgotten_topics_leave_the_map():
+    cache = MetadataCache()
+    cache.update(metadata({0: (1, 0)}, topics=("a", "b")), all_topics=False)
+    before = cache.current
+    cache.forget(["a"])
+    assert set(cache.current.topics) == {"b"} and cache.current is not before
+
+
 def test_stale_error_codes_request_a_refresh():
     cache = MetadataCache(max_age_s=3600)
     cache.update(metadata({0: (1, 0)}), all_topics=False)

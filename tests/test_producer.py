@@ -198,6 +198,77 @@ def test_a_request_carries_the_batches_that_waited_for_a_free_slot(kafka_cluster
     assert sorted(m.value() for msgs in back.values() for m in msgs) == sorted(values)
 
 
+def _delete_and_wait(admin, topic: str) -> None:
+    admin.delete_topics([topic])
+    deadline = time.monotonic() + 30
+    while topic in admin.list_topics():
+        assert time.monotonic() < deadline, f"{topic} still listed"
+        time.sleep(0.1)
+
+
+def test_a_new_topic_is_asked_about_alone_so_a_deleted_one_stays_deleted(kafka_cluster):
+    """As Java's producer (KIP-526), the first send to a topic fetches that topic's metadata
+    alone, in one request. Asking about every topic written to before, as kcore did, made a
+    broker with auto.create.topics.enable create again a topic deleted since, and the send
+    waited for a second request (a refresh of everything) besides."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    gone, new = name("deleted"), name("later")
+    create(bootstrap, gone, 1)
+    create(bootstrap, new, 1)
+    with (
+        kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin,
+        kcore.Producer({"bootstrap.servers": bootstrap}) as producer,
+    ):
+        producer.send(gone, b"v").result(30)
+        _delete_and_wait(admin, gone)
+        cluster = producer._core.cluster
+        asked: list[list[str] | None] = []
+        build = cluster._metadata_request
+
+        def spy(conn, topics=(), named_only=False):
+            request, version = build(conn, topics, named_only)
+            asked.append(None if request.topics is None else [t.name for t in request.topics])
+            return request, version
+
+        cluster._metadata_request = spy
+        producer.send(new, b"v").result(30)
+        assert asked == [[new]]
+        assert gone not in admin.list_topics()
+
+
+def test_a_topic_not_written_to_for_metadata_max_idle_ms_is_forgotten(kafka_cluster):
+    """metadata.max.idle.ms, as Java's: a topic not written to for that long leaves the
+    producer's metadata at its next refresh, so it is no longer asked about (deleted, it is
+    not created again); a later send to it fetches it again. A topic written to stays."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    idle, busy = name("idle"), name("busy")
+    create(bootstrap, idle, 1)
+    create(bootstrap, busy, 1)
+    config = {
+        "bootstrap.servers": bootstrap,
+        "metadata.max.idle.ms": 5000,  # (the least Java allows)
+        "metadata.max.age.ms": 300,
+    }
+    with (
+        kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin,
+        kcore.Producer(config) as producer,
+    ):
+        producer.send(idle, b"1").result(30)
+        cluster = producer._core.cluster
+        deadline = time.monotonic() + 30
+        while idle in cluster.topics or idle in cluster.metadata.topics:
+            producer.send(busy, b"x").result(30)
+            assert time.monotonic() < deadline, "the idle topic is still tracked"
+            time.sleep(0.2)
+        assert busy in cluster.topics and busy in cluster.metadata.topics
+        _delete_and_wait(admin, idle)
+        time.sleep(1.0)  # three refreshes or so
+        assert idle not in admin.list_topics()
+        # Sent to again, it is asked about again: the broker creates it (as for Java).
+        producer.send(idle, b"2").result(30)
+        assert idle in cluster.topics
+
+
 @pytest.mark.parametrize("form", ["list", "numpy", "pyarrow"])
 def test_send_batch(kafka_cluster, form):
     topic = name(f"batch-{form}")

@@ -446,6 +446,9 @@ def test_batches_wait_while_the_node_has_max_in_flight_requests_then_go_together
         def is_blacked_out(self, node: int) -> bool:
             return False
 
+        def touch_topic(self, topic: str, now: float) -> None:
+            pass
+
         async def version_for(self, node: int, api: int, **limits: int) -> int:
             return 9
 

@@ -162,6 +162,12 @@ class ClusterClient:
         # allow.auto.create.topics, its admin client never.
         self.auto_create = auto_create
         self.topics: set[str] = set()
+        # A producer's metadata.max.idle.ms: a tracked topic not written to for that long
+        # (``touch_topic``) and not ``topic_in_use`` is forgotten at the next full refresh, as
+        # Java's ProducerMetadata forgets it. None: topics are tracked until the client closes.
+        self.topic_idle_s: float | None = None
+        self.topic_in_use: Callable[[str], bool] = lambda topic: False
+        self._topic_used: dict[str, float] = {}
         self._conns: dict[int, BrokerConnection] = {}
         self.metrics.gauge(
             "connection-count", lambda: sum(1 for c in list(self._conns.values()) if c.is_ready)
@@ -327,13 +333,16 @@ class ClusterClient:
         return ", ".join(f"{b.node_id}@{b.address}" for b in self.cache.current.brokers.values())
 
     def _metadata_request(
-        self, conn: BrokerConnection, topics: Iterable[str] | None = ()
+        self, conn: BrokerConnection, topics: Iterable[str] | None = (), named_only: bool = False
     ) -> tuple[Any, int]:
         """A Metadata request: ``topics=None`` asks for every topic, otherwise the ones named
-        (``all_topics`` clients always ask for all)."""
+        and the tracked ones, or with ``named_only`` the ones named only (``all_topics``
+        clients always ask for all)."""
         names: list[str] | None
         if self.all_topics or topics is None:
             names = None
+        elif named_only:
+            names = sorted(set(topics))
         else:
             names = sorted(set(topics) | self.topics)
         version = conn.version_for(3)
@@ -483,17 +492,51 @@ class ClusterClient:
 
     # -- metadata ---------------------------------------------------------------------------------
 
-    def add_topics(self, topics: Iterable[str]) -> None:
-        """Track ``topics`` from now on: they are part of every refresh."""
+    def add_topics(self, topics: Iterable[str], refresh: bool = True) -> None:
+        """Track ``topics`` from now on: they are part of every full refresh, the next of which
+        comes at once unless ``refresh`` is False (the caller fetches them itself)."""
         new = set(topics) - self.topics
         if new:
             self.topics |= new
-            self.cache.request_update()
+            now = time.monotonic()
+            for topic in new:
+                self._topic_used[topic] = now
+            if refresh:
+                self.cache.request_update()
+
+    def touch_topic(self, topic: str, now: float) -> None:
+        """``topic`` was written to at ``now``: not idle (``topic_idle_s``)."""
+        self._topic_used[topic] = now
+
+    def _forget_idle_topics(self) -> None:
+        if self.topic_idle_s is None:
+            return
+        now = time.monotonic()
+        idle = [
+            t
+            for t in self.topics
+            if now - self._topic_used.get(t, now) >= self.topic_idle_s and not self.topic_in_use(t)
+        ]
+        if not idle:
+            return
+        for topic in idle:
+            log.debug("forgetting topic %s: not written to for metadata.max.idle.ms", topic)
+            self.topics.discard(topic)
+            self._topic_used.pop(topic, None)
+        # Out of the cache too: its next use fetches it again, and a topic deleted meanwhile
+        # is not asked about (with auto-creation on, asking would create it again).
+        self.cache.forget(idle)
 
     async def refresh_metadata(self, topics: Iterable[str] | None = ()) -> ClusterMetadata:
-        """Fetch metadata now (joining a refresh already under way when no extra topics are
-        asked for). ``topics``: extra topics to include; ``None`` for all topics."""
+        """Fetch metadata now. ``()``: the tracked topics (joining a refresh of them already
+        under way); ``None``: every topic; named topics: only those, merged into the cache (a
+        partial refresh: as Java's producer asks about a new topic alone, KIP-526, so that a
+        new topic costs neither the broker nor the wait a refresh of everything else)."""
         self._check_open()
+        if topics is not None and topics != ():
+            topics = list(topics)
+            if not topics:
+                topics = ()
         if topics == () and self._refresh_task is not None and not self._refresh_task.done():
             return await asyncio.shield(self._refresh_task)
         task = asyncio.get_running_loop().create_task(self._refresh(topics))
@@ -508,6 +551,9 @@ class ClusterClient:
         ``metadata.recovery.strategy`` is ``rebootstrap``, from the bootstrap list (KIP-899)."""
         if not self.bootstrapped:
             await self.bootstrap()
+        named_only = topics is not None and topics != () and not self.all_topics
+        if not named_only:
+            self._forget_idle_topics()
         tried: list[int] = []
         while True:
             node = self.least_loaded_node(exclude=tried)
@@ -516,7 +562,7 @@ class ClusterClient:
             tried.append(node)
             try:
                 conn = await self.connection(node)
-                request, version = self._metadata_request(conn, topics)
+                request, version = self._metadata_request(conn, topics, named_only)
                 response = await conn.request(request, version)
             except (BrokerConnectionError, KcoreTimeoutError) as exc:
                 if node in self._conns:
@@ -526,7 +572,9 @@ class ClusterClient:
             if not response.brokers:  # a broker still starting: ask another (see _check_brokers)
                 log.debug("metadata from node %s listed no broker", node)
                 continue
-            self.cache.update(response, all_topics=self.all_topics or topics is None)
+            self.cache.update(
+                response, all_topics=self.all_topics or topics is None, partial=named_only
+            )
             self._check_top_level_error(response)
             if not self.bootstrapped:
                 return await self._rebootstrap(topics)
@@ -565,7 +613,9 @@ class ClusterClient:
             only = {}
             for topic, partition in partitions:  # (a TopicPartition is such a pair)
                 only.setdefault(topic, set()).add(partition)
-        self.add_topics(names)
+        # Tracked from now on, but fetched here, alone: a full refresh besides would be a
+        # second request to wait behind.
+        self.add_topics(names, refresh=False)
         timeout = self._default_timeout() if timeout is None else timeout
         deadline = time.monotonic() + timeout
         attempt = 0

@@ -169,10 +169,12 @@ class MetadataCache:
     # -- updates ----------------------------------------------------------------------------------
 
     def update(
-        self, response: Any, *, all_topics: bool, now: float | None = None
+        self, response: Any, *, all_topics: bool, partial: bool = False, now: float | None = None
     ) -> ClusterMetadata:
         """Merge a ``MetadataResponse``. With ``all_topics`` the response is the full list and
-        topics missing from it are dropped; otherwise it updates only the topics it names."""
+        topics missing from it are dropped; otherwise it updates only the topics it names.
+        ``partial``: the answer to a request for some topics only (new ones), which leaves a
+        requested refresh requested and the ``metadata.max.age.ms`` clock running."""
         now = time.monotonic() if now is None else now
         old = self.current
         brokers = {
@@ -217,10 +219,23 @@ class MetadataCache:
             unauthorized_topics=frozenset(unauthorized),
             invalid_topics=frozenset(invalid),
         )
-        self.last_refresh = self.last_refresh_attempt = now
-        self._update_requested = False
+        if not partial:
+            self.last_refresh = self.last_refresh_attempt = now
+            self._update_requested = False
         self._updated()
         return self.current
+
+    def forget(self, topics: Iterable[str]) -> None:
+        """Drop ``topics`` from the map (no longer tracked)."""
+        old = self.current
+        gone = set(topics)
+        self.current = replace(
+            old,
+            topics={n: t for n, t in old.topics.items() if n not in gone},
+            unauthorized_topics=old.unauthorized_topics - gone,
+            invalid_topics=old.invalid_topics - gone,
+        )
+        self._updated()
 
     def _updated(self) -> None:
         for callback in self.on_update:

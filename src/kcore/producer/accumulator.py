@@ -363,10 +363,14 @@ class RecordAccumulator:
         ``max_in_flight`` batches in flight, and is ``sendable(tp, head, in_flight)`` (its
         leader is known, ordering allows it)."""
         out: list[ProducerBatch] = []
+        emptied: list[TopicPartition] = []
         with self._cond:
             for tp, queue in self._queues.items():
                 in_flight = self._in_flight.get(tp, 0)
-                if not queue or in_flight >= self.max_in_flight:
+                if not queue:
+                    emptied.append(tp)
+                    continue
+                if in_flight >= self.max_in_flight:
                     continue
                 head = queue[0]
                 full = head.closed or len(queue) > 1 or self._flushing or self._closed
@@ -377,8 +381,14 @@ class RecordAccumulator:
                 queue.popleft()
                 head.closed = True
                 head.in_flight = True
-                self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
+                self._in_flight[tp] = in_flight + 1
                 out.append(head)
+            # Empty queues go (the next batch makes a new one): every drain and wait walks
+            # the queues, and a producer that wrote to many topics (a topic per hour, say)
+            # would walk every partition it ever wrote to. The compiled send path only
+            # appends to a queued open batch, so a queue gone under it sends it the slow way.
+            for tp in emptied:
+                del self._queues[tp]
         return out
 
     def requeue(self, batch: ProducerBatch, retry_at: float) -> None:
@@ -417,6 +427,13 @@ class RecordAccumulator:
             self._in_flight[tp] = left
         else:
             self._in_flight.pop(tp, None)
+
+    def has_topic(self, topic: str) -> bool:
+        """Whether records of ``topic`` wait here or are in flight."""
+        with self._cond:
+            return any(tp.topic == topic for tp, q in self._queues.items() if q) or any(
+                tp.topic == topic for tp in self._in_flight
+            )
 
     def waiting_earlier(self, tp: TopicPartition, order: float) -> bool:
         """Whether a batch of ``tp`` created before ``order`` waits to be (re)sent."""

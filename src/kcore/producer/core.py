@@ -67,6 +67,10 @@ class ProducerCore:
             max_in_flight=int(cfg["max.in.flight.requests.per.connection"]),
         )
         self.accumulator.wake_sender = self.wake_sender
+        # metadata.max.idle.ms: a topic not written to for that long is no longer refreshed
+        # (the sender says when one is written to), as Java's ProducerMetadata.
+        self.cluster.topic_idle_s = int(cfg["metadata.max.idle.ms"]) / 1000
+        self.cluster.topic_in_use = self.accumulator.has_topic
         _declare_metrics(self.cluster.metrics, self.accumulator)
         self._closing: asyncio.Future[None] | None = None
         self._flushing: asyncio.Future[None] | None = None  # close()'s flush
@@ -579,6 +583,15 @@ class ProducerCore:
         else:
             loop.call_soon_threadsafe(self.sender.wakeup)
 
+    def _let_sender_start(self) -> None:
+        """Off the loop's thread: give up the GIL for a moment, so the sender sends the first
+        chunk now. Encoding the next chunks holds the GIL, and a thread waiting for it gets
+        it only after the interpreter's switch interval (5 ms), the request with it."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            time.sleep(0.0002)
+
     def append_batch(
         self,
         topic: str,
@@ -640,6 +653,8 @@ class ProducerCore:
                         )
                     )
                     self._chunk(out, topic, p, keys, values, ts, headers, start, stop, per_record)
+                    if start == 0 and stop < n:
+                        self._let_sender_start()
                     start = stop
             else:
                 import numpy as np
@@ -648,6 +663,7 @@ class ProducerCore:
                 if (parts < 0).any():  # null keys: sticky, as for unkeyed records
                     parts = parts.copy()
                     parts[parts < 0] = self.send_path.sticky_partition(topic, count, available, 0)
+                first = True
                 order = np.argsort(parts, kind="stable")  # keeps send order within a partition
                 sorted_parts = parts[order]
                 bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
@@ -661,6 +677,9 @@ class ProducerCore:
                     for s in range(0, len(group), chunk):
                         e = min(len(group), s + chunk)
                         self._chunk(out, topic, p, gk, gv, gts, gh, s, e, per_record)
+                        if first and e - s < n:
+                            self._let_sender_start()
+                        first = False
         except Exception as exc:
             # Bad content (a value of the wrong type, say) in a later chunk: the earlier
             # chunks are queued and will be delivered; say which, and hand over their result.

@@ -330,7 +330,9 @@ class Sender:
 
     def _dispatch(self, batches: list[ProducerBatch]) -> None:
         by_node: dict[int, list[ProducerBatch]] = defaultdict(list)
+        now = time.monotonic()
         for batch in batches:
+            self.cluster.touch_topic(batch.tp.topic, now)  # (metadata.max.idle.ms)
             leader = self.cluster.metadata.leader_for(batch.tp.topic, batch.tp.partition)
             if leader is None:  # moved away between drain and here
                 self.acc.requeue(batch, time.monotonic())
