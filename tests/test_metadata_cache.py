@@ -445,3 +445,53 @@ def test_api_versions_falls_back_to_what_the_broker_takes(lists_its_versions):
 
     asyncio.run(main())
     assert asked[0] > 2 and asked[1] == (2 if lists_its_versions else 0)
+
+
+def test_a_topic_waited_for_past_metadata_max_idle_ms_stays_tracked():
+    """metadata.max.idle.ms (the producer's): a full refresh while a send waits for a topic's
+    metadata (deleted and being created again, say) must not forget that topic, or the wait's
+    own answers would put it in the map but no later refresh would ask about it. Found in
+    review with this stub; without the fix the topic ended up in the map, untracked."""
+    from kcore.cluster.client import ClusterClient
+
+    asked: list[list[str] | None] = []
+    exists: set[str] = set()
+
+    class Conn:
+        def version_for(self, api: int, **limits: int) -> int:
+            return 9
+
+        async def request(self, request, version, timeout=None):
+            names = None if request.topics is None else [t.name for t in request.topics]
+            asked.append(names)
+            await asyncio.sleep(0.01)
+            return metadata({0: (1, 0)}, topics=tuple(n for n in names or () if n in exists))
+
+    async def main() -> None:
+        client = ClusterClient({"bootstrap.servers": "x:1"}, auto_create=True)
+        client.bootstrapped = True
+        client.least_loaded_node = lambda exclude=(): None if exclude else 1
+
+        async def connection(node: int) -> Conn:
+            return Conn()
+
+        client.connection = connection
+        client.topic_idle_s = 0.05
+        client.add_topics(["T"], refresh=False)
+        await asyncio.sleep(0.1)  # idle by now
+        waiting = asyncio.create_task(client.wait_for_topics(["T"], 2.0))
+        await asyncio.sleep(0.03)
+        await client.refresh_metadata()  # the periodic refresh, while the send waits
+        exists.add("T")
+        md = await waiting
+        assert "T" in md.topics and "T" in client.topics
+        asked.clear()
+        await client.refresh_metadata()
+        assert asked == [["T"]]
+        # Idle once more (nothing waits, nothing written): forgotten, map included.
+        await asyncio.sleep(0.1)
+        await client.refresh_metadata()
+        assert "T" not in client.topics and "T" not in client.metadata.topics
+        assert asked[-1] == []
+
+    asyncio.run(main())

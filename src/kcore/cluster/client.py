@@ -7,10 +7,11 @@ Asyncio, single loop. The synchronous APIs run it on a :class:`~kcore.network.Lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -168,6 +169,7 @@ class ClusterClient:
         self.topic_idle_s: float | None = None
         self.topic_in_use: Callable[[str], bool] = lambda topic: False
         self._topic_used: dict[str, float] = {}
+        self._waited_on: dict[str, int] = {}  # topics a wait_for_topics/refresh_until is for
         self._conns: dict[int, BrokerConnection] = {}
         self.metrics.gauge(
             "connection-count", lambda: sum(1 for c in list(self._conns.values()) if c.is_ready)
@@ -505,8 +507,27 @@ class ClusterClient:
                 self.cache.request_update()
 
     def touch_topic(self, topic: str, now: float) -> None:
-        """``topic`` was written to at ``now``: not idle (``topic_idle_s``)."""
+        """``topic`` was written to at ``now``: tracked, and not idle (``topic_idle_s``)."""
         self._topic_used[topic] = now
+        self.topics.add(topic)
+
+    @contextlib.contextmanager
+    def _waiting_for(self, topics: Iterable[str]) -> Iterator[None]:
+        """Topics a wait is for are not idle while it lasts (a send waiting for a topic's
+        metadata is a use, as Java's waitOnMetadata marks it), nor just after."""
+        names = list(topics)
+        for topic in names:
+            self._waited_on[topic] = self._waited_on.get(topic, 0) + 1
+        try:
+            yield
+        finally:
+            now = time.monotonic()
+            for topic in names:
+                left = self._waited_on.pop(topic) - 1
+                if left:
+                    self._waited_on[topic] = left
+                if topic in self._topic_used:
+                    self._topic_used[topic] = now
 
     def _forget_idle_topics(self) -> None:
         if self.topic_idle_s is None:
@@ -515,7 +536,9 @@ class ClusterClient:
         idle = [
             t
             for t in self.topics
-            if now - self._topic_used.get(t, now) >= self.topic_idle_s and not self.topic_in_use(t)
+            if now - self._topic_used.get(t, now) >= self.topic_idle_s
+            and t not in self._waited_on
+            and not self.topic_in_use(t)
         ]
         if not idle:
             return
@@ -616,6 +639,12 @@ class ClusterClient:
         # Tracked from now on, but fetched here, alone: a full refresh besides would be a
         # second request to wait behind.
         self.add_topics(names, refresh=False)
+        with self._waiting_for(names):
+            return await self._wait_for_topics(names, only, timeout)
+
+    async def _wait_for_topics(
+        self, names: set[str], only: dict[str, set[int]] | None, timeout: float | None
+    ) -> ClusterMetadata:
         timeout = self._default_timeout() if timeout is None else timeout
         deadline = time.monotonic() + timeout
         attempt = 0
@@ -667,21 +696,22 @@ class ClusterClient:
         ``retry.backoff.ms`` apart and growing. A failed refresh is not judged (the cache may
         be older than the change waited for); a closed client raises."""
         names = list(topics)
-        attempt = 0
-        while True:
-            remaining = deadline - time.monotonic()
-            self._check_open()
-            try:
-                md = await asyncio.wait_for(self.refresh_metadata(names), max(remaining, 0.001))
-            except (KcoreError, asyncio.TimeoutError):
-                md = None  # judged by the next answer, or the deadline
-            if md is not None and done(md):
-                return md
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            await asyncio.sleep(min(remaining, self.retry_backoff.backoff_s(attempt)))
-            attempt += 1
+        with self._waiting_for(names):
+            attempt = 0
+            while True:
+                remaining = deadline - time.monotonic()
+                self._check_open()
+                try:
+                    md = await asyncio.wait_for(self.refresh_metadata(names), max(remaining, 0.001))
+                except (KcoreError, asyncio.TimeoutError):
+                    md = None  # judged by the next answer, or the deadline
+                if md is not None and done(md):
+                    return md
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                await asyncio.sleep(min(remaining, self.retry_backoff.backoff_s(attempt)))
+                attempt += 1
 
     async def leader_for(
         self, topic: str, partition: int, timeout: float | None = None

@@ -134,6 +134,7 @@ class MetadataCache:
         self.current = ClusterMetadata()
         self.last_refresh = 0.0  # monotonic time of the last successful refresh
         self.last_refresh_attempt = 0.0
+        self.updates = 0  # answers merged so far, partial ones too
         self._update_requested = True
         # Called after each update (on the client's event loop), so work that waits for a
         # leader, like the fetcher, goes on at once rather than at its next timer.
@@ -222,6 +223,7 @@ class MetadataCache:
         if not partial:
             self.last_refresh = self.last_refresh_attempt = now
             self._update_requested = False
+        self.updates += 1
         self._updated()
         return self.current
 

@@ -100,7 +100,7 @@ class GroupCoordinator:
         # Auto-commits in flight: the loop keeps only weak references to tasks; each future
         # holds its task until it is done.
         self._pending_commits: set[Any] = set()
-        self._authorization_checked = -1.0  # the metadata refresh last checked for denied topics
+        self._authorization_checked = -1  # the metadata answer last checked for denied topics
         self._poll_timeout = 0.0  # how long this poll may wait for a join
 
     # -- subscription (any thread) ----------------------------------------------------------------
@@ -236,9 +236,9 @@ class GroupCoordinator:
         subscription is read meanwhile. (A pattern only matches topics the client may see;
         under KIP-848 the broker answers the heartbeat with the error itself.)"""
         cache = self.cluster.cache
-        if self.pattern is not None or cache.last_refresh == self._authorization_checked:
+        if self.pattern is not None or cache.updates == self._authorization_checked:
             return
-        self._authorization_checked = cache.last_refresh
+        self._authorization_checked = cache.updates
         denied = sorted(cache.current.unauthorized_topics.intersection(self.topics))
         if denied:
             raise TopicAuthorizationFailedError(

@@ -388,7 +388,8 @@ class RecordAccumulator:
             # would walk every partition it ever wrote to. The compiled send path only
             # appends to a queued open batch, so a queue gone under it sends it the slow way.
             for tp in emptied:
-                del self._queues[tp]
+                if not self._queues.get(tp):  # (sendable may have requeued one meanwhile)
+                    self._queues.pop(tp, None)
         return out
 
     def requeue(self, batch: ProducerBatch, retry_at: float) -> None:
