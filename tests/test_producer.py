@@ -174,12 +174,13 @@ def test_every_codec_reads_back(kafka_cluster, codec, level):
 
 
 def test_a_request_carries_the_batches_that_waited_for_a_free_slot(kafka_cluster):
-    """max.in.flight.requests.per.connection counts requests to a broker, as Java's: while the
-    broker has its requests out, the batches that become ready wait and go together in the next
-    request (one per partition, so at most six here). How many go together depends on how fast
-    the broker answers, so this only checks that they do, with one slot to make it likely
-    (4.5-5.5 batches a request here; five slots gave 2.7-4.5 depending on the broker's pace).
-    test_sender_sequences checks the rule itself, without a broker. Every record lands once."""
+    """Batches that wait for a free slot go together in the next request, one per partition
+    (test_sender_sequences checks the max.in.flight rule itself, without a broker). How many
+    wait depends on how fast the broker answers and on who holds the GIL (CI runs gave 1.9
+    and 2.7 batches a request where a quiet machine gave 4.5), so here the sender is held
+    until all ~150 batches are queued: then each request carries one of each partition that
+    still has one (4.8-5.1 on average here), the broker writes them all, and every record
+    lands once."""
     topic = name("in-flight")
     create(kafka_cluster.bootstrap_servers, topic, 6)
     config = {
@@ -190,12 +191,17 @@ def test_a_request_carries_the_batches_that_waited_for_a_free_slot(kafka_cluster
     n = 20000
     values = [b"%0100d" % i for i in range(n)]
     with kcore.Producer(config) as producer:
+        producer.send(topic, b"first", partition=0).result(30)  # the metadata, now
         per_batch = 16384 // (100 + 21)  # send_batch's chunk: batch.size over its estimate
-        producer.send_batch(topic, values).result(60)
+        # The sender drains under the accumulator's lock (re-entrant for this thread).
+        with producer._core.accumulator._cond:
+            sent = producer.send_batch(topic, values)
+        sent.result(60)
         metrics = producer.metrics()
-        assert metrics["records-per-request-avg"] > 2 * per_batch, metrics
-    back = read_all(kafka_cluster.bootstrap_servers, topic, 6, n)
-    assert sorted(m.value() for msgs in back.values() for m in msgs) == sorted(values)
+        assert metrics["records-per-request-avg"] > 3.5 * per_batch, metrics
+    back = read_all(kafka_cluster.bootstrap_servers, topic, 6, n + 1)
+    got = sorted(m.value() for msgs in back.values() for m in msgs)
+    assert got == sorted([*values, b"first"])
 
 
 def _delete_and_wait(admin, topic: str) -> None:
