@@ -532,6 +532,10 @@ def client_cpu_table(results: list[GoalResult]) -> list[str]:
     return lines
 
 
+# Groups of benchmarks that carry a side measurement in their extra_info, not a timing.
+SIDE_GROUPS = ("memory:",)
+
+
 def memory_lines(groups: dict[str, list[Bench]]) -> list[str]:
     """The kcore send loop's peak RSS growth in a fresh process, against buffer.memory (the
     ``memory`` extra_info of bench/test_producer_bench.py's ``kcore.send`` benchmark)."""
@@ -738,6 +742,8 @@ def report(path: Path) -> tuple[list[str], list[GoalResult]]:
         lines += ["### Goals", "", *goals_table(results), *bound_lines(results, groups)]
         lines += client_cpu_table(results)
     for name in sorted(groups, key=group_order):
+        if name.startswith(SIDE_GROUPS):
+            continue  # not timed: their extra_info has its own table (memory_lines)
         if name.startswith(tuple(CLIENT_GROUPS)):
             lines += client_table(name, groups[name])
         elif name.startswith(LATENCY_GROUPS):

@@ -495,10 +495,6 @@ def test_kcore_send(benchmark: Any, broker: Broker, values: Values, codec: str) 
         Rounds(broker, benchmark).run(
             lambda topic: produce_to(topic, vs[:PRIME_RECORDS]), lambda topic: produce_to(topic, vs)
         )
-    if codec == "none":
-        benchmark.extra_info["memory"] = [
-            _send_loop_memory(broker, buffer_memory) for buffer_memory in MEMORY_BUFFERS
-        ]
 
 
 def _send_batch(benchmark: Any, broker: Broker, column: Any, codec: str, **overrides: Any) -> None:
@@ -885,3 +881,18 @@ def _send_loop_memory(broker: Broker, buffer_memory: int) -> dict[str, Any]:
     offsets = broker.end_offsets(topic)
     assert sum(offsets.values()) == N + PRIME_RECORDS, offsets
     return {"buffer_memory": buffer_memory, **json.loads(out.stdout.strip().splitlines()[-1])}
+
+
+@pytest.mark.benchmark(group="memory:produce")
+def test_kcore_send_loop_memory(benchmark: Any, broker: Broker) -> None:
+    """The send loop's peak RSS against buffer.memory, each in a fresh process (report.py's
+    last table). A group of its own, defined last, so it runs after every timed group: its
+    children write 2 x N records, and when it ran inside the uncompressed group the row timed
+    right after it (``send_batch(list)``) came out slower than beside the other rows (runs
+    E1-E5 against F1-F3 in docs/benchmarks-producer.md)."""
+    _bench_info(benchmark, "kcore.send.memory", "kcore send loop, peak RSS", "kcore", "none")
+    benchmark.extra_info["memory"] = [
+        _send_loop_memory(broker, buffer_memory) for buffer_memory in MEMORY_BUFFERS
+    ]
+    # (pytest-benchmark keeps extra_info only for a benchmark that ran)
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
