@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import venv
 from pathlib import Path
 
@@ -72,3 +73,22 @@ def read_records(consumer, n: int, timeout: float = 60, poll_s: float = 0.5) -> 
     while len(got) < n and time.monotonic() < deadline:
         got += consumer.poll(poll_s)
     return got
+
+
+def wait_stopped(pid: int, timeout: float = 10) -> None:
+    """Until every thread of ``pid`` is stopped: a thread busy in the kernel (disk I/O) stops
+    only when it gets out, and a request sent before then may still be answered (seen once
+    on a loaded CI machine: the 'stopped' broker wrote and acknowledged a record)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                continue  # a thread that ended meanwhile
+        if states and all(s in "tT" for s in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"broker {pid} did not stop within {timeout}s")

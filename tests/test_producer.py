@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka import TopicPartition as CTopicPartition
+from conftest import wait_stopped
 
 import kcore
 from kcore.admin import NewTopic, TopicPartition
@@ -647,29 +648,10 @@ def broker_stopped(cluster: KafkaCluster) -> Iterator[None]:
     pid = cluster.nodes[0].process.pid
     os.kill(pid, signal.SIGSTOP)
     try:
-        _wait_stopped(pid)
+        wait_stopped(pid)
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
-
-
-def _wait_stopped(pid: int, timeout: float = 10) -> None:
-    """Until every thread of ``pid`` is stopped: a thread busy in the kernel (disk I/O) stops
-    only when it gets out, and a request sent before then may still be answered (seen once
-    on a loaded CI machine: the 'stopped' broker wrote and acknowledged a record)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        states = []
-        for task in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{task}/stat") as f:
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
-            except OSError:
-                continue  # a thread that ended meanwhile
-        if states and all(s in "tT" for s in states):
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"broker {pid} did not stop within {timeout}s")
 
 
 def test_close_with_a_timeout_fails_what_is_unacknowledged_at_the_deadline():
