@@ -462,11 +462,7 @@ class ProducerCore:
         async def run() -> None:
             await outcome
 
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if self._on_loop():
             task = loop.create_task(run())
             self._callback_tasks.add(task)
             task.add_done_callback(self._callback_done)
@@ -570,15 +566,19 @@ class ProducerCore:
 
         await self._bounded("abort_transaction", abort(), timeout)
 
+    def _on_loop(self) -> bool:
+        """Whether this thread runs the producer's loop (the AsyncProducer's caller, the
+        sender, callbacks) rather than being a caller's thread."""
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
+
     def wake_sender(self) -> None:
         loop = self.loop
         if loop is None:
             return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if self._on_loop():
             self.sender.wakeup()
         else:
             loop.call_soon_threadsafe(self.sender.wakeup)
@@ -587,9 +587,7 @@ class ProducerCore:
         """Off the loop's thread: give up the GIL for a moment, so the sender sends the first
         chunk now. Encoding the next chunks holds the GIL, and a thread waiting for it gets
         it only after the interpreter's switch interval (5 ms), the request with it."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        if not self._on_loop():
             time.sleep(0.0002)
 
     def append_batch(
