@@ -215,7 +215,15 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory):
     writeback of them doubled the broker's CPU for the same records in whichever client's
     rounds it landed (measured: 0.3 s a round of 1,000,000 records before it, 0.7-1.0 s during
     it). Set dynamically, the delay did not reach the deletion task; 0 makes that task spin
-    (idle broker CPU 0.87 s in 10 s against 0.41 s; 0.48 s at 200 ms)."""
+    (idle broker CPU 0.87 s in 10 s against 0.41 s; 0.48 s at 200 ms).
+
+    Its sockets' buffers are the OS's, autotuned (``socket.receive.buffer.bytes`` and
+    ``socket.send.buffer.bytes`` -1), as guides for high-throughput brokers advise, instead of
+    Kafka's 100 KiB. With 100 KiB the broker read a client's 1 MB Produce requests in 100 KiB
+    steps and capped one connection's throughput, whichever client: the floor (pre-encoded
+    requests, bench/test_producer_bench.py) took 170-180 ms for 1,000,000 records against
+    150-160 ms, while confluent-kafka's rounds (700 ms, bound by its own CPU) did not move
+    (docs/benchmarks-producer.md, "The broker's socket buffers")."""
     from kcore.testing import pytest_plugin
     from kcore.testing.cluster import KafkaCluster
 
@@ -229,7 +237,12 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory):
         1,
         work_dir=work_dir,
         keep_logs=True,
-        broker_config={"log.segment.delete.delay.ms": 200, "log.initial.task.delay.ms": 0},
+        broker_config={
+            "log.segment.delete.delay.ms": 200,
+            "log.initial.task.delay.ms": 0,
+            "socket.receive.buffer.bytes": -1,
+            "socket.send.buffer.bytes": -1,
+        },
     )
     cluster.start()
     pytest_plugin._clusters.append(cluster)  # its broker log in a failing benchmark's report

@@ -91,8 +91,8 @@ def test_a_chunk_s_batch_is_closed_while_it_is_filled() -> None:
             seen.extend(b.closed for b in acc._queues[TP])
             return iter([b"a", b"b"])
 
-    batch = acc.append_chunk(TP, None, Values(), 0, None, 100, 1.0)
-    assert seen == [True, True] and batch.closed and batch.records == 2
+    batch, taken = acc.append_chunk(TP, None, Values(), 0, None, 0, -1, 100, 1.0)
+    assert seen == [True, True] and batch.closed and batch.records == taken == 2
     later, index, _ = acc.append(TP, None, b"c", 0, None, 1.0)
     assert later is not batch and index == 0
 
@@ -100,7 +100,7 @@ def test_a_chunk_s_batch_is_closed_while_it_is_filled() -> None:
 def test_a_chunk_with_bad_input_queues_nothing() -> None:
     acc = _accumulator(buffer_memory=10_000)
     try:
-        acc.append_chunk(TP, None, [b"a", 5], 0, None, 100, 1.0)
+        acc.append_chunk(TP, None, [b"a", 5], 0, None, 0, -1, 100, 1.0)
     except TypeError:
         pass
     else:

@@ -927,6 +927,74 @@ def test_append_many_equals_append_loop(case, ts_case):
     assert len(decode_records(want)) == len(want_values)
 
 
+@pytest.mark.parametrize("ts_case", ["int", "list", "numpy-int64-strided", "arrow-int64"])
+@pytest.mark.parametrize("case", list(APPEND_MANY_CASES))
+@pytest.mark.parametrize(("start", "stop"), [(0, 8), (2, 7), (3, 3), (5, -1), (0, 1)])
+def test_append_many_of_a_range_equals_it_of_the_slice(case, ts_case, start, stop):
+    """send_batch's chunks: rows start:stop of full-length columns, none of them sliced."""
+    keys, values, want_keys, want_values = APPEND_MANY_CASES[case]
+    timestamps = TIMESTAMP_CASES[ts_case]
+    end = len(want_values) if stop == -1 else stop
+    want = loop_batch(
+        None if want_keys is None else want_keys[start:end],
+        want_values[start:end],
+        timestamps if isinstance(timestamps, int) else TIMESTAMPS[start:end],
+    )
+    builder = RecordBatchBuilder("none", base_offset=9, producer_id=4, producer_epoch=1)
+    builder.append_many(keys, values, timestamps, None, start, stop)
+    assert builder.build() == want
+
+
+def test_append_many_of_a_range_takes_its_rows_headers():
+    values = [b"v%d" % i for i in range(6)]
+    pairs = [None, [("a", b"1")], [], [("b", None), ("c", b"3")], None, [("d", b"4")]]
+    arrow_headers = pa.array(
+        [None if h is None else [{"key": k, "value": v} for k, v in h] for h in pairs],
+        pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+    )
+    want = RecordBatchBuilder()
+    for i in range(1, 5):
+        want.append(None, values[i], BASE_TS, pairs[i] or None)
+    for headers in (pairs, tuple(pairs), arrow_headers):
+        builder = RecordBatchBuilder()
+        builder.append_many(None, values, BASE_TS, headers, 1, 5)
+        assert decode_records(builder.build()) == decode_records(want.build())
+
+
+@pytest.mark.parametrize("case", ["lists", "numpy-S", "arrow-sliced"])
+@pytest.mark.parametrize("max_bytes", [1, 61 + 40, 61 + 150, 400, 10_000])
+def test_append_many_up_to_max_bytes_stops_before_the_record_that_would_pass_it(case, max_bytes):
+    """Calls with max_bytes fill batches one after another: each as large as it may be (the
+    next record would not fit), none over the limit unless a single record is, and together
+    the same records as one call."""
+    keys, values, want_keys, want_values = APPEND_MANY_CASES[case]
+    start, batches = 0, []
+    while start < len(want_values):
+        builder = RecordBatchBuilder("none", base_offset=9, producer_id=4, producer_epoch=1)
+        added = builder.append_many(keys, values, TIMESTAMPS, None, start, -1, max_bytes)
+        assert added >= 1
+        assert builder.size_in_bytes <= max_bytes or added == 1
+        if start + added < len(want_values):  # the next record did not fit
+            probe = RecordBatchBuilder("none", base_offset=9, producer_id=4, producer_epoch=1)
+            probe.append_many(keys, values, TIMESTAMPS, None, start, start + added + 1)
+            assert probe.size_in_bytes > max_bytes
+        batches.append(builder.build())
+        start += added
+    got = [record for batch in batches for record in decode_records(batch)]
+    want = decode_records(loop_batch(want_keys, want_values, TIMESTAMPS))
+    assert [r[1:] for r in got] == [r[1:] for r in want]  # (offsets restart per batch)
+
+
+@pytest.mark.parametrize(("start", "stop"), [(-1, 3), (4, 3), (0, 9), (9, -1)])
+def test_append_many_refuses_rows_outside_the_columns(start, stop):
+    builder = RecordBatchBuilder()
+    with pytest.raises(ValueError, match="rows"):
+        builder.append_many(None, VALUES, BASE_TS, None, start, stop)
+    with pytest.raises(ValueError, match="header lists"):
+        builder.append_many(None, VALUES, BASE_TS, [None] * 7, 1, 3)
+    assert builder.record_count == 0
+
+
 @pytest.mark.parametrize("codec", COMPRESSED)
 def test_append_many_compressed_equals_append_loop(codec):
     keys, values, want_keys, want_values = APPEND_MANY_CASES["arrow-sliced"]

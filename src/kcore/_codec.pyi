@@ -103,8 +103,15 @@ class RecordBatchBuilder:
         headers: Sequence[Header] | None = None,
     ) -> int: ...
     def append_many(
-        self, keys: Any, values: Any, timestamp_ms: int | Any, headers: Any = None
-    ) -> None: ...
+        self,
+        keys: Any,
+        values: Any,
+        timestamp_ms: int | Any,
+        headers: Any = None,
+        start: int = 0,
+        stop: int = -1,
+        max_bytes: int = 0,
+    ) -> int: ...
     def build(self) -> bytes: ...
     def release(self) -> None: ...
 

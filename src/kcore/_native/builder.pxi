@@ -606,6 +606,16 @@ cdef class RecordBatchBuilder:
     def compression(self):
         return _CODEC_NAMES[self.codec]
 
+    cdef inline Py_ssize_t body_size(self, Py_ssize_t klen, Py_ssize_t vlen, int64_t ts,
+                                     int32_t header_count, Py_ssize_t headers_size) noexcept:
+        """The encoded size of the next record, its length prefix not included."""
+        cdef int64_t ts_delta = ts - self.base_timestamp if self.record_count else 0
+        return (1 + uvarint_size(zigzag64(ts_delta))
+                + uvarint_size(zigzag32(self.record_count))
+                + uvarint_size(zigzag32(<int32_t>klen)) + (klen if klen > 0 else 0)
+                + uvarint_size(zigzag32(<int32_t>vlen)) + (vlen if vlen > 0 else 0)
+                + uvarint_size(zigzag32(header_count)) + headers_size)
+
     cdef inline int write_record(self, const uint8_t* key, Py_ssize_t klen,
                                  const uint8_t* value, Py_ssize_t vlen, int64_t ts,
                                  object headers, Py_ssize_t headers_size,
@@ -622,10 +632,7 @@ cdef class RecordBatchBuilder:
         if self.record_count == 0:
             self.base_timestamp = ts
         ts_delta = ts - self.base_timestamp
-        body = (1 + uvarint_size(zigzag64(ts_delta)) + uvarint_size(zigzag32(offset_delta))
-                + uvarint_size(zigzag32(<int32_t>klen)) + (klen if klen > 0 else 0)
-                + uvarint_size(zigzag32(<int32_t>vlen)) + (vlen if vlen > 0 else 0)
-                + uvarint_size(zigzag32(header_count)) + headers_size)
+        body = self.body_size(klen, vlen, ts, header_count, headers_size)
         if body > 0x7FFFFFFF:
             raise ValueError("a record is larger than 2 GiB")
         if self.out.size + body + 5 > self.out.cap or self._handed_out:
@@ -690,13 +697,20 @@ cdef class RecordBatchBuilder:
         return index
 
     def append_many(self, object keys, object values, object timestamp_ms,
-                    object headers=None):
+                    object headers=None, Py_ssize_t start=0, Py_ssize_t stop=-1,
+                    Py_ssize_t max_bytes=0):
         """Add many records in one call. ``values`` (and ``keys``, or None for no keys) are
         sequences of bytes-like objects, str (written as UTF-8) or None, numpy fixed-width
         bytes or str arrays, or pyarrow binary/string arrays; ``timestamp_ms`` one int for
         all, or a sequence/int64 array; ``headers`` None, a pyarrow
         ``list<struct<key, value>>`` array (as Spark's ``headers`` column), or a sequence
-        with one entry per record: None or ``(key, value)`` pairs as ``append`` takes."""
+        with one entry per record: None or ``(key, value)`` pairs as ``append`` takes.
+        ``start``/``stop`` (``stop`` -1: the end) pick rows of those columns, which all
+        keep their full length: a slice of a list would take and drop a reference per
+        item. ``max_bytes`` (0: no limit) ends the call before a record that would take
+        the batch past that size, as a producer fills a batch up to ``batch.size`` (a batch
+        still empty takes its first record whatever its size). Returns how many records
+        were added."""
         cdef Column kc, vc
         cdef _ColumnHolder kh = _ColumnHolder(), vh = _ColumnHolder()
         cdef _ColumnHolder hkh = _ColumnHolder(), hvh = _ColumnHolder()
@@ -715,6 +729,9 @@ cdef class RecordBatchBuilder:
         cdef object ts_view = None
         cdef int ovf = 0
         cdef PyObject* ts_item
+        cdef Py_ssize_t added = 0, body
+        cdef HeaderColumns* row_hc = NULL
+        cdef object entry = None
         column_open(values, &vc, vh)
         column_open(keys, &kc, kh)
         if vc.kind == COL_NULL:
@@ -722,6 +739,10 @@ cdef class RecordBatchBuilder:
         n = vc.length
         if kc.kind != COL_NULL and kc.length != n:
             raise ValueError(f"{kc.length} keys for {n} values")
+        if stop == -1:
+            stop = n
+        if not 0 <= start <= stop <= n:
+            raise ValueError(f"rows {start}:{stop} of a column of {n}")
         hcols.present = False
         if headers is not None:
             if (type(headers).__module__ or "").startswith("pyarrow"):
@@ -729,8 +750,12 @@ cdef class RecordBatchBuilder:
             else:
                 # Python pairs: normalised (private copies) and sized before the loop, which
                 # must run no Python code.
+                if start != 0 or stop != n:  # only the rows taken: send_batch's chunks
+                    if len(headers) != n:
+                        raise ValueError(f"{len(headers)} header lists for {n} values")
+                    headers = headers[start:stop]
                 prepared = [None if row is None else (row, headers_size(row), len(row))
-                            for row in prepare_headers(headers, n)]
+                            for row in prepare_headers(headers, stop - start)]
         if isinstance(timestamp_ms, _Integral):
             ts = timestamp_ms  # an int, or a numpy integer scalar
         else:
@@ -750,8 +775,8 @@ cdef class RecordBatchBuilder:
                 if len(ts_view) != n:
                     raise ValueError(f"{len(ts_view)} timestamps for {n} values")
                 ts_array = <const int64_t*><Py_ssize_t>_address_of(ts_view)
-        self.reserve_for(&kc, &vc, n)
-        for i in range(n):
+        self.reserve_for(&kc, &vc, start, stop, max_bytes)
+        for i in range(start, stop):
             if ts_array != NULL:
                 ts = ts_array[i]
             elif ts_list is not None:
@@ -781,17 +806,22 @@ cdef class RecordBatchBuilder:
                                             else kc.items[i])
                     column_get(&vc, i, &vp, &vlen, &vb, &vacq)
                 try:
+                    entry, hsize, hcount = None, 0, 0
                     if hcols.present:
                         header_range(&hcols, i, &h_start, &h_end)
                         hcount = <int32_t>(h_end - h_start)
                         hsize = header_columns_size(&hcols, h_start, h_end) if hcount else 0
-                        self.write_record(kp, klen, vp, vlen, ts, None, hsize, hcount, &hcols,
-                                          h_start)
-                    elif prepared is not None and PyList_GET_ITEM(prepared, i) != <PyObject*>None:
-                        entry, hsize, hcount = <tuple>PyList_GET_ITEM(prepared, i)
-                        self.write_record(kp, klen, vp, vlen, ts, entry, hsize, hcount, NULL, 0)
-                    else:
-                        self.write_record(kp, klen, vp, vlen, ts, None, 0, 0, NULL, 0)
+                        row_hc = &hcols
+                    elif (prepared is not None
+                          and PyList_GET_ITEM(prepared, i - start) != <PyObject*>None):
+                        entry, hsize, hcount = <tuple>PyList_GET_ITEM(prepared, i - start)
+                    if max_bytes > 0 and self.record_count > 0:
+                        body = self.body_size(klen, vlen, ts, hcount, hsize)
+                        if self.out.size + uvarint_size(zigzag32(<int32_t>body)) + body > max_bytes:
+                            break  # (the finally clauses release the record's buffers)
+                    self.write_record(kp, klen, vp, vlen, ts, entry, hsize, hcount, row_hc,
+                                      h_start)
+                    added += 1
                 finally:
                     if vacq:
                         PyBuffer_Release(&vb)
@@ -800,17 +830,21 @@ cdef class RecordBatchBuilder:
                 if kacq:
                     PyBuffer_Release(&kb)
                     kacq = False
+        return added
 
-    cdef int reserve_for(self, Column* kc, Column* vc, Py_ssize_t n) except -1:
-        """Room for ``n`` more records like the first few, in one go: one allocation instead
-        of a chain of doublings, and a large one is hinted to use huge pages throughout."""
-        cdef Py_ssize_t i, sample = n if n < 32 else 32, total = 0, klen, vlen
+    cdef int reserve_for(self, Column* kc, Column* vc, Py_ssize_t start,
+                         Py_ssize_t stop, Py_ssize_t max_bytes) except -1:
+        """Room for rows ``start:stop`` if they are like the first few (and the batch no
+        larger than ``max_bytes``, if given), in one go: one allocation instead of a chain of
+        doublings, and a large one is hinted to use huge pages throughout."""
+        cdef Py_ssize_t n = stop - start
+        cdef Py_ssize_t i, sample = n if n < 32 else 32, total = 0, klen, vlen, want, slack
         cdef const uint8_t* p = NULL
         cdef Py_buffer b
         cdef bint acq = False
         if n < 1024:
             return 0
-        for i in range(sample):
+        for i in range(start, start + sample):
             column_get(kc, i, &p, &klen, &b, &acq)
             if acq:
                 PyBuffer_Release(&b)
@@ -820,12 +854,16 @@ cdef class RecordBatchBuilder:
                 PyBuffer_Release(&b)
                 acq = False
             total += (klen if klen > 0 else 0) + (vlen if vlen > 0 else 0) + 16
-        if self.out.size + total // sample * n <= self.out.cap:
+        want = total // sample * n
+        slack = want // 8  # a little slack beats a doubling of the whole buffer
+        if max_bytes > 0:  # no more than a limited call can write
+            want = min(want, max_bytes - self.out.size)
+            slack = min(slack, max_bytes - self.out.size - want)
+        if want <= 0 or self.out.size + want <= self.out.cap:
             return 0  # the buffer (a pooled one, say) already holds what the sample says
-        # 1/8 more than the sample says: a little slack beats a doubling of the whole buffer.
         # Capped: a sample of large records ahead of many small ones must not ask for GBs
         # (past the cap the buffer grows by doubling, as without the estimate).
-        self.reserve(min(total // sample * n + total // sample * n // 8, RESERVE_CAP), True)
+        self.reserve(min(want + slack, RESERVE_CAP), True)
         return 0
 
     def build(self):

@@ -273,26 +273,32 @@ class RecordAccumulator:
         values: Any,
         timestamp_ms: Any,
         headers: Any,
+        start: int,
+        stop: int,
         estimate: int,
         max_block_s: float,
-    ) -> ProducerBatch:
-        """Add the records (columns) as one batch of their own, queued closed (``_new_batch``
-        closes the partition's open batch): Python code runs between queueing it and the
-        compiled loop, and the lock-free send path must not slip a record in first (the
-        chunk's records would no longer start at index 0)."""
+    ) -> tuple[ProducerBatch, int]:
+        """Add rows ``start:stop`` of the columns, as many as fit ``batch.size``, as one batch
+        of their own, queued closed (``_new_batch`` closes the partition's open batch): Python
+        code runs between queueing it and the compiled loop, and the lock-free send path must
+        not slip a record in first (the chunk's records would no longer start at index 0).
+        Returns the batch and how many rows it took (read from the call, not from the batch,
+        which the sender may have sent and released by the time this returns)."""
         with self._cond:
             if self._closed:
                 raise self._closed_error()
             batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s, closed=True)
             try:
-                batch.builder.append_many(keys, values, timestamp_ms, headers)
+                taken: int = batch.builder.append_many(
+                    keys, values, timestamp_ms, headers, start, stop, self.batch_size
+                )
             except BaseException:
                 # Bad input: none of the chunk's records may go out (out of its queue, then
                 # its memory given back as for a batch that landed).
                 self._queues[tp].remove(batch)
                 self.done(batch)
                 raise
-            return batch
+            return batch, taken
 
     def split(self, batch: ProducerBatch) -> list[ProducerBatch]:
         """Split a sent batch the broker refused as too large (MESSAGE_TOO_LARGE) into two

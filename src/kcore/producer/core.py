@@ -633,7 +633,10 @@ class ProducerCore:
             + (_mean_size(keys, n) if keys is not None else 0)
             + _mean_headers_size(headers, n)
         )
+        # Rows a batch takes by the estimate, which is an upper bound (RECORD_OVERHEAD counts
+        # the longest varints); a chunk is offered twice that and ends at batch.size exactly.
         chunk = max(1, self.batch_size // per_record)
+        window = 2 * chunk
         count, available = counts
         if partition is not None and not 0 <= partition < count:  # as send's check
             raise KcoreError(f"{topic} has {count} partitions; there is no partition {partition}")
@@ -642,7 +645,7 @@ class ProducerCore:
                 # One partition for everything given, or sticky chunks for unkeyed records.
                 start = 0
                 while start < n:
-                    stop = min(n, start + chunk)
+                    stop = min(n, start + window)
                     p = (
                         partition
                         if partition is not None
@@ -650,10 +653,13 @@ class ProducerCore:
                             topic, count, available, self.batch_size
                         )
                     )
-                    self._chunk(out, topic, p, keys, values, ts, headers, start, stop, per_record)
-                    if start == 0 and stop < n:
+                    estimate = min(stop - start, chunk) * per_record
+                    taken = self._chunk(
+                        out, topic, p, keys, values, ts, headers, start, stop, estimate
+                    )
+                    if start == 0 and taken < n:
                         self._let_sender_start()
-                    start = stop
+                    start += taken
             else:
                 import numpy as np
 
@@ -672,12 +678,15 @@ class ProducerCore:
                     gk, gv = _take(keys, group), _take(values, group)
                     gts = ts if isinstance(ts, int) else _take(ts, group)
                     gh = _take(headers, group) if headers is not None else None
-                    for s in range(0, len(group), chunk):
-                        e = min(len(group), s + chunk)
-                        self._chunk(out, topic, p, gk, gv, gts, gh, s, e, per_record)
-                        if first and e - s < n:
+                    s, size = 0, len(group)
+                    while s < size:
+                        e = min(size, s + window)
+                        estimate = min(e - s, chunk) * per_record
+                        taken = self._chunk(out, topic, p, gk, gv, gts, gh, s, e, estimate)
+                        if first and taken < n:
                             self._let_sender_start()
                         first = False
+                        s += taken
         except Exception as exc:
             # Bad content (a value of the wrong type, say) in a later chunk: the earlier
             # chunks are queued and will be delivered; say which, and hand over their result.
@@ -704,30 +713,44 @@ class ProducerCore:
         headers: Any,
         start: int,
         stop: int,
-        per_record: int,
-    ) -> None:
-        if start == 0 and stop == len(values):
+        estimate: int,
+    ) -> int:
+        """Queue as many of rows ``start:stop`` as fit one batch; returns how many."""
+        if (
+            type(values) in (list, tuple)
+            and (keys is None or type(keys) in (list, tuple))
+            and isinstance(ts, int)
+            and headers is None
+        ):
+            # Lists are read in place, by row: a slice takes and drops a reference per value
+            # (~7% of send_batch's CPU for 1,000,000 values).
             k, v, t, h = keys, values, ts, headers
         else:
+            # Arrays slice without copying; anything else append_many converts whole, so a
+            # chunk converts only its own rows.
             k = keys[start:stop] if keys is not None else None
             v = values[start:stop]
             t = ts if isinstance(ts, int) else ts[start:stop]
             h = headers[start:stop] if headers is not None else None
+            start, stop = 0, -1
         try:
-            batch = self.accumulator.append_chunk(
+            batch, taken = self.accumulator.append_chunk(
                 TopicPartition(topic, partition),
                 k,
                 v,
                 t,
                 h,
-                (stop - start) * per_record,
+                start,
+                stop,
+                estimate,
                 self.max_block_s,
             )
         except KcoreTimeoutError as exc:
             self._failed_in_transaction(exc)
             raise
-        out.add(partition, stop - start, batch.result)
+        out.add(partition, taken, batch.result)
         self.wake_sender()  # a chunk is a full batch: ready to go now
+        return taken
 
 
 async def _all_done(pending: list[Any], left: list[int]) -> None:
