@@ -634,7 +634,8 @@ class ProducerCore:
             + _mean_headers_size(headers, n)
         )
         # Rows a batch takes by the estimate, which is an upper bound (RECORD_OVERHEAD counts
-        # the longest varints); a chunk is offered twice that and ends at batch.size exactly.
+        # the longest varints). A chunk is offered more rows than that and ends at batch.size
+        # exactly; then the next is offered about what it took (_next_window).
         chunk = max(1, self.batch_size // per_record)
         window = 2 * chunk
         count, available = counts
@@ -659,6 +660,7 @@ class ProducerCore:
                     )
                     if start == 0 and taken < n:
                         self._let_sender_start()
+                    window = _next_window(stop - start, taken)
                     start += taken
             else:
                 import numpy as np
@@ -686,6 +688,7 @@ class ProducerCore:
                         if first and taken < n:
                             self._let_sender_start()
                         first = False
+                        window = _next_window(e - s, taken)
                         s += taken
         except Exception as exc:
             # Bad content (a value of the wrong type, say) in a later chunk: the earlier
@@ -848,6 +851,14 @@ def _mean_headers_size(headers: Any, n: int) -> int:
         2 + len(k) + (len(v) if v is not None else 0) for entry in sample for k, v in entry or ()
     )
     return 1 + total // len(sample)
+
+
+def _next_window(offered: int, taken: int) -> int:
+    """Rows to offer send_batch's next chunk: what the last one took and a quarter more, or
+    twice what it was offered if it took them all (records smaller than the estimate said).
+    Input that append_many converts (Python headers, numpy object arrays) is converted a
+    window at a time, so offering far more than a batch takes would convert rows twice."""
+    return 2 * offered if taken >= offered else taken + taken // 4 + 1
 
 
 def _take(column: Any, indices: Any) -> Any:
