@@ -941,7 +941,7 @@ def test_append_many_of_a_range_equals_it_of_the_slice(case, ts_case, start, sto
         timestamps if isinstance(timestamps, int) else TIMESTAMPS[start:end],
     )
     builder = RecordBatchBuilder("none", base_offset=9, producer_id=4, producer_epoch=1)
-    builder.append_many(keys, values, timestamps, None, start, stop)
+    assert builder.append_many(keys, values, timestamps, None, start, stop) == end - start
     assert builder.build() == want
 
 
@@ -961,7 +961,9 @@ def test_append_many_of_a_range_takes_its_rows_headers():
         assert decode_records(builder.build()) == decode_records(want.build())
 
 
-@pytest.mark.parametrize("case", ["lists", "numpy-S", "arrow-sliced"])
+@pytest.mark.parametrize(
+    "case", ["lists", "tuples-bytearray-memoryview", "numpy-S", "arrow-sliced"]
+)
 @pytest.mark.parametrize("max_bytes", [1, 61 + 40, 61 + 150, 400, 10_000])
 def test_append_many_up_to_max_bytes_stops_before_the_record_that_would_pass_it(case, max_bytes):
     """Calls with max_bytes fill batches one after another: each as large as it may be (the
@@ -983,6 +985,31 @@ def test_append_many_up_to_max_bytes_stops_before_the_record_that_would_pass_it(
     got = [record for batch in batches for record in decode_records(batch)]
     want = decode_records(loop_batch(want_keys, want_values, TIMESTAMPS))
     assert [r[1:] for r in got] == [r[1:] for r in want]  # (offsets restart per batch)
+
+
+def test_append_many_stopping_at_max_bytes_lets_go_of_the_buffers_it_holds():
+    """The record that does not fit was read through the buffer protocol (bytearray keys and
+    values): stopping there must release both, or the bytearrays could not be resized."""
+    keys = [bytearray(b"k%d" % i) for i in range(4)]
+    values = [bytearray(b"v" * 50) for _ in range(4)]
+    builder = RecordBatchBuilder()
+    assert builder.append_many(keys, values, BASE_TS, None, 0, -1, 61 + 130) == 2
+    for b in keys + values:
+        b.extend(b"more")  # BufferError if an export were still held
+
+
+def test_a_batch_filled_to_max_bytes_keeps_its_buffer():
+    """A record ending exactly at max_bytes, in a buffer of exactly that size, is written
+    without growing the buffer (write_record asks for what it writes, not 5 bytes more)."""
+    values = [b"x" * 40] * 1000
+    builder = RecordBatchBuilder()
+    added = builder.append_many(None, values, BASE_TS, None, 0, -1, 8192)
+    # Again, into a buffer of exactly the size those records reach, limited to it.
+    exact = builder.size_in_bytes
+    again = RecordBatchBuilder(capacity=exact)
+    assert again.append_many(None, values, BASE_TS, None, 0, -1, exact) == added
+    assert again.size_in_bytes == exact
+    assert again.capacity == exact, again.capacity
 
 
 @pytest.mark.parametrize(("start", "stop"), [(-1, 3), (4, 3), (0, 9), (9, -1)])

@@ -330,6 +330,7 @@ def test_send_batch_fills_batches_up_to_batch_size(kafka_cluster, form, size):
     # A full batch ends less than one record (~108 bytes for 100-byte values) short of
     # batch.size; cut by the estimate it had 135 records, 14,641 bytes.
     assert batch_size - (size + 8) < m["batch-size-max"] <= batch_size, m
+    assert m["batch-size-avg"] > 0.9 * batch_size, m  # all full but the first and last
     got = read_all(kafka_cluster.bootstrap_servers, topic, 1, n)[0]
     assert [g.value() for g in got] == values
 

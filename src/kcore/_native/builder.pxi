@@ -625,7 +625,7 @@ cdef class RecordBatchBuilder:
         ``headers``, or when ``hc`` is not NULL entries from ``h_start`` of those columns."""
         cdef int64_t ts_delta
         cdef int32_t offset_delta = self.record_count
-        cdef Py_ssize_t body
+        cdef Py_ssize_t body, need
         cdef uint8_t* p
         if klen > 0x7FFFFFFF or vlen > 0x7FFFFFFF:
             raise ValueError("a record's key or value is larger than 2 GiB")
@@ -635,8 +635,11 @@ cdef class RecordBatchBuilder:
         body = self.body_size(klen, vlen, ts, header_count, headers_size)
         if body > 0x7FFFFFFF:
             raise ValueError("a record is larger than 2 GiB")
-        if self.out.size + body + 5 > self.out.cap or self._handed_out:
-            self.reserve(body + 5)
+        # Exactly what is written (not body + 5): a batch filled to max_bytes in a buffer of
+        # that size must not be reallocated for its last record.
+        need = uvarint_size(zigzag32(<int32_t>body)) + body
+        if self.out.size + need > self.out.cap or self._handed_out:
+            self.reserve(need)
         p = self.out.data + self.out.size
         p += put_uvarint64(p, zigzag32(<int32_t>body))
         p[0] = 0  # record attributes: unused
@@ -707,7 +710,9 @@ cdef class RecordBatchBuilder:
         with one entry per record: None or ``(key, value)`` pairs as ``append`` takes.
         ``start``/``stop`` (``stop`` -1: the end) pick rows of those columns, which all
         keep their full length: a slice of a list would take and drop a reference per
-        item. ``max_bytes`` (0: no limit) ends the call before a record that would take
+        item. A range costs nothing extra for lists, tuples, arrays and an int timestamp;
+        other input (a list of timestamps, numpy str or object arrays, chunked arrow, Python
+        headers) is checked or converted whole on each call, so slice those instead. ``max_bytes`` (0: no limit) ends the call before a record that would take
         the batch past that size, as a producer fills a batch up to ``batch.size`` (a batch
         still empty takes its first record whatever its size). Returns how many records
         were added."""

@@ -660,7 +660,7 @@ class ProducerCore:
                     )
                     if start == 0 and taken < n:
                         self._let_sender_start()
-                    window = _next_window(stop - start, taken)
+                    window = _next_window(window, stop - start, taken, chunk)
                     start += taken
             else:
                 import numpy as np
@@ -688,7 +688,7 @@ class ProducerCore:
                         if first and taken < n:
                             self._let_sender_start()
                         first = False
-                        window = _next_window(e - s, taken)
+                        window = _next_window(window, e - s, taken, chunk)
                         s += taken
         except Exception as exc:
             # Bad content (a value of the wrong type, say) in a later chunk: the earlier
@@ -853,12 +853,16 @@ def _mean_headers_size(headers: Any, n: int) -> int:
     return 1 + total // len(sample)
 
 
-def _next_window(offered: int, taken: int) -> int:
-    """Rows to offer send_batch's next chunk: what the last one took and a quarter more, or
-    twice what it was offered if it took them all (records smaller than the estimate said).
-    Input that append_many converts (Python headers, numpy object arrays) is converted a
-    window at a time, so offering far more than a batch takes would convert rows twice."""
-    return 2 * offered if taken >= offered else taken + taken // 4 + 1
+def _next_window(window: int, offered: int, taken: int, chunk: int) -> int:
+    """Rows to offer send_batch's next chunk, after one was offered ``offered`` rows (the
+    window, or fewer at the end of the rows) and took ``taken``. Input that append_many
+    converts (Python headers, numpy object arrays) is converted a window at a time, so
+    offering far more than a batch takes would convert rows twice."""
+    if taken < offered:  # the batch filled: about what it took, never under the estimate's
+        return max(chunk, taken + taken // 4 + 1)  # (a lone large record takes 1)
+    if offered < window:  # the rows (a partition's group) ran out first: nothing learnt
+        return window
+    return 2 * window  # it took every row offered: records smaller than the estimate said
 
 
 def _take(column: Any, indices: Any) -> Any:
