@@ -421,6 +421,11 @@ cdef class BatchBufferPool:
         del self._free[:n]
 
 
+cdef inline Py_ssize_t framed_size(Py_ssize_t body) noexcept:
+    """A record's bytes in the batch: its body and the varint of its length before it."""
+    return uvarint_size(zigzag32(<int32_t>body)) + body
+
+
 cdef class RecordBatchBuilder:
     """Builds one v2 record batch.
 
@@ -623,21 +628,31 @@ cdef class RecordBatchBuilder:
                                  Py_ssize_t h_start) except -1:
         """Append one record. Its ``header_count`` headers are the normalised list
         ``headers``, or when ``hc`` is not NULL entries from ``h_start`` of those columns."""
+        return self.write_sized(self.body_size(klen, vlen, ts, header_count, headers_size),
+                                key, klen, value, vlen, ts, headers, headers_size,
+                                header_count, hc, h_start)
+
+    cdef inline int write_sized(self, Py_ssize_t body, const uint8_t* key, Py_ssize_t klen,
+                                const uint8_t* value, Py_ssize_t vlen, int64_t ts,
+                                object headers, Py_ssize_t headers_size,
+                                int32_t header_count, HeaderColumns* hc,
+                                Py_ssize_t h_start) except -1:
+        """write_record with the record's ``body_size`` known already (append_many's
+        ``max_bytes`` check computes it)."""
         cdef int64_t ts_delta
         cdef int32_t offset_delta = self.record_count
-        cdef Py_ssize_t body, need
+        cdef Py_ssize_t need
         cdef uint8_t* p
         if klen > 0x7FFFFFFF or vlen > 0x7FFFFFFF:
             raise ValueError("a record's key or value is larger than 2 GiB")
         if self.record_count == 0:
             self.base_timestamp = ts
         ts_delta = ts - self.base_timestamp
-        body = self.body_size(klen, vlen, ts, header_count, headers_size)
         if body > 0x7FFFFFFF:
             raise ValueError("a record is larger than 2 GiB")
         # Exactly what is written (not body + 5): a batch filled to max_bytes in a buffer of
         # that size must not be reallocated for its last record.
-        need = uvarint_size(zigzag32(<int32_t>body)) + body
+        need = framed_size(body)
         if self.out.size + need > self.out.cap or self._handed_out:
             self.reserve(need)
         p = self.out.data + self.out.size
@@ -712,10 +727,11 @@ cdef class RecordBatchBuilder:
         keep their full length: a slice of a list would take and drop a reference per
         item. A range costs nothing extra for lists, tuples, arrays and an int timestamp;
         other input (a list of timestamps, numpy str or object arrays, chunked arrow, Python
-        headers) is checked or converted whole on each call, so slice those instead. ``max_bytes`` (0: no limit) ends the call before a record that would take
-        the batch past that size, as a producer fills a batch up to ``batch.size`` (a batch
-        still empty takes its first record whatever its size). Returns how many records
-        were added."""
+        headers) is checked or converted whole on each call, so slice those instead.
+        ``max_bytes`` (0: no limit) ends the call before a record that would take the batch
+        past that size, as a producer fills a batch up to ``batch.size`` (a batch still
+        empty takes its first record whatever its size). Returns how many records were
+        added."""
         cdef Column kc, vc
         cdef _ColumnHolder kh = _ColumnHolder(), vh = _ColumnHolder()
         cdef _ColumnHolder hkh = _ColumnHolder(), hvh = _ColumnHolder()
@@ -820,12 +836,12 @@ cdef class RecordBatchBuilder:
                     elif (prepared is not None
                           and PyList_GET_ITEM(prepared, i - start) != <PyObject*>None):
                         entry, hsize, hcount = <tuple>PyList_GET_ITEM(prepared, i - start)
-                    if max_bytes > 0 and self.record_count > 0:
-                        body = self.body_size(klen, vlen, ts, hcount, hsize)
-                        if self.out.size + uvarint_size(zigzag32(<int32_t>body)) + body > max_bytes:
-                            break  # (the finally clauses release the record's buffers)
-                    self.write_record(kp, klen, vp, vlen, ts, entry, hsize, hcount, row_hc,
-                                      h_start)
+                    body = self.body_size(klen, vlen, ts, hcount, hsize)
+                    if (max_bytes > 0 and self.record_count > 0
+                            and self.out.size + framed_size(body) > max_bytes):
+                        break  # (the finally clauses release the record's buffers)
+                    self.write_sized(body, kp, klen, vp, vlen, ts, entry, hsize, hcount, row_hc,
+                                     h_start)
                     added += 1
                 finally:
                     if vacq:

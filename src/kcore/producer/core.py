@@ -637,31 +637,35 @@ class ProducerCore:
         # the longest varints). A chunk is offered more rows than that and ends at batch.size
         # exactly; then the next is offered about what it took (_next_window).
         chunk = max(1, self.batch_size // per_record)
-        window = 2 * chunk
+        window, first = 2 * chunk, True
         count, available = counts
         if partition is not None and not 0 <= partition < count:  # as send's check
             raise KcoreError(f"{topic} has {count} partitions; there is no partition {partition}")
+
+        def append_rows(to: int | None, k: Any, v: Any, t: Any, h: Any) -> None:
+            """Every row of these columns, chunk by chunk, to partition ``to`` (None: the
+            sticky partitioner's choice for each chunk)."""
+            nonlocal window, first
+            start, size = 0, len(v)
+            while start < size:
+                stop = min(size, start + window)
+                estimate = min(stop - start, chunk) * per_record
+                p = (
+                    to
+                    if to is not None
+                    else self.send_path.sticky_partition(topic, count, available, self.batch_size)
+                )
+                taken = self._chunk(out, topic, p, k, v, t, h, start, stop, estimate)
+                if first and taken < n:
+                    self._let_sender_start()
+                first = False
+                window = _next_window(window, stop - start, taken, chunk)
+                start += taken
+
         try:
             if partition is not None or keys is None or self.ignore_keys:
                 # One partition for everything given, or sticky chunks for unkeyed records.
-                start = 0
-                while start < n:
-                    stop = min(n, start + window)
-                    p = (
-                        partition
-                        if partition is not None
-                        else self.send_path.sticky_partition(
-                            topic, count, available, self.batch_size
-                        )
-                    )
-                    estimate = min(stop - start, chunk) * per_record
-                    taken = self._chunk(
-                        out, topic, p, keys, values, ts, headers, start, stop, estimate
-                    )
-                    if start == 0 and taken < n:
-                        self._let_sender_start()
-                    window = _next_window(window, stop - start, taken, chunk)
-                    start += taken
+                append_rows(partition, keys, values, ts, headers)
             else:
                 import numpy as np
 
@@ -669,27 +673,19 @@ class ProducerCore:
                 if (parts < 0).any():  # null keys: sticky, as for unkeyed records
                     parts = parts.copy()
                     parts[parts < 0] = self.send_path.sticky_partition(topic, count, available, 0)
-                first = True
                 order = np.argsort(parts, kind="stable")  # keeps send order within a partition
                 sorted_parts = parts[order]
                 bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
                 for group in np.split(order, bounds):
                     if not len(group):
                         continue
-                    p = int(parts[group[0]])
-                    gk, gv = _take(keys, group), _take(values, group)
-                    gts = ts if isinstance(ts, int) else _take(ts, group)
-                    gh = _take(headers, group) if headers is not None else None
-                    s, size = 0, len(group)
-                    while s < size:
-                        e = min(size, s + window)
-                        estimate = min(e - s, chunk) * per_record
-                        taken = self._chunk(out, topic, p, gk, gv, gts, gh, s, e, estimate)
-                        if first and taken < n:
-                            self._let_sender_start()
-                        first = False
-                        window = _next_window(window, e - s, taken, chunk)
-                        s += taken
+                    append_rows(
+                        int(parts[group[0]]),
+                        _take(keys, group),
+                        _take(values, group),
+                        ts if isinstance(ts, int) else _take(ts, group),
+                        _take(headers, group) if headers is not None else None,
+                    )
         except Exception as exc:
             # Bad content (a value of the wrong type, say) in a later chunk: the earlier
             # chunks are queued and will be delivered; say which, and hand over their result.
