@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.codec import decode_batches
 from kcore.errors import KcoreError
 from kcore.producer.accumulator import RecordAccumulator
@@ -119,7 +119,7 @@ def test_a_batch_whose_builder_ran_out_of_memory_takes_no_more_records() -> None
     script = textwrap.dedent(
         """
         import resource
-        from kcore.admin.types import TopicPartition
+        from kcore.types import TopicPartition
         from kcore.producer.accumulator import RecordAccumulator
         tp = TopicPartition("t", 0)
         acc = RecordAccumulator(

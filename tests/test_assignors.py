@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.consumer import assignors
 from kcore.consumer.assignors import (
     ASSIGNORS,

@@ -10,7 +10,7 @@ import asyncio
 import time
 from types import SimpleNamespace
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.config import ClientConfig
 from kcore.consumer.fetcher import Fetcher, PartitionState

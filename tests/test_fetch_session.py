@@ -3,7 +3,7 @@ sockets: what a request names, forgets and carries as session id and epoch."""
 
 from __future__ import annotations
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.codec import RecordBatchBuilder
 from kcore.consumer.fetch_session import FetchSession, PartitionFetch
 from kcore.consumer.fetcher import _complete_end, _first_batch_size

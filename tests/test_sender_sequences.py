@@ -6,7 +6,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.errors import KcoreError, NotLeaderOrFollowerError
 from kcore.producer.accumulator import RecordAccumulator
 from kcore.producer.sender import Sender

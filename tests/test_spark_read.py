@@ -25,7 +25,8 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from kcore.admin.client import AdminClient
-from kcore.admin.types import NewTopic, TopicDescription, TopicPartition
+from kcore.admin.types import NewTopic, TopicDescription
+from kcore.types import TopicPartition
 from kcore.errors import (
     ConfigError,
     KcoreError,

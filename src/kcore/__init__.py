@@ -12,23 +12,18 @@ from . import _codec  # noqa: E402, F401  (fail at import if the compiled codec 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from kcore.admin import (
-        AdminClient,
-        AsyncAdminClient,
-        ConsumerGroupMetadata,
-        NewTopic,
-        TopicPartition,
-    )
+    from kcore.admin import AdminClient, AsyncAdminClient, NewTopic
     from kcore.consumer import AsyncConsumer, Consumer, ConsumerRecord
     from kcore.producer import AsyncProducer, Producer, RecordMetadata
+    from kcore.types import ConsumerGroupMetadata, TopicPartition
 
 # Clients load on first use, so ``import kcore`` for the codec alone stays cheap.
 _LAZY = {
     "AdminClient": "kcore.admin",
     "AsyncAdminClient": "kcore.admin",
     "NewTopic": "kcore.admin",
-    "ConsumerGroupMetadata": "kcore.admin",
-    "TopicPartition": "kcore.admin",
+    "ConsumerGroupMetadata": "kcore.types",
+    "TopicPartition": "kcore.types",
     "Producer": "kcore.producer",
     "AsyncProducer": "kcore.producer",
     "RecordMetadata": "kcore.producer",

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.errors import KcoreError
 
 __all__ = ["parse_offset", "record_json", "run_consume"]

@@ -9,7 +9,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from kcore.admin.types import AdminOperationError, TopicPartition
+from kcore.admin.types import AdminOperationError
+from kcore.types import TopicPartition
 from kcore.errors import GroupIdNotFoundError, KcoreError
 
 __all__ = ["group_lag_rows", "run_groups"]

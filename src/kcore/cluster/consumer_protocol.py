@@ -9,7 +9,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.errors import TruncatedDataError
 from kcore.protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment
 from kcore.protocol.messages.consumer_protocol_assignment import TopicPartition as _AssignedTopic

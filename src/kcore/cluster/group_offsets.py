@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.cluster.coordinator import Backoff, CoordinatorLink
 from kcore.errors import (
     BrokerConnectionError,

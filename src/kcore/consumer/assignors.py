@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.cluster.consumer_protocol import (
     CONSUMER_PROTOCOL_VERSION,
     Subscription,

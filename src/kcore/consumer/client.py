@@ -14,7 +14,7 @@ from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from kcore.admin.async_client import AsyncAdminClient
-from kcore.admin.types import ConsumerGroupMetadata, ListOffsetsResult, TopicPartition
+from kcore.types import ConsumerGroupMetadata, ListOffsetsResult, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.codec import decode_columns, decode_records
 from kcore.config import ClientConfig

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 
 __all__ = ["FINAL_EPOCH", "FetchPlan", "FetchSession", "PartitionFetch", "SESSION_ERROR_CODES"]
 

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kcore.admin.async_client import AsyncAdminClient
-from kcore.admin.types import AdminOperationError, TopicPartition
+from kcore.admin.types import AdminOperationError
+from kcore.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
 from kcore.consumer.fetch_session import (

@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
+from kcore.types import ConsumerGroupMetadata, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import GROUP, CoordinatorLink
 from kcore.cluster.group_offsets import GroupOffsets

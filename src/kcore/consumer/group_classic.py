@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import Backoff, CoordinatorLink
 from kcore.cluster.group_offsets import MemberIdentity

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
 
-from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
+from kcore.types import ConsumerGroupMetadata, TopicPartition
 from kcore.errors import KcoreError
 from kcore.network.loop_thread import start_on_loop_thread
 from kcore.network.process_local import ProcessLocal

@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from kcore._codec import SendPath, record_size_upper_bound
-from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
+from kcore.types import ConsumerGroupMetadata, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import ClusterMetadata
 from kcore.codec import partition_for_key

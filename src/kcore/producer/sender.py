@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import apply_leader_hints
 from kcore.errors import (

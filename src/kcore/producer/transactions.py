@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kcore.admin.types import ConsumerGroupMetadata, TopicPartition
+from kcore.types import ConsumerGroupMetadata, TopicPartition
 from kcore.cluster.coordinator import GROUP, TRANSACTION, CoordinatorLink
 from kcore.errors import (
     BrokerConnectionError,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 
 __all__ = ["delay_batch", "rate_limit"]
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.errors import ConfigError
 
 __all__ = [

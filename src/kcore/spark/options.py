@@ -25,7 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.config import ALIASES, CONFIG_DEFS, ClientConfig
 from kcore.errors import ConfigError
 

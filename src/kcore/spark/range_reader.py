@@ -22,7 +22,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from kcore.admin.client import AdminClient
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.consumer.client import Consumer
 from kcore.errors import (
     KcoreError,

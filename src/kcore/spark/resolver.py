@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from kcore.admin.client import AdminClient
-from kcore.admin.types import TopicPartition
+from kcore.types import TopicPartition
 from kcore.errors import ConfigError, KcoreError, UnknownTopicOrPartitionError
 
 from .offsets import EARLIEST, LATEST, PartitionOffsets
