@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from kcore.types import TopicPartition
 from kcore.codec import decode_batches
 from kcore.errors import KcoreError
 from kcore.producer.accumulator import RecordAccumulator
+from kcore.types import TopicPartition
 
 TP = TopicPartition("t", 0)
 

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kcore.types import TopicPartition
 from kcore.consumer import assignors
 from kcore.consumer.assignors import (
     ASSIGNORS,
@@ -30,6 +29,7 @@ from kcore.consumer.assignors import (
     encode_subscription,
 )
 from kcore.errors import ConfigError, KcoreError, TruncatedDataError, UnsupportedVersionError
+from kcore.types import TopicPartition
 
 Plan = dict[str, list[TopicPartition]]
 Group = tuple[dict[str, int], list[MemberSubscription]]

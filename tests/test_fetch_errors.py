@@ -10,11 +10,11 @@ import asyncio
 import time
 from types import SimpleNamespace
 
-from kcore.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.config import ClientConfig
 from kcore.consumer.fetcher import Fetcher, PartitionState
 from kcore.errors import CorruptMessageError, OffsetOutOfRangeError, TopicAuthorizationFailedError
+from kcore.types import TopicPartition
 
 TP = TopicPartition("t", 0)
 OTHER = TopicPartition("t", 1)

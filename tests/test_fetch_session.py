@@ -3,10 +3,10 @@ sockets: what a request names, forgets and carries as session id and epoch."""
 
 from __future__ import annotations
 
-from kcore.types import TopicPartition
 from kcore.codec import RecordBatchBuilder
 from kcore.consumer.fetch_session import FetchSession, PartitionFetch
 from kcore.consumer.fetcher import _complete_end, _first_batch_size
+from kcore.types import TopicPartition
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 V = 16  # a Fetch version with sessions

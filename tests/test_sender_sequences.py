@@ -6,10 +6,10 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from kcore.types import TopicPartition
 from kcore.errors import KcoreError, NotLeaderOrFollowerError
 from kcore.producer.accumulator import RecordAccumulator
 from kcore.producer.sender import Sender
+from kcore.types import TopicPartition
 
 P1, P2 = TopicPartition("t", 1), TopicPartition("t", 2)
 

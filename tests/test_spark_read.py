@@ -26,7 +26,6 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from kcore.admin.client import AdminClient
 from kcore.admin.types import NewTopic, TopicDescription
-from kcore.types import TopicPartition
 from kcore.errors import (
     ConfigError,
     KcoreError,
@@ -59,6 +58,7 @@ from kcore.spark.range_reader import (
 from kcore.spark.resolver import OffsetResolver
 from kcore.spark.source import KcoreDataSource
 from kcore.spark.stream_reader import KafkaStreamReader, plan_stream_batch
+from kcore.types import TopicPartition
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
 # The produced records' timestamps start here (ms). Recent: the broker deletes records older

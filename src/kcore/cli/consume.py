@@ -9,8 +9,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kcore.types import TopicPartition
 from kcore.errors import KcoreError
+from kcore.types import TopicPartition
 
 __all__ = ["parse_offset", "record_json", "run_consume"]
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kcore.admin.types import AdminOperationError
-from kcore.types import TopicPartition
 from kcore.errors import GroupIdNotFoundError, KcoreError
+from kcore.types import TopicPartition
 
 __all__ = ["group_lag_rows", "run_groups"]
 

@@ -9,12 +9,12 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kcore.types import TopicPartition
 from kcore.errors import TruncatedDataError
 from kcore.protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment
 from kcore.protocol.messages.consumer_protocol_assignment import TopicPartition as _AssignedTopic
 from kcore.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
 from kcore.protocol.messages.consumer_protocol_subscription import TopicPartition as _OwnedTopic
+from kcore.types import TopicPartition
 
 __all__ = [
     "CONSUMER_PROTOCOL_VERSION",

@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from kcore.types import TopicPartition
 from kcore.cluster.coordinator import Backoff, CoordinatorLink
 from kcore.errors import (
     BrokerConnectionError,
@@ -32,6 +31,7 @@ from kcore.protocol.messages.offset_fetch_request import (
     OffsetFetchRequestTopic,
     OffsetFetchRequestTopics,
 )
+from kcore.types import TopicPartition
 
 log = logging.getLogger("kcore.cluster.group_offsets")
 

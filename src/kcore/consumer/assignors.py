@@ -21,7 +21,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from kcore.types import TopicPartition
 from kcore.cluster.consumer_protocol import (
     CONSUMER_PROTOCOL_VERSION,
     Subscription,
@@ -31,6 +30,7 @@ from kcore.cluster.consumer_protocol import (
     encode_subscription,
 )
 from kcore.errors import ConfigError
+from kcore.types import TopicPartition
 
 __all__ = [
     "ASSIGNORS",

@@ -14,7 +14,6 @@ from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from kcore.admin.async_client import AsyncAdminClient
-from kcore.types import ConsumerGroupMetadata, ListOffsetsResult, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.codec import decode_columns, decode_records
 from kcore.config import ClientConfig
@@ -23,6 +22,7 @@ from kcore.consumer.group import GroupCoordinator, Listener, drive_async, drive_
 from kcore.errors import KcoreError, NoOffsetForPartitionError, WakeupError
 from kcore.network.loop_thread import start_on_loop_thread
 from kcore.network.process_local import ProcessLocal
+from kcore.types import ConsumerGroupMetadata, ListOffsetsResult, TopicPartition
 
 log = logging.getLogger("kcore.consumer")
 

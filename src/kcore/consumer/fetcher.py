@@ -29,7 +29,6 @@ from typing import Any
 
 from kcore.admin.async_client import AsyncAdminClient
 from kcore.admin.types import AdminOperationError
-from kcore.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
 from kcore.consumer.fetch_session import (
@@ -57,6 +56,7 @@ from kcore.protocol.messages.offset_for_leader_epoch_request import (
     OffsetForLeaderPartition,
     OffsetForLeaderTopic,
 )
+from kcore.types import TopicPartition
 
 __all__ = ["FetchedData", "Fetcher", "PartitionState"]
 

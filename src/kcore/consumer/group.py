@@ -19,7 +19,6 @@ from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kcore.types import ConsumerGroupMetadata, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import GROUP, CoordinatorLink
 from kcore.cluster.group_offsets import GroupOffsets
@@ -34,6 +33,7 @@ from kcore.errors import (
     TopicAuthorizationFailedError,
     WakeupError,
 )
+from kcore.types import ConsumerGroupMetadata, TopicPartition
 
 log = logging.getLogger("kcore.consumer.group")
 

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kcore.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import Backoff, CoordinatorLink
 from kcore.cluster.group_offsets import MemberIdentity
@@ -35,6 +34,7 @@ from kcore.protocol.messages.sync_group_request import (
     SyncGroupRequest,
     SyncGroupRequestAssignment,
 )
+from kcore.types import TopicPartition
 
 log = logging.getLogger("kcore.consumer.group")
 

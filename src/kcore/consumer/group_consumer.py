@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kcore.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import Backoff, CoordinatorLink
 from kcore.cluster.group_offsets import MemberIdentity
@@ -27,6 +26,7 @@ from kcore.protocol.messages.consumer_group_heartbeat_request import (
 from kcore.protocol.messages.consumer_group_heartbeat_request import (
     TopicPartitions as OwnedTopicPartitions,
 )
+from kcore.types import TopicPartition
 
 log = logging.getLogger("kcore.consumer.group")
 

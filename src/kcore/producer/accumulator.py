@@ -16,10 +16,10 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from kcore._codec import BatchBufferPool, ProducerBatchBase
-from kcore.types import TopicPartition
 from kcore.codec import DEFAULT_COMPRESSION_LEVEL, RecordBatchBuilder, decode_batches
 from kcore.errors import KcoreError, KcoreTimeoutError
 from kcore.producer.results import BatchResult
+from kcore.types import TopicPartition
 
 __all__ = ["MemoryShortage", "ProducerBatch", "RecordAccumulator"]
 

@@ -10,13 +10,13 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
 
-from kcore.types import ConsumerGroupMetadata, TopicPartition
 from kcore.errors import KcoreError
 from kcore.network.loop_thread import start_on_loop_thread
 from kcore.network.process_local import ProcessLocal
 from kcore.producer.accumulator import MemoryShortage
 from kcore.producer.core import OnDelivery, ProducerCore
 from kcore.producer.results import DeliveryFuture, SendBatchResult
+from kcore.types import ConsumerGroupMetadata, TopicPartition
 
 __all__ = ["AsyncProducer", "Producer"]
 

@@ -13,7 +13,6 @@ from functools import partial
 from typing import Any
 
 from kcore._codec import SendPath, record_size_upper_bound
-from kcore.types import ConsumerGroupMetadata, TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import ClusterMetadata
 from kcore.codec import partition_for_key
@@ -34,6 +33,7 @@ from kcore.producer.accumulator import (
 from kcore.producer.results import BatchResult, DeliveryFuture, RecordMetadata, SendBatchResult
 from kcore.producer.sender import Sender
 from kcore.producer.transactions import TransactionManager, TxnState
+from kcore.types import ConsumerGroupMetadata, TopicPartition
 
 __all__ = ["ProducerCore"]
 

@@ -24,7 +24,6 @@ import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from kcore.types import TopicPartition
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import apply_leader_hints
 from kcore.errors import (
@@ -39,6 +38,7 @@ from kcore.network.events import wait_event
 from kcore.producer.accumulator import ProducerBatch, RecordAccumulator
 from kcore.protocol.messages import InitProducerIdRequest, ProduceRequest
 from kcore.protocol.messages.produce_request import PartitionProduceData, TopicProduceData
+from kcore.types import TopicPartition
 
 if TYPE_CHECKING:
     from kcore.producer.transactions import TransactionManager

@@ -26,7 +26,6 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kcore.types import ConsumerGroupMetadata, TopicPartition
 from kcore.cluster.coordinator import GROUP, TRANSACTION, CoordinatorLink
 from kcore.errors import (
     BrokerConnectionError,
@@ -50,6 +49,7 @@ from kcore.protocol.messages.txn_offset_commit_request import (
     TxnOffsetCommitRequestPartition,
     TxnOffsetCommitRequestTopic,
 )
+from kcore.types import ConsumerGroupMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from kcore.cluster.client import ClusterClient

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kcore.types import TopicPartition
 from kcore.errors import ConfigError
+from kcore.types import TopicPartition
 
 __all__ = [
     "EARLIEST",

@@ -25,9 +25,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kcore.types import TopicPartition
 from kcore.config import ALIASES, CONFIG_DEFS, ClientConfig
 from kcore.errors import ConfigError
+from kcore.types import TopicPartition
 
 from .offsets import EARLIEST, LATEST, PartitionOffsets, parse_assign, parse_partition_offsets
 

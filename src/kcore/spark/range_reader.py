@@ -22,7 +22,6 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from kcore.admin.client import AdminClient
-from kcore.types import TopicPartition
 from kcore.consumer.client import Consumer
 from kcore.errors import (
     KcoreError,
@@ -31,6 +30,7 @@ from kcore.errors import (
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
+from kcore.types import TopicPartition
 
 from .clients import get_consumer
 from .offsets import OffsetRange

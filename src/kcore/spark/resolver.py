@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from kcore.admin.client import AdminClient
-from kcore.types import TopicPartition
 from kcore.errors import ConfigError, KcoreError, UnknownTopicOrPartitionError
+from kcore.types import TopicPartition
 
 from .offsets import EARLIEST, LATEST, PartitionOffsets
 from .options import OffsetLimit, ReadOptions
