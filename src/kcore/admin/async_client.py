@@ -43,6 +43,7 @@ from kcore.errors import (
     LeaderNotAvailableError,
     error_for_code,
 )
+from kcore.network.retry import Deadline, retry
 from kcore.protocol.messages import (
     AlterPartitionReassignmentsRequest,
     CreatePartitionsRequest,
@@ -139,28 +140,13 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
     ) -> T:
         """Run ``attempt_fn`` until it returns, retrying retriable failures with backoff and a
         metadata refresh, until ``timeout`` (default ``default.api.timeout.ms``)."""
-        timeout = self._timeout(timeout)
-        deadline = time.monotonic() + timeout
-        attempt = 0
-        said = ""  # the last failure that said what was wrong (a bare timeout says nothing)
-        while True:
-            try:
-                return await asyncio.wait_for(attempt_fn(), max(deadline - time.monotonic(), 0))
-            except (KafkaError, BrokerConnectionError, KcoreTimeoutError, TimeoutError) as exc:
-                if isinstance(exc, KafkaError) and not exc.retriable:
-                    raise
-                said = str(exc) or said
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    if isinstance(exc, (TimeoutError, KcoreTimeoutError)):
-                        detail = f" (last: {said})" if said else ""
-                        raise KcoreTimeoutError(
-                            f"{what} did not finish within {timeout:g}s{detail}"
-                        ) from exc
-                    raise
-                self.cluster.cache.request_update()
-                await asyncio.sleep(min(remaining, self.cluster.retry_backoff.backoff_s(attempt)))
-                attempt += 1
+        return await retry(
+            what,
+            attempt_fn,
+            deadline=Deadline(self._timeout(timeout)),
+            backoff=self.cluster.retry_backoff,
+            before_retry=lambda _exc: self.cluster.cache.request_update(),
+        )
 
     async def _send_any(self, build: Callable[[int], Any], api_key: int) -> Any:
         node = self.cluster.least_loaded_node()

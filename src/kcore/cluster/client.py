@@ -33,6 +33,7 @@ from kcore.network.address import canonical_names, format_address, parse_address
 from kcore.network.backoff import ExponentialBackoff
 from kcore.network.connection import BrokerConnection, ConnectionSettings
 from kcore.network.events import wait_event
+from kcore.network.retry import Deadline, RetryPacing, retry
 from kcore.network.tls import build_ssl_context
 from kcore.protocol.messages import FindCoordinatorRequest, MetadataRequest
 from kcore.protocol.messages.metadata_request import MetadataRequestTopic
@@ -268,9 +269,9 @@ class ClusterClient:
         extra topics to ask about (``None``: all), as for :meth:`refresh_metadata`."""
         self._check_open()
         timeout = self._default_timeout() if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        pacing = RetryPacing(Deadline(timeout), self.reconnect_backoff)
+        deadline = pacing.deadline.at
         attempts: list[tuple[str, str]] = []
-        round_ = 0
         while True:
             # Per failure this round: whether waiting cannot fix it (TLS trust, credentials).
             fatal: list[bool] = []
@@ -323,13 +324,10 @@ class ClusterClient:
                 self._nodes.clear()
                 log.info("bootstrapped from %s: %s", address, self._brokers_text())
                 return self.cache.current
-            round_ += 1
-            remaining = deadline - time.monotonic()
             if fatal and all(fatal):
                 raise BootstrapError(_dedupe(attempts))
-            if remaining <= 0:
+            if not await pacing.pause():
                 raise BootstrapError(_dedupe(attempts), timeout)
-            await asyncio.sleep(min(remaining, self.reconnect_backoff.backoff_s(round_)))
 
     def _brokers_text(self) -> str:
         return ", ".join(f"{b.node_id}@{b.address}" for b in self.cache.current.brokers.values())
@@ -646,8 +644,8 @@ class ClusterClient:
         self, names: set[str], only: dict[str, set[int]] | None, timeout: float | None
     ) -> ClusterMetadata:
         timeout = self._default_timeout() if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        attempt = 0
+        pacing = RetryPacing(Deadline(timeout), self.retry_backoff)
+        asked = False
         refreshed = False  # judge authorization by an answer to this call, not an older one
 
         def led(topic: str, md: ClusterMetadata) -> bool:
@@ -671,16 +669,15 @@ class ClusterClient:
                     "not valid topic names (at most 249 of a-z, A-Z, 0-9, '.', '_', '-'; "
                     f"not '.' or '..'): {', '.join(repr(t) for t in invalid)}"
                 )
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not (await pacing.pause() if asked else not pacing.deadline.expired()):
                 raise KcoreTimeoutError(
                     f"topics not available within {timeout:.3g}s: {', '.join(missing)}"
                 )
-            if attempt:
-                await asyncio.sleep(min(remaining, self.retry_backoff.backoff_s(attempt - 1)))
-            attempt += 1
+            asked = True
             try:
-                await asyncio.wait_for(self.refresh_metadata(names), max(remaining, 0.001))
+                await asyncio.wait_for(
+                    self.refresh_metadata(names), max(pacing.deadline.remaining(), 0.001)
+                )
                 refreshed = True
             except (BrokerConnectionError, asyncio.TimeoutError):
                 continue
@@ -696,22 +693,20 @@ class ClusterClient:
         ``retry.backoff.ms`` apart and growing. A failed refresh is not judged (the cache may
         be older than the change waited for); a closed client raises."""
         names = list(topics)
+        pacing = RetryPacing(Deadline.at_time(deadline), self.retry_backoff)
         with self._waiting_for(names):
-            attempt = 0
             while True:
-                remaining = deadline - time.monotonic()
                 self._check_open()
                 try:
-                    md = await asyncio.wait_for(self.refresh_metadata(names), max(remaining, 0.001))
+                    md = await asyncio.wait_for(
+                        self.refresh_metadata(names), max(pacing.deadline.remaining(), 0.001)
+                    )
                 except (KcoreError, asyncio.TimeoutError):
                     md = None  # judged by the next answer, or the deadline
                 if md is not None and done(md):
                     return md
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if not await pacing.pause():
                     return None
-                await asyncio.sleep(min(remaining, self.retry_backoff.backoff_s(attempt)))
-                attempt += 1
 
     async def leader_for(
         self, topic: str, partition: int, timeout: float | None = None
@@ -735,19 +730,13 @@ class ClusterClient:
         retrying while the broker says it is not available yet (e.g. ``__consumer_offsets``
         being created) until ``timeout`` (default ``default.api.timeout.ms``)."""
         timeout = self._default_timeout() if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        attempt = 0
-        while True:
-            try:
-                return await self._find_coordinator_once(key, key_type)
-            except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
-                if isinstance(exc, KafkaError) and not exc.retriable:
-                    raise
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise
-                await asyncio.sleep(min(remaining, self.retry_backoff.backoff_s(attempt)))
-                attempt += 1
+        return await retry(
+            f"finding the coordinator of {key!r}",
+            lambda: self._find_coordinator_once(key, key_type),
+            deadline=Deadline(timeout),
+            backoff=self.retry_backoff,
+            bound_attempts=False,  # each request keeps request.timeout.ms
+        )
 
     async def _find_coordinator_once(self, key: str, key_type: int) -> BrokerInfo:
         node = self.least_loaded_node()

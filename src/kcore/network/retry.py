@@ -1,0 +1,123 @@
+"""Deadlines and retries: the one way kcore waits and tries again.
+
+Rules every retrying call site keeps, by going through this module:
+- A call has one :class:`Deadline`; each attempt and each pause is cut to what is left of it.
+- Pauses between attempts follow an :class:`~kcore.network.backoff.ExponentialBackoff`
+  (``retry.backoff.ms`` .. ``retry.backoff.max.ms`` unless the caller says otherwise).
+- A failure that waiting cannot fix (a non-retriable ``KafkaError``, or what ``retriable`` says
+  is final) is raised at once.
+- At the deadline the last failure is raised as it is when it said what was wrong; when it was
+  only a missing answer, a ``KcoreTimeoutError`` names the operation, the time allowed and the
+  last failure that did say something.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from kcore.errors import BrokerConnectionError, KafkaError, KcoreTimeoutError
+
+from .backoff import ExponentialBackoff
+
+__all__ = ["Deadline", "RetryPacing", "is_retriable", "retry"]
+
+T = TypeVar("T")
+
+# What a retry loop retries unless the call site narrows it: the broker said try again, the
+# connection failed, or no answer came in time.
+RETRIABLE_FAILURES = (
+    KafkaError,
+    BrokerConnectionError,
+    KcoreTimeoutError,
+    TimeoutError,
+    asyncio.TimeoutError,  # not TimeoutError before Python 3.11
+)
+
+
+def is_retriable(exc: BaseException) -> bool:
+    if isinstance(exc, KafkaError):
+        return exc.retriable
+    return isinstance(exc, RETRIABLE_FAILURES)
+
+
+class Deadline:
+    """The monotonic time by which a call must finish, and the timeout it came from."""
+
+    __slots__ = ("at", "timeout")
+
+    def __init__(self, timeout: float, *, at: float | None = None) -> None:
+        self.timeout = timeout
+        self.at = time.monotonic() + timeout if at is None else at
+
+    @classmethod
+    def at_time(cls, at: float) -> Deadline:
+        """A deadline given as a ``time.monotonic()`` value."""
+        return cls(max(at - time.monotonic(), 0.0), at=at)
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+
+class RetryPacing:
+    """The pauses of one loop that tries until its deadline: ``await pause()`` sleeps the next
+    backoff (never past the deadline) and returns False, without sleeping, once the deadline
+    has passed."""
+
+    __slots__ = ("attempts", "backoff", "deadline")
+
+    def __init__(self, deadline: Deadline, backoff: ExponentialBackoff) -> None:
+        self.deadline = deadline
+        self.backoff = backoff
+        self.attempts = 0
+
+    async def pause(self) -> bool:
+        remaining = self.deadline.remaining()
+        if remaining <= 0:
+            return False
+        await asyncio.sleep(min(remaining, self.backoff.backoff_s(self.attempts)))
+        self.attempts += 1
+        return True
+
+
+async def retry(
+    what: str,
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    deadline: Deadline,
+    backoff: ExponentialBackoff,
+    retriable: Callable[[BaseException], bool] = is_retriable,
+    before_retry: Callable[[BaseException], object] | None = None,
+    bound_attempts: bool = True,
+) -> T:
+    """Await ``attempt()`` until it returns, pausing by ``backoff`` after each retriable
+    failure, until ``deadline``. ``before_retry(exc)`` runs before each pause (e.g. to ask for
+    a metadata refresh); ``bound_attempts`` cuts each attempt to what is left of the deadline
+    (off where the attempt bounds itself)."""
+    pacing = RetryPacing(deadline, backoff)
+    said = ""  # the last failure that said what was wrong (a bare timeout says nothing)
+    while True:
+        try:
+            if bound_attempts:
+                return await asyncio.wait_for(attempt(), max(deadline.remaining(), 0.0))
+            return await attempt()
+        except RETRIABLE_FAILURES as exc:
+            if not retriable(exc):
+                raise
+            said = str(exc) or said
+            if deadline.expired():
+                if isinstance(exc, (TimeoutError, asyncio.TimeoutError, KcoreTimeoutError)):
+                    detail = f" (last: {said})" if said else ""
+                    raise KcoreTimeoutError(
+                        f"{what} did not finish within {deadline.timeout:g}s{detail}"
+                    ) from exc
+                raise
+            if before_retry is not None:
+                before_retry(exc)
+            if not await pacing.pause():
+                raise
