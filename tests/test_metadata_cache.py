@@ -344,6 +344,7 @@ def test_bootstrap_moves_on_from_a_broker_that_hangs_or_lists_no_broker(
     """As Java's NetworkClient: a bootstrap server that takes Metadata and never answers is
     given request.timeout.ms (it held the whole bootstrap time, and the next server never got
     asked), and an answer listing no broker is not applied (the client knew nobody after it)."""
+    from kcore.cluster import bootstrap as cluster_bootstrap
     from kcore.cluster import client as cluster_client
 
     fake = FakeBroker(mode)
@@ -352,7 +353,7 @@ def test_bootstrap_moves_on_from_a_broker_that_hangs_or_lists_no_broker(
         address = await fake.start()
         # the fake one first
         monkeypatch.setattr(
-            cluster_client.random, "shuffle", lambda xs: xs.sort(key=lambda a: a != address)
+            cluster_bootstrap.random, "shuffle", lambda xs: xs.sort(key=lambda a: a != address)
         )
         client = cluster_client.ClusterClient(
             {

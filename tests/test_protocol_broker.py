@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+import kcore
 from kcore.codec import RecordBatchBuilder, decode_batches
 from kcore.errors import UnsupportedVersionError
 from kcore.network.address import parse_address
@@ -90,7 +91,9 @@ def test_api_versions_every_version_decodes(kafka_cluster):
         lo, hi = conn.api_versions[API_VERSIONS]
         for version in range(lo, hi + 1):
             response = conn.request(
-                ApiVersionsRequest(client_software_name="kcore", client_software_version="0.1.0"),
+                ApiVersionsRequest(
+                    client_software_name="kcore", client_software_version=kcore.__version__
+                ),
                 version,
             )
             assert response.error_code == 0

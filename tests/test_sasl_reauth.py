@@ -38,7 +38,7 @@ def _config(cluster, mechanism: str) -> dict:
 
 
 def _connections(client) -> list:
-    return [c for c in client._core.cluster._conns.values() if c.is_ready]
+    return client._core.cluster.connections.ready_connections()
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])

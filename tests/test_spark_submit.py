@@ -21,6 +21,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+import kcore
 from kcore import _bundle_loader
 from kcore.spark import bundle as bundle_builder
 
@@ -146,7 +147,7 @@ def bundle(tmp_path_factory) -> Path:
     )
     path = Path(res.stdout.strip())
     python_tag, platform_tag = _bundle_loader.current_tags()
-    assert path.name == f"kcore-0.1.0-spark-{python_tag}-{platform_tag}.zip"
+    assert path.name == f"kcore-{kcore.__version__}-spark-{python_tag}-{platform_tag}.zip"
     return path
 
 

@@ -8,8 +8,7 @@ from . import _bundle_loader
 
 _bundle_loader.install(__spec__)  # no-op unless kcore runs from a Spark bundle (a zip)
 from . import _codec  # noqa: E402, F401  (fail at import if the compiled codec is missing)
-
-__version__ = "0.1.0"
+from ._version import __version__ as __version__  # noqa: E402
 
 if TYPE_CHECKING:
     from kcore.admin import AdminClient, AsyncAdminClient, NewTopic

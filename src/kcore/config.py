@@ -38,6 +38,7 @@ __all__ = [
     "OneOf",
     "Range",
     "Role",
+    "default_of",
     "markdown_table",
     "other_client_setting",
     "parse_iso_duration",
@@ -710,6 +711,12 @@ _UNSUPPORTED_JAVA_KEYS: tuple[tuple[str, str], ...] = (
 _DEFS_BY_NAME: dict[str, ConfigDef] = {d.name: d for d in CONFIG_DEFS}
 
 
+def default_of(key: str) -> Any:
+    """``key``'s default in ``CONFIG_DEFS`` (the one place defaults are stated), for code that
+    reads a plain mapping: ``config.get(key, default_of(key))``."""
+    return _DEFS_BY_NAME[key].default
+
+
 def _defs_for(role: str) -> dict[str, ConfigDef]:
     if role == "common":
         return {d.name: d for d in CONFIG_DEFS if d.roles == _ALL}
@@ -1067,11 +1074,19 @@ class ClientConfig(Mapping[str, Any]):
         """(host, port) pairs, IPv6 hosts without brackets (as socket functions take them)."""
         return [_split_host_port(s) for s in self._values["bootstrap.servers"]]
 
+    def setting(self, key: str) -> Any:
+        """``key``'s value for this role; for a key another role takes (the cluster layer is
+        shared: a producer's reads ``default.api.timeout.ms``, a consumer's
+        ``max.in.flight.requests.per.connection``), its default in ``CONFIG_DEFS``."""
+        if key in self._values:
+            return self[key]
+        return default_of(key)
+
     def seconds(self, key: str) -> float:
         """An ``*.ms`` setting in seconds (asyncio and socket timeouts take seconds)."""
         if not key.endswith(".ms") or _DEFS_BY_NAME.get(key, None) is None:
             raise KeyError(key)
-        return float(self._values[key]) / 1000.0
+        return float(self.setting(key)) / 1000.0
 
     def backoff(
         self, kind: Literal["reconnect", "retry", "connection.setup"]

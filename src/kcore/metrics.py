@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kcore.config import default_of
+
 __all__ = ["ClientMetrics", "Sensor"]
 
 # The statistics a sensor reports, each as "<sensor name>-<stat>".
@@ -113,8 +115,9 @@ class ClientMetrics:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ClientMetrics:
         return cls(
-            int(config.get("metrics.sample.window.ms", 30000)) / 1000,
-            int(config.get("metrics.num.samples", 2)),
+            int(config.get("metrics.sample.window.ms", default_of("metrics.sample.window.ms")))
+            / 1000,
+            int(config.get("metrics.num.samples", default_of("metrics.num.samples"))),
         )
 
     def declare(self, name: str, *stats: str) -> None:

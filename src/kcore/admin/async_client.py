@@ -118,7 +118,7 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
         offset lookups) instead of making one."""
         self.config = cluster.config if cluster is not None else _admin_config(config)
         self.cluster = cluster if cluster is not None else ClusterClient(self.config)
-        self.default_timeout = int(self.config.get("default.api.timeout.ms", 60000)) / 1000
+        self.default_timeout = self.config.seconds("default.api.timeout.ms")
 
     async def start(self) -> AsyncAdminClient:
         await self.cluster.start()
@@ -380,7 +380,7 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
                 conn_node = self.cluster.least_loaded_node()
             assert conn_node is not None
             conn = await self.cluster.connection(conn_node)
-            request, version = self.cluster._metadata_request(conn, wanted)
+            request, version = self.cluster.metadata_request(conn, wanted)
             response = await self.cluster.send(conn_node, request, version)
             out: dict[str, TopicDescription] = {}
             errors: dict[Any, KafkaError] = {}

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kcore.cluster.client import connection_settings
+from kcore.cluster.settings import connection_settings
 from kcore.errors import BrokerConnectionError, KafkaError, KcoreError
 from kcore.network.address import format_address, parse_address, resolve
 from kcore.network.connection import BrokerConnection, ConnectionSettings

@@ -1,5 +1,8 @@
-"""The layer the producer, consumer and admin client share: bootstrap, one connection per
-broker, the metadata lifecycle, and sending a request to a given broker or partition leader.
+"""The layer the producer, consumer and admin client share: the metadata lifecycle (bootstrap,
+refreshes, re-bootstrap, waiting for topics), coordinator lookup, and sending a request to a
+given broker. Its parts have modules of their own: :mod:`.bootstrap`, :mod:`.connections` (one
+connection per broker), :mod:`.topics` (what is tracked), :mod:`.settings` (TLS, SASL,
+socket settings), :mod:`.metadata` (the cache).
 
 Asyncio, single loop. The synchronous APIs run it on a :class:`~kcore.network.LoopThread`.
 """
@@ -7,114 +10,38 @@ Asyncio, single loop. The synchronous APIs run it on a :class:`~kcore.network.Lo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import replace
-from functools import partial
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kcore.cluster.bootstrap import first_metadata_answer
+from kcore.cluster.connections import ConnectionPool, broker_id, coordinator_connection_id
 from kcore.cluster.metadata import BrokerInfo, ClusterMetadata, MetadataCache
+from kcore.cluster.settings import connection_settings
+from kcore.cluster.topics import TrackedTopics
 from kcore.config import ClientConfig
 from kcore.errors import (
-    BootstrapError,
     BrokerConnectionError,
     InvalidTopicError,
-    KafkaError,
     KcoreError,
     KcoreTimeoutError,
     TopicAuthorizationFailedError,
     error_for_code,
 )
 from kcore.metrics import ClientMetrics
-from kcore.network.address import canonical_names, format_address, parse_address
 from kcore.network.backoff import ExponentialBackoff
-from kcore.network.connection import BrokerConnection, ConnectionSettings
+from kcore.network.connection import BrokerConnection
 from kcore.network.events import wait_event
 from kcore.network.retry import Deadline, RetryPacing, retry
-from kcore.network.tls import build_ssl_context
 from kcore.protocol.messages import FindCoordinatorRequest, MetadataRequest
 from kcore.protocol.messages.metadata_request import MetadataRequestTopic
 
-__all__ = ["ClusterClient", "connection_settings"]
+__all__ = ["ClusterClient", "broker_id", "connection_settings", "coordinator_connection_id"]
 
 log = logging.getLogger("kcore.cluster")
 
 REBOOTSTRAP_REQUIRED = 129  # KIP-1102: the broker tells the client to re-bootstrap
-# Failures that retrying cannot fix (a certificate not trusted, a name mismatch, a TLS or
-# SASL setting the listener rejects): bootstrap reports them at once instead of at its timeout.
-FATAL_STAGES = frozenset({"tls", "authentication"})
-
-
-def connection_settings(
-    config: Mapping[str, Any], metrics: ClientMetrics | None = None
-) -> ConnectionSettings:
-    """The per-connection settings of a client config (a :class:`kcore.config.ClientConfig`)."""
-    protocol = str(config.get("security.protocol") or "PLAINTEXT").upper()
-    sasl_factory = None
-    sasl_prepare = None
-    mechanism = None
-    if protocol.startswith("SASL_") and str(config.get("sasl.mechanism")) == "OAUTHBEARER":
-        from kcore.network.oauthbearer import login_from_config
-
-        mechanism = "OAUTHBEARER"
-        # One login per client: its connections share the token and its refreshes.
-        login = login_from_config(config)
-        sasl_factory = login.mechanism
-        sasl_prepare = login.prepare
-    elif protocol.startswith("SASL_"):
-        from kcore.network.sasl import create_mechanism
-
-        mechanism = str(config.get("sasl.mechanism") or "GSSAPI").upper()
-        credentials = config.sasl_credentials() if hasattr(config, "sasl_credentials") else None
-        if credentials is None:
-            user, password = config.get("sasl.username"), config.get("sasl.password")
-            credentials = (user, password) if user is not None else None
-        if credentials is None:
-            from kcore.errors import ConfigError
-
-            raise ConfigError(
-                "sasl.jaas.config",
-                f"security.protocol {protocol} needs credentials: set sasl.username and "
-                "sasl.password, or sasl.jaas.config",
-            )
-        user, password = str(credentials[0]), str(credentials[1])
-        mech_name = mechanism
-
-        def sasl_factory() -> Any:
-            return create_mechanism(mech_name, user, password)
-
-        sasl_factory()  # fail now on a mechanism kcore does not support, not at first connect
-    return ConnectionSettings(
-        client_id=str(config.get("client.id") or "kcore"),
-        request_timeout_s=int(config.get("request.timeout.ms", 30000)) / 1000,
-        setup_timeout_s=int(config.get("socket.connection.setup.timeout.ms", 10000)) / 1000,
-        max_in_flight=int(config.get("max.in.flight.requests.per.connection", 5)),
-        # Both values Java 3.0+ takes dial every address of a broker's name;
-        # resolve_canonical_bootstrap_servers_only changes only how the bootstrap list expands.
-        all_dns_ips=True,
-        send_buffer_bytes=int(config.get("send.buffer.bytes", -1)),
-        receive_buffer_bytes=int(config.get("receive.buffer.bytes", 65536)),
-        ssl_context=build_ssl_context(config),
-        sasl_mechanism=mechanism,
-        sasl_factory=sasl_factory,
-        sasl_prepare=sasl_prepare,
-        metrics=metrics,
-    )
-
-
-class _NodeState:
-    """Reconnect bookkeeping for one broker."""
-
-    __slots__ = ("failures", "connect_failures", "retry_at", "last_error")
-
-    def __init__(self) -> None:
-        self.failures = 0  # in a row, connecting or connected: the reconnect backoff grows
-        self.connect_failures = 0  # attempts to connect in a row: the setup timeout grows
-        self.retry_at = 0.0
-        self.last_error: BaseException | None = None
 
 
 class ClusterClient:
@@ -140,43 +67,32 @@ class ClusterClient:
         if isinstance(servers, str):
             servers = [s for s in (x.strip() for x in servers.split(",")) if s]
         self.bootstrap_servers: list[str] = list(servers or [])
-        self.cache = MetadataCache(int(config.get("metadata.max.age.ms", 300000)) / 1000)
+        self.cache = MetadataCache(config.seconds("metadata.max.age.ms"))
         self.reconnect_backoff = ExponentialBackoff(
-            int(config.get("reconnect.backoff.ms", 50)),
-            int(config.get("reconnect.backoff.max.ms", 1000)),
+            int(config["reconnect.backoff.ms"]), int(config["reconnect.backoff.max.ms"])
         )
         self.retry_backoff = ExponentialBackoff(
-            int(config.get("retry.backoff.ms", 100)), int(config.get("retry.backoff.max.ms", 1000))
+            int(config["retry.backoff.ms"]), int(config["retry.backoff.max.ms"])
         )
-        self.idle_timeout_s = int(config.get("connections.max.idle.ms", 540000)) / 1000
-        self.setup_timeout_max_s = (
-            int(config.get("socket.connection.setup.timeout.max.ms", 30000)) / 1000
-        )
-        self.rebootstrap = config.get("metadata.recovery.strategy", "rebootstrap") == "rebootstrap"
-        self.rebootstrap_trigger_s = (
-            int(config.get("metadata.recovery.rebootstrap.trigger.ms", 300000)) / 1000
-        )
-        self.dns_lookup = str(config.get("client.dns.lookup", "use_all_dns_ips"))
+        self.rebootstrap = config["metadata.recovery.strategy"] == "rebootstrap"
+        self.rebootstrap_trigger_s = config.seconds("metadata.recovery.rebootstrap.trigger.ms")
+        self.dns_lookup = str(config["client.dns.lookup"])
+        self.default_timeout_s = config.seconds("default.api.timeout.ms")
         # Topics the periodic refresh asks about; ``all_topics`` asks for every topic.
         self.all_topics = all_topics
         # Metadata requests let the broker create the topics they name (if the broker's
         # auto.create.topics.enable allows): Java's producer always asks so, its consumer per
         # allow.auto.create.topics, its admin client never.
         self.auto_create = auto_create
-        self.topics: set[str] = set()
-        # A producer's metadata.max.idle.ms: a tracked topic not written to for that long
-        # (``touch_topic``) and not ``topic_in_use`` is forgotten at the next full refresh, as
-        # Java's ProducerMetadata forgets it. None: topics are tracked until the client closes.
-        self.topic_idle_s: float | None = None
-        self.topic_in_use: Callable[[str], bool] = lambda topic: False
-        self._topic_used: dict[str, float] = {}
-        self._waited_on: dict[str, int] = {}  # topics a wait_for_topics/refresh_until is for
-        self._conns: dict[int, BrokerConnection] = {}
-        self.metrics.gauge(
-            "connection-count", lambda: sum(1 for c in list(self._conns.values()) if c.is_ready)
+        self.tracked = TrackedTopics()
+        self.connections = ConnectionPool(
+            self.settings,
+            self.cache,
+            self.reconnect_backoff,
+            setup_timeout_max_s=config.seconds("socket.connection.setup.timeout.max.ms"),
+            idle_timeout_s=config.seconds("connections.max.idle.ms"),
         )
-        self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
-        self._nodes: dict[int, _NodeState] = {}
+        self.metrics.gauge("connection-count", self.connections.ready_count)
         self._refresh_task: asyncio.Task[ClusterMetadata] | None = None
         self._maintainer: asyncio.Task[None] | None = None
         self._closed = False
@@ -214,13 +130,11 @@ class ClusterClient:
         tasks: list[asyncio.Task[Any]] = [
             t for t in (self._maintainer, self._refresh_task) if t is not None
         ]
-        tasks += list(self._connecting.values()) + list(self._tasks)
+        tasks += self.connections.connecting_tasks() + list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for conn in self._conns.values():
-            conn.close()
-        self._conns.clear()
+        self.connections.close_all()
 
     async def __aenter__(self) -> ClusterClient:
         await self.start()
@@ -233,6 +147,28 @@ class ClusterClient:
     def metadata(self) -> ClusterMetadata:
         return self.cache.current
 
+    # The tracked topics, as the producer and the tests read and set them.
+    @property
+    def topics(self) -> set[str]:
+        return self.tracked.names
+
+    @property
+    def topic_idle_s(self) -> float | None:
+        """A producer's metadata.max.idle.ms (see :class:`~kcore.cluster.topics.TrackedTopics`)."""
+        return self.tracked.idle_s
+
+    @topic_idle_s.setter
+    def topic_idle_s(self, value: float | None) -> None:
+        self.tracked.idle_s = value
+
+    @property
+    def topic_in_use(self) -> Callable[[str], bool]:
+        return self.tracked.in_use
+
+    @topic_in_use.setter
+    def topic_in_use(self, value: Callable[[str], bool]) -> None:
+        self.tracked.in_use = value
+
     def _check_open(self) -> None:
         if self._closed:
             raise KcoreError("the client is closed")
@@ -242,24 +178,9 @@ class ClusterClient:
         task.add_done_callback(self._tasks.discard)
 
     def _default_timeout(self) -> float:
-        return int(self.config.get("default.api.timeout.ms", 60000)) / 1000
+        return self.default_timeout_s
 
     # -- bootstrap --------------------------------------------------------------------------------
-
-    async def _bootstrap_addresses(self) -> list[str]:
-        addresses = list(self.bootstrap_servers)
-        if self.dns_lookup == "resolve_canonical_bootstrap_servers_only":
-            expanded: list[str] = []
-            for address in addresses:
-                host, port = parse_address(address)
-                try:
-                    names = await canonical_names(host, port)
-                except OSError:
-                    names = [host]  # the connect attempt will report the DNS failure
-                expanded += [format_address(n, port) for n in names]
-            addresses = expanded
-        random.shuffle(addresses)  # spread clients over the list, as Java does
-        return addresses
 
     async def bootstrap(
         self, timeout: float | None = None, topics: Iterable[str] | None = ()
@@ -269,70 +190,24 @@ class ClusterClient:
         extra topics to ask about (``None``: all), as for :meth:`refresh_metadata`."""
         self._check_open()
         timeout = self._default_timeout() if timeout is None else timeout
-        pacing = RetryPacing(Deadline(timeout), self.reconnect_backoff)
-        deadline = pacing.deadline.at
-        attempts: list[tuple[str, str]] = []
-        while True:
-            # Per failure this round: whether waiting cannot fix it (TLS trust, credentials).
-            fatal: list[bool] = []
-            for address in await self._bootstrap_addresses():
-                host, port = parse_address(address)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                conn = BrokerConnection(host, port, self.settings)
-                try:
-                    await asyncio.wait_for(conn.open(), remaining)
-                    request, version = self._metadata_request(conn, topics)
-                    # request.timeout.ms, as Java's: a server that takes the request and never
-                    # answers must not use up the time the next one would have had.
-                    wait = min(deadline - time.monotonic(), self.settings.request_timeout_s)
-                    response = await conn.request(request, version, timeout=max(wait, 0.001))
-                    _check_brokers(response, address)
-                except KafkaError as exc:  # e.g. authentication failed: no point going on
-                    if not exc.retriable:
-                        raise
-                    attempts.append((address, str(exc)))
-                    fatal.append(False)
-                    continue
-                except (BrokerConnectionError, KcoreTimeoutError) as exc:
-                    # (before TimeoutError: a KcoreTimeoutError is one, with its own reason)
-                    reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
-                    if isinstance(exc, BrokerConnectionError):
-                        reason = f"{exc.stage}: {exc.reason}"
-                    fatal.append(  # (a hang-up mid-handshake is retried, as Java's)
-                        isinstance(exc, BrokerConnectionError)
-                        and exc.stage in FATAL_STAGES
-                        and not exc.transient
-                    )
-                    attempts.append((address, reason))
-                    log.info("bootstrap server %s failed: %s", address, reason)
-                    continue
-                except asyncio.TimeoutError:
-                    # The deadline cut this attempt short: an earlier attempt's reason for the
-                    # same address says more than "no answer" (a token source that hangs, say).
-                    if not any(a == address for a, _ in attempts):
-                        attempts.append((address, f"no answer within {timeout:g}s"))
-                    break
-                finally:
-                    # Closed either way (also when cancelled): its node id is unknown until
-                    # now, and the client reconnects by node id on demand.
-                    conn.close()
-                self.cache.update(response, all_topics=self.all_topics or topics is None)
-                self._check_top_level_error(response)
-                self.bootstrapped = True
-                self._nodes.clear()
-                log.info("bootstrapped from %s: %s", address, self._brokers_text())
-                return self.cache.current
-            if fatal and all(fatal):
-                raise BootstrapError(_dedupe(attempts))
-            if not await pacing.pause():
-                raise BootstrapError(_dedupe(attempts), timeout)
+        address, response = await first_metadata_answer(
+            self.bootstrap_servers,
+            self.dns_lookup,
+            self.settings,
+            lambda conn: self.metadata_request(conn, topics),
+            RetryPacing(Deadline(timeout), self.reconnect_backoff),
+        )
+        self.cache.update(response, all_topics=self.all_topics or topics is None)
+        self._check_top_level_error(response)
+        self.bootstrapped = True
+        self.connections.forget_failures()
+        log.info("bootstrapped from %s: %s", address, self._brokers_text())
+        return self.cache.current
 
     def _brokers_text(self) -> str:
         return ", ".join(f"{b.node_id}@{b.address}" for b in self.cache.current.brokers.values())
 
-    def _metadata_request(
+    def metadata_request(
         self, conn: BrokerConnection, topics: Iterable[str] | None = (), named_only: bool = False
     ) -> tuple[Any, int]:
         """A Metadata request: ``topics=None`` asks for every topic, otherwise the ones named
@@ -364,104 +239,20 @@ class ClusterClient:
         """The ready connection to ``node_id``, opening one (after any reconnect backoff) if
         needed. Raises ``BrokerConnectionError`` if it cannot be set up."""
         self._check_open()
-        conn = self._conns.get(node_id)
-        if conn is not None and conn.is_ready:
-            return conn
-        task = self._connecting.get(node_id)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._open(node_id))
-            self._connecting[node_id] = task
-            task.add_done_callback(partial(self._connect_done, node_id))
-        return await asyncio.shield(task)
-
-    def _connect_done(self, node_id: int, _task: asyncio.Task[BrokerConnection]) -> None:
-        self._connecting.pop(node_id, None)
-
-    async def _open(self, node_id: int) -> BrokerConnection:
-        broker = self.cache.current.brokers.get(broker_id(node_id))
-        if broker is None:
-            self.cache.request_update()
-            raise BrokerConnectionError(
-                f"node {node_id}", "connect", "the broker is not in the cluster metadata"
-            )
-        state = self._nodes.setdefault(node_id, _NodeState())
-        wait = state.retry_at - time.monotonic()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        old = self._conns.pop(node_id, None)
-        if old is not None:
-            old.close()
-        conn = BrokerConnection(
-            broker.host,
-            broker.port,
-            self._settings_for(state.connect_failures),
-            node_id=broker.node_id,
-        )
-        try:
-            await conn.open()
-        except (BrokerConnectionError, KafkaError) as exc:
-            state.failures += 1
-            # As Java's: only failed connection attempts lengthen the next setup timeout (an
-            # established connection that broke, or rejected credentials, do not).
-            if isinstance(exc, BrokerConnectionError) and exc.stage in ("connect", "dns", "tls"):
-                state.connect_failures += 1
-            state.last_error = exc
-            state.retry_at = time.monotonic() + self.reconnect_backoff.backoff_s(state.failures - 1)
-            self.cache.request_update()
-            raise
-        state.failures = state.connect_failures = 0
-        state.last_error = None
-        conn.on_lost = self.cache.request_update
-        self._conns[node_id] = conn
-        return conn
-
-    def _settings_for(self, failures: int) -> ConnectionSettings:
-        """Java's connection setup timeout grows per failed attempt (doubling, with jitter) from
-        ``socket.connection.setup.timeout.ms`` to ``socket.connection.setup.timeout.max.ms``."""
-        if failures == 0 or self.setup_timeout_max_s <= self.settings.setup_timeout_s:
-            return self.settings
-        backoff = ExponentialBackoff(
-            self.settings.setup_timeout_s * 1000, self.setup_timeout_max_s * 1000
-        )
-        return replace(self.settings, setup_timeout_s=backoff.backoff_s(failures))
+        return await self.connections.connection(node_id)
 
     def node_failed(
         self, node_id: int, error: BaseException, conn: BrokerConnection | None = None
     ) -> None:
-        """A request to ``node_id`` failed at the connection level: drop the connection and
-        refresh the metadata (the broker may be gone, or leadership moved). The requests in
-        flight on one connection all fail together; only the first counts as a failure."""
-        current = self._conns.get(node_id)
-        if conn is not None and current is not conn:
-            return  # that connection was already dropped and counted
-        self._conns.pop(node_id, None)
-        if current is not None:
-            current.close(error)
-        state = self._nodes.setdefault(node_id, _NodeState())
-        state.failures += 1
-        state.last_error = error
-        state.retry_at = time.monotonic() + self.reconnect_backoff.backoff_s(state.failures - 1)
-        self.cache.request_update()
+        """A request to ``node_id`` failed at the connection level: see
+        :meth:`ConnectionPool.node_failed`."""
+        self.connections.node_failed(node_id, error, conn)
 
     def is_blacked_out(self, node_id: int) -> bool:
-        state = self._nodes.get(node_id)
-        return state is not None and state.retry_at > time.monotonic()
+        return self.connections.is_blacked_out(node_id)
 
     def least_loaded_node(self, exclude: Iterable[int] = ()) -> int | None:
-        """The broker to send a request that any broker can answer: a connected one with the
-        fewest requests in flight, else one not in reconnect backoff, else any."""
-        excluded = set(exclude)
-        brokers = [n for n in self.cache.current.brokers if n not in excluded]
-        if not brokers:
-            return None
-        random.shuffle(brokers)
-        connected = [n for n in brokers if n in self._conns and self._conns[n].is_ready]
-        if connected:
-            return min(connected, key=lambda n: self._conns[n].in_flight)
-        ready = [n for n in brokers if not self.is_blacked_out(n)]
-        if ready:
-            return ready[0]
-        return min(brokers, key=lambda n: self._nodes[n].retry_at)
+        return self.connections.least_loaded_node(exclude)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -495,58 +286,20 @@ class ClusterClient:
     def add_topics(self, topics: Iterable[str], refresh: bool = True) -> None:
         """Track ``topics`` from now on: they are part of every full refresh, the next of which
         comes at once unless ``refresh`` is False (the caller fetches them itself)."""
-        new = set(topics) - self.topics
-        if new:
-            self.topics |= new
-            now = time.monotonic()
-            for topic in new:
-                self._topic_used[topic] = now
-            if refresh:
-                self.cache.request_update()
+        if self.tracked.add(topics) and refresh:
+            self.cache.request_update()
 
     def touch_topic(self, topic: str, now: float) -> None:
         """``topic`` was written to at ``now``: tracked, and not idle (``topic_idle_s``)."""
-        self._topic_used[topic] = now
-        self.topics.add(topic)
-
-    @contextlib.contextmanager
-    def _waiting_for(self, topics: Iterable[str]) -> Iterator[None]:
-        """Topics a wait is for are not idle while it lasts (a send waiting for a topic's
-        metadata is a use, as Java's waitOnMetadata marks it), nor just after."""
-        names = list(topics)
-        for topic in names:
-            self._waited_on[topic] = self._waited_on.get(topic, 0) + 1
-        try:
-            yield
-        finally:
-            now = time.monotonic()
-            for topic in names:
-                left = self._waited_on.pop(topic) - 1
-                if left:
-                    self._waited_on[topic] = left
-                if topic in self._topic_used:
-                    self._topic_used[topic] = now
+        self.tracked.touch(topic, now)
 
     def _forget_idle_topics(self) -> None:
-        if self.topic_idle_s is None:
-            return
-        now = time.monotonic()
-        idle = [
-            t
-            for t in self.topics
-            if now - self._topic_used.get(t, now) >= self.topic_idle_s
-            and t not in self._waited_on
-            and not self.topic_in_use(t)
-        ]
-        if not idle:
-            return
-        for topic in idle:
-            log.debug("forgetting topic %s: not written to for metadata.max.idle.ms", topic)
-            self.topics.discard(topic)
-            self._topic_used.pop(topic, None)
-        # Out of the cache too: its next use fetches it again, and a topic deleted meanwhile
-        # is not asked about (with auto-creation on, asking would create it again).
-        self.cache.forget(idle)
+        idle = self.tracked.take_idle()
+        if idle:
+            log.debug("forgetting topics not written to for metadata.max.idle.ms: %s", idle)
+            # Out of the cache too: its next use fetches it again, and a topic deleted
+            # meanwhile is not asked about (with auto-creation on, asking would create it).
+            self.cache.forget(idle)
 
     async def refresh_metadata(self, topics: Iterable[str] | None = ()) -> ClusterMetadata:
         """Fetch metadata now. ``()``: the tracked topics (joining a refresh of them already
@@ -583,14 +336,17 @@ class ClusterClient:
             tried.append(node)
             try:
                 conn = await self.connection(node)
-                request, version = self._metadata_request(conn, topics, named_only)
+                request, version = self.metadata_request(conn, topics, named_only)
                 response = await conn.request(request, version)
             except (BrokerConnectionError, KcoreTimeoutError) as exc:
-                if node in self._conns:
-                    self.node_failed(node, exc, self._conns[node])
+                current = self.connections.current(node)
+                if current is not None:
+                    self.node_failed(node, exc, current)
                 log.debug("metadata from node %s failed: %s", node, exc)
                 continue
-            if not response.brokers:  # a broker still starting: ask another (see _check_brokers)
+            if (
+                not response.brokers
+            ):  # a broker still starting: ask another (see bootstrap.check_brokers)
                 log.debug("metadata from node %s listed no broker", node)
                 continue
             self.cache.update(
@@ -610,9 +366,7 @@ class ClusterClient:
     async def _rebootstrap(self, topics: Iterable[str] | None = ()) -> ClusterMetadata:
         log.warning("no known broker answers; re-bootstrapping from %s", self.bootstrap_servers)
         self.rebootstraps += 1
-        for conn in self._conns.values():
-            conn.close()
-        self._conns.clear()
+        self.connections.close_all()
         self.bootstrapped = False
         return await self.bootstrap(topics=topics)
 
@@ -637,7 +391,7 @@ class ClusterClient:
         # Tracked from now on, but fetched here, alone: a full refresh besides would be a
         # second request to wait behind.
         self.add_topics(names, refresh=False)
-        with self._waiting_for(names):
+        with self.tracked.waiting_for(names):
             return await self._wait_for_topics(names, only, timeout)
 
     async def _wait_for_topics(
@@ -694,7 +448,7 @@ class ClusterClient:
         be older than the change waited for); a closed client raises."""
         names = list(topics)
         pacing = RetryPacing(Deadline.at_time(deadline), self.retry_backoff)
-        with self._waiting_for(names):
+        with self.tracked.waiting_for(names):
             while True:
                 self._check_open()
                 try:
@@ -776,8 +530,10 @@ class ClusterClient:
                 wait = max(wait, self.retry_backoff.backoff_s(attempt - 1))
             wanted.clear()
             if wait > 0:
-                await wait_event(wanted, min(wait, 1.0, max(self.idle_timeout_s / 4, 0.01)))
-            self._close_idle()
+                await wait_event(
+                    wanted, min(wait, 1.0, max(self.connections.idle_timeout_s / 4, 0.01))
+                )
+            self.connections.close_idle()
             if not self.cache.needs_update():
                 continue
             # At most one refresh per retry.backoff.ms, however often one is asked for.
@@ -803,45 +559,3 @@ class ClusterClient:
                     await self._rebootstrap()
                 except KcoreError as exc:
                     log.info("re-bootstrap failed: %s", exc)
-
-    def _close_idle(self) -> None:
-        now = time.monotonic()
-        for node_id, conn in list(self._conns.items()):
-            if conn.in_flight == 0 and now - conn.last_active > self.idle_timeout_s:
-                log.debug("closing idle connection to node %s", node_id)
-                conn.close()
-                del self._conns[node_id]
-
-
-# A coordinator gets a connection of its own, as in the Java client (which keys it the same
-# way): on the shared one, a JoinGroup or heartbeat would wait behind a fetch that the broker
-# holds for up to fetch.max.wait.ms, since a broker answers one request per connection at a time.
-_COORDINATOR_IDS = 2**31 - 1
-
-
-def coordinator_connection_id(node_id: int) -> int:
-    """The id under which ``ClusterClient`` keeps the coordinator connection to ``node_id``;
-    pass it wherever a node id goes (``send``, ``connection``, ``version_for``)."""
-    return _COORDINATOR_IDS - node_id
-
-
-def broker_id(connection_id: int) -> int:
-    """The broker a connection id (a node id, or a coordinator connection's id) leads to."""
-    if connection_id > _COORDINATOR_IDS // 2:
-        return _COORDINATOR_IDS - connection_id
-    return connection_id
-
-
-def _dedupe(attempts: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Each address once, with its last reason, in first-tried order."""
-    last: dict[str, str] = {}
-    for address, reason in attempts:
-        last[address] = reason
-    return list(last.items())
-
-
-def _check_brokers(response: Any, source: str) -> None:
-    """A Metadata answer that lists no broker (one from a broker still starting) is not
-    applied, as Java's NetworkClient ignores it: it would leave the client knowing nobody."""
-    if not response.brokers:
-        raise BrokerConnectionError(source, "metadata", "the answer listed no broker (starting?)")

@@ -13,6 +13,7 @@ import socket
 import time
 from typing import Any
 
+from kcore._version import __version__
 from kcore.errors import KcoreTimeoutError, NetworkError, UnsupportedVersionError
 from kcore.protocol import KafkaProtocol, Response, broker_versions, choose_version
 from kcore.protocol.messages import APIS, ApiVersionsRequest
@@ -34,7 +35,7 @@ class BlockingBrokerConnection:
         client_id: str = "kcore",
         timeout: float = 30.0,
         software_name: str = "kcore",
-        software_version: str = "0.1.0",
+        software_version: str = __version__,
     ) -> None:
         self.host = host
         self.port = port

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kcore._version import __version__
 from kcore.errors import (
     BrokerConnectionError,
     KafkaError,
@@ -47,7 +48,7 @@ API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
 ILLEGAL_SASL_STATE = 34
 SOFTWARE_NAME = "kcore"
-SOFTWARE_VERSION = "0.1.0"
+SOFTWARE_VERSION = __version__
 
 # A callable making a fresh SASL mechanism object (see kcore.network.sasl) per connection.
 SaslMechanismFactory = Callable[[], Any]

@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from kcore.config import default_of
 from kcore.errors import ConfigError
 
 __all__ = ["build_ssl_context", "uses_tls"]
@@ -55,7 +56,8 @@ def build_ssl_context(config: Mapping[str, Any]) -> ssl.SSLContext | None:
         except ssl.SSLError:
             raise ConfigError("ssl.cipher.suites", "no cipher in the list is available") from None
 
-    algorithm = config.get("ssl.endpoint.identification.algorithm", "https")
+    key = "ssl.endpoint.identification.algorithm"
+    algorithm = config.get(key, default_of(key))
     ctx.check_hostname = bool(algorithm) and str(algorithm).lower() == "https"
     ctx.verify_mode = ssl.CERT_REQUIRED
 

@@ -1,0 +1,213 @@
+"""One connection per broker: opening it on demand, reconnect backoff, idle close, and the
+choice of the least loaded broker.
+
+``ConnectionPool`` owns the connections and each broker's reconnect bookkeeping; the rest of
+the client goes through its methods. It reads broker addresses from the metadata cache and asks
+the cache for a refresh when a broker cannot be reached (the broker may be gone, or leadership
+moved).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+from functools import partial
+
+from kcore.cluster.metadata import MetadataCache
+from kcore.errors import BrokerConnectionError, KafkaError
+from kcore.network.backoff import ExponentialBackoff
+from kcore.network.connection import BrokerConnection, ConnectionSettings
+
+__all__ = ["ConnectionPool", "broker_id", "coordinator_connection_id"]
+
+log = logging.getLogger("kcore.cluster")
+
+# A coordinator gets a connection of its own, as in the Java client (which keys it the same
+# way): on the shared one, a JoinGroup or heartbeat would wait behind a fetch that the broker
+# holds for up to fetch.max.wait.ms, since a broker answers one request per connection at a time.
+_COORDINATOR_IDS = 2**31 - 1
+
+
+def coordinator_connection_id(node_id: int) -> int:
+    """The id under which ``ClusterClient`` keeps the coordinator connection to ``node_id``;
+    pass it wherever a node id goes (``send``, ``connection``, ``version_for``)."""
+    return _COORDINATOR_IDS - node_id
+
+
+def broker_id(connection_id: int) -> int:
+    """The broker a connection id (a node id, or a coordinator connection's id) leads to."""
+    if connection_id > _COORDINATOR_IDS // 2:
+        return _COORDINATOR_IDS - connection_id
+    return connection_id
+
+
+class NodeState:
+    """Reconnect bookkeeping for one broker."""
+
+    __slots__ = ("failures", "connect_failures", "retry_at", "last_error")
+
+    def __init__(self) -> None:
+        self.failures = 0  # in a row, connecting or connected: the reconnect backoff grows
+        self.connect_failures = 0  # attempts to connect in a row: the setup timeout grows
+        self.retry_at = 0.0
+        self.last_error: BaseException | None = None
+
+
+class ConnectionPool:
+    """The client's connections, by node id (a broker's id, or a coordinator connection's id:
+    :func:`coordinator_connection_id`)."""
+
+    def __init__(
+        self,
+        settings: ConnectionSettings,
+        cache: MetadataCache,
+        reconnect_backoff: ExponentialBackoff,
+        *,
+        setup_timeout_max_s: float,
+        idle_timeout_s: float,
+    ) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.reconnect_backoff = reconnect_backoff
+        self.setup_timeout_max_s = setup_timeout_max_s
+        self.idle_timeout_s = idle_timeout_s
+        self._conns: dict[int, BrokerConnection] = {}
+        self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
+        self._nodes: dict[int, NodeState] = {}
+
+    def ready_count(self) -> int:
+        return sum(1 for c in list(self._conns.values()) if c.is_ready)
+
+    def ready_connections(self) -> list[BrokerConnection]:
+        return [c for c in self._conns.values() if c.is_ready]
+
+    def current(self, node_id: int) -> BrokerConnection | None:
+        """The connection to ``node_id`` as it is now (maybe not ready), without opening one."""
+        return self._conns.get(node_id)
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        """The ready connection to ``node_id``, opening one (after any reconnect backoff) if
+        needed. Raises ``BrokerConnectionError`` if it cannot be set up."""
+        conn = self._conns.get(node_id)
+        if conn is not None and conn.is_ready:
+            return conn
+        task = self._connecting.get(node_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open(node_id))
+            self._connecting[node_id] = task
+            task.add_done_callback(partial(self._connect_done, node_id))
+        return await asyncio.shield(task)
+
+    def _connect_done(self, node_id: int, _task: asyncio.Task[BrokerConnection]) -> None:
+        self._connecting.pop(node_id, None)
+
+    async def _open(self, node_id: int) -> BrokerConnection:
+        broker = self.cache.current.brokers.get(broker_id(node_id))
+        if broker is None:
+            self.cache.request_update()
+            raise BrokerConnectionError(
+                f"node {node_id}", "connect", "the broker is not in the cluster metadata"
+            )
+        state = self._nodes.setdefault(node_id, NodeState())
+        wait = state.retry_at - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        old = self._conns.pop(node_id, None)
+        if old is not None:
+            old.close()
+        conn = BrokerConnection(
+            broker.host,
+            broker.port,
+            self._settings_for(state.connect_failures),
+            node_id=broker.node_id,
+        )
+        try:
+            await conn.open()
+        except (BrokerConnectionError, KafkaError) as exc:
+            state.failures += 1
+            # As Java's: only failed connection attempts lengthen the next setup timeout (an
+            # established connection that broke, or rejected credentials, do not).
+            if isinstance(exc, BrokerConnectionError) and exc.stage in ("connect", "dns", "tls"):
+                state.connect_failures += 1
+            state.last_error = exc
+            state.retry_at = time.monotonic() + self.reconnect_backoff.backoff_s(state.failures - 1)
+            self.cache.request_update()
+            raise
+        state.failures = state.connect_failures = 0
+        state.last_error = None
+        conn.on_lost = self.cache.request_update
+        self._conns[node_id] = conn
+        return conn
+
+    def _settings_for(self, failures: int) -> ConnectionSettings:
+        """Java's connection setup timeout grows per failed attempt (doubling, with jitter) from
+        ``socket.connection.setup.timeout.ms`` to ``socket.connection.setup.timeout.max.ms``."""
+        if failures == 0 or self.setup_timeout_max_s <= self.settings.setup_timeout_s:
+            return self.settings
+        backoff = ExponentialBackoff(
+            self.settings.setup_timeout_s * 1000, self.setup_timeout_max_s * 1000
+        )
+        return replace(self.settings, setup_timeout_s=backoff.backoff_s(failures))
+
+    def node_failed(
+        self, node_id: int, error: BaseException, conn: BrokerConnection | None = None
+    ) -> None:
+        """A request to ``node_id`` failed at the connection level: drop the connection and
+        refresh the metadata. The requests in flight on one connection all fail together;
+        only the first counts as a failure."""
+        current = self._conns.get(node_id)
+        if conn is not None and current is not conn:
+            return  # that connection was already dropped and counted
+        self._conns.pop(node_id, None)
+        if current is not None:
+            current.close(error)
+        state = self._nodes.setdefault(node_id, NodeState())
+        state.failures += 1
+        state.last_error = error
+        state.retry_at = time.monotonic() + self.reconnect_backoff.backoff_s(state.failures - 1)
+        self.cache.request_update()
+
+    def is_blacked_out(self, node_id: int) -> bool:
+        state = self._nodes.get(node_id)
+        return state is not None and state.retry_at > time.monotonic()
+
+    def least_loaded_node(self, exclude: Iterable[int] = ()) -> int | None:
+        """The broker to send a request that any broker can answer: a connected one with the
+        fewest requests in flight, else one not in reconnect backoff, else any."""
+        excluded = set(exclude)
+        brokers = [n for n in self.cache.current.brokers if n not in excluded]
+        if not brokers:
+            return None
+        random.shuffle(brokers)
+        connected = [n for n in brokers if n in self._conns and self._conns[n].is_ready]
+        if connected:
+            return min(connected, key=lambda n: self._conns[n].in_flight)
+        ready = [n for n in brokers if not self.is_blacked_out(n)]
+        if ready:
+            return ready[0]
+        return min(brokers, key=lambda n: self._nodes[n].retry_at)
+
+    def close_idle(self) -> None:
+        """Close connections idle for ``connections.max.idle.ms``."""
+        now = time.monotonic()
+        for node_id, conn in list(self._conns.items()):
+            if conn.in_flight == 0 and now - conn.last_active > self.idle_timeout_s:
+                log.debug("closing idle connection to node %s", node_id)
+                conn.close()
+                del self._conns[node_id]
+
+    def forget_failures(self) -> None:
+        """A fresh start (after bootstrap): no broker is in reconnect backoff."""
+        self._nodes.clear()
+
+    def close_all(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def connecting_tasks(self) -> list[asyncio.Task[BrokerConnection]]:
+        return list(self._connecting.values())
