@@ -40,7 +40,8 @@ LIFECYCLE = frozenset({"start", "close"})
 
 # Parameters of an async operation that the blocking client does not take (each must have a
 # default, which the blocking call then uses), with why. A hidden parameter's description in
-# the docstring, from ````name``:`` to the end of its paragraph, is left out too.
+# the docstring (from its name in double backquotes and a colon to the end of that paragraph)
+# is left out too.
 HIDDEN_PARAMETERS: dict[str, dict[str, str]] = {
     "list_offsets": {
         "partial": "for the consumer's offset reset, which calls AsyncAdminClient itself",
@@ -163,10 +164,8 @@ def _operation(name: str, owner: type, function: Callable[..., Any]) -> Operatio
     signature = inspect.signature(function)
     hidden = HIDDEN_PARAMETERS.get(name, {})
     params: list[inspect.Parameter] = []
-    for i, p in enumerate(signature.parameters.values()):
+    for p in list(signature.parameters.values())[1:]:  # after self
         where = f"{owner.__name__}.{name}({p.name})"
-        if i == 0:
-            continue  # self
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
             raise GeneratorError(f"{where}: only named parameters are supported")
         if p.annotation is p.empty:
@@ -208,7 +207,8 @@ def _text(annotation: Any) -> str:
 
 
 def _without_description(doc: str, param: str) -> str:
-    """``doc`` without the text from ````param``:`` to the end of its paragraph."""
+    """``doc`` without the text from the parameter's name in double backquotes and a colon
+    to the end of that paragraph."""
     paragraphs = doc.split("\n\n")
     for i, paragraph in enumerate(paragraphs):
         start = paragraph.find(f"``{param}``:")
@@ -240,9 +240,9 @@ def _module_imports(module: ModuleType) -> dict[str, str]:
 
 
 def _annotation_names(text: str) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(text, mode="eval")) if isinstance(n, ast.Name)} - set(
-        dir(builtins)
-    )
+    """The names an annotation uses, builtins (``str``, ``dict``...) aside."""
+    tree = ast.parse(text, mode="eval")
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(dir(builtins))
 
 
 def imports_of(ops: Sequence[Operation]) -> dict[str, set[str]]:
