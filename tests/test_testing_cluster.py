@@ -623,3 +623,27 @@ def test_a_tests_own_cluster_gets_log_tails_too(pytester):
     out = result.stdout.str()
     assert "kafka node 1 log (last 30 lines of " in out
     assert "the broker said something" in out
+
+
+def test_class_data_archive_training_that_fails_is_tried_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A training cluster that does not start leaves no archive and is not tried again (each
+    later start would pay its timeout); the start goes on without one."""
+    from kcore.testing import _cds
+
+    monkeypatch.setenv("KCORE_CDS", "1")
+    version = kjars.versions.kafka_version()
+    archives = _cds.Archives(kjars.java_executable(), kafka_libs(version), version)
+    archives.dir = tmp_path / "cds"
+    tries: list[str] = []
+
+    def train(version: str, dump: Path, work_dir: Path) -> None:
+        tries.append(version)
+        raise RuntimeError("the training cluster did not start")
+
+    archives.ensure(train)
+    archives.ensure(train)
+    assert tries == [version]
+    assert archives.complete() and not archives.path.exists() and archives.flags() == []
+    assert "the training cluster did not start" in caplog.text

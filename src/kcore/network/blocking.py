@@ -5,6 +5,13 @@ It connects, negotiates versions with ApiVersions (retrying at the broker's high
 the broker does not know ours), then sends each request at the highest version both sides
 support. Requests may be pipelined: :meth:`BlockingBrokerConnection.send` several, then
 :meth:`BlockingBrokerConnection.receive` their responses in order.
+
+No client uses it (they run :class:`~kcore.network.BrokerConnection` on a loop thread); in this
+repository only tests and benchmarks do. It stays in the network layer because it is public API
+(``kcore.network.BlockingBrokerConnection``, in that package's ``__all__``) and belongs there:
+it needs only the protocol layer. Under ``kcore.testing`` it could not be re-exported from
+``kcore.network`` without an import from a lower layer up to testing (which uses the admin
+client, so a cycle too).
 """
 
 from __future__ import annotations

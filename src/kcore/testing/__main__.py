@@ -10,7 +10,7 @@ import sys
 import time
 
 from . import _cds, jars, versions
-from .cluster import KafkaCluster
+from .cluster import KafkaCluster, train_cds_archive
 from .errors import ClusterError
 
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Kafka {args.kafka_version} jars: {libs} ({time.monotonic() - started:.1f}s)")
             started = time.monotonic()
             archive = _cds.Archives(java, libs, args.kafka_version)
-            archive.ensure()
+            archive.ensure(train_cds_archive)
             if archive.path.is_file():
                 print(f"JVM class-data archive: {archive.path} ({time.monotonic() - started:.1f}s)")
             return 0

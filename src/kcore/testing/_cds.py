@@ -13,6 +13,9 @@ cached jars:
 ``key`` covers the java binary and every jar's name, size and mtime, so a new JDK or new jars
 get a new archive. An archive the JVM cannot use is ignored by it (``-Xshare:auto``), so the
 worst case is the old start time. ``KCORE_CDS=0`` turns all of this off.
+
+This module knows archives, not clusters: whoever starts clusters (``cluster.py``) hands
+:meth:`Archives.ensure` the function that runs the training cluster.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import jars
@@ -31,6 +35,11 @@ from . import jars
 log = logging.getLogger("kcore.testing")
 
 _QUIET = "-Xlog:cds*=off"  # no "[warning][cds]" lines in logs or tool output
+
+# ``train(version, dump, work_dir)``: run a throwaway one-node cluster of Kafka ``version`` in
+# ``work_dir`` whose broker has ``training_flags(dump)`` and stops gracefully (so its JVM writes
+# the archive to ``dump``); raise, saying why, if it does not start.
+Trainer = Callable[[str, Path, Path], None]
 
 
 def enabled() -> bool:
@@ -94,9 +103,9 @@ class Archives:
             return []
         return [f"-XX:SharedArchiveFile={self.path}", _QUIET] if self.path.is_file() else []
 
-    def ensure(self) -> None:
-        """Train the archive if it is missing. Never raises: CDS only makes starts faster.
-        If another process is training, go on without waiting for it."""
+    def ensure(self, train: Trainer) -> None:
+        """Train the archive with ``train`` if it is missing. Never raises: CDS only makes
+        starts faster. If another process is training, go on without waiting for it."""
         if not enabled() or self.complete():
             return
         try:
@@ -108,40 +117,27 @@ class Archives:
                     return
                 try:
                     if not self.complete():
-                        self._train(self.version)
+                        self._train(train)
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
         except Exception as exc:  # noqa: BLE001 - fall back to starting without an archive
             log.warning("could not build the JVM class-data archive (%s); continuing", exc)
 
-    def _train(self, version: str) -> None:
-        from .cluster import KafkaCluster  # cluster imports this module
-
+    def _train(self, train: Trainer) -> None:
         started = time.monotonic()
-        log.info("building a JVM class-data archive for Kafka %s (once) in %s", version, self.dir)
+        log.info(
+            "building a JVM class-data archive for Kafka %s (once) in %s", self.version, self.dir
+        )
         tmp = Path(tempfile.mkdtemp(prefix="kcore-cds-"))
         dump = tmp / "kafka.jsa"
         try:
-            cluster = KafkaCluster(
-                1, work_dir=tmp / "cluster", kafka_version=version, keep_logs=False
-            )
-            cluster._cds_training = dump
             try:
-                cluster.start()
-                cluster.stop(graceful=True)  # the node writes the archive as it exits
-            except Exception as exc:
+                train(self.version, dump, tmp / "cluster")
+            except Exception:
                 # Marked as tried all the same: a start that fails here would fail (and cost
-                # its timeout) before every later start. Its files go with ``tmp`` below, so
-                # the log's end goes into the warning, and the cluster claims to keep nothing.
+                # its timeout) before every later start.
                 self._trained_marker.write_text("archive written: False (training failed)\n")
-                try:
-                    tail = cluster.log_tail(1, 15)
-                except Exception:  # noqa: BLE001 - no log to show
-                    tail = ""
-                cluster._failed = False
-                raise RuntimeError(f"{exc}\n{tail}".rstrip()) from None
-            finally:
-                cluster.stop()
+                raise
             for old in [*self.dir.glob("*.jsa"), *self.dir.glob("trained-*")]:
                 old.unlink(missing_ok=True)
             made = dump.is_file() and dump.stat().st_size > 0

@@ -701,7 +701,7 @@ class KafkaCluster(BaseCluster):
         self._java = jars.java_executable()
         self._archives = _cds.Archives(self._java, self._libs, self.kafka_version)
         if self._cds_training is None:
-            self._archives.ensure()
+            self._archives.ensure(train_cds_archive)
         self.fetch_seconds = time.monotonic() - begin
         self._failed = False
         self._prepare_work_dir()
@@ -991,6 +991,27 @@ class KafkaCluster(BaseCluster):
             for node in self._nodes:
                 shutil.rmtree(node.dir, ignore_errors=True)
             (work / "log4j2.properties").unlink(missing_ok=True)
+
+
+def train_cds_archive(version: str, dump: Path, work_dir: Path) -> None:
+    """How :class:`_cds.Archives` trains: a throwaway one-node cluster in ``work_dir`` whose
+    broker writes the classes it loaded to ``dump`` as it stops gracefully. A start that fails
+    raises with the end of the node's log (its files go when ``work_dir`` is removed, so the
+    cluster claims to keep nothing)."""
+    cluster = KafkaCluster(1, work_dir=work_dir, kafka_version=version, keep_logs=False)
+    cluster._cds_training = dump
+    try:
+        cluster.start()
+        cluster.stop(graceful=True)  # the node writes the archive as it exits
+    except Exception as exc:
+        try:
+            tail = cluster.log_tail(1, 15)
+        except Exception:  # noqa: BLE001 - no log to show
+            tail = ""
+        cluster._failed = False
+        raise RuntimeError(f"{exc}\n{tail}".rstrip()) from None
+    finally:
+        cluster.stop()
 
 
 def _split_bootstrap(value: str) -> list[str]:
