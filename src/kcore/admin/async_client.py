@@ -166,8 +166,7 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
     ) -> None:
         """After a change the controller accepted, refresh until the brokers' metadata shows it
         (they apply it moments later), so the caller's next call sees it. Gives up quietly at
-        the call's deadline (it doubled the call's time before): the change itself
-        succeeded."""
+        the call's deadline, never past it: the change itself succeeded."""
         names = list(topics)
         if names and deadline > time.monotonic():
             await self.cluster.refresh_until(names, done, deadline)
