@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kcore.errors import ConfigError, SaslAuthenticationFailedError
+from kcore.network.backoff import ExponentialBackoff
+from kcore.network.retry import Deadline, RetryPacing
 from kcore.network.sasl import OAuthBearerMechanism, check_oauth_extensions, check_token
 
 log = logging.getLogger("kcore.network")
@@ -337,21 +339,22 @@ class ClientCredentialsTokenProvider(TokenProvider):
             ) from None
 
     def _post_with_retries(self) -> str:
-        # As Java's Retry: waits doubling from the backoff, the last one cut to what is left of
-        # the max; no wait left (or a backoff of 0): the last failure is the answer.
-        deadline = time.monotonic() + self.retry_backoff_max_s
-        backoff = self.retry_backoff_s
+        # As Java's Retry: waits doubling from the backoff (no jitter), all within the max;
+        # no wait left (or a backoff of 0): the last failure is the answer.
+        pacing = RetryPacing(
+            Deadline(self.retry_backoff_max_s),
+            ExponentialBackoff(
+                self.retry_backoff_s * 1000, self.retry_backoff_max_s * 1000, jitter=0.0
+            ),
+        )
         while True:
             try:
                 return self._post()
             except _Retriable as exc:
-                wait = min(backoff, deadline - time.monotonic())
-                if wait <= 0:
+                if self.retry_backoff_s <= 0 or not pacing.pause_blocking():
                     raise SaslAuthenticationFailedError(
                         f"OAUTHBEARER: no token from {self.source}: {exc}"
                     ) from None
-                time.sleep(wait)
-                backoff *= 2
 
     def _post(self) -> str:
         form = {"grant_type": "client_credentials"}

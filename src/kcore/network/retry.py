@@ -77,12 +77,27 @@ class RetryPacing:
         self.attempts = 0
 
     async def pause(self) -> bool:
+        wait = self._next_wait()
+        if wait is None:
+            return False
+        await asyncio.sleep(wait)
+        return True
+
+    def pause_blocking(self) -> bool:
+        """:meth:`pause` for code on a thread of its own (no event loop)."""
+        wait = self._next_wait()
+        if wait is None:
+            return False
+        time.sleep(wait)
+        return True
+
+    def _next_wait(self) -> float | None:
         remaining = self.deadline.remaining()
         if remaining <= 0:
-            return False
-        await asyncio.sleep(min(remaining, self.backoff.backoff_s(self.attempts)))
+            return None
+        wait = min(remaining, self.backoff.backoff_s(self.attempts))
         self.attempts += 1
-        return True
+        return wait
 
 
 async def retry(
