@@ -125,14 +125,15 @@ async def retry(
             if not retriable(exc):
                 raise
             said = str(exc) or said
-            if deadline.expired():
-                if isinstance(exc, (TimeoutError, asyncio.TimeoutError, KcoreTimeoutError)):
-                    detail = f" (last: {said})" if said else ""
-                    raise KcoreTimeoutError(
-                        f"{what} did not finish within {deadline.timeout:g}s{detail}"
-                    ) from exc
-                raise
-            if before_retry is not None:
-                before_retry(exc)
-            if not await pacing.pause():
-                raise
+            if not deadline.expired():
+                if before_retry is not None:
+                    before_retry(exc)
+                if await pacing.pause() and not deadline.expired():
+                    continue
+            # No time left for another attempt: this failure is the answer.
+            if isinstance(exc, (TimeoutError, asyncio.TimeoutError, KcoreTimeoutError)):
+                detail = f" (last: {said})" if said else ""
+                raise KcoreTimeoutError(
+                    f"{what} did not finish within {deadline.timeout:g}s{detail}"
+                ) from exc
+            raise
