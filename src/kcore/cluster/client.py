@@ -21,6 +21,7 @@ from kcore.config import ClientConfig
 from kcore.errors import (
     BootstrapError,
     BrokerConnectionError,
+    ErrorCode,
     InvalidTopicError,
     KafkaError,
     KcoreError,
@@ -34,6 +35,7 @@ from kcore.network.backoff import ExponentialBackoff
 from kcore.network.connection import BrokerConnection, ConnectionSettings
 from kcore.network.events import wait_event
 from kcore.network.tls import build_ssl_context
+from kcore.protocol import ApiKey
 from kcore.protocol.messages import FindCoordinatorRequest, MetadataRequest
 from kcore.protocol.messages.metadata_request import MetadataRequestTopic
 
@@ -41,7 +43,6 @@ __all__ = ["ClusterClient", "connection_settings"]
 
 log = logging.getLogger("kcore.cluster")
 
-REBOOTSTRAP_REQUIRED = 129  # KIP-1102: the broker tells the client to re-bootstrap
 # Failures that retrying cannot fix (a certificate not trusted, a name mismatch, a TLS or
 # SASL setting the listener rejects): bootstrap reports them at once instead of at its timeout.
 FATAL_STAGES = frozenset({"tls", "authentication"})
@@ -347,7 +348,7 @@ class ClusterClient:
             names = sorted(set(topics))
         else:
             names = sorted(set(topics) | self.topics)
-        version = conn.version_for(3)
+        version = conn.version_for(ApiKey.METADATA)
         request_topics = None if names is None else [MetadataRequestTopic(name=n) for n in names]
         return MetadataRequest(
             topics=request_topics,
@@ -356,7 +357,8 @@ class ClusterClient:
         ), version
 
     def _check_top_level_error(self, response: Any) -> None:
-        if getattr(response, "error_code", 0) == REBOOTSTRAP_REQUIRED:
+        # KIP-1102: the broker tells the client to re-bootstrap.
+        if getattr(response, "error_code", ErrorCode.NONE) == ErrorCode.REBOOTSTRAP_REQUIRED:
             self.cache.request_update()
             self.bootstrapped = False
 
@@ -755,7 +757,7 @@ class ClusterClient:
             await self.refresh_metadata()
             node = self.least_loaded_node()
         assert node is not None
-        version = await self.version_for(node, 10)
+        version = await self.version_for(node, ApiKey.FIND_COORDINATOR)
         if version >= 4:  # KIP-699: batched keys
             request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
         else:
@@ -769,7 +771,7 @@ class ClusterClient:
         else:
             code, message = response.error_code, response.error_message
             node_id, host, port = response.node_id, response.host, response.port
-        if code != 0:
+        if code != ErrorCode.NONE:
             err = error_for_code(code)
             assert err is not None
             raise err.with_message(f"coordinator of {key!r}: {message or err.message}")

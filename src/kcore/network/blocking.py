@@ -13,14 +13,11 @@ import socket
 import time
 from typing import Any
 
-from kcore.errors import KcoreTimeoutError, NetworkError, UnsupportedVersionError
-from kcore.protocol import KafkaProtocol, Response, broker_versions, choose_version
+from kcore.errors import ErrorCode, KcoreTimeoutError, NetworkError, UnsupportedVersionError
+from kcore.protocol import ApiKey, KafkaProtocol, Response, broker_versions, choose_version
 from kcore.protocol.messages import APIS, ApiVersionsRequest
 
 __all__ = ["BlockingBrokerConnection"]
-
-API_VERSIONS_KEY = 18
-UNSUPPORTED_VERSION = 35
 
 
 class BlockingBrokerConnection:
@@ -81,18 +78,18 @@ class BlockingBrokerConnection:
         self.close()
 
     def _negotiate(self) -> None:
-        info = APIS[API_VERSIONS_KEY]
+        info = APIS[ApiKey.API_VERSIONS]
         version = info.max_stable_version
         assert version is not None
         request = ApiVersionsRequest(
             client_software_name=self._software[0], client_software_version=self._software[1]
         )
         response = self.request(request, version)
-        if response.error_code == UNSUPPORTED_VERSION and response.api_keys:
+        if response.error_code == ErrorCode.UNSUPPORTED_VERSION and response.api_keys:
             # KIP-511: the broker answered in v0 with the ApiVersions versions it does support.
-            theirs = broker_versions(response).get(API_VERSIONS_KEY, (0, 0))
+            theirs = broker_versions(response).get(ApiKey.API_VERSIONS, (0, 0))
             response = self.request(request, min(version, theirs[1]))
-        if response.error_code != 0:
+        if response.error_code != ErrorCode.NONE:
             from kcore.errors import error_for_code
 
             raise error_for_code(response.error_code) or UnsupportedVersionError()
