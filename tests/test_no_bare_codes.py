@@ -7,7 +7,8 @@ An AST check over every hand-written module under ``src/kcore``. It flags:
   ``code``, ``api_key`` or ending in ``_code``) against a numeric literal, or a tuple, list or set
   holding one (ordering comparisons are left alone: HTTP status ranges are not Kafka codes);
 - a numeric API key given to the calls that take one: ``version_for``, ``version``,
-  ``_send_any``;
+  ``_send_any``; a numeric error code given to ``error_for_code``, ``error_name``,
+  ``handle_error`` or ``handle_error_code``;
 - a ``default`` of such a lookup given as a number: ``next((r.error_code ...), 0)``;
 - a keyword argument ``error_code=`` / ``api_key=`` given a numeric literal;
 - a module constant named after an ``ErrorCode`` or ``ApiKey`` member (or the first words of one,
@@ -43,6 +44,7 @@ EQUALITY = (ast.Eq, ast.NotEq, ast.In, ast.NotIn)
 # Calls whose positional arguments include an API key (a node id, the other one, is never a
 # literal).
 TAKES_API_KEY = frozenset({"version_for", "version", "_send_any"})
+TAKES_ERROR_CODE = frozenset({"error_for_code", "error_name", "handle_error", "handle_error_code"})
 
 
 def _call_name(node: ast.Call) -> str | None:
@@ -160,6 +162,8 @@ def bare_codes(source: str) -> list[tuple[int, str]]:
         elif isinstance(node, ast.Call):
             if _call_name(node) in TAKES_API_KEY and any(_is_number(a) for a in node.args):
                 found.append((node.lineno, f"{_call_name(node)}() given a numeric API key"))
+            if _call_name(node) in TAKES_ERROR_CODE and node.args and _is_number(node.args[0]):
+                found.append((node.lineno, f"{_call_name(node)}() given a numeric error code"))
             for kw in node.keywords:
                 if kw.arg in ("error_code", "api_key") and _is_number(kw.value):
                     found.append((node.lineno, f"{kw.arg}= given a number"))
@@ -198,6 +202,7 @@ def bare_codes(source: str) -> list[tuple[int, str]]:
         "v = await cluster.version_for(node, 3)",
         "v = await link.version(68)",
         "r = await self._send_any(build, 19)",
+        "e = error_for_code(3) or KafkaError()",
         "f(api_key=18)",
         "c = next((r.error_code for r in rs), 0)",
         "UNKNOWN_MEMBER_ID = 25",

@@ -476,7 +476,9 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
             for tp, ts in pending.items():
                 part = md.partition(tp.topic, tp.partition)
                 if part is None:
-                    final_errors[tp] = error_for_code(3) or KafkaError()
+                    final_errors[tp] = (
+                        error_for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) or KafkaError()
+                    )
                 elif part.leader < 0 or part.leader not in md.brokers:
                     retry[tp] = LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
                 else:

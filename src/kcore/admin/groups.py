@@ -284,7 +284,7 @@ class GroupOperations(AdminClientPart):
             for tp, offset in pending.items():
                 part = md.partition(tp.topic, tp.partition)
                 if part is None:
-                    final[tp] = error_for_code(3) or KafkaError()
+                    final[tp] = error_for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) or KafkaError()
                 else:
                     by_leader[part.leader][tp] = offset
             retry: KcoreError | None = None
