@@ -4,6 +4,7 @@ and that the committed ``_codes.py`` matches what ``tools/generate_errors.py`` p
 from __future__ import annotations
 
 import ast
+import enum
 import json
 import pickle
 import re
@@ -22,6 +23,7 @@ from kcore.errors import (
     ConfigError,
     CorruptRecordError,
     CrcMismatchError,
+    ErrorCode,
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
@@ -72,6 +74,21 @@ def test_every_code_has_a_consistent_class(cls: type[KafkaError]) -> None:
     assert {"code", "name", "retriable", "default_message"} <= vars(cls).keys()
 
 
+def test_error_code_enum_names_every_code() -> None:
+    assert issubclass(ErrorCode, enum.IntEnum)
+    assert ErrorCode.NONE == 0
+    assert ErrorCode.UNKNOWN_SERVER_ERROR == -1
+    assert {m.value for m in ErrorCode} == {0, *ERRORS_BY_CODE}
+    assert len(ErrorCode) == len(ERRORS_BY_CODE) + 1  # no aliases: one member per code
+    for member in ErrorCode:
+        if member is ErrorCode.NONE:
+            continue
+        assert ERRORS_BY_CODE[member].name == member.name
+        assert ERRORS_BY_NAME[member.name].code == member
+    assert error_for_code(ErrorCode.NONE) is None
+    assert type(error_for_code(ErrorCode.NOT_LEADER_OR_FOLLOWER)) is NotLeaderOrFollowerError
+
+
 def test_exports() -> None:
     assert len(errors.__all__) == len(set(errors.__all__))
     for name in errors.__all__:
@@ -84,6 +101,7 @@ def test_exports() -> None:
         "ERRORS_BY_NAME",
         "RETRIABLE_CODES",
         "UnknownKafkaErrorCode",
+        "ErrorCode",
     ):
         assert name in errors.__all__
     namespace: dict[str, object] = {}
@@ -312,6 +330,12 @@ def test_generator_renders_valid_python() -> None:
     assert set(mod.ERRORS_BY_CODE) == {-1, 5, 7}
     assert mod.error_for_code(0) is None
     assert mod.error_for_code(8).code == 8
+    assert [(m.name, m.value) for m in mod.ErrorCode] == [
+        ("UNKNOWN_SERVER_ERROR", -1),
+        ("NONE", 0),
+        ("SOME_THING", 5),
+        ("OTHER_EXCEPTION", 7),
+    ]
     assert sorted(mod.__all__) == sorted(
         ["UnknownServerError", "SomeThingError", "OtherError", *generate_errors.FIXED_NAMES]
     )

@@ -1298,7 +1298,7 @@ class ModuleGen:
 # Registry (messages/__init__.py)
 
 
-# messages/__init__.py; the generator fills in {kafka_version}, {apis} and {messages}.
+# messages/__init__.py; the generator fills in {kafka_version}, {api_keys}, {apis} and {messages}.
 REGISTRY_TEMPLATE = '''\
 """Kafka protocol messages, generated from the JSON definitions of Apache Kafka
 {kafka_version} by tools/generate_protocol.py. Do not edit; regenerate instead.
@@ -1311,7 +1311,15 @@ Nothing is imported until asked for: ``request_class(3)``, ``response_class(3)``
 from __future__ import annotations
 
 import importlib
+from enum import IntEnum
 from typing import Any, NamedTuple
+
+
+class ApiKey(IntEnum):
+    """Every API key by its name in Java's ``ApiKeys`` (``ApiKey.METADATA == 3``). Members are
+    ints, so they go on the wire and compare with decoded keys as they are."""
+
+{api_keys}
 
 
 class ApiInfo(NamedTuple):
@@ -1384,6 +1392,7 @@ __all__ = [
     "API_KEYS",
     "MESSAGES",
     "ApiInfo",
+    "ApiKey",
     "message_class",
     "request_class",
     "response_class",
@@ -1393,6 +1402,18 @@ __all__ = [
 
 def api_name(spec: MessageSpec) -> str:
     return spec.name[: -len("Request")] if spec.name.endswith("Request") else spec.name
+
+
+def api_key_name(name: str) -> str:
+    """An API name as Java's ``ApiKeys`` spells it: ``OffsetForLeaderEpoch`` ->
+    ``OFFSET_FOR_LEADER_EPOCH`` (an underscore before each capital that follows a lower-case
+    letter or digit, as Kafka's message generator does)."""
+    out: list[str] = []
+    for i, c in enumerate(name):
+        if c.isupper() and i > 0 and not name[i - 1].isupper():
+            out.append("_")
+        out.append(c.upper())
+    return "".join(out)
 
 
 def generate_registry(specs: list[MessageSpec], kafka_version: str) -> str:
@@ -1416,9 +1437,16 @@ def generate_registry(specs: list[MessageSpec], kafka_version: str) -> str:
             repr(req.latest_unstable),
         ]
         apis.wrapped(f"{key}: ApiInfo(", args, "),")
+    key_names = {key: api_key_name(api_name(requests[key])) for key in sorted(requests)}
+    if len(set(key_names.values())) != len(key_names) or not all(
+        n.isidentifier() and not n.startswith("_") for n in key_names.values()
+    ):
+        raise ValueError(f"API names do not make distinct enum names: {key_names}")
+    api_keys = "\n".join(f"{INDENT}{name} = {key}" for key, name in key_names.items())
     messages = [f"{INDENT}{py_str(s.name)}: {py_str(s.module)}," for s in specs]
     return REGISTRY_TEMPLATE.format(
         kafka_version=kafka_version,
+        api_keys=api_keys,
         apis="\n".join(apis.lines),
         messages="\n".join(sorted(messages)),
     )

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from kcore.admin.client_part import AdminClientPart
 from kcore.admin.types import AdminOperationError
 from kcore.errors import KafkaError, KcoreError, UnknownServerError, error_for_code
+from kcore.protocol import ApiKey
 from kcore.protocol.messages.create_acls_request import AclCreation, CreateAclsRequest
 from kcore.protocol.messages.delete_acls_request import DeleteAclsFilter, DeleteAclsRequest
 from kcore.protocol.messages.describe_acls_request import DescribeAclsRequest
@@ -31,7 +32,6 @@ __all__ = [
     "ResourceType",
 ]
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 T = TypeVar("T")
 
 
@@ -285,7 +285,7 @@ class AclOperations(AdminClientPart):
             todo = [b for b in wanted if b not in done and b not in errors]
             response = await self._send_any(
                 lambda version: CreateAclsRequest(creations=[_creation(b) for b in todo]),
-                CREATE_ACLS,
+                ApiKey.CREATE_ACLS,
             )
             retry: KafkaError | None = None
             for b, result in _answered(todo, response.results, "creation", errors):
@@ -325,7 +325,7 @@ class AclOperations(AdminClientPart):
                     operation=int(f.operation),
                     permission_type=int(f.permission_type),
                 ),
-                DESCRIBE_ACLS,
+                ApiKey.DESCRIBE_ACLS,
             )
             err = error_for_code(response.error_code)
             if err is not None:
@@ -362,7 +362,7 @@ class AclOperations(AdminClientPart):
             todo = [f for f in wanted if f not in results and f not in errors]
             response = await self._send_any(
                 lambda version: DeleteAclsRequest(filters=[_delete_filter(f) for f in todo]),
-                DELETE_ACLS,
+                ApiKey.DELETE_ACLS,
             )
             retry: KafkaError | None = None
             for f, result in _answered(todo, response.filter_results, "deletion", errors):

@@ -37,6 +37,7 @@ from kcore.cluster.metadata import BrokerInfo, ClusterMetadata, PartitionInfo
 from kcore.config import ClientConfig
 from kcore.errors import (
     BrokerConnectionError,
+    ErrorCode,
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
@@ -44,6 +45,7 @@ from kcore.errors import (
     error_for_code,
 )
 from kcore.network.retry import Deadline, retry
+from kcore.protocol import ApiKey
 from kcore.protocol.messages import (
     AlterPartitionReassignmentsRequest,
     CreatePartitionsRequest,
@@ -85,8 +87,6 @@ __all__ = ["AsyncAdminClient"]
 
 T = TypeVar("T")
 
-TOPIC_ALREADY_EXISTS = 36
-ELECTION_NOT_NEEDED = 84
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 CONFIG_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
 
@@ -183,7 +183,7 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
 
     @staticmethod
     def _check(code: int, message: str | None, item: Any, errors: dict[Any, KafkaError]) -> bool:
-        if code == 0:
+        if code == ErrorCode.NONE:
             return True
         err = error_for_code(code)
         assert err is not None
@@ -223,19 +223,19 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
                 )
 
             try:
-                response = await self._send_any(build, 19)
+                response = await self._send_any(build, ApiKey.CREATE_TOPICS)
             except KcoreTimeoutError:
                 timed_out.update(pending)  # the controller may be creating them still
                 raise
             errors: dict[Any, KafkaError] = {}
             for result in response.topics:
                 code = result.error_code
-                if code == TOPIC_ALREADY_EXISTS and result.name in timed_out:
+                if code == ErrorCode.TOPIC_ALREADY_EXISTS and result.name in timed_out:
                     code = 0  # created by this call's attempt that timed out at the broker
                 if self._check(code, result.error_message, result.name, errors):
                     done[result.name] = None
                     pending.pop(result.name, None)
-                elif code == REQUEST_TIMED_OUT:
+                elif code == ErrorCode.REQUEST_TIMED_OUT:
                     timed_out.add(result.name)
             retriable = {k: v for k, v in errors.items() if _retry_item(v)}
             for name, err in errors.items():
@@ -270,18 +270,18 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
                 )
 
             try:
-                response = await self._send_any(build, 20)
+                response = await self._send_any(build, ApiKey.DELETE_TOPICS)
             except KcoreTimeoutError:
                 timed_out.update(pending)  # the controller may be deleting them still
                 raise
             errors: dict[Any, KafkaError] = {}
             for result in response.responses:
                 code = result.error_code
-                if code == UNKNOWN_TOPIC_OR_PARTITION and result.name in timed_out:
+                if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and result.name in timed_out:
                     code = 0  # deleted by this call's attempt that timed out at the broker
                 if self._check(code, result.error_message, result.name, errors):
                     pending.remove(result.name)
-                elif code == REQUEST_TIMED_OUT:
+                elif code == ErrorCode.REQUEST_TIMED_OUT:
                     timed_out.add(result.name)
             for name, err in list(errors.items()):
                 if not _retry_item(err):
@@ -331,7 +331,7 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
                     validate_only=validate_only,
                 )
 
-            response = await self._send_any(build, 37)
+            response = await self._send_any(build, ApiKey.CREATE_PARTITIONS)
             errors: dict[Any, KafkaError] = {}
             for result in response.results:
                 if self._check(result.error_code, result.error_message, result.name, errors):
@@ -409,7 +409,9 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
 
     async def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
         async def attempt() -> ClusterDescription:
-            response = await self._send_any(lambda v: DescribeClusterRequest(), 60)
+            response = await self._send_any(
+                lambda v: DescribeClusterRequest(), ApiKey.DESCRIBE_CLUSTER
+            )
             if response.error_code:
                 err = error_for_code(response.error_code)
                 assert err is not None
@@ -459,7 +461,9 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
             for tp, ts in pending.items():
                 part = md.partition(tp.topic, tp.partition)
                 if part is None:
-                    final_errors[tp] = error_for_code(3) or KafkaError()
+                    final_errors[tp] = (
+                        error_for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) or KafkaError()
+                    )
                 elif part.leader < 0 or part.leader not in md.brokers:
                     retry[tp] = LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
                 else:
@@ -517,7 +521,7 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
                 )
             )
         min_version = 7 if OffsetSpec.MAX_TIMESTAMP in parts.values() else None
-        version = await self.cluster.version_for(node, 2, min_version=min_version)
+        version = await self.cluster.version_for(node, ApiKey.LIST_OFFSETS, min_version=min_version)
         request = ListOffsetsRequest(
             replica_id=-1,
             isolation_level=level,
@@ -566,9 +570,9 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
                 )
 
             if node is None:
-                response = await self._send_any(build, 32)
+                response = await self._send_any(build, ApiKey.DESCRIBE_CONFIGS)
             else:
-                version = await self.cluster.version_for(node, 32)
+                version = await self.cluster.version_for(node, ApiKey.DESCRIBE_CONFIGS)
                 response = await self.cluster.send(node, build(version), version)
             errors: dict[Any, KafkaError] = {}
             for result in response.results:
@@ -647,9 +651,9 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
 
         async def one_node(node: int | None, group: list[ConfigResource]) -> None:
             if node is None:
-                response = await self._send_any(build_for(group), 44)
+                response = await self._send_any(build_for(group), ApiKey.INCREMENTAL_ALTER_CONFIGS)
             else:
-                version = await self.cluster.version_for(node, 44)
+                version = await self.cluster.version_for(node, ApiKey.INCREMENTAL_ALTER_CONFIGS)
                 response = await self.cluster.send(node, build_for(group)(version), version)
             errors: dict[Any, KafkaError] = {}
             for result in response.responses:
@@ -710,7 +714,7 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
             )
 
         async def attempt() -> dict[TopicPartition, KafkaError | None]:
-            response = await self._send_any(build, 43)
+            response = await self._send_any(build, ApiKey.ELECT_LEADERS)
             if response.error_code:
                 err = error_for_code(response.error_code)
                 assert err is not None
@@ -719,7 +723,7 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
             for result in response.replica_election_results:
                 for p in result.partition_result:
                     tp = TopicPartition(result.topic, p.partition_id)
-                    if p.error_code in (0, ELECTION_NOT_NEEDED):
+                    if p.error_code in (ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED):
                         out[tp] = None
                     else:
                         err = error_for_code(p.error_code)
@@ -754,7 +758,7 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
             )
 
         async def attempt() -> None:
-            response = await self._send_any(build, 45)
+            response = await self._send_any(build, ApiKey.ALTER_PARTITION_REASSIGNMENTS)
             if response.error_code:
                 err = error_for_code(response.error_code)
                 assert err is not None
@@ -794,7 +798,7 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
             return ListPartitionReassignmentsRequest(topics=topics)
 
         async def attempt() -> dict[TopicPartition, dict[str, list[int]]]:
-            response = await self._send_any(build, 46)
+            response = await self._send_any(build, ApiKey.LIST_PARTITION_REASSIGNMENTS)
             if response.error_code:
                 err = error_for_code(response.error_code)
                 assert err is not None
@@ -816,14 +820,13 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
 # or a partition between leaders. Anything else (an unknown topic, an existing one, a bad config
 # value) is the answer and fails the item at once, as in the Java admin client; the connection
 # and whole-request failures are retried by _retrying.
-REQUEST_TIMED_OUT, UNKNOWN_TOPIC_OR_PARTITION, TOPIC_ALREADY_EXISTS = 7, 3, 36
 ITEM_RETRY_CODES = frozenset(
     {
-        5,  # LEADER_NOT_AVAILABLE (a topic being created)
-        7,  # REQUEST_TIMED_OUT
-        14,  # COORDINATOR_LOAD_IN_PROGRESS
-        41,  # NOT_CONTROLLER
-        89,  # THROTTLING_QUOTA_EXCEEDED
+        ErrorCode.LEADER_NOT_AVAILABLE,  # a topic being created
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED,
     }
 )
 

@@ -14,6 +14,7 @@ from kcore.cluster.consumer_protocol import decode_assignment
 from kcore.cluster.coordinator import Backoff, CoordinatorLink
 from kcore.errors import (
     BrokerConnectionError,
+    ErrorCode,
     GroupIdNotFoundError,
     KcoreError,
     KcoreTimeoutError,
@@ -21,14 +22,11 @@ from kcore.errors import (
     error_for_code,
     error_name,
 )
+from kcore.protocol import ApiKey
 from kcore.protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
 from kcore.protocol.messages.describe_groups_request import DescribeGroupsRequest
 
 __all__ = ["ConsumerGroupDescription", "MemberDescription", "describe_group"]
-
-CONSUMER_GROUP_DESCRIBE = 69  # API key
-GROUP_ID_NOT_FOUND = 69  # error code
-UNSUPPORTED_VERSION = 35
 
 
 @dataclass(frozen=True)
@@ -140,7 +138,7 @@ async def describe_group(
             node = await link.node(backoff.left())
             if not classic:
                 try:
-                    await link.version(CONSUMER_GROUP_DESCRIBE)
+                    await link.version(ApiKey.CONSUMER_GROUP_DESCRIBE)
                 except UnsupportedVersionError:  # a broker before Kafka 3.7
                     classic = True
                     continue
@@ -153,10 +151,10 @@ async def describe_group(
                 g = response.groups[0]
                 # A classic group (or none), or a broker that advertises the API without the
                 # consumer protocol enabled (Kafka 3.8/3.9 by default): ask the classic way.
-                if g.error_code in (GROUP_ID_NOT_FOUND, UNSUPPORTED_VERSION):
+                if g.error_code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION):
                     classic = True
                     continue
-                if g.error_code == 0:
+                if g.error_code == ErrorCode.NONE:
                     return _from_consumer_group(g, node)
             else:
                 response = await link.send(
@@ -164,7 +162,7 @@ async def describe_group(
                     timeout=_request_timeout(link, backoff),
                 )
                 g = response.groups[0]
-                if g.error_code == 0:
+                if g.error_code == ErrorCode.NONE:
                     if g.group_state == "Dead":  # brokers before 4.0 say so of no group
                         raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
                     if g.protocol_type not in ("consumer", ""):
@@ -189,7 +187,7 @@ async def describe_group(
         err = error_for_code(code)
         assert err is not None
         said = getattr(g, "error_message", None)
-        if code == GROUP_ID_NOT_FOUND:
+        if code == ErrorCode.GROUP_ID_NOT_FOUND:
             raise GroupIdNotFoundError(said or f"group {group_id!r} does not exist")
         raise err.with_message(f"group {group_id!r}: {said or err.message}")
 

@@ -22,11 +22,13 @@ from kcore.cluster.group_offsets import GroupOffsets, MemberIdentity
 from kcore.errors import (
     BrokerConnectionError,
     CommitFailedError,
+    ErrorCode,
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
     error_for_code,
 )
+from kcore.protocol import ApiKey
 from kcore.protocol.messages.delete_groups_request import DeleteGroupsRequest
 from kcore.protocol.messages.delete_records_request import (
     DeleteRecordsPartition,
@@ -44,8 +46,6 @@ if TYPE_CHECKING:
     from kcore.cluster.client import ClusterClient
 
 __all__ = ["ConsumerGroupListing", "GroupOperations"]
-
-LIST_GROUPS, DELETE_RECORDS = 16, 21
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class GroupOperations(AdminClientPart):
 
         async def one(node: int) -> list[ConsumerGroupListing]:
             async def attempt() -> list[ConsumerGroupListing]:
-                version = await self.cluster.version_for(node, LIST_GROUPS)
+                version = await self.cluster.version_for(node, ApiKey.LIST_GROUPS)
                 response = await self.cluster.send(node, ListGroupsRequest(), version)
                 err = error_for_code(response.error_code)
                 if err is not None:
@@ -189,13 +189,13 @@ class GroupOperations(AdminClientPart):
             while True:
                 try:
                     response = await link.send(DeleteGroupsRequest(groups_names=[group_id]))
-                    code = next((r.error_code for r in response.results), 0)
+                    code = next((r.error_code for r in response.results), ErrorCode.NONE)
                 except (BrokerConnectionError, KcoreTimeoutError) as exc:
                     if not await backoff.sleep():
                         errors[group_id] = exc
                         return
                     continue
-                if code == 0:
+                if code == ErrorCode.NONE:
                     return
                 if not (link.handle_error(code) and await backoff.sleep()):
                     err = error_for_code(code)
@@ -245,7 +245,7 @@ class GroupOperations(AdminClientPart):
                     raise
                 continue
             code = response.error_code
-            if code == 0:
+            if code == ErrorCode.NONE:
                 break
             if not (link.handle_error(code) and await backoff.sleep()):
                 err = error_for_code(code)
@@ -284,7 +284,7 @@ class GroupOperations(AdminClientPart):
             for tp, offset in pending.items():
                 part = md.partition(tp.topic, tp.partition)
                 if part is None:
-                    final[tp] = error_for_code(3) or KafkaError()
+                    final[tp] = error_for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) or KafkaError()
                 else:
                     by_leader[part.leader][tp] = offset
             retry: KcoreError | None = None
@@ -298,7 +298,7 @@ class GroupOperations(AdminClientPart):
                     topics=[DeleteRecordsTopic(name=t, partitions=ps) for t, ps in topics.items()],
                     timeout_ms=self._server_timeout_ms(deadline),
                 )
-                version = await self.cluster.version_for(node, DELETE_RECORDS)
+                version = await self.cluster.version_for(node, ApiKey.DELETE_RECORDS)
                 response = await self.cluster.send(node, request, version)
                 for t in response.topics:
                     for p in t.partitions:

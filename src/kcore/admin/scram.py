@@ -25,6 +25,7 @@ from kcore.errors import (
     UnsupportedSaslMechanismError,
     error_for_code,
 )
+from kcore.protocol import ApiKey
 from kcore.protocol.messages.alter_user_scram_credentials_request import (
     AlterUserScramCredentialsRequest,
     ScramCredentialDeletion,
@@ -44,7 +45,6 @@ __all__ = [
     "UserScramCredentialsDescription",
 ]
 
-DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 # The broker's bounds (Kafka's ScramMechanism.minIterations and maxIterations).
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
 
@@ -133,7 +133,7 @@ class ScramOperations(AdminClientPart):
                 lambda version: DescribeUserScramCredentialsRequest(
                     users=None if names is None else [UserName(name=n) for n in names]
                 ),
-                DESCRIBE_USER_SCRAM_CREDENTIALS,
+                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
             )
             err = error_for_code(response.error_code)
             if err is not None:
@@ -209,7 +209,7 @@ class ScramOperations(AdminClientPart):
                         deletions=[i for i in items if isinstance(i, ScramCredentialDeletion)],
                         upsertions=[i for i in items if isinstance(i, ScramCredentialUpsertion)],
                     ),
-                    ALTER_USER_SCRAM_CREDENTIALS,
+                    ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
                 )
             except BaseException:
                 maybe_applied.update(todo)

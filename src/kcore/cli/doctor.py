@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kcore.cluster.settings import connection_settings
-from kcore.errors import BrokerConnectionError, KafkaError, KcoreError
+from kcore.errors import BrokerConnectionError, ErrorCode, KafkaError, KcoreError
 from kcore.network.address import format_address, parse_address, resolve
 from kcore.network.connection import BrokerConnection, ConnectionSettings
+from kcore.protocol import ApiKey
 from kcore.protocol.messages import FindCoordinatorRequest, MetadataRequest
 
 __all__ = ["AddressReport", "DoctorReport", "run_doctor"]
@@ -247,14 +248,14 @@ async def _check_coordinator(
     try:
         response = None
         for _attempt in range(10):  # the offsets topic may still be being created
-            version = conn.version_for(10)
+            version = conn.version_for(ApiKey.FIND_COORDINATOR)
             if version >= 4:
                 request = FindCoordinatorRequest(key_type=0, coordinator_keys=[group])
             else:
                 request = FindCoordinatorRequest(key_type=0, key=group)
             response = await conn.request(request, version)
             entry = response.coordinators[0] if version >= 4 else response
-            if entry.error_code == 0:
+            if entry.error_code == ErrorCode.NONE:
                 break
             from kcore.errors import ERRORS_BY_CODE
 
@@ -269,7 +270,7 @@ async def _check_coordinator(
         return
     finally:
         conn.close()
-    if entry.error_code != 0:
+    if entry.error_code != ErrorCode.NONE:
         from kcore.errors import error_for_code
 
         err = error_for_code(entry.error_code)

@@ -10,8 +10,7 @@ from typing import Any
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import ClusterMetadata
-
-UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION
+from kcore.errors import ErrorCode
 
 __all__ = ["metadata_json", "render_metadata", "run_metadata"]
 
@@ -102,7 +101,7 @@ def run_metadata(
             problems.append(f"{t}: topic authorization failed (this client may not describe it)")
         elif t in md.invalid_topics:
             problems.append(f"{t}: not a valid topic name")
-        elif t not in md.topics or md.topics[t].error_code == UNKNOWN_TOPIC:
+        elif t not in md.topics or md.topics[t].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             problems.append(f"{t}: no such topic")
     for problem in problems:
         print(f"kcore metadata: {problem}", file=sys.stderr)

@@ -23,6 +23,7 @@ from kcore.cluster.topics import TrackedTopics
 from kcore.config import ClientConfig
 from kcore.errors import (
     BrokerConnectionError,
+    ErrorCode,
     InvalidTopicError,
     KcoreError,
     KcoreTimeoutError,
@@ -34,14 +35,13 @@ from kcore.network.backoff import ExponentialBackoff
 from kcore.network.connection import BrokerConnection
 from kcore.network.events import wait_event
 from kcore.network.retry import Deadline, RetryPacing, retry
+from kcore.protocol import ApiKey
 from kcore.protocol.messages import FindCoordinatorRequest, MetadataRequest
 from kcore.protocol.messages.metadata_request import MetadataRequestTopic
 
 __all__ = ["ClusterClient", "broker_id", "connection_settings", "coordinator_connection_id"]
 
 log = logging.getLogger("kcore.cluster")
-
-REBOOTSTRAP_REQUIRED = 129  # KIP-1102: the broker tells the client to re-bootstrap
 
 
 class ClusterClient:
@@ -220,7 +220,7 @@ class ClusterClient:
             names = sorted(set(topics))
         else:
             names = sorted(set(topics) | self.topics)
-        version = conn.version_for(3)
+        version = conn.version_for(ApiKey.METADATA)
         request_topics = None if names is None else [MetadataRequestTopic(name=n) for n in names]
         return MetadataRequest(
             topics=request_topics,
@@ -229,7 +229,8 @@ class ClusterClient:
         ), version
 
     def _check_top_level_error(self, response: Any) -> None:
-        if getattr(response, "error_code", 0) == REBOOTSTRAP_REQUIRED:
+        # KIP-1102: the broker tells the client to re-bootstrap.
+        if getattr(response, "error_code", ErrorCode.NONE) == ErrorCode.REBOOTSTRAP_REQUIRED:
             self.cache.request_update()
             self.bootstrapped = False
 
@@ -498,7 +499,7 @@ class ClusterClient:
             await self.refresh_metadata()
             node = self.least_loaded_node()
         assert node is not None
-        version = await self.version_for(node, 10)
+        version = await self.version_for(node, ApiKey.FIND_COORDINATOR)
         if version >= 4:  # KIP-699: batched keys
             request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
         else:
@@ -512,7 +513,7 @@ class ClusterClient:
         else:
             code, message = response.error_code, response.error_message
             node_id, host, port = response.node_id, response.host, response.port
-        if code != 0:
+        if code != ErrorCode.NONE:
             err = error_for_code(code)
             assert err is not None
             raise err.with_message(f"coordinator of {key!r}: {message or err.message}")

@@ -11,16 +11,13 @@ import time
 from typing import Any
 
 from kcore.cluster.client import ClusterClient, coordinator_connection_id
-from kcore.errors import BrokerConnectionError, KcoreTimeoutError, error_name
+from kcore.errors import BrokerConnectionError, ErrorCode, KcoreTimeoutError, error_name
 from kcore.network.connection import BrokerConnection
 
 log = logging.getLogger("kcore.coordinator")
 
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
 # The coordinator moved or is gone: find it again.
-REDISCOVER_CODES = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
+REDISCOVER_CODES = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 
 GROUP = 0
 TRANSACTION = 1
@@ -63,7 +60,7 @@ class CoordinatorLink:
         if code in REDISCOVER_CODES:
             self.mark_dead(error_name(code))
             return True
-        return code == COORDINATOR_LOAD_IN_PROGRESS
+        return code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
     async def send(
         self,

@@ -14,12 +14,14 @@ from kcore.cluster.coordinator import Backoff, CoordinatorLink
 from kcore.errors import (
     BrokerConnectionError,
     CommitFailedError,
+    ErrorCode,
     KafkaError,
     KcoreTimeoutError,
     RebalanceInProgressError,
     error_for_code,
     error_name,
 )
+from kcore.protocol import ApiKey
 from kcore.protocol.messages.offset_commit_request import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -35,13 +37,10 @@ from kcore.types import TopicPartition
 
 log = logging.getLogger("kcore.cluster.group_offsets")
 
-OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 # The group moved on without this member: its commit can never succeed.
-REBALANCE_IN_PROGRESS = 27
-REBALANCED_CODES = frozenset({22, 25, 110})  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-# FENCED_MEMBER_EPOCH
-STALE_MEMBER_EPOCH = 113
-UNSTABLE_OFFSET_COMMIT = 88  # a transaction holding offsets for it is still open
+REBALANCED_CODES = frozenset(
+    {ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH}
+)
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,10 @@ class GroupOffsets:
                     raise KcoreTimeoutError(f"offset commit of {self.group_id!r}: {exc}") from exc
                 continue
             codes = {
-                p.error_code for t in response.topics for p in t.partitions if p.error_code != 0
+                p.error_code
+                for t in response.topics
+                for p in t.partitions
+                if p.error_code != ErrorCode.NONE
             }
             if not codes:
                 # Java's consumer-coordinator-metrics: a commit and how long it took.
@@ -109,7 +111,7 @@ class GroupOffsets:
                 self.link.cluster.metrics.record("commit-latency", elapsed_ms)
                 return
             code = next(iter(codes))
-            if REBALANCE_IN_PROGRESS in codes:
+            if ErrorCode.REBALANCE_IN_PROGRESS in codes:
                 # As Java: retriable once a poll has completed the rebalance (if the
                 # partitions are still this member's).
                 raise RebalanceInProgressError(
@@ -122,7 +124,8 @@ class GroupOffsets:
                     f"({error_name(code)}) and the partitions may belong to another member now"
                 )
             retry = all(
-                self.link.handle_error(c) or c == STALE_MEMBER_EPOCH or _retriable(c) for c in codes
+                self.link.handle_error(c) or c == ErrorCode.STALE_MEMBER_EPOCH or _retriable(c)
+                for c in codes
             )
             if not retry or not await backoff.sleep():
                 err = error_for_code(code)
@@ -159,7 +162,7 @@ class GroupOffsets:
         backoff = Backoff(self.link.cluster, timeout)
         while True:
             try:
-                version = await self.link.version(OFFSET_FETCH, max_version=9)
+                version = await self.link.version(ApiKey.OFFSET_FETCH, max_version=9)
                 request = self._fetch_request(by_topic, version, require_stable)
                 response = await self.link.send(request, version)
             except (BrokerConnectionError, KcoreTimeoutError) as exc:
@@ -186,8 +189,9 @@ class GroupOffsets:
             if not codes:
                 return out if tps is None else {tp: out.get(tp) for tp in tps}
             code = next(iter(codes))
+            # UNSTABLE_OFFSET_COMMIT: a transaction holding offsets for it is still open.
             retry = all(
-                self.link.handle_error(c) or c == UNSTABLE_OFFSET_COMMIT or _retriable(c)
+                self.link.handle_error(c) or c == ErrorCode.UNSTABLE_OFFSET_COMMIT or _retriable(c)
                 for c in codes
             )
             if not retry or not await backoff.sleep():

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from kcore.errors import ErrorCode
 from kcore.network.address import format_address
 
 __all__ = [
@@ -25,23 +26,21 @@ __all__ = [
 # Error codes that mean our map of the cluster is out of date: refresh, then retry.
 STALE_METADATA_CODES = frozenset(
     {
-        3,  # UNKNOWN_TOPIC_OR_PARTITION
-        5,  # LEADER_NOT_AVAILABLE
-        6,  # NOT_LEADER_OR_FOLLOWER
-        9,  # REPLICA_NOT_AVAILABLE
-        19,  # NOT_ENOUGH_REPLICAS
-        41,  # NOT_CONTROLLER
-        74,  # FENCED_LEADER_EPOCH
-        75,  # UNKNOWN_LEADER_EPOCH
-        78,  # OFFSET_NOT_AVAILABLE
-        100,  # UNKNOWN_TOPIC_ID
-        103,  # INCONSISTENT_TOPIC_ID
-        106,  # FETCH_SESSION_TOPIC_ID_ERROR
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
+        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
     }
 )
 NULL_UUID = uuid.UUID(int=0)
-TOPIC_AUTHORIZATION_FAILED = 29
-INVALID_TOPIC = 17  # INVALID_TOPIC_EXCEPTION
 
 
 class BrokerInfo(NamedTuple):
@@ -189,14 +188,14 @@ class MetadataCache:
             if name is None:  # a topic-id-only answer; kcore asks by name
                 continue
             for code, names in (
-                (TOPIC_AUTHORIZATION_FAILED, unauthorized),
-                (INVALID_TOPIC, invalid),
+                (ErrorCode.TOPIC_AUTHORIZATION_FAILED, unauthorized),
+                (ErrorCode.INVALID_TOPIC_EXCEPTION, invalid),
             ):
                 if t.error_code == code:
                     names.add(name)
                 else:
                     names.discard(name)
-            if t.error_code not in (0,) and not t.partitions:
+            if t.error_code != ErrorCode.NONE and not t.partitions:
                 # UNKNOWN_TOPIC_OR_PARTITION and friends: the topic is gone or not there yet.
                 topics.pop(name, None)
                 continue

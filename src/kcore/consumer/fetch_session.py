@@ -12,14 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from kcore.errors import ErrorCode
 from kcore.types import TopicPartition
 
 __all__ = ["FINAL_EPOCH", "FetchPlan", "FetchSession", "PartitionFetch", "SESSION_ERROR_CODES"]
 
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_FETCH_SESSION_EPOCH = 71
 # The broker lost or does not know our session: start a new one.
-SESSION_ERROR_CODES = frozenset({FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH})
+SESSION_ERROR_CODES = frozenset(
+    {ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH}
+)
 FIRST_SESSION_VERSION = 7  # Fetch v7 added session ids and epochs
 INITIAL_EPOCH = 0  # "full request; create a session"
 NO_SESSION_EPOCH = -1  # "full request; no session"

@@ -40,6 +40,7 @@ from kcore.consumer.fetch_session import (
 from kcore.consumer.validation import Truncated, ValidationAsk, judge
 from kcore.errors import (
     BrokerConnectionError,
+    ErrorCode,
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
@@ -50,6 +51,7 @@ from kcore.errors import (
     error_for_code,
 )
 from kcore.network.events import wait_event
+from kcore.protocol import ApiKey
 from kcore.protocol.messages import FetchRequest, OffsetForLeaderEpochRequest
 from kcore.protocol.messages.fetch_request import FetchPartition, FetchTopic, ForgottenTopic
 from kcore.protocol.messages.offset_for_leader_epoch_request import (
@@ -67,12 +69,7 @@ _NO_PARTITION = TopicPartition("", -1)  # a queued error about no partition in p
 
 log = logging.getLogger("kcore.consumer")
 
-UNKNOWN_SERVER_ERROR = -1
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-KAFKA_STORAGE_ERROR = 56
 TOPIC_ID_VERSION = 13
-OFFSET_FOR_LEADER_EPOCH = 23  # API key
 
 
 # The group's committed offsets of some partitions, each with its leader epoch (None: nothing
@@ -455,7 +452,7 @@ class Fetcher:
         self, session: FetchSession, wanted: dict[TopicPartition, PartitionFetch]
     ) -> None:
         node = session.node_id
-        version = await self.cluster.version_for(node, 1)
+        version = await self.cluster.version_for(node, ApiKey.FETCH)
         md = self.cluster.metadata
         ids: dict[str, Any] = {}
         if version >= TOPIC_ID_VERSION:
@@ -557,7 +554,7 @@ class Fetcher:
             st.lag_end = (
                 lso if self.isolation_level and lso is not None and lso >= 0 else p.high_watermark
             )
-            if code == 0:
+            if code == ErrorCode.NONE:
                 st.errors = 0
                 records = p.records
                 if records is not None and len(records) > 0:
@@ -589,7 +586,7 @@ class Fetcher:
                     self.lock.notify_all()
                     self._signal_data()
                 return
-            if code == OFFSET_OUT_OF_RANGE:
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 if st.position is not None and offset != st.position:
                     # A read-ahead fetch past what poll has not taken yet: forget the read-ahead
                     # and fetch again from the position, which decides about a reset.
@@ -628,12 +625,15 @@ class Fetcher:
         most one queued per partition; an unknown server error is logged."""
         err = error_for_code(code)
         name = f"{tp.topic}-{tp.partition}"
-        if code in STALE_METADATA_CODES or code == KAFKA_STORAGE_ERROR:
+        if code in STALE_METADATA_CODES or code == ErrorCode.KAFKA_STORAGE_ERROR:
             self.cluster.cache.request_update()
             log.debug("%s: fetch: %s; refreshing metadata", name, err.name if err else code)
-        elif err is not None and (code == CORRUPT_MESSAGE or (not err.retriable and code != -1)):
+        elif err is not None and (
+            code == ErrorCode.CORRUPT_MESSAGE
+            or (not err.retriable and code != ErrorCode.UNKNOWN_SERVER_ERROR)
+        ):
             what = err.message
-            if code == CORRUPT_MESSAGE:
+            if code == ErrorCode.CORRUPT_MESSAGE:
                 what = f"the broker found a corrupt record fetching offset {offset}"
             self._queue_partition_error(tp, err.with_message(f"{name}: {what}"))
         else:
@@ -646,7 +646,7 @@ class Fetcher:
         try:
             try:
                 version = await self.cluster.version_for(
-                    node, OFFSET_FOR_LEADER_EPOCH, min_version=3
+                    node, ApiKey.OFFSET_FOR_LEADER_EPOCH, min_version=3
                 )
             except UnsupportedVersionError:
                 # As Java: a broker too old to answer consumers (v3, Kafka 2.3) is trusted.
@@ -676,7 +676,7 @@ class Fetcher:
                         answered.add(tp)
                         self._validated(tp, asks[tp], p.error_code, p.end_offset, p.leader_epoch)
             for tp in asks.keys() - answered:
-                self._validated(tp, asks[tp], UNKNOWN_SERVER_ERROR, -1, -1)
+                self._validated(tp, asks[tp], ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a connection down, a timeout (or a bug): ask again later
@@ -717,7 +717,9 @@ class Fetcher:
                 err = error_for_code(code)
                 if code in STALE_METADATA_CODES:
                     self.cluster.cache.request_update()
-                elif err is not None and not err.retriable and code != UNKNOWN_SERVER_ERROR:
+                elif (
+                    err is not None and not err.retriable and code != ErrorCode.UNKNOWN_SERVER_ERROR
+                ):
                     self._queue_partition_error(
                         tp, err.with_message(f"{name}: checking the position: {err.message}")
                     )
@@ -814,7 +816,7 @@ class Fetcher:
         the session's slot in its cache at once; best effort, a second at most."""
 
         async def close_one(session: FetchSession) -> None:
-            version = await self.cluster.version_for(session.node_id, 1)
+            version = await self.cluster.version_for(session.node_id, ApiKey.FETCH)
             request = FetchRequest(
                 replica_id=-1,
                 max_wait_ms=0,
@@ -901,7 +903,7 @@ def _passing(error: BaseException) -> bool:
     partition the topic does not have (UNKNOWN_TOPIC_OR_PARTITION, retriable in Kafka's table,
     is reported: the caller assigned something that is not there)."""
     if isinstance(error, KafkaError):
-        return error.retriable and error.code != 3
+        return error.retriable and error.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     return isinstance(error, (BrokerConnectionError, KcoreTimeoutError))
 
 

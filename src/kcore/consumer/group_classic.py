@@ -25,7 +25,14 @@ from kcore.consumer.assignors import (
     encode_assignment,
     encode_subscription,
 )
-from kcore.errors import BrokerConnectionError, KafkaError, KcoreTimeoutError, error_for_code
+from kcore.errors import (
+    BrokerConnectionError,
+    ErrorCode,
+    KafkaError,
+    KcoreTimeoutError,
+    error_for_code,
+)
+from kcore.protocol import ApiKey
 from kcore.protocol.messages.heartbeat_request import HeartbeatRequest
 from kcore.protocol.messages.join_group_request import JoinGroupRequest, JoinGroupRequestProtocol
 from kcore.protocol.messages.leave_group_request import LeaveGroupRequest
@@ -38,21 +45,17 @@ from kcore.types import TopicPartition
 
 log = logging.getLogger("kcore.consumer.group")
 
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
 # Errors that end the consumer's group membership for good: surfaced to the caller.
 FATAL_CODES = frozenset(
     {
-        23,  # INCONSISTENT_GROUP_PROTOCOL
-        24,  # INVALID_GROUP_ID
-        26,  # INVALID_SESSION_TIMEOUT
-        30,  # GROUP_AUTHORIZATION_FAILED
-        35,  # UNSUPPORTED_VERSION
-        81,  # GROUP_MAX_SIZE_REACHED
-        FENCED_INSTANCE_ID,  # two processes share one group.instance.id: an application error
+        ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+        ErrorCode.INVALID_GROUP_ID,
+        ErrorCode.INVALID_SESSION_TIMEOUT,
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+        ErrorCode.UNSUPPORTED_VERSION,
+        ErrorCode.GROUP_MAX_SIZE_REACHED,
+        # Two processes share one group.instance.id: an application error.
+        ErrorCode.FENCED_INSTANCE_ID,
     }
 )
 
@@ -222,7 +225,7 @@ class ClassicGroupMember:
         wait = self.rebalance_timeout_ms / 1000 + 5
         response = await self.link.send(request, timeout=wait)
         code = response.error_code
-        if code == MEMBER_ID_REQUIRED:  # KIP-394: the first join only gets a member id
+        if code == ErrorCode.MEMBER_ID_REQUIRED:  # KIP-394: the first join only gets a member id
             self.member_id = response.member_id
             raise _Rejoin
         if code:
@@ -254,10 +257,10 @@ class ClassicGroupMember:
     def _join_error(self, code: int, during: str) -> None:
         if code in FATAL_CODES:
             self._raise_fatal(code, during)
-        if code == UNKNOWN_MEMBER_ID:
+        if code == ErrorCode.UNKNOWN_MEMBER_ID:
             self.member_id = ""
             raise _Rejoin
-        if code in (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS):
+        if code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS):
             raise _Rejoin
         if self.link.handle_error(code):
             raise _Retry(during)
@@ -348,13 +351,15 @@ class ClassicGroupMember:
                 log.exception("group %r: heartbeat", self.group_id)
                 self.fatal = exc
                 return
-            if code == 0:
+            if code == ErrorCode.NONE:
                 backoff.attempt = 0
-            elif code == REBALANCE_IN_PROGRESS:
+            elif code == ErrorCode.REBALANCE_IN_PROGRESS:
                 self.request_rejoin("the group is rebalancing")
-            elif code in (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID):
+            elif code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
                 err = error_for_code(code)
-                self._reset(f"heartbeat: {err.name if err else code}", code == UNKNOWN_MEMBER_ID)
+                self._reset(
+                    f"heartbeat: {err.name if err else code}", code == ErrorCode.UNKNOWN_MEMBER_ID
+                )
                 return
             elif code in FATAL_CODES:
                 err = error_for_code(code)
@@ -381,7 +386,7 @@ class ClassicGroupMember:
 
     async def _send_leave(self, reason: str) -> None:
         try:
-            version = await self.link.version(13)
+            version = await self.link.version(ApiKey.LEAVE_GROUP)
             if version >= 3:  # KIP-345: a list of members
                 who = [LeaveMember(member_id=self.member_id, group_instance_id=self.instance_id)]
                 if version >= 5:

@@ -18,8 +18,15 @@ from typing import Any
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import Backoff, CoordinatorLink
 from kcore.cluster.group_offsets import MemberIdentity
-from kcore.errors import BrokerConnectionError, KafkaError, KcoreTimeoutError, error_for_code
+from kcore.errors import (
+    BrokerConnectionError,
+    ErrorCode,
+    KafkaError,
+    KcoreTimeoutError,
+    error_for_code,
+)
 from kcore.network.events import wait_event
+from kcore.protocol import ApiKey
 from kcore.protocol.messages.consumer_group_heartbeat_request import (
     ConsumerGroupHeartbeatRequest,
 )
@@ -30,20 +37,17 @@ from kcore.types import TopicPartition
 
 log = logging.getLogger("kcore.consumer.group")
 
-UNKNOWN_MEMBER_ID = 25
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
 LEAVE_EPOCH = -1
 LEAVE_STATIC_EPOCH = -2  # a static member steps out but keeps its place for a restart
 FATAL_CODES = frozenset(
     {
-        30,  # GROUP_AUTHORIZATION_FAILED
-        35,  # UNSUPPORTED_VERSION
-        42,  # INVALID_REQUEST
-        81,  # GROUP_MAX_SIZE_REACHED
-        82,  # FENCED_INSTANCE_ID: two processes share one group.instance.id
-        112,  # UNSUPPORTED_ASSIGNOR
-        128,  # INVALID_REGULAR_EXPRESSION
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+        ErrorCode.UNSUPPORTED_VERSION,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.GROUP_MAX_SIZE_REACHED,
+        ErrorCode.FENCED_INSTANCE_ID,  # two processes share one group.instance.id
+        ErrorCode.UNSUPPORTED_ASSIGNOR,
+        ErrorCode.INVALID_REGULAR_EXPRESSION,
     }
 )
 
@@ -187,12 +191,12 @@ class ConsumerGroupMember:
 
     async def _heartbeat(self) -> None:
         reported = self._report_owned
-        version = await self.link.version(68)
+        version = await self.link.version(ApiKey.CONSUMER_GROUP_HEARTBEAT)
         if version == 0 and self.epoch == 0:
             self.member_id = ""  # v0: the broker names new members
         response = await self.link.send(self._request(self.epoch), version)
         code = response.error_code
-        if code == 0:
+        if code == ErrorCode.NONE:
             if response.member_id:
                 self.member_id = response.member_id
             self.epoch = response.member_epoch
@@ -211,11 +215,11 @@ class ConsumerGroupMember:
             return
         err = error_for_code(code, response.error_message)
         assert err is not None
-        if code in (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID):
+        if code in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
             self._fenced(err.name)
             self.on_change()
             return
-        if code == UNRELEASED_INSTANCE_ID or self.link.handle_error(code):
+        if code == ErrorCode.UNRELEASED_INSTANCE_ID or self.link.handle_error(code):
             raise _Retry(err.name)
         if code in FATAL_CODES or not err.retriable:
             raise err.with_message(

@@ -5,13 +5,6 @@ It connects, negotiates versions with ApiVersions (retrying at the broker's high
 the broker does not know ours), then sends each request at the highest version both sides
 support. Requests may be pipelined: :meth:`BlockingBrokerConnection.send` several, then
 :meth:`BlockingBrokerConnection.receive` their responses in order.
-
-No client uses it (they run :class:`~kcore.network.BrokerConnection` on a loop thread); in this
-repository only tests and benchmarks do. It stays in the network layer because it is public API
-(``kcore.network.BlockingBrokerConnection``, in that package's ``__all__``) and belongs there:
-it needs only the protocol layer. Under ``kcore.testing`` it could not be re-exported from
-``kcore.network`` without an import from a lower layer up to testing (which uses the admin
-client, so a cycle too).
 """
 
 from __future__ import annotations
@@ -20,15 +13,11 @@ import socket
 import time
 from typing import Any
 
-from kcore._version import __version__
-from kcore.errors import KcoreTimeoutError, NetworkError, UnsupportedVersionError
-from kcore.protocol import KafkaProtocol, Response, broker_versions, choose_version
+from kcore.errors import ErrorCode, KcoreTimeoutError, NetworkError, UnsupportedVersionError
+from kcore.protocol import ApiKey, KafkaProtocol, Response, broker_versions, choose_version
 from kcore.protocol.messages import APIS, ApiVersionsRequest
 
 __all__ = ["BlockingBrokerConnection"]
-
-API_VERSIONS_KEY = 18
-UNSUPPORTED_VERSION = 35
 
 
 class BlockingBrokerConnection:
@@ -42,7 +31,7 @@ class BlockingBrokerConnection:
         client_id: str = "kcore",
         timeout: float = 30.0,
         software_name: str = "kcore",
-        software_version: str = __version__,
+        software_version: str = "0.1.0",
     ) -> None:
         self.host = host
         self.port = port
@@ -89,18 +78,18 @@ class BlockingBrokerConnection:
         self.close()
 
     def _negotiate(self) -> None:
-        info = APIS[API_VERSIONS_KEY]
+        info = APIS[ApiKey.API_VERSIONS]
         version = info.max_stable_version
         assert version is not None
         request = ApiVersionsRequest(
             client_software_name=self._software[0], client_software_version=self._software[1]
         )
         response = self.request(request, version)
-        if response.error_code == UNSUPPORTED_VERSION and response.api_keys:
+        if response.error_code == ErrorCode.UNSUPPORTED_VERSION and response.api_keys:
             # KIP-511: the broker answered in v0 with the ApiVersions versions it does support.
-            theirs = broker_versions(response).get(API_VERSIONS_KEY, (0, 0))
+            theirs = broker_versions(response).get(ApiKey.API_VERSIONS, (0, 0))
             response = self.request(request, min(version, theirs[1]))
-        if response.error_code != 0:
+        if response.error_code != ErrorCode.NONE:
             from kcore.errors import error_for_code
 
             raise error_for_code(response.error_code) or UnsupportedVersionError()

@@ -24,6 +24,7 @@ from typing import Any
 from kcore._version import __version__
 from kcore.errors import (
     BrokerConnectionError,
+    ErrorCode,
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
@@ -34,7 +35,7 @@ from kcore.errors import (
 )
 from kcore.metrics import ClientMetrics
 from kcore.network.address import format_address, resolve
-from kcore.protocol import KafkaProtocol, broker_versions, choose_version
+from kcore.protocol import ApiKey, KafkaProtocol, broker_versions, choose_version
 from kcore.protocol.messages import (
     APIS,
     ApiVersionsRequest,
@@ -44,9 +45,6 @@ from kcore.protocol.messages import (
 
 __all__ = ["BrokerConnection", "ConnectionSettings", "SaslMechanismFactory"]
 
-API_VERSIONS_KEY = 18
-UNSUPPORTED_VERSION = 35
-ILLEGAL_SASL_STATE = 34
 SOFTWARE_NAME = "kcore"
 SOFTWARE_VERSION = __version__
 
@@ -358,17 +356,17 @@ class BrokerConnection:
             await self._authenticate()
 
     async def _negotiate_versions(self) -> None:
-        version = APIS[API_VERSIONS_KEY].max_stable_version
+        version = APIS[ApiKey.API_VERSIONS].max_stable_version
         assert version is not None
         request = ApiVersionsRequest(
             client_software_name=SOFTWARE_NAME, client_software_version=SOFTWARE_VERSION
         )
         try:
             response = await self._call(request, version)
-            if response.error_code == UNSUPPORTED_VERSION and version > 0:
+            if response.error_code == ErrorCode.UNSUPPORTED_VERSION and version > 0:
                 # KIP-511: the broker answered in v0 with the ApiVersions versions it supports;
                 # a broker before 2.4 lists none: v0 then, as Java's NetworkClient falls back.
-                theirs = broker_versions(response).get(API_VERSIONS_KEY, (0, 0))
+                theirs = broker_versions(response).get(ApiKey.API_VERSIONS, (0, 0))
                 response = await self._call(request, min(version, theirs[1]))
         except (BrokerConnectionError, ProtocolError) as exc:
             reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
@@ -385,7 +383,7 @@ class BrokerConnection:
                     "required; check ssl.keystore.location / ssl.certificate.location)"
                 )
             raise BrokerConnectionError(self.address, "api_versions", reason + hint) from None
-        if response.error_code != 0:
+        if response.error_code != ErrorCode.NONE:
             err = error_for_code(response.error_code) or UnsupportedVersionError()
             raise BrokerConnectionError(self.address, "api_versions", str(err))
         self.api_versions = broker_versions(response)
@@ -404,7 +402,7 @@ class BrokerConnection:
         try:
             handshake = await self._call(
                 SaslHandshakeRequest(mechanism=name),
-                self.version_for(17, max_version=1),
+                self.version_for(ApiKey.SASL_HANDSHAKE, max_version=1),
                 auth=True,
             )
         except BrokerConnectionError as exc:
@@ -414,27 +412,27 @@ class BrokerConnection:
                 f"{exc.reason} (is this listener SASL? check security.protocol)",
                 transient=True,
             ) from None
-        if handshake.error_code == ILLEGAL_SASL_STATE:
+        if handshake.error_code == ErrorCode.ILLEGAL_SASL_STATE:
             raise BrokerConnectionError(
                 self.address,
                 "authentication",
                 "this listener does not do SASL (check security.protocol)",
             )
-        if handshake.error_code != 0:
+        if handshake.error_code != ErrorCode.NONE:
             enabled = ", ".join(handshake.mechanisms) or "none"
             raise BrokerConnectionError(
                 self.address,
                 "authentication",
                 f"the broker does not enable SASL mechanism {name} (enabled: {enabled})",
             )
-        version = self.version_for(36)
+        version = self.version_for(ApiKey.SASL_AUTHENTICATE)
         token: bytes | None = mechanism.initial_response()
         while token is not None:
             response = await self._call(
                 SaslAuthenticateRequest(auth_bytes=token), version, auth=True
             )
             token = None  # PLAIN's token holds the password: keep it out of traceback frames
-            if response.error_code != 0:
+            if response.error_code != ErrorCode.NONE:
                 err = error_for_code(response.error_code)
                 text = response.error_message or (err.message if err else "")
                 server_error = getattr(mechanism, "server_error", None)

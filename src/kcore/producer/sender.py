@@ -28,6 +28,7 @@ from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import apply_leader_hints
 from kcore.errors import (
     BrokerConnectionError,
+    ErrorCode,
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
@@ -36,6 +37,7 @@ from kcore.errors import (
 from kcore.metrics import ClientMetrics
 from kcore.network.events import wait_event
 from kcore.producer.accumulator import ProducerBatch, RecordAccumulator
+from kcore.protocol import ApiKey
 from kcore.protocol.messages import InitProducerIdRequest, ProduceRequest
 from kcore.protocol.messages.produce_request import PartitionProduceData, TopicProduceData
 from kcore.types import TopicPartition
@@ -47,16 +49,17 @@ __all__ = ["Sender"]
 
 log = logging.getLogger("kcore.producer")
 
-DUPLICATE_SEQUENCE = 46
-OUT_OF_ORDER_SEQUENCE = 45
-UNKNOWN_PRODUCER_ID = 59
-INVALID_PRODUCER_EPOCH = 47
-CLUSTER_AUTHORIZATION_FAILED = 31
 # A batch over the topic's max.message.bytes (or the broker's message.max.bytes): one of several
 # records is split and sent again, as Java does.
-TOO_LARGE = frozenset({10, 18})  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
+TOO_LARGE = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE})
 # Answers that mean the broker's idea of this partition's sequence differs from ours.
-SEQUENCE_ERRORS = frozenset({OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH})
+SEQUENCE_ERRORS = frozenset(
+    {
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+    }
+)
 TOPIC_ID_VERSION = 13  # Produce v13 names topics by id
 
 
@@ -146,7 +149,7 @@ class Sender:
                 await self.cluster.refresh_metadata()
                 continue
             try:
-                version = await self.cluster.version_for(node, 22)
+                version = await self.cluster.version_for(node, ApiKey.INIT_PRODUCER_ID)
                 request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
                 if version >= 3 and self.producer_id >= 0:
                     request.producer_id = self.producer_id
@@ -155,7 +158,7 @@ class Sender:
                 if response.error_code:
                     err = error_for_code(response.error_code)
                     assert err is not None
-                    if response.error_code == CLUSTER_AUTHORIZATION_FAILED:
+                    if response.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
                         raise err.with_message(
                             "the idempotent producer may not get a producer id: its principal "
                             "needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic "
@@ -195,7 +198,9 @@ class Sender:
 
         self.transactional_id = transactional_id
         self._produce_limits = (
-            {"min_version": V2_MIN[0]} if protocol >= 2 else {"max_version": V1_MAX[0]}
+            {"min_version": V2_MIN[ApiKey.PRODUCE]}
+            if protocol >= 2
+            else {"max_version": V1_MAX[ApiKey.PRODUCE]}
         )
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -416,7 +421,7 @@ class Sender:
 
     async def _produce_once(self, node: int, batches: list[ProducerBatch]) -> None:
         try:
-            version = await self.cluster.version_for(node, 0, **self._produce_limits)
+            version = await self.cluster.version_for(node, ApiKey.PRODUCE, **self._produce_limits)
         except (BrokerConnectionError, KcoreTimeoutError, KafkaError) as exc:
             self._retry_all(batches, exc)
             return
@@ -527,9 +532,9 @@ class Sender:
                 if batch is None:
                     continue
                 code = p.error_code
-                if code == 0:
+                if code == ErrorCode.NONE:
                     self._succeed(batch, p.base_offset, p.log_append_time_ms)
-                elif code == DUPLICATE_SEQUENCE:
+                elif code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                     # Already written by an earlier attempt: delivered, offset unknown.
                     self._succeed(batch, p.base_offset if p.base_offset >= 0 else -1, -1)
                 elif code in SEQUENCE_ERRORS and self.idempotent:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from kcore.cluster.coordinator import GROUP, TRANSACTION, CoordinatorLink
 from kcore.errors import (
     BrokerConnectionError,
+    ErrorCode,
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
@@ -37,6 +38,7 @@ from kcore.errors import (
     TransactionStateError,
     error_for_code,
 )
+from kcore.protocol import ApiKey
 from kcore.protocol.messages import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -60,57 +62,54 @@ __all__ = ["TransactionManager", "TxnState", "transaction_version"]
 log = logging.getLogger("kcore.producer.transactions")
 
 TRANSACTION_VERSION_FEATURE = "transaction.version"
-# API keys
-PRODUCE, INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = (
-    0,
-    22,
-    24,
-    25,
-    26,
-    28,
-)
 # Highest versions of transaction protocol v1. AddPartitionsToTxn v4+ is for brokers only.
-V1_MAX = {PRODUCE: 11, ADD_PARTITIONS: 3, END_TXN: 4, TXN_OFFSET_COMMIT: 4}
-V2_MIN = {PRODUCE: 12, END_TXN: 5, TXN_OFFSET_COMMIT: 5}
+V1_MAX = {
+    ApiKey.PRODUCE: 11,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 3,
+    ApiKey.END_TXN: 4,
+    ApiKey.TXN_OFFSET_COMMIT: 4,
+}
+V2_MIN = {ApiKey.PRODUCE: 12, ApiKey.END_TXN: 5, ApiKey.TXN_OFFSET_COMMIT: 5}
 CONCURRENT_TXN_BACKOFF_S = 0.02  # Java's for the first AddPartitionsToTxn of a transaction
 
 # Error codes by what they mean for a transactional request.
-NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS = 16, 15, 14
-CONCURRENT_TRANSACTIONS = 51
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_PRODUCER_EPOCH, PRODUCER_FENCED = 47, 90
-UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_ID_MAPPING = 59, 49
-OPERATION_NOT_ATTEMPTED = 55
-REFIND_CODES = frozenset({NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE})
-FENCED_CODES = frozenset({INVALID_PRODUCER_EPOCH, PRODUCER_FENCED})
+REFIND_CODES = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
+FENCED_CODES = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
 FATAL_CODES = frozenset(
     {
         *FENCED_CODES,
-        53,  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        31,  # CLUSTER_AUTHORIZATION_FAILED
-        48,  # INVALID_TXN_STATE
-        52,  # TRANSACTION_COORDINATOR_FENCED
-        35,  # UNSUPPORTED_VERSION
-        50,  # INVALID_TRANSACTION_TIMEOUT
-        43,  # UNSUPPORTED_FOR_MESSAGE_FORMAT
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode.INVALID_TXN_STATE,
+        ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+        ErrorCode.UNSUPPORTED_VERSION,
+        ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
     }
 )
 ABORTABLE_CODES = frozenset(
     {
-        120,  # TRANSACTION_ABORTABLE
-        29,  # TOPIC_AUTHORIZATION_FAILED
-        30,  # GROUP_AUTHORIZATION_FAILED
-        25,  # UNKNOWN_MEMBER_ID
-        22,  # ILLEGAL_GENERATION
-        82,  # FENCED_INSTANCE_ID
-        27,  # REBALANCE_IN_PROGRESS
-        OPERATION_NOT_ATTEMPTED,
+        ErrorCode.TRANSACTION_ABORTABLE,
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        ErrorCode.ILLEGAL_GENERATION,
+        ErrorCode.FENCED_INSTANCE_ID,
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.OPERATION_NOT_ATTEMPTED,
     }
 )
 # Errors that, on the producer's side, fail the producer for good (any request, or Produce).
-PRODUCE_FATAL_CODES = frozenset({*FENCED_CODES, 53, 31, 35})
+PRODUCE_FATAL_CODES = frozenset(
+    {
+        *FENCED_CODES,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode.UNSUPPORTED_VERSION,
+    }
+)
 # The coordinator lost the producer id: abortable if the epoch can be bumped (KIP-360).
-BUMP_CODES = frozenset({UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_ID_MAPPING})
+BUMP_CODES = frozenset({ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_ID_MAPPING})
 
 
 class TxnState(enum.Enum):
@@ -151,9 +150,9 @@ def transaction_version(
     finalized at 2 or more, EndTxn v5+ and Produce v12+; otherwise 1."""
     if features.get(TRANSACTION_VERSION_FEATURE, 0) < 2:
         return 1
-    if api_versions.get(END_TXN, (0, -1))[1] < V2_MIN[END_TXN]:
+    if api_versions.get(ApiKey.END_TXN, (0, -1))[1] < V2_MIN[ApiKey.END_TXN]:
         return 1
-    if api_versions.get(PRODUCE, (0, -1))[1] < V2_MIN[PRODUCE]:
+    if api_versions.get(ApiKey.PRODUCE, (0, -1))[1] < V2_MIN[ApiKey.PRODUCE]:
         return 1
     return 2
 
@@ -378,7 +377,7 @@ class TransactionManager:
         if used_sequence:
             self.epoch_bump_required = True
         code = error.code if isinstance(error, KafkaError) else None
-        if code == INVALID_PRODUCER_EPOCH and (self.v2 or self.can_bump_epoch):
+        if code == ErrorCode.INVALID_PRODUCER_EPOCH and (self.v2 or self.can_bump_epoch):
             # KIP-588, as Java's InvalidProducerEpochException: the coordinator bumped the
             # epoch (it aborted a transaction that ran past transaction.timeout.ms): the
             # transaction fails; abort_transaction recovers the producer.
@@ -432,10 +431,14 @@ class TransactionManager:
         others = [exceptions[c] for c in codes if c not in ABORTABLE_CODES]
         if others and all(e is not None and e.retriable for e in others):
             backoff = None
-            if CONCURRENT_TRANSACTIONS in codes and call == "AddPartitionsToTxn" and not self.added:
+            if (
+                ErrorCode.CONCURRENT_TRANSACTIONS in codes
+                and call == "AddPartitionsToTxn"
+                and not self.added
+            ):
                 backoff = CONCURRENT_TXN_BACKOFF_S  # the previous transaction is finishing
             raise _Retry(refind=False, backoff_s=backoff)
-        picked = next((c for c in codes if c != OPERATION_NOT_ATTEMPTED), codes[0])
+        picked = next((c for c in codes if c != ErrorCode.OPERATION_NOT_ATTEMPTED), codes[0])
         err = exceptions[picked]
         assert err is not None
         err = err.with_message(f"{call}: {err.message}")
@@ -523,7 +526,7 @@ class TransactionManager:
             return request
 
         response = await self._request(
-            "InitProducerId", INIT_PRODUCER_ID, build, lambda r: [r.error_code]
+            "InitProducerId", ApiKey.INIT_PRODUCER_ID, build, lambda r: [r.error_code]
         )
         sender.set_producer(response.producer_id, response.producer_epoch)
         log.info(
@@ -541,7 +544,7 @@ class TransactionManager:
         await self._init_producer_id(bump=False)
         conn = await self._txn_link.connection()
         self.version = transaction_version(conn.finalized_features, conn.api_versions)
-        self.can_bump_epoch = conn.api_versions.get(INIT_PRODUCER_ID, (0, -1))[1] >= 3
+        self.can_bump_epoch = conn.api_versions.get(ApiKey.INIT_PRODUCER_ID, (0, -1))[1] >= 3
         self.sender.configure_transactions(self.transactional_id, self.version)
         log.info(
             "transactional id %s: transaction protocol v%s", self.transactional_id, self.version
@@ -597,11 +600,11 @@ class TransactionManager:
 
         await self._request(
             "AddPartitionsToTxn",
-            ADD_PARTITIONS,
+            ApiKey.ADD_PARTITIONS_TO_TXN,
             build,
             codes,
             alive=lambda: self.state in SENDING,
-            max_version=V1_MAX[ADD_PARTITIONS],
+            max_version=V1_MAX[ApiKey.ADD_PARTITIONS_TO_TXN],
         )
         self.added.update(tps)
         self.started = True
@@ -627,7 +630,7 @@ class TransactionManager:
 
             await self._request(
                 f"AddOffsetsToTxn (group {group.group_id!r})",
-                ADD_OFFSETS,
+                ApiKey.ADD_OFFSETS_TO_TXN,
                 build_add,
                 lambda r: [r.error_code],
             )
@@ -659,12 +662,12 @@ class TransactionManager:
 
         await self._request(
             f"TxnOffsetCommit (group {group.group_id!r})",  # errors name the group, as Java's
-            TXN_OFFSET_COMMIT,
+            ApiKey.TXN_OFFSET_COMMIT,
             build_commit,
             codes,
             group=group.group_id,
-            min_version=V2_MIN[TXN_OFFSET_COMMIT] if self.v2 else None,
-            max_version=None if self.v2 else V1_MAX[TXN_OFFSET_COMMIT],
+            min_version=V2_MIN[ApiKey.TXN_OFFSET_COMMIT] if self.v2 else None,
+            max_version=None if self.v2 else V1_MAX[ApiKey.TXN_OFFSET_COMMIT],
         )
 
     async def end(self, commit: bool) -> None:
@@ -679,7 +682,7 @@ class TransactionManager:
         # straight to the epoch bump, which aborts whatever is left).
         lost = (
             isinstance(self.last_error, KafkaError)
-            and self.last_error.code == INVALID_PRODUCER_ID_MAPPING
+            and self.last_error.code == ErrorCode.INVALID_PRODUCER_ID_MAPPING
         )
         if self.started and not (lost and not commit):
 
@@ -694,11 +697,11 @@ class TransactionManager:
             try:
                 response = await self._request(
                     "EndTxn(commit)" if commit else "EndTxn(abort)",
-                    END_TXN,
+                    ApiKey.END_TXN,
                     build,
                     lambda r: [r.error_code],
-                    min_version=V2_MIN[END_TXN] if self.v2 else None,
-                    max_version=None if self.v2 else V1_MAX[END_TXN],
+                    min_version=V2_MIN[ApiKey.END_TXN] if self.v2 else None,
+                    max_version=None if self.v2 else V1_MAX[ApiKey.END_TXN],
                 )
             except KafkaError as exc:
                 if commit or exc.code not in BUMP_CODES or not self.can_bump_epoch:

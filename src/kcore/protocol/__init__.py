@@ -6,6 +6,7 @@
   ``message_class(name)`` or plain attribute access (``messages.MetadataRequest``).
 - :class:`KafkaProtocol`: frames requests and matches decoded responses to them, without I/O.
 - :func:`choose_version`: the highest version kcore and a broker both support.
+- :class:`ApiKey`: every API key by its Java name (``ApiKey.METADATA``), an ``IntEnum``.
 
 Every generated class has ``encode(version) -> bytes``, ``encode_into(out, version)`` and the
 classmethod ``decode(buf, version, pos=0) -> (obj, next_pos)``.
@@ -26,6 +27,7 @@ from kcore.protocol.messages import (
     API_KEYS,
     APIS,
     ApiInfo,
+    ApiKey,
     message_class,
     request_class,
     response_class,
@@ -35,6 +37,7 @@ __all__ = [
     "API_KEYS",
     "APIS",
     "ApiInfo",
+    "ApiKey",
     "InFlight",
     "KafkaProtocol",
     "Response",

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from kcore.errors import KcoreError, ProtocolError, UnsupportedVersionError
-from kcore.protocol.messages import APIS, response_class
+from kcore.protocol.messages import APIS, ApiKey, response_class
 from kcore.protocol.messages.response_header import ResponseHeader
 from kcore.protocol.types import FrameBuffer, Message, check_version
 
@@ -41,8 +41,6 @@ __all__ = [
     "response_header_version",
 ]
 
-API_VERSIONS_KEY = 18
-PRODUCE_KEY = 0
 # A corrupt size field must not make us buffer gigabytes; real responses are far smaller (the
 # broker's fetch.max.bytes defaults to 55 MiB).
 DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
@@ -65,7 +63,7 @@ def request_header_version(api_key: int, api_version: int) -> int:
 def response_header_version(api_key: int, api_version: int) -> int:
     """Response header version: 1 when flexible, else 0; always 0 for ApiVersions (KIP-511:
     the client must be able to read the reply of a broker that rejects the version)."""
-    if api_key == API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     return 1 if _is_flexible(api_key, api_version) else 0
 
@@ -158,7 +156,7 @@ class KafkaProtocol:
             raise TypeError(f"{type(request).__name__} is not a request message")
         check_version(type(request), api_version)
         if expect_response is None:
-            expect_response = not (api_key == PRODUCE_KEY and getattr(request, "acks", 1) == 0)
+            expect_response = not (api_key == ApiKey.PRODUCE and getattr(request, "acks", 1) == 0)
         correlation_id = self._next_correlation_id
         # out: 4 bytes for the size, filled in below
         out += _HEADER_V1.pack(api_key, api_version, correlation_id, self._client_id_len)
@@ -268,7 +266,7 @@ class KafkaProtocol:
                 raise ProtocolError(f"{len(frame) - end} unread bytes after {cls.NAME}")
             return body, version
         except (KcoreError, ValueError):
-            if api_key != API_VERSIONS_KEY or version == 0:
+            if api_key != ApiKey.API_VERSIONS or version == 0:
                 raise
         # A broker that does not support our ApiVersionsRequest version answers with an
         # UNSUPPORTED_VERSION ApiVersionsResponse v0 listing the versions it does support.
