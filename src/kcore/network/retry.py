@@ -76,11 +76,13 @@ class RetryPacing:
         self.backoff = backoff
         self.attempts = 0
 
-    async def pause(self) -> bool:
+    async def pause(self, seconds: float | None = None) -> bool:
+        """``seconds``: this pause instead of the backoff's next one (what a failure asked for)."""
         remaining = self.deadline.remaining()
         if remaining <= 0:
             return False
-        await asyncio.sleep(min(remaining, self.backoff.backoff_s(self.attempts)))
+        wait = self.backoff.backoff_s(self.attempts) if seconds is None else seconds
+        await asyncio.sleep(min(remaining, wait))
         self.attempts += 1
         return True
 
@@ -93,11 +95,13 @@ async def retry(
     backoff: ExponentialBackoff,
     retriable: Callable[[BaseException], bool] = is_retriable,
     before_retry: Callable[[BaseException], object] | None = None,
+    pause_for: Callable[[BaseException], float | None] | None = None,
     bound_attempts: bool = True,
 ) -> T:
     """Await ``attempt()`` until it returns, pausing by ``backoff`` after each retriable
     failure, until ``deadline``. ``before_retry(exc)`` runs before each pause (e.g. to ask for
-    a metadata refresh); ``bound_attempts`` cuts each attempt to what is left of the deadline
+    a metadata refresh); ``pause_for(exc)`` may name the pause after that failure (None: the
+    backoff's); ``bound_attempts`` cuts each attempt to what is left of the deadline
     (off where the attempt bounds itself)."""
     pacing = RetryPacing(deadline, backoff)
     said = ""  # the last failure that said what was wrong (a bare timeout says nothing)
@@ -119,5 +123,5 @@ async def retry(
                 raise
             if before_retry is not None:
                 before_retry(exc)
-            if not await pacing.pause():
+            if not await pacing.pause(None if pause_for is None else pause_for(exc)):
                 raise

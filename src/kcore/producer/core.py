@@ -30,9 +30,11 @@ from kcore.producer.accumulator import (
     MemoryShortage,
     RecordAccumulator,
 )
+from kcore.producer.idempotence import IdempotenceState
 from kcore.producer.results import BatchResult, DeliveryFuture, RecordMetadata, SendBatchResult
 from kcore.producer.sender import Sender
-from kcore.producer.transactions import TransactionManager, TxnState
+from kcore.producer.transactions import TransactionManager
+from kcore.producer.txn_state import TransactionStateMachine, TxnState
 from kcore.types import ConsumerGroupMetadata, TopicPartition
 
 __all__ = ["ProducerCore"]
@@ -80,6 +82,27 @@ class ProducerCore:
         self.async_callbacks = False
         self._callback_tasks: set[asyncio.Task[Any]] = set()
         self.idempotent = bool(cfg["enable.idempotence"])
+        # The producer id, epoch and sequences: numbered by the sender, given by InitProducerId
+        # (the sender's, or the transaction coordinator's).
+        self.identity = IdempotenceState()
+        # transactional.id: records are sent only inside transactions; the state machine says
+        # when (kcore.producer.txn_state), the coordinator requests drive it
+        # (kcore.producer.transactions).
+        self.txn: TransactionStateMachine | None = None
+        self.transactions: TransactionManager | None = None
+        transactional_id = cfg.get("transactional.id")
+        if transactional_id:
+            self.txn = TransactionStateMachine(
+                str(transactional_id), on_state=self._txn_state_changed
+            )
+            self.transactions = TransactionManager(
+                self.txn,
+                self.identity,
+                self.cluster,
+                int(cfg["transaction.timeout.ms"]),
+                renumber_waiting=self.accumulator.reset_sequences,
+                wake_sender=self.wake_sender,
+            )
         self.sender = Sender(
             self.cluster,
             self.accumulator,
@@ -90,19 +113,12 @@ class ProducerCore:
             max_request_size=int(cfg["max.request.size"]),
             retries=int(cfg["retries"]),
             max_in_flight=int(cfg["max.in.flight.requests.per.connection"]),
+            identity=self.identity,
+            txn=self.txn,
+            register_partitions=(
+                self.transactions.ensure_adding if self.transactions is not None else None
+            ),
         )
-        # transactional.id: records are sent only inside transactions (kcore.producer.transactions).
-        self.txn: TransactionManager | None = None
-        transactional_id = cfg.get("transactional.id")
-        if transactional_id:
-            self.txn = TransactionManager(
-                str(transactional_id),
-                int(cfg["transaction.timeout.ms"]),
-                self.cluster,
-                self.sender,
-                on_state=self._txn_state_changed,
-            )
-            self.sender.txn = self.txn
         self._fast_path = (
             self.key_serializer is None
             and self.value_serializer is None
@@ -484,12 +500,12 @@ class ProducerCore:
         )
         self.wake_sender()
 
-    def _require_txn(self, call: str) -> TransactionManager:
-        if self.txn is None:
+    def _require_txn(self, call: str) -> tuple[TransactionStateMachine, TransactionManager]:
+        if self.txn is None or self.transactions is None:
             raise TransactionStateError(f"{call}: the producer has no transactional.id")
         if self.closed:
             raise KcoreError("the producer is closed")
-        return self.txn
+        return self.txn, self.transactions
 
     async def _bounded(self, call: str, coro: Any, timeout: float | None) -> Any:
         """``coro`` within ``timeout`` (default max.block.ms, as Java's transactional calls)."""
@@ -502,12 +518,12 @@ class ProducerCore:
             ) from None
 
     async def init_transactions(self, timeout: float | None) -> None:
-        txn = self._require_txn("init_transactions")
+        txn, requests = self._require_txn("init_transactions")
         txn.check_initializable()
-        await self._bounded("init_transactions", txn.initialize(), timeout)
+        await self._bounded("init_transactions", requests.initialize(), timeout)
 
     def begin_transaction(self) -> None:
-        self._require_txn("begin_transaction").begin()
+        self._require_txn("begin_transaction")[0].begin()
 
     async def send_offsets_to_transaction(
         self,
@@ -515,7 +531,7 @@ class ProducerCore:
         group_metadata: ConsumerGroupMetadata | str,
         timeout: float | None,
     ) -> None:
-        txn = self._require_txn("send_offsets_to_transaction")
+        txn, requests = self._require_txn("send_offsets_to_transaction")
         txn.check_in_transaction("send_offsets_to_transaction")
         group = (
             ConsumerGroupMetadata(group_metadata)
@@ -534,12 +550,14 @@ class ProducerCore:
             wanted[TopicPartition(*tp)] = offset
         if not wanted:
             return
-        await self._bounded("send_offsets_to_transaction", txn.send_offsets(wanted, group), timeout)
+        await self._bounded(
+            "send_offsets_to_transaction", requests.send_offsets(wanted, group), timeout
+        )
 
     async def commit_transaction(self, timeout: float | None) -> None:
         """Flush (every record of the transaction delivered), then EndTxn(commit). A record
         that failed makes it raise; the transaction must then be aborted."""
-        txn = self._require_txn("commit_transaction")
+        txn, requests = self._require_txn("commit_transaction")
         txn.start_commit()
 
         async def commit() -> None:
@@ -547,14 +565,14 @@ class ProducerCore:
                 await self.flush(None)
             if txn.state is not TxnState.COMMITTING:  # a record failed: abortable (or fatal)
                 txn.start_commit()  # raises naming the cause
-            await txn.end(commit=True)
+            await requests.end(commit=True)
 
         await self._bounded("commit_transaction", commit(), timeout)
 
     async def abort_transaction(self, timeout: float | None) -> None:
         """Unsent records fail (TransactionAbortedError), those in flight are waited for, then
         EndTxn(abort)."""
-        txn = self._require_txn("abort_transaction")
+        txn, requests = self._require_txn("abort_transaction")
         txn.start_abort()
         self.sender.wakeup()  # it fails the waiting batches (the transaction is aborting)
 
@@ -562,7 +580,7 @@ class ProducerCore:
             while self.accumulator.has_pending():  # (in flight: waited for, not cut off)
                 pending = self.accumulator.pending_results()
                 await _all_done(pending, [len(pending)])
-            await txn.end(commit=False)
+            await requests.end(commit=False)
 
         await self._bounded("abort_transaction", abort(), timeout)
 
