@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
@@ -23,6 +24,7 @@ from kcore.errors import (
     TransactionStateError,
 )
 from kcore.metrics import ClientMetrics
+from kcore.network.retry import Deadline
 from kcore.producer.accumulator import (
     BATCH_HEADER,
     RECORD_OVERHEAD,
@@ -291,7 +293,7 @@ class ProducerCore:
                 log.info("close: aborting the open transaction failed: %s", exc)
         self.closed = True
         self.send_path.enabled = False  # every send now takes the checked (and refused) path
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = Deadline(math.inf if timeout is None else timeout)
         try:
             if not self._forced:  # (a forcing close may have come during the abort above)
                 self._flushing = asyncio.ensure_future(self.flush(timeout))
@@ -306,7 +308,7 @@ class ProducerCore:
             # Records already told they timed out (delivery.timeout.ms passed while in flight)
             # may have requests out still: those count, within the same deadline.
             while self.accumulator.has_pending() and not self._forced:
-                if deadline is not None and time.monotonic() >= deadline:
+                if deadline.expired():
                     aborted = True
                     break
                 await asyncio.sleep(0.02)
