@@ -687,3 +687,41 @@ def test_a_failed_batch_makes_the_transaction_abortable():
     assert t.cluster.sent_to == [1]
     assert t.producers == [(1000, 4)]
     assert txn.state is TxnState.READY and not txn.epoch_bump_required
+
+
+def test_concurrent_transactions_on_the_first_registration_retries_after_20_ms():
+    """CONCURRENT_TRANSACTIONS answering a transaction's first AddPartitionsToTxn (the
+    previous transaction is still being completed) is retried after 20 ms, as Java's, not
+    after retry.backoff.ms (here 1 s)."""
+    from kcore.protocol.messages.add_partitions_to_txn_response import (
+        AddPartitionsToTxnPartitionResult,
+        AddPartitionsToTxnResponse,
+        AddPartitionsToTxnTopicResult,
+    )
+
+    tp = kcore.TopicPartition("t", 0)
+    t = Scripted(version=1)
+    t.cluster.retry_backoff = ExponentialBackoff(1000, 1000)
+    answers = [51, 51, 0]
+
+    async def send(node: int, request: object, version: int, timeout: float | None = None):
+        t.cluster.sent_to.append(broker_id(node))
+        part = AddPartitionsToTxnPartitionResult(
+            partition_index=0, partition_error_code=answers.pop(0)
+        )
+        topic = AddPartitionsToTxnTopicResult(name="t", results_by_partition=[part])
+        return AddPartitionsToTxnResponse(error_code=0, results_by_topic_v3_and_below=[topic])
+
+    t.cluster.send = send  # type: ignore[method-assign]
+    t.machine.begin()
+    assert not t.machine.may_send(tp)  # noted for registration
+
+    async def register() -> None:
+        t.requests.ensure_adding()
+        await t.requests._add_task
+
+    started = time.monotonic()
+    asyncio.run(register())
+    assert time.monotonic() - started < 0.5
+    assert t.cluster.sent_to == [1, 1, 1] and not answers
+    assert t.machine.may_send(tp) and t.machine.started
