@@ -410,11 +410,11 @@ def test_a_partition_s_empty_queue_goes_and_comes_back_with_its_next_batch() -> 
 
 
 def test_send_batch_offers_each_chunk_about_what_the_last_one_took() -> None:
-    """send_batch's row windows (kcore.producer.core._next_window): a filled batch sets the
+    """send_batch's row windows (kcore.producer.columns._next_window): a filled batch sets the
     next window to what it took and a quarter more, never under the estimate's rows (a lone
     record over batch.size takes 1); a group that ran out teaches nothing; a chunk that took
     every row offered (smaller records than estimated) doubles it."""
-    from kcore.producer.core import _next_window
+    from kcore.producer.columns import _next_window
 
     chunk = 1000
     assert _next_window(2000, 2000, 1800, chunk) == 1800 + 450 + 1

@@ -44,7 +44,8 @@ def test_an_epoch_bump_renumbers_only_the_partitions_whose_sequence_broke() -> N
     waiting batches are renumbered under the new id."""
     acc = _accumulator()
     sender = _sender(None, acc, idempotent=True)  # (no network here)
-    sender.producer_id, sender.producer_epoch = 1000, 0
+    identity = sender.identity
+    identity.reset(1000, 0)
     acc.append(P2, None, b"x", 0, None, 1.0)
     (x,) = _drain(acc)
     sender._assign_sequence(x)
@@ -54,17 +55,17 @@ def test_an_epoch_bump_renumbers_only_the_partitions_whose_sequence_broke() -> N
     acc.append(P1, None, b"y", 0, None, 1.0)
 
     # P1's sequence broke; the bump gives a new producer id.
-    sender._rewrite.add(P1)
-    sender.producer_id = 1001
-    sender._sequences.clear()
-    acc.reset_sequences(sender._rewrite)
+    identity.sequence_broke(P1)
+    identity.reset(1001, 0)
+    acc.reset_sequences(identity.take_broken())
 
     again = {b.tp: b for b in _drain(acc)}
     for b in again.values():
         sender._assign_sequence(b)
     assert (again[P2].producer, again[P2].sequence) == ((1000, 0), 0)
     assert (again[P1].producer, again[P1].sequence) == ((1001, 0), 0)
-    assert sender._flying[P2][again[P2].order] == (1000, 0)  # later P2 batches wait for it
+    assert identity.in_flight_producer(P2, again[P2].order) == (1000, 0)  # later P2 batches wait
+    assert identity.older_epoch_in_flight(P2) and not identity.older_epoch_in_flight(P1)
 
 
 def test_retries_bound_how_often_a_batch_goes_again() -> None:
@@ -131,6 +132,8 @@ def test_a_failed_epoch_bump_fails_every_record_with_its_cause() -> None:
     acc = _accumulator()
 
     class Cluster:
+        retry_backoff = SimpleNamespace(backoff_s=lambda attempt: 0.0)
+
         def least_loaded_node(self) -> int:
             return 1
 
@@ -139,7 +142,7 @@ def test_a_failed_epoch_bump_fails_every_record_with_its_cause() -> None:
 
     async def main() -> None:
         sender = _sender(Cluster(), acc, idempotent=True)
-        sender.producer_id, sender.producer_epoch = 1000, 0
+        sender.identity.reset(1000, 0)
         batch, _, _ = acc.append(P1, None, b"v", 0, None, 1.0)
         sender._start_epoch_bump()
         await asyncio.wait_for(sender.run(), 10)
@@ -268,8 +271,8 @@ def test_batches_in_flight_behind_a_split_one_go_again_after_its_halves() -> Non
     another batch of the partition is in flight (they are retries)."""
     acc = _accumulator()
     sender = _sender(_Cluster(), acc, idempotent=True)
-    sender.producer_id, sender.producer_epoch = 1000, 0
-    sender._acked.add(P1)  # a batch was written before: several may fly
+    sender.identity.reset(1000, 0)
+    sender.identity.written(P1, (1000, 0))  # a batch was written before: several may fly
     for i in range(6):
         acc.append(P1, None, b"v%d" % i, 0, None, 1.0)
         if i in (3, 5):
@@ -347,15 +350,15 @@ def test_an_epoch_bump_keeps_the_numbering_of_a_batch_that_may_have_been_written
 
     acc = _accumulator()
     sender = _sender(_Broker(no_answer), acc, idempotent=True)
-    sender.producer_id, sender.producer_epoch = 1000, 0
+    identity = sender.identity
+    identity.reset(1000, 0)
     c = _numbered_and_sent(sender, acc, b"c")  # times out: requeued, maybe written
     assert c.maybe_written and acc._queues[P1][0] is c
     acc.append(P1, None, b"d", 0, None, 1.0)  # a batch never sent
 
-    sender._rewrite.add(P1)  # P1's sequence broke elsewhere: a bump renumbers P1
-    sender.producer_id = 1001
-    sender._sequences.clear()
-    acc.reset_sequences(sender._rewrite)
+    identity.sequence_broke(P1)  # P1's sequence broke elsewhere: a bump renumbers P1
+    identity.reset(1001, 0)
+    acc.reset_sequences(identity.take_broken())
     c_again, d = list(acc._queues[P1])
     assert c_again is c and (c.producer, c.sequence) == ((1000, 0), 0)
     assert d.sequence is None
@@ -378,10 +381,10 @@ def test_a_batch_answered_with_an_error_after_the_append_keeps_its_numbering_too
     the batch was not written: it keeps its numbering through a bump, as an unanswered one."""
     acc = _accumulator()
     sender = _sender(_Broker(lambda: _response(P1, 7)), acc, idempotent=True)
-    sender.producer_id, sender.producer_epoch = 1000, 0
+    sender.identity.reset(1000, 0)
     a = _numbered_and_sent(sender, acc, b"a")
     assert a.maybe_written and acc._queues[P1][0] is a
-    sender.producer_id = 1001
+    sender.identity.reset(1001, 0)
     acc.reset_sequences({P1})
     assert (a.producer, a.sequence) == ((1000, 0), 0)
 
@@ -394,8 +397,8 @@ def test_a_batch_in_flight_past_delivery_timeout_fails_its_records_and_is_not_se
 
     acc = _accumulator()
     sender = _sender(_Cluster(), acc, idempotent=True)
-    sender.producer_id, sender.producer_epoch = 1000, 0
-    sender._acked.add(P1)
+    sender.identity.reset(1000, 0)
+    sender.identity.written(P1, (1000, 0))
     for value in (b"a", b"b"):
         acc.append(P1, None, value, 0, None, 1.0)
         acc._queues[P1][-1].closed = True
@@ -421,7 +424,7 @@ def test_a_batch_in_flight_past_delivery_timeout_fails_its_records_and_is_not_se
     _answer(sender, second, 45)  # would go again: fails instead (its sequence broke: a bump)
     assert not acc._queues[P1] and acc._used == 0 and not sender._sent
     assert isinstance(second.result.error, KcoreTimeoutError)
-    assert bumps and P1 in sender._rewrite
+    assert bumps and sender.identity.is_broken(P1)
 
 
 def test_batches_wait_while_the_node_has_max_in_flight_requests_then_go_together() -> None:

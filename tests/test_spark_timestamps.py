@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from kcore.errors import ConfigError
-from kcore.producer.core import _milliseconds
+from kcore.producer.columns import _milliseconds
 from kcore.spark.record_sender import RecordSender, _timestamps
 from kcore.spark.write_options import WriteSettings
 

@@ -32,7 +32,9 @@ from kcore.errors import (
     TransactionStateError,
 )
 from kcore.network.backoff import ExponentialBackoff
-from kcore.producer.transactions import TransactionManager, TxnState
+from kcore.producer.idempotence import IdempotenceState
+from kcore.producer.transactions import TransactionManager
+from kcore.producer.txn_state import TransactionStateMachine, TxnState
 from kcore.protocol.messages import EndTxnResponse, OffsetFetchRequest
 from kcore.protocol.messages.offset_fetch_request import OffsetFetchRequestTopic
 from kcore.testing import KafkaCluster
@@ -241,10 +243,10 @@ def test_commit_makes_records_visible_to_read_committed(txn_cluster):
         # last stable offset stays before the open transaction).
         assert len(read_kcore(bootstrap, topic, 3, isolation="read_uncommitted", count=60)) == 60
         assert read_kcore(bootstrap, topic, 3, count=1, timeout=1.5) == []
-        epoch = p._core.sender.producer_epoch
+        epoch = p._core.identity.epoch
         p.commit_transaction(30)
         # v2: the coordinator bumps the epoch at every EndTxn; v1 keeps it
-        assert p._core.sender.producer_epoch == epoch + (1 if protocol == 2 else 0)
+        assert p._core.identity.epoch == epoch + (1 if protocol == 2 else 0)
         metas = [f.result(0) for f in futures]
         commit_sentinel(p, topic, 3)
     got = read_kcore(bootstrap, topic, 3)
@@ -421,11 +423,11 @@ def test_a_failed_produce_makes_the_transaction_abortable(txn_cluster):
         assert all(f.exception() is None for f in good)
         with pytest.raises(TransactionStateError):
             p.send(topic, b"after the failure", partition=0)
-        epoch = p._core.sender.producer_epoch
+        epoch = p._core.identity.epoch
         p.abort_transaction(30)
         # The failed batch had sequence numbers: a new epoch (v1: InitProducerId, KIP-360;
         # v2: the EndTxn answer) so that the next batches do not follow on from them.
-        assert p._core.sender.producer_epoch == epoch + 1
+        assert p._core.identity.epoch == epoch + 1
 
         p.begin_transaction()
         p.send(topic, b"next", partition=1)
@@ -572,24 +574,6 @@ def test_async_producer_and_close_aborting_an_open_transaction(kafka_cluster):
 # -- the state machine and the coordinator rules, without a broker ----------------------------
 
 
-class FakeSender:
-    producer_id = 1000
-    producer_epoch = 3
-
-    def __init__(self) -> None:
-        self.producers: list[tuple[int, int]] = []
-
-    def set_producer(self, producer_id: int, producer_epoch: int) -> None:
-        self.producer_id, self.producer_epoch = producer_id, producer_epoch
-        self.producers.append((producer_id, producer_epoch))
-
-    def configure_transactions(self, transactional_id: str, protocol: int) -> None:
-        pass
-
-    def wakeup(self) -> None:
-        pass
-
-
 class FakeConnection:
     def version_for(self, api_key: int, **limits: object) -> int:
         return 5 if limits.get("min_version") == 5 else 4
@@ -621,39 +605,50 @@ class FakeCluster:
         return EndTxnResponse(error_code=self.codes.pop(0), producer_id=1000, producer_epoch=4)
 
 
-def manager(
-    codes: list[int] | None = None, version: int = 1
-) -> tuple[TransactionManager, FakeCluster]:
-    cluster = FakeCluster(codes or [])
-    txn = TransactionManager("t-1", 60000, cluster, FakeSender())  # type: ignore[arg-type]
-    txn.version = version
-    txn.can_bump_epoch = True
-    txn._transition(TxnState.READY)
-    return txn, cluster
+class Scripted:
+    """A transaction state machine in READY (producer id 1000, epoch 3) and the coordinator
+    requests that drive it over a FakeCluster; ``producers``: each new id and epoch taken."""
+
+    def __init__(self, codes: list[int] | None = None, version: int = 1) -> None:
+        self.cluster = FakeCluster(codes or [])
+        self.machine = TransactionStateMachine("t-1")
+        self.identity = IdempotenceState()
+        self.identity.reset(1000, 3)
+        self.producers: list[tuple[int, int]] = []
+        self.requests = TransactionManager(
+            self.machine,
+            self.identity,
+            self.cluster,  # type: ignore[arg-type]
+            60000,
+            renumber_waiting=lambda: self.producers.append(self.identity.producer),
+            wake_sender=lambda: None,
+        )
+        self.machine.initialized(version, can_bump_epoch=True, produce_versions={})
 
 
 def test_coordinator_errors_refind_or_retry_on_the_same_coordinator():
     # NOT_COORDINATOR and COORDINATOR_NOT_AVAILABLE look the coordinator up again;
     # COORDINATOR_LOAD_IN_PROGRESS and CONCURRENT_TRANSACTIONS retry on the same one.
-    txn, cluster = manager([16, 14, 51, 15, 0], version=2)
-    txn.begin()
-    txn.started = True
-    txn.start_commit()
-    asyncio.run(txn.end(commit=True))
-    assert cluster.sent_to == [1, 2, 2, 2, 3]
-    assert cluster.lookups == 3
-    assert txn.state is TxnState.READY
-    assert txn.sender.producers == [(1000, 4)]  # v2: EndTxn v5's bumped epoch is taken
+    t = Scripted([16, 14, 51, 15, 0], version=2)
+    t.machine.begin()
+    t.machine.offsets_added()  # (something to end)
+    t.machine.start_commit()
+    asyncio.run(t.requests.end(commit=True))
+    assert t.cluster.sent_to == [1, 2, 2, 2, 3]
+    assert t.cluster.lookups == 3
+    assert t.machine.state is TxnState.READY
+    assert t.producers == [(1000, 4)]  # v2: EndTxn v5's bumped epoch is taken
 
 
 @pytest.mark.parametrize("code", [90, 47])
 def test_fencing_is_fatal_and_every_later_call_raises(code):
-    txn, cluster = manager([code])
+    t = Scripted([code])
+    txn = t.machine
     txn.begin()
-    txn.started = True
+    txn.offsets_added()
     txn.start_commit()
     with pytest.raises(ProducerFencedError, match="t-1"):
-        asyncio.run(txn.end(commit=True))
+        asyncio.run(t.requests.end(commit=True))
     assert txn.state is TxnState.FATAL_ERROR
     for call in (txn.begin, txn.check_can_send, txn.start_abort, txn.check_initializable):
         with pytest.raises(ProducerFencedError):
@@ -661,18 +656,19 @@ def test_fencing_is_fatal_and_every_later_call_raises(code):
 
 
 def test_transactional_id_authorization_failure_is_fatal():
-    txn, _ = manager([53])
-    txn.begin()
-    txn.started = True
-    txn.start_commit()
+    t = Scripted([53])
+    t.machine.begin()
+    t.machine.offsets_added()
+    t.machine.start_commit()
     with pytest.raises(TransactionalIdAuthorizationFailedError):
-        asyncio.run(txn.end(commit=True))
+        asyncio.run(t.requests.end(commit=True))
     with pytest.raises(TransactionalIdAuthorizationFailedError, match="t-1"):
-        txn.begin()
+        t.machine.begin()
 
 
 def test_a_failed_batch_makes_the_transaction_abortable():
-    txn, cluster = manager([0])  # (the answer to the epoch bump)
+    t = Scripted([0])  # (the answer to the epoch bump)
+    txn = t.machine
     txn.begin()
     assert txn.undrained_error() is None
     txn.batch_failed(MessageTooLargeError("too big"), used_sequence=True)
@@ -687,23 +683,45 @@ def test_a_failed_batch_makes_the_transaction_abortable():
     assert txn.state is TxnState.ABORTING
     # Nothing was registered: no EndTxn. The failed batch was numbered: v1 bumps the epoch
     # with InitProducerId (KIP-360).
-    asyncio.run(txn.end(commit=False))
-    assert cluster.sent_to == [1]
-    assert txn.sender.producers == [(1000, 4)]
+    asyncio.run(t.requests.end(commit=False))
+    assert t.cluster.sent_to == [1]
+    assert t.producers == [(1000, 4)]
     assert txn.state is TxnState.READY and not txn.epoch_bump_required
 
 
-def test_v1_partitions_wait_for_registration_v2_do_not():
+def test_concurrent_transactions_on_the_first_registration_retries_after_20_ms():
+    """CONCURRENT_TRANSACTIONS answering a transaction's first AddPartitionsToTxn (the
+    previous transaction is still being completed) is retried after 20 ms, as Java's, not
+    after retry.backoff.ms (here 1 s)."""
+    from kcore.protocol.messages.add_partitions_to_txn_response import (
+        AddPartitionsToTxnPartitionResult,
+        AddPartitionsToTxnResponse,
+        AddPartitionsToTxnTopicResult,
+    )
+
     tp = kcore.TopicPartition("t", 0)
-    v1, _ = manager(version=1)
-    assert not v1.may_send(tp)  # READY: nothing is sent outside a transaction
-    v1.begin()
-    assert not v1.may_send(tp) and v1.new == {tp}
-    assert v1.take_new_partitions() == [tp] and v1.pending == {tp}
-    assert not v1.may_send(tp) and not v1.new  # in flight: not asked for twice
-    v1.pending.clear()
-    v1.added.add(tp)
-    assert v1.may_send(tp)
-    v2, _ = manager(version=2)
-    v2.begin()
-    assert v2.may_send(tp) and v2.started and not v2.new
+    t = Scripted(version=1)
+    t.cluster.retry_backoff = ExponentialBackoff(1000, 1000)
+    answers = [51, 51, 0]
+
+    async def send(node: int, request: object, version: int, timeout: float | None = None):
+        t.cluster.sent_to.append(broker_id(node))
+        part = AddPartitionsToTxnPartitionResult(
+            partition_index=0, partition_error_code=answers.pop(0)
+        )
+        topic = AddPartitionsToTxnTopicResult(name="t", results_by_partition=[part])
+        return AddPartitionsToTxnResponse(error_code=0, results_by_topic_v3_and_below=[topic])
+
+    t.cluster.send = send  # type: ignore[method-assign]
+    t.machine.begin()
+    assert not t.machine.may_send(tp)  # noted for registration
+
+    async def register() -> None:
+        t.requests.ensure_adding()
+        await t.requests._add_task
+
+    started = time.monotonic()
+    asyncio.run(register())
+    assert time.monotonic() - started < 0.5
+    assert t.cluster.sent_to == [1, 1, 1] and not answers
+    assert t.machine.may_send(tp) and t.machine.started

@@ -76,8 +76,9 @@ class RetryPacing:
         self.backoff = backoff
         self.attempts = 0
 
-    async def pause(self) -> bool:
-        wait = self._next_wait()
+    async def pause(self, seconds: float | None = None) -> bool:
+        """``seconds``: this pause instead of the backoff's next one (what a failure asked for)."""
+        wait = self._next_wait(seconds)
         if wait is None:
             return False
         await asyncio.sleep(wait)
@@ -91,11 +92,11 @@ class RetryPacing:
         time.sleep(wait)
         return True
 
-    def _next_wait(self) -> float | None:
+    def _next_wait(self, seconds: float | None = None) -> float | None:
         remaining = self.deadline.remaining()
         if remaining <= 0:
             return None
-        wait = min(remaining, self.backoff.backoff_s(self.attempts))
+        wait = min(remaining, self.backoff.backoff_s(self.attempts) if seconds is None else seconds)
         self.attempts += 1
         return wait
 
@@ -108,11 +109,13 @@ async def retry(
     backoff: ExponentialBackoff,
     retriable: Callable[[BaseException], bool] = is_retriable,
     before_retry: Callable[[BaseException], object] | None = None,
+    pause_for: Callable[[BaseException], float | None] | None = None,
     bound_attempts: bool = True,
 ) -> T:
     """Await ``attempt()`` until it returns, pausing by ``backoff`` after each retriable
     failure, until ``deadline``. ``before_retry(exc)`` runs before each pause (e.g. to ask for
-    a metadata refresh); ``bound_attempts`` cuts each attempt to what is left of the deadline
+    a metadata refresh); ``pause_for(exc)`` may name the pause after that failure (None: the
+    backoff's); ``bound_attempts`` cuts each attempt to what is left of the deadline
     (off where the attempt bounds itself)."""
     pacing = RetryPacing(deadline, backoff)
     said = ""  # the last failure that said what was wrong (a bare timeout says nothing)
@@ -128,7 +131,8 @@ async def retry(
             if not deadline.expired():
                 if before_retry is not None:
                     before_retry(exc)
-                if await pacing.pause() and not deadline.expired():
+                wait = None if pause_for is None else pause_for(exc)
+                if await pacing.pause(wait) and not deadline.expired():
                     continue
             # No time left for another attempt: this failure is the answer.
             if isinstance(exc, (TimeoutError, asyncio.TimeoutError, KcoreTimeoutError)):

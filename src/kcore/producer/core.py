@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import numbers
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
@@ -24,15 +24,20 @@ from kcore.errors import (
     TransactionStateError,
 )
 from kcore.metrics import ClientMetrics
+from kcore.network.retry import Deadline
 from kcore.producer.accumulator import (
     BATCH_HEADER,
     RECORD_OVERHEAD,
     MemoryShortage,
+    ProducerBatch,
     RecordAccumulator,
 )
+from kcore.producer.columns import ColumnAppender
+from kcore.producer.idempotence import IdempotenceState
 from kcore.producer.results import BatchResult, DeliveryFuture, RecordMetadata, SendBatchResult
 from kcore.producer.sender import Sender
-from kcore.producer.transactions import TransactionManager, TxnState
+from kcore.producer.transactions import TransactionManager
+from kcore.producer.txn_state import TransactionStateMachine, TxnState
 from kcore.types import ConsumerGroupMetadata, TopicPartition
 
 __all__ = ["ProducerCore"]
@@ -80,6 +85,27 @@ class ProducerCore:
         self.async_callbacks = False
         self._callback_tasks: set[asyncio.Task[Any]] = set()
         self.idempotent = bool(cfg["enable.idempotence"])
+        # The producer id, epoch and sequences: numbered by the sender, given by InitProducerId
+        # (the sender's, or the transaction coordinator's).
+        self.identity = IdempotenceState()
+        # transactional.id: records are sent only inside transactions; the state machine says
+        # when (kcore.producer.txn_state), the coordinator requests drive it
+        # (kcore.producer.transactions).
+        self.txn: TransactionStateMachine | None = None
+        self.transactions: TransactionManager | None = None
+        transactional_id = cfg.get("transactional.id")
+        if transactional_id:
+            self.txn = TransactionStateMachine(
+                str(transactional_id), on_state=self._txn_state_changed
+            )
+            self.transactions = TransactionManager(
+                self.txn,
+                self.identity,
+                self.cluster,
+                int(cfg["transaction.timeout.ms"]),
+                renumber_waiting=self.accumulator.reset_sequences,
+                wake_sender=self.wake_sender,
+            )
         self.sender = Sender(
             self.cluster,
             self.accumulator,
@@ -90,19 +116,12 @@ class ProducerCore:
             max_request_size=int(cfg["max.request.size"]),
             retries=int(cfg["retries"]),
             max_in_flight=int(cfg["max.in.flight.requests.per.connection"]),
+            identity=self.identity,
+            txn=self.txn,
+            register_partitions=(
+                self.transactions.ensure_adding if self.transactions is not None else None
+            ),
         )
-        # transactional.id: records are sent only inside transactions (kcore.producer.transactions).
-        self.txn: TransactionManager | None = None
-        transactional_id = cfg.get("transactional.id")
-        if transactional_id:
-            self.txn = TransactionManager(
-                str(transactional_id),
-                int(cfg["transaction.timeout.ms"]),
-                self.cluster,
-                self.sender,
-                on_state=self._txn_state_changed,
-            )
-            self.sender.txn = self.txn
         self._fast_path = (
             self.key_serializer is None
             and self.value_serializer is None
@@ -128,6 +147,15 @@ class ProducerCore:
             # up to this the compiled path cannot meet a record Java refuses; above, Python
             # checks the exact size.
             max_payload=self.max_record_size - RECORD_OVERHEAD - BATCH_HEADER - 11,
+        )
+        # send_batch: whole columns, chunk by chunk (kcore.producer.columns).
+        self.columns = ColumnAppender(
+            batch_size=self.batch_size,
+            ignore_keys=self.ignore_keys,
+            append_chunk=self._append_chunk,
+            sticky_partition=self.send_path.sticky_partition,
+            wake_sender=self.wake_sender,
+            let_sender_start=self._let_sender_start,
         )
         self.loop: asyncio.AbstractEventLoop | None = None
         self._counts_memo: tuple[Any, dict[str, tuple[int, list[int]]]] = (None, {})
@@ -265,7 +293,7 @@ class ProducerCore:
                 log.info("close: aborting the open transaction failed: %s", exc)
         self.closed = True
         self.send_path.enabled = False  # every send now takes the checked (and refused) path
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = Deadline(math.inf if timeout is None else timeout)
         try:
             if not self._forced:  # (a forcing close may have come during the abort above)
                 self._flushing = asyncio.ensure_future(self.flush(timeout))
@@ -280,7 +308,7 @@ class ProducerCore:
             # Records already told they timed out (delivery.timeout.ms passed while in flight)
             # may have requests out still: those count, within the same deadline.
             while self.accumulator.has_pending() and not self._forced:
-                if deadline is not None and time.monotonic() >= deadline:
+                if deadline.expired():
                     aborted = True
                     break
                 await asyncio.sleep(0.02)
@@ -484,12 +512,12 @@ class ProducerCore:
         )
         self.wake_sender()
 
-    def _require_txn(self, call: str) -> TransactionManager:
-        if self.txn is None:
+    def _require_txn(self, call: str) -> tuple[TransactionStateMachine, TransactionManager]:
+        if self.txn is None or self.transactions is None:
             raise TransactionStateError(f"{call}: the producer has no transactional.id")
         if self.closed:
             raise KcoreError("the producer is closed")
-        return self.txn
+        return self.txn, self.transactions
 
     async def _bounded(self, call: str, coro: Any, timeout: float | None) -> Any:
         """``coro`` within ``timeout`` (default max.block.ms, as Java's transactional calls)."""
@@ -502,12 +530,12 @@ class ProducerCore:
             ) from None
 
     async def init_transactions(self, timeout: float | None) -> None:
-        txn = self._require_txn("init_transactions")
+        txn, requests = self._require_txn("init_transactions")
         txn.check_initializable()
-        await self._bounded("init_transactions", txn.initialize(), timeout)
+        await self._bounded("init_transactions", requests.initialize(), timeout)
 
     def begin_transaction(self) -> None:
-        self._require_txn("begin_transaction").begin()
+        self._require_txn("begin_transaction")[0].begin()
 
     async def send_offsets_to_transaction(
         self,
@@ -515,7 +543,7 @@ class ProducerCore:
         group_metadata: ConsumerGroupMetadata | str,
         timeout: float | None,
     ) -> None:
-        txn = self._require_txn("send_offsets_to_transaction")
+        txn, requests = self._require_txn("send_offsets_to_transaction")
         txn.check_in_transaction("send_offsets_to_transaction")
         group = (
             ConsumerGroupMetadata(group_metadata)
@@ -534,12 +562,14 @@ class ProducerCore:
             wanted[TopicPartition(*tp)] = offset
         if not wanted:
             return
-        await self._bounded("send_offsets_to_transaction", txn.send_offsets(wanted, group), timeout)
+        await self._bounded(
+            "send_offsets_to_transaction", requests.send_offsets(wanted, group), timeout
+        )
 
     async def commit_transaction(self, timeout: float | None) -> None:
         """Flush (every record of the transaction delivered), then EndTxn(commit). A record
         that failed makes it raise; the transaction must then be aborted."""
-        txn = self._require_txn("commit_transaction")
+        txn, requests = self._require_txn("commit_transaction")
         txn.start_commit()
 
         async def commit() -> None:
@@ -547,14 +577,14 @@ class ProducerCore:
                 await self.flush(None)
             if txn.state is not TxnState.COMMITTING:  # a record failed: abortable (or fatal)
                 txn.start_commit()  # raises naming the cause
-            await txn.end(commit=True)
+            await requests.end(commit=True)
 
         await self._bounded("commit_transaction", commit(), timeout)
 
     async def abort_transaction(self, timeout: float | None) -> None:
         """Unsent records fail (TransactionAbortedError), those in flight are waited for, then
         EndTxn(abort)."""
-        txn = self._require_txn("abort_transaction")
+        txn, requests = self._require_txn("abort_transaction")
         txn.start_abort()
         self.sender.wakeup()  # it fails the waiting batches (the transaction is aborting)
 
@@ -562,7 +592,7 @@ class ProducerCore:
             while self.accumulator.has_pending():  # (in flight: waited for, not cut off)
                 pending = self.accumulator.pending_results()
                 await _all_done(pending, [len(pending)])
-            await txn.end(commit=False)
+            await requests.end(commit=False)
 
         await self._bounded("abort_transaction", abort(), timeout)
 
@@ -600,112 +630,15 @@ class ProducerCore:
         counts: tuple[int, list[int]],
         headers: Any = None,
     ) -> SendBatchResult:
-        """Columns in: split by partition, then into chunks of about ``batch.size``, each one
-        compiled ``append_many`` call."""
-        from kcore.codec import partitions_for_keys, prepare_headers
-
+        """send_batch: whole columns (``counts``: the topic's partition count and the
+        partitions with a leader)."""
         if self.txn is not None:
             self.txn.check_can_send()
-        n = len(values)
-        # Checked before any chunk is queued (a bad input found in a later chunk would leave
-        # the earlier ones sent): lengths, and the headers whole.
-        if keys is not None and len(keys) != n:
-            raise ValueError(f"{len(keys)} keys for {n} values")
-        headers = prepare_headers(headers, n)
-        if isinstance(timestamp_ms, numbers.Integral):  # also numpy's integer scalars
-            timestamp_ms = int(timestamp_ms)
-        elif _is_datetime64_scalar(timestamp_ms):  # one time for all, as one int is
-            ms = _milliseconds(timestamp_ms.reshape(1))[0]
-            timestamp_ms = int(ms)
-        elif timestamp_ms is not None:
-            if not hasattr(timestamp_ms, "__len__"):  # an iterator: its values, once
-                timestamp_ms = list(timestamp_ms)
-            timestamp_ms = _milliseconds(timestamp_ms)
-            if len(timestamp_ms) != n:
-                raise ValueError(f"{len(timestamp_ms)} timestamps for {n} values")
-        out = SendBatchResult(topic)
-        if n == 0:
-            return out
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        per_record = (
-            RECORD_OVERHEAD
-            + _mean_size(values, n)
-            + (_mean_size(keys, n) if keys is not None else 0)
-            + _mean_headers_size(headers, n)
-        )
-        # Rows a batch takes by the estimate, which is an upper bound (RECORD_OVERHEAD counts
-        # the longest varints). A chunk is offered more rows than that and ends at batch.size
-        # exactly; then the next is offered about what it took (_next_window).
-        chunk = max(1, self.batch_size // per_record)
-        window, first = 2 * chunk, True
-        count, available = counts
-        if partition is not None and not 0 <= partition < count:  # as send's check
-            raise KcoreError(f"{topic} has {count} partitions; there is no partition {partition}")
+        return self.columns.append(topic, values, keys, partition, timestamp_ms, counts, headers)
 
-        def append_rows(to: int | None, k: Any, v: Any, t: Any, h: Any) -> None:
-            """Every row of these columns, chunk by chunk, to partition ``to`` (None: the
-            sticky partitioner's choice for each chunk)."""
-            nonlocal window, first
-            start, size = 0, len(v)
-            while start < size:
-                stop = min(size, start + window)
-                estimate = min(stop - start, chunk) * per_record
-                p = (
-                    to
-                    if to is not None
-                    else self.send_path.sticky_partition(topic, count, available, self.batch_size)
-                )
-                taken = self._chunk(out, topic, p, k, v, t, h, start, stop, estimate)
-                if first and taken < n:
-                    self._let_sender_start()
-                first = False
-                window = _next_window(window, stop - start, taken, chunk)
-                start += taken
-
-        try:
-            if partition is not None or keys is None or self.ignore_keys:
-                # One partition for everything given, or sticky chunks for unkeyed records.
-                append_rows(partition, keys, values, ts, headers)
-            else:
-                import numpy as np
-
-                parts = np.frombuffer(partitions_for_keys(keys, count), dtype=np.int32)
-                if (parts < 0).any():  # null keys: sticky, as for unkeyed records
-                    parts = parts.copy()
-                    parts[parts < 0] = self.send_path.sticky_partition(topic, count, available, 0)
-                order = np.argsort(parts, kind="stable")  # keeps send order within a partition
-                sorted_parts = parts[order]
-                bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-                for group in np.split(order, bounds):
-                    if not len(group):
-                        continue
-                    append_rows(
-                        int(parts[group[0]]),
-                        _take(keys, group),
-                        _take(values, group),
-                        ts if isinstance(ts, int) else _take(ts, group),
-                        _take(headers, group) if headers is not None else None,
-                    )
-        except Exception as exc:
-            # Bad content (a value of the wrong type, say) in a later chunk: the earlier
-            # chunks are queued and will be delivered; say which, and hand over their result.
-            if len(out):
-                exc.queued = out  # type: ignore[attr-defined]
-                note = (
-                    f"send_batch: {len(out)} of the {n} records (the chunks before this error) "
-                    "were queued and will be sent; the exception's .queued is their result"
-                )
-                if hasattr(exc, "add_note"):  # Python 3.11+
-                    exc.add_note(note)
-            raise
-        self.wake_sender()
-        return out
-
-    def _chunk(
+    def _append_chunk(
         self,
-        out: SendBatchResult,
-        topic: str,
-        partition: int,
+        tp: TopicPartition,
         keys: Any,
         values: Any,
         ts: Any,
@@ -713,43 +646,16 @@ class ProducerCore:
         start: int,
         stop: int,
         estimate: int,
-    ) -> int:
-        """Queue as many of rows ``start:stop`` as fit one batch; returns how many."""
-        if (
-            type(values) in (list, tuple)
-            and (keys is None or type(keys) in (list, tuple))
-            and isinstance(ts, int)
-            and headers is None
-        ):
-            # Lists are read in place, by row: a slice takes and drops a reference per value
-            # (~7% of send_batch's CPU for 1,000,000 values).
-            k, v, t, h = keys, values, ts, headers
-        else:
-            # Arrays slice without copying; anything else append_many converts whole, so a
-            # chunk converts only its own rows.
-            k = keys[start:stop] if keys is not None else None
-            v = values[start:stop]
-            t = ts if isinstance(ts, int) else ts[start:stop]
-            h = headers[start:stop] if headers is not None else None
-            start, stop = 0, -1
+    ) -> tuple[ProducerBatch, int]:
+        """One chunk of send_batch's rows into a batch of its own, waiting for buffer.memory
+        up to max.block.ms (which, inside a transaction, fails the transaction too)."""
         try:
-            batch, taken = self.accumulator.append_chunk(
-                TopicPartition(topic, partition),
-                k,
-                v,
-                t,
-                h,
-                start,
-                stop,
-                estimate,
-                self.max_block_s,
+            return self.accumulator.append_chunk(
+                tp, keys, values, ts, headers, start, stop, estimate, self.max_block_s
             )
         except KcoreTimeoutError as exc:
             self._failed_in_transaction(exc)
             raise
-        out.add(partition, taken, batch.result)
-        self.wake_sender()  # a chunk is a full batch: ready to go now
-        return taken
 
 
 async def _all_done(pending: list[Any], left: list[int]) -> None:
@@ -765,28 +671,6 @@ async def _all_done(pending: list[Any], left: list[int]) -> None:
     for result in pending:
         result.add_callback(lambda r: loop.call_soon_threadsafe(one_done, r))
     await all_done
-
-
-def _milliseconds(column: Any) -> Any:
-    """A column of times (pyarrow ``timestamp``, numpy ``datetime64``) as int64 milliseconds
-    since the epoch, null or NaT as the time now (as Spark's Kafka sink); other columns as
-    they are (ints in milliseconds)."""
-    if type(column).__module__.startswith("pyarrow"):
-        import pyarrow as pa
-
-        if pa.types.is_timestamp(column.type):  # UTC instants: through numpy, which floors
-            column = column.to_numpy(zero_copy_only=False)  # (nulls: NaT)
-    dtype = getattr(column, "dtype", None)
-    if getattr(dtype, "kind", "") == "M":  # numpy datetime64
-        import numpy as np
-
-        ms = column.astype("datetime64[ms]")  # floors sub-millisecond parts, as Java's
-        nat = np.isnat(ms)
-        ms = ms.view("int64")
-        if nat.any():
-            ms = np.where(nat, int(time.time() * 1000), ms)
-        return np.ascontiguousarray(ms)
-    return column
 
 
 def _check_payload(name: str, data: Any) -> None:
@@ -807,10 +691,6 @@ def _check_payload(name: str, data: Any) -> None:
         ) from None
 
 
-def _is_datetime64_scalar(value: Any) -> bool:
-    return type(value).__name__ == "datetime64" and type(value).__module__ == "numpy"
-
-
 def _compression_level(cfg: Any) -> int:
     """compression.gzip.level / compression.lz4.level / compression.zstd.level (KIP-390) for
     the configured codec, as it is (zstd's -1 is a level); the codec's default for the others.
@@ -821,54 +701,6 @@ def _compression_level(cfg: Any) -> int:
     if codec not in ("gzip", "lz4", "zstd"):
         return DEFAULT_COMPRESSION_LEVEL
     return int(cfg[f"compression.{codec}.level"])
-
-
-def _mean_size(column: Any, n: int) -> int:
-    """Average bytes per item of a column, cheaply."""
-    if column is None or n == 0:
-        return 0
-    nbytes = getattr(column, "nbytes", None)  # numpy and pyarrow
-    if isinstance(nbytes, int) and nbytes > 0:
-        return max(1, nbytes // n)
-    sample = [column[i] for i in range(0, n, max(1, n // 16))]
-    sizes = [len(x) for x in sample if x is not None]
-    return max(1, sum(sizes) // len(sizes)) if sizes else 1
-
-
-def _mean_headers_size(headers: Any, n: int) -> int:
-    """Average encoded bytes of a record's headers (their count included), cheaply."""
-    if headers is None or n == 0:
-        return 0
-    nbytes = getattr(headers, "nbytes", None)  # pyarrow: data, offsets, validity
-    if isinstance(nbytes, int):
-        return 1 + nbytes // n
-    sample = [headers[i] for i in range(0, n, max(1, n // 16))]
-    total = sum(
-        2 + len(k) + (len(v) if v is not None else 0) for entry in sample for k, v in entry or ()
-    )
-    return 1 + total // len(sample)
-
-
-def _next_window(window: int, offered: int, taken: int, chunk: int) -> int:
-    """Rows to offer send_batch's next chunk, after one was offered ``offered`` rows (the
-    window, or fewer at the end of the rows) and took ``taken``. Input that append_many
-    converts (Python headers, numpy object arrays) is converted a window at a time, so
-    offering far more than a batch takes would convert rows twice."""
-    if taken < offered:  # the batch filled: about what it took, never under the estimate's
-        return max(chunk, taken + taken // 4 + 1)  # (a lone large record takes 1)
-    if offered < window:  # the rows (a partition's group) ran out first: nothing learnt
-        return window
-    return 2 * window  # it took every row offered: records smaller than the estimate said
-
-
-def _take(column: Any, indices: Any) -> Any:
-    if hasattr(column, "take"):  # pyarrow (and numpy, whose take copies)
-        return column.take(indices)
-    from operator import itemgetter
-
-    if len(indices) == 1:
-        return [column[int(indices[0])]]
-    return list(itemgetter(*indices.tolist())(column))
 
 
 def _declare_metrics(metrics: ClientMetrics, acc: RecordAccumulator) -> None:

@@ -11,7 +11,7 @@ batch goes out only once nothing else of its partition is in flight, after an ep
 nothing new goes out for a partition until its batches of the old epoch have come back (a
 bump renumbers only the partitions whose sequence broke, and batches the broker rejected,
 never one sent and left unanswered; other retries keep their numbering, so one the broker
-already wrote comes back DUPLICATE_SEQUENCE), and a partition has one batch in flight until
+already wrote comes back DUPLICATE_SEQUENCE_NUMBER), and a partition has one batch in flight until
 one of the current producer id and epoch is written
 (before that the leader takes any first sequence, so a later batch could overtake).
 """
@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import apply_leader_hints
@@ -36,14 +38,14 @@ from kcore.errors import (
 )
 from kcore.metrics import ClientMetrics
 from kcore.network.events import wait_event
+from kcore.network.retry import Deadline, is_retriable, retry
 from kcore.producer.accumulator import ProducerBatch, RecordAccumulator
+from kcore.producer.idempotence import IdempotenceState
+from kcore.producer.txn_state import TransactionStateMachine
 from kcore.protocol import ApiKey
 from kcore.protocol.messages import InitProducerIdRequest, ProduceRequest
 from kcore.protocol.messages.produce_request import PartitionProduceData, TopicProduceData
 from kcore.types import TopicPartition
-
-if TYPE_CHECKING:
-    from kcore.producer.transactions import TransactionManager
 
 __all__ = ["Sender"]
 
@@ -76,7 +78,14 @@ class Sender:
         max_request_size: int = 1048576,
         retries: int = 2**31 - 1,
         max_in_flight: int = 5,
+        identity: IdempotenceState | None = None,
+        txn: TransactionStateMachine | None = None,
+        register_partitions: Callable[[], None] | None = None,
     ) -> None:
+        """``identity``: the producer id, epoch and sequences (a fresh one if not given).
+        ``txn`` (with transactional.id): batches are sent only inside a transaction, to
+        partitions it registered, with the transactional id; ``register_partitions()`` is
+        called after each drain to register what ``txn.may_send`` found unregistered."""
         self.cluster = cluster
         # The client's metrics (a sender made without a ClusterClient records into its own).
         self.metrics: ClientMetrics = getattr(cluster, "metrics", None) or ClientMetrics()
@@ -94,37 +103,24 @@ class Sender:
         self.max_in_flight = max(1, max_in_flight)
         self._node_requests: dict[int, int] = defaultdict(int)
         self._held_at_limit = False  # the last drain left a batch for a node at the limit
-        self.producer_id = -1
-        self.producer_epoch = -1
-        self._sequences: dict[TopicPartition, int] = defaultdict(int)
-        # Batches in flight per partition: creation order -> (producer id, epoch) of their sequence.
-        self._flying: dict[TopicPartition, dict[float, tuple[int, int]]] = {}
+        self.identity = identity if identity is not None else IdempotenceState()
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        # An epoch bump renumbers the waiting batches of the partitions whose sequence broke
+        # (identity.sequence_broke). Other partitions' retries keep their producer id, epoch
+        # and sequence, as Java's: renumbered, a batch the broker already wrote (its answer
+        # lost) would be written again.
         self._epoch_bump: asyncio.Task[None] | None = None
-        # Partitions whose sequence broke (a numbered batch failed, or the broker saw a gap):
-        # the next epoch bump renumbers their waiting batches. Other partitions' retries keep
-        # their producer id, epoch and sequence, as Java's: renumbered, a batch the broker
-        # already wrote (its answer lost) would be written again.
-        self._rewrite: set[TopicPartition] = set()
         # A failure the producer cannot go on from (the epoch bump failed): fails everything.
         self._fatal: BaseException | None = None
-        # Partitions where a batch of the current producer id and epoch has been written.
-        self._acked: set[TopicPartition] = set()
         # Batches taken to be sent and not answered yet: their records fail at
         # delivery.timeout.ms even while their request is out, as Java's (KIP-91).
         self._sent: set[ProducerBatch] = set()
         self._next_in_flight_check = 0.0
-        # Transactions (set by the producer when transactional.id is): batches are sent only
-        # inside one, to registered partitions, with the transactional id.
-        self.txn: TransactionManager | None = None
-        self.transactional_id: str | None = None
-        self._produce_limits: dict[str, int] = {}
-
-    @property
-    def _producer(self) -> tuple[int, int]:
-        return self.producer_id, self.producer_epoch
+        self.txn = txn
+        self.transactional_id = txn.transactional_id if txn is not None else None
+        self.register_partitions = register_partitions
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -135,73 +131,55 @@ class Sender:
         """InitProducerId; with a current id and epoch it asks for an epoch bump (KIP-360).
         Retried until ``timeout`` (None: for as long as it takes), then ``KcoreTimeoutError``
         naming the last failure."""
-        attempt = 0
-        deadline = None if timeout is None else time.monotonic() + timeout
-        last: BaseException | None = None
-        while True:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise KcoreTimeoutError(
-                    f"no producer id (InitProducerId) within {timeout:g}s; last: "
-                    f"{last or 'no broker to ask'}"
-                )
+        deadline = Deadline(math.inf if timeout is None else timeout)
+        try:
+            response = await retry(
+                "InitProducerId",
+                self._init_producer_id_once,
+                deadline=deadline,
+                backoff=self.cluster.retry_backoff,
+                bound_attempts=False,  # each request keeps request.timeout.ms
+            )
+        except (KcoreError, TimeoutError) as exc:
+            if not is_retriable(exc):
+                raise
+            # At the deadline, whatever the last failure was: a timeout that names it.
+            last = (
+                exc.__cause__
+                if isinstance(exc, KcoreTimeoutError) and str(exc.__cause__ or "")
+                else exc
+            )
+            raise KcoreTimeoutError(
+                f"no producer id (InitProducerId) within {timeout:g}s; last: {last}"
+            ) from exc
+        self.identity.reset(response.producer_id, response.producer_epoch)
+        log.debug("producer id %s epoch %s", response.producer_id, response.producer_epoch)
+
+    async def _init_producer_id_once(self) -> Any:
+        node = self.cluster.least_loaded_node()
+        if node is None:
+            await self.cluster.refresh_metadata()
             node = self.cluster.least_loaded_node()
             if node is None:
-                await self.cluster.refresh_metadata()
-                continue
-            try:
-                version = await self.cluster.version_for(node, ApiKey.INIT_PRODUCER_ID)
-                request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
-                if version >= 3 and self.producer_id >= 0:
-                    request.producer_id = self.producer_id
-                    request.producer_epoch = self.producer_epoch
-                response = await self.cluster.send(node, request, version)
-                if response.error_code:
-                    err = error_for_code(response.error_code)
-                    assert err is not None
-                    if response.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
-                        raise err.with_message(
-                            "the idempotent producer may not get a producer id: its principal "
-                            "needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic "
-                            "(or set enable.idempotence=false)"
-                        )
-                    raise err
-            except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
-                if isinstance(exc, KafkaError) and not exc.retriable:
-                    raise
-                last = exc
-                attempt += 1
-                wait = self.cluster.retry_backoff.backoff_s(attempt)
-                if deadline is not None:
-                    wait = max(0.0, min(wait, deadline - time.monotonic()))
-                await asyncio.sleep(wait)
-                continue
-            self.producer_id = response.producer_id
-            self.producer_epoch = response.producer_epoch
-            self._sequences.clear()
-            self._acked.clear()
-            log.debug("producer id %s epoch %s", self.producer_id, self.producer_epoch)
-            return
-
-    def set_producer(self, producer_id: int, producer_epoch: int) -> None:
-        """A producer id and epoch from the transaction coordinator (InitProducerId, or EndTxn
-        v5's bumped epoch): sequences start again at 0."""
-        self.producer_id = producer_id
-        self.producer_epoch = producer_epoch
-        self._sequences.clear()
-        self._acked.clear()
-        self.acc.reset_sequences()
-
-    def configure_transactions(self, transactional_id: str, protocol: int) -> None:
-        """Produce requests carry the transactional id; protocol v1 keeps Produce at v11 or
-        below (v12+ would have the broker register partitions, which is protocol v2)."""
-        from kcore.producer.transactions import V1_MAX, V2_MIN
-
-        self.transactional_id = transactional_id
-        self._produce_limits = (
-            {"min_version": V2_MIN[ApiKey.PRODUCE]}
-            if protocol >= 2
-            else {"max_version": V1_MAX[ApiKey.PRODUCE]}
-        )
+                raise BrokerConnectionError("cluster", "connect", "no broker to ask")
+        version = await self.cluster.version_for(node, ApiKey.INIT_PRODUCER_ID)
+        request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
+        identity = self.identity
+        if version >= 3 and identity.producer_id >= 0:
+            request.producer_id = identity.producer_id
+            request.producer_epoch = identity.epoch
+        response = await self.cluster.send(node, request, version)
+        if response.error_code:
+            err = error_for_code(response.error_code)
+            assert err is not None
+            if response.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+                raise err.with_message(
+                    "the idempotent producer may not get a producer id: its principal "
+                    "needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic "
+                    "(or set enable.idempotence=false)"
+                )
+            raise err
+        return response
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -264,8 +242,8 @@ class Sender:
             batches = self.acc.drain(now, self._sendable)
             if batches:
                 self._dispatch(batches)
-            if txn is not None:
-                txn.ensure_adding()  # register what the drain found unregistered (v1)
+            if self.register_partitions is not None:
+                self.register_partitions()  # what the drain found unregistered (v1)
             wait = self.acc.next_ready_in(time.monotonic())
             if wait is not None and wait <= 0 and not batches:
                 # Ready but held back (leader unknown, a retry waiting for its partition's
@@ -288,10 +266,9 @@ class Sender:
         if in_flight:
             if head.attempts:  # a retry: only once every earlier batch has come back
                 return False
-            flying = self._flying.get(tp)
-            if flying and any(p != self._producer for p in flying.values()):
+            if self.identity.older_epoch_in_flight(tp):
                 return False  # old-epoch batches come back first and are renumbered first
-            if self.idempotent and tp not in self._acked:
+            if self.idempotent and not self.identity.has_written(tp):
                 # Until a batch of ours is written, the partition's leader has no state for
                 # this producer id and accepts any first sequence: a later batch could land
                 # before an earlier one that failed (e.g. NOT_LEADER on a new topic).
@@ -392,13 +369,13 @@ class Sender:
     def _assign_sequence(self, batch: ProducerBatch) -> None:
         if not self.idempotent:
             return
+        identity = self.identity
         if batch.sequence is None:
-            batch.sequence = self._sequences[batch.tp]
-            batch.producer = self._producer
-            self._sequences[batch.tp] = (batch.sequence + batch.records) & 0x7FFFFFFF
+            batch.sequence = identity.take_sequence(batch.tp, batch.records)
+            batch.producer = identity.producer
             batch.payload = None
         assert batch.producer is not None
-        self._flying.setdefault(batch.tp, {})[batch.order] = batch.producer
+        identity.sent(batch.tp, batch.order, batch.producer)
 
     def _payload(self, batch: ProducerBatch) -> bytes:
         if batch.payload is None:
@@ -421,7 +398,8 @@ class Sender:
 
     async def _produce_once(self, node: int, batches: list[ProducerBatch]) -> None:
         try:
-            version = await self.cluster.version_for(node, ApiKey.PRODUCE, **self._produce_limits)
+            limits = self.txn.produce_versions if self.txn is not None else {}
+            version = await self.cluster.version_for(node, ApiKey.PRODUCE, **limits)
         except (BrokerConnectionError, KcoreTimeoutError, KafkaError) as exc:
             self._retry_all(batches, exc)
             return
@@ -540,11 +518,11 @@ class Sender:
                 elif code in SEQUENCE_ERRORS and self.idempotent:
                     self._land(batch)
                     # Not written, nor by an earlier attempt (that would have come back
-                    # DUPLICATE_SEQUENCE): an epoch bump may renumber it.
+                    # DUPLICATE_SEQUENCE_NUMBER): an epoch bump may renumber it.
                     batch.maybe_written = False
                     if batch.result.done:  # timed out in flight: not sent again
                         self._fail(batch, self._timed_out(batch))
-                    elif batch.producer != self._producer:
+                    elif not self.identity.is_current(batch.producer):
                         # Rejected under an older epoch (so not written): renumbered under
                         # the current one when it goes again.
                         batch.sequence = None
@@ -561,7 +539,7 @@ class Sender:
                         self._fail(batch, err)
                     else:
                         bump = True
-                        self._rewrite.add(batch.tp)
+                        self.identity.sequence_broke(batch.tp)
                         self.acc.requeue(batch, time.monotonic())
                 else:
                     err = error_for_code(code)
@@ -603,7 +581,7 @@ class Sender:
     def _split(self, batch: ProducerBatch, error: KafkaError) -> None:
         """The broker refused the batch as too large (so wrote none of it): its records go
         again in two halves that keep its sequence range, so the batches after it, which come
-        back OUT_OF_ORDER_SEQUENCE meanwhile, go again after the halves with their own."""
+        back OUT_OF_ORDER_SEQUENCE_NUMBER meanwhile, go again after the halves with their own."""
         self._land(batch)
         try:
             halves = self.acc.split(batch)
@@ -627,15 +605,10 @@ class Sender:
 
     def _land(self, batch: ProducerBatch) -> None:
         self._sent.discard(batch)
-        flying = self._flying.get(batch.tp)
-        if flying is not None:
-            flying.pop(batch.order, None)
-            if not flying:
-                del self._flying[batch.tp]
+        self.identity.landed(batch.tp, batch.order)
 
     def _earlier_pending(self, batch: ProducerBatch) -> bool:
-        flying = self._flying.get(batch.tp, {})
-        return any(o < batch.order for o in flying) or self.acc.waiting_earlier(
+        return self.identity.earlier_in_flight(batch.tp, batch.order) or self.acc.waiting_earlier(
             batch.tp, batch.order
         )
 
@@ -648,8 +621,7 @@ class Sender:
                 # Retriable failures are retried (meanwhile waiting batches expire at
                 # delivery.timeout.ms, and the producer goes on once a broker answers).
                 await self.init_producer_id()
-                self.acc.reset_sequences(self._rewrite)
-                self._rewrite.clear()
+                self.acc.reset_sequences(self.identity.take_broken())
             except Exception as exc:
                 # Refused for good (e.g. not authorized): the producer cannot go on with broken
                 # sequences; every record waiting to be sent fails with the cause.
@@ -689,8 +661,7 @@ class Sender:
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         self._land(batch)
-        if batch.producer == self._producer:
-            self._acked.add(batch.tp)
+        self.identity.written(batch.tp, batch.producer)
         self.acc.done(batch)
         batch.result.complete(base_offset, log_append_time)
         self.wakeup()
@@ -713,18 +684,18 @@ class Sender:
         if (
             self.idempotent
             and batch.sequence is not None
-            and batch.producer == self._producer
+            and self.identity.is_current(batch.producer)
             and not self._stopping
         ):
             # Later batches' sequences no longer follow on, and a sequence must never be used
             # twice in one epoch (the broker would take a reuse for a duplicate of what it has
             # and drop it): a new epoch renumbers this partition's batches (KIP-360).
-            self._rewrite.add(batch.tp)
+            self.identity.sequence_broke(batch.tp)
             self._start_epoch_bump()
         self.wakeup()
 
     def _numbered(self, batch: ProducerBatch) -> bool:
-        return batch.sequence is not None and batch.producer == self._producer
+        return batch.sequence is not None and self.identity.is_current(batch.producer)
 
     def _drop(self, batch: ProducerBatch, exc: BaseException) -> None:
         """Fail a waiting batch of a transaction that aborted or failed (not its own error)."""
