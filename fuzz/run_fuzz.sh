@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz kcore's codec with atheris against an instrumented copy of the extension.
+# Fuzz kcore's codec with atheris against an instrumented copy of the extensions.
 #
 #   fuzz/run_fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s, every target)
 #
@@ -27,7 +27,10 @@ if [ "${KCORE_FUZZ_NO_BUILD:-0}" != 1 ]; then
   rm -rf "$WORK/repo"
   mkdir -p "$WORK"
   cp -r "$REPO" "$WORK/repo"
-  rm -rf "$WORK/repo/build" "$WORK/repo"/src/kcore/_codec*.so "$WORK/repo/src/kcore/_codec.c"
+  # Both compiled modules (the codec, and the producer's send path that cimports it) are
+  # rebuilt instrumented: a plain -O3 copy left in the tree would be loaded instead.
+  rm -rf "$WORK/repo/build" "$WORK/repo"/src/kcore/_codec*.so "$WORK/repo/src/kcore/_codec.c" \
+    "$WORK/repo"/src/kcore/producer/_sendpath*.so "$WORK/repo/src/kcore/producer/_sendpath.c"
   (cd "$WORK/repo" &&
     CC=clang LDSHARED="clang -shared" \
       CFLAGS="-fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer -g" \

@@ -230,14 +230,14 @@ def test_a_new_topic_is_asked_about_alone_so_a_deleted_one_stays_deleted(kafka_c
         _delete_and_wait(admin, gone)
         cluster = producer._core.cluster
         asked: list[list[str] | None] = []
-        build = cluster._metadata_request
+        build = cluster.metadata_request
 
         def spy(conn, topics=(), named_only=False):
             request, version = build(conn, topics, named_only)
             asked.append(None if request.topics is None else [t.name for t in request.topics])
             return request, version
 
-        cluster._metadata_request = spy
+        cluster.metadata_request = spy
         producer.send(new, b"v").result(30)
         assert asked == [[new]]
         assert gone not in admin.list_topics()

@@ -30,7 +30,8 @@ pytestmark = pytest.mark.slow
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 MURMUR2_21 = -973932308  # Java's Utils.murmur2("21".getBytes())
 
-# What executors report: where kcore, its codec and cramjam came from, and that they work.
+# What executors report: where kcore, its compiled modules and cramjam came from, and that they
+# work.
 PROBE = textwrap.dedent(
     """
     import json, os, sys
@@ -40,6 +41,7 @@ PROBE = textwrap.dedent(
         import kcore
         import kcore._codec as c
         import kcore.codec as pub
+        import kcore.producer._sendpath as sendpath
 
         cramjam = sys.modules["cramjam"]  # the codec's (a bundle's serves it once kcore loads)
 
@@ -48,6 +50,7 @@ PROBE = textwrap.dedent(
             "python": sys.executable,
             "kcore": kcore.__file__,
             "codec": c.__file__,
+            "sendpath": sendpath.__file__,
             "cramjam": cramjam.__file__,
             "zstd": pub.decompress("zstd", pub.compress("zstd", data)) == data,
             "lz4": pub.decompress("lz4", pub.compress("lz4", data)) == data,
@@ -193,6 +196,10 @@ def _check_executor_probe(raw: str, cache: Path, bundle_name: str, python: Path)
     # The compiled codec, extracted to the cache, in a directory named by its content hash.
     assert codec.suffix == ".so" and codec.parent.parent == cache, codec
     assert codec.parent.name.startswith("kcore._codec-")
+    # The producer's compiled module (it cimports the codec), extracted alike.
+    sendpath = Path(p["sendpath"])
+    assert sendpath.suffix == ".so" and sendpath.parent.parent == cache, sendpath
+    assert sendpath.parent.name.startswith("kcore.producer._sendpath-")
     assert Path(p["cramjam"]).parent.parent == cache and Path(p["cramjam"]).parent.name.startswith(
         "cramjam-"
     )

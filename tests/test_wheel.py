@@ -1,5 +1,6 @@
 """The documented wheel build produces a wheel that installs into a fresh virtual environment
-and loads the compiled codec from there (not from the source tree)."""
+and loads the compiled modules (the codec and the producer's send path) from there (not from
+the source tree)."""
 
 import os
 import subprocess
@@ -24,7 +25,9 @@ def test_wheel_builds_installs_and_imports_compiled_codec(tmp_path):
         text=True,
     ).stdout
     assert "kcore/_codec" in names and ".so" in names
-    assert "_codec.pyi" in names
+    assert "kcore/producer/_sendpath.cpython" in names
+    assert "kcore/_codec.pyi" in names and "kcore/producer/_sendpath.pyi" in names
+    assert "kcore/_codec.pxd" in names  # for compiled modules that cimport the codec
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
@@ -32,11 +35,14 @@ def test_wheel_builds_installs_and_imports_compiled_codec(tmp_path):
     # With its runtime dependencies (cramjam), as a user's `pip install` would.
     subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True)
     code = (
-        "import kcore, kcore._codec as c, kcore.codec as pub;"
+        "import kcore, kcore._codec as c, kcore.codec as pub, kcore.producer._sendpath as s;"
         "assert c.__file__.endswith('.so'), c.__file__;"
+        "assert s.__file__.endswith('.so'), s.__file__;"
+        "from kcore.producer import DeliveryFuture, RecordMetadata;"
+        "assert kcore.RecordMetadata is RecordMetadata and DeliveryFuture is s.DeliveryFuture;"
         "assert pub.crc32c(b'123456789') == 0xE3069283;"
         "assert pub.decompress('zstd', pub.compress('zstd', b'x' * 100)) == b'x' * 100;"
-        "print(c.__file__)"
+        "print(c.__file__); print(s.__file__)"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     res = subprocess.run(

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build kcore's installable wheel, compiled codec included, and its Spark bundle (a zip that
-# spark-submit --py-files accepts: kcore plus cramjam, compiled modules as data; see README.md)
-# into wheels/dist/ (or "$1").
+# Build kcore's installable wheel, its compiled modules included (kcore._codec and
+# kcore.producer._sendpath), and its Spark bundle (a zip that spark-submit --py-files accepts:
+# kcore plus cramjam, compiled modules as data; see README.md) into wheels/dist/ (or "$1").
 #   bash wheels/build.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

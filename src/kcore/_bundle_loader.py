@@ -101,10 +101,11 @@ def _same_machine(a: str, b: str) -> bool:
 
 
 class BundleFinder:
-    """Meta path finder for the bundle's compiled modules (``kcore._codec``, ``cramjam``).
+    """Meta path finder for the bundle's compiled modules (``kcore._codec``,
+    ``kcore.producer._sendpath``, ``cramjam``: the manifest's ``natives``).
 
-    Appended to the end of ``sys.meta_path``: zipimport finds no ``kcore._codec`` in the zip, and
-    an installed cramjam is found by the path finder before this one is asked."""
+    Appended to the end of ``sys.meta_path``: zipimport finds no compiled kcore module in the zip,
+    and an installed cramjam is found by the path finder before this one is asked."""
 
     def __init__(self, loader: zipimport.zipimporter, manifest: dict[str, Any]) -> None:
         self.archive = loader.archive

@@ -1,8 +1,8 @@
 """Type stubs for the compiled codec (src/kcore/_codec.pyx and src/kcore/_native/*.pxi)."""
 
 from array import array
-from collections.abc import Callable, Generator, Sequence
-from typing import Any, Literal, NamedTuple, TypeVar
+from collections.abc import Sequence
+from typing import Any, Literal, TypeVar
 
 from typing_extensions import Buffer
 
@@ -236,56 +236,3 @@ def decode_columns(
     check_crcs: bool = True,
 ) -> ColumnarRecords: ...
 def decode_to_arrow(buf: Buffer, **options: Any) -> Any: ...
-
-class RecordMetadata(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
-class DeliveryFuture:
-    _batch: Any
-    _index: int
-    topic: str
-    partition: int
-    timestamp: int
-    def __init__(
-        self, batch: Any, index: int, topic: str, partition: int, timestamp: int
-    ) -> None: ...
-    def done(self) -> bool: ...
-    def result(self, timeout: float | None = None) -> RecordMetadata: ...
-    def exception(self, timeout: float | None = None) -> BaseException | None: ...
-    def add_done_callback(self, fn: Callable[[DeliveryFuture], Any]) -> None: ...
-    def __await__(self) -> Generator[Any, None, RecordMetadata]: ...
-
-class ProducerBatchBase:
-    builder: RecordBatchBuilder
-    result: Any
-    closed: bool
-    @property
-    def records(self) -> int: ...
-
-class SendPath:
-    slow: Any
-    enabled: bool
-    def __init__(
-        self,
-        slow: Any,
-        tp_type: type,
-        queues: Any,
-        cache: Any,
-        batch_size: int,
-        enabled: bool = True,
-        max_payload: int = ...,
-    ) -> None: ...
-    def sticky_partition(self, topic: str, count: int, available: Any, size: int) -> int: ...
-    def send(
-        self,
-        topic: str,
-        value: Any,
-        key: Any = None,
-        partition: int | None = None,
-        timestamp_ms: int | None = None,
-        headers: Any = None,
-        on_delivery: Any = None,
-    ) -> Any: ...

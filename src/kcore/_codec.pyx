@@ -4,7 +4,9 @@
 Varints, CRC32C (hardware where the CPU has it), murmur2, record batch v2 encode/decode, the
 legacy magic 0/1 message sets, compression framing, and a columnar decode for Arrow. Inputs are
 any object with the buffer protocol; ``bytes`` take a fast path that avoids acquiring a buffer.
-The parts live in ``_native/`` (one job a file) and are included here as one module.
+The parts live in ``_native/`` (one job a file) and are included here as one module;
+``_codec.pxd`` declares what other compiled modules cimport (the producer's send path,
+kcore/producer/_sendpath.pyx, cimports the batch builder and the key hash).
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
@@ -66,4 +68,3 @@ include "_native/compression.pxi"
 include "_native/builder.pxi"
 include "_native/decode.pxi"
 include "_native/columnar.pxi"
-include "_native/sendpath.pxi"

@@ -82,10 +82,7 @@ cdef inline int64_t get_i64(const uint8_t* p) noexcept nogil:
     return <int64_t>((<uint64_t><uint32_t>get_i32(p) << 32) | <uint64_t><uint32_t>get_i32(p + 4))
 
 
-cdef struct OutBuf:
-    uint8_t* data
-    Py_ssize_t size
-    Py_ssize_t cap
+# OutBuf, the growable output buffer, is declared in _codec.pxd.
 
 
 cdef inline int out_reserve(OutBuf* b, Py_ssize_t extra) except -1:

@@ -24,18 +24,7 @@ DEF COL_ARROW64 = 3   # pyarrow large_binary/large_string (int64 offsets)
 DEF COL_FIXED = 4     # numpy fixed-width bytes ('S'): trailing NULs dropped, as numpy does
 
 
-cdef struct Column:
-    int kind
-    Py_ssize_t length
-    PyObject** items          # COL_OBJECTS over a tuple (borrowed from `holder`)
-    PyObject* seq             # COL_OBJECTS: the sequence itself (borrowed from `holder`)
-    bint is_list
-    const uint8_t* validity   # arrow validity bitmap, or NULL
-    const int32_t* offsets32
-    const int64_t* offsets64
-    const uint8_t* data
-    Py_ssize_t itemsize       # COL_FIXED
-    Py_ssize_t array_offset   # arrow slice offset
+# Column (one column append_many reads) and HeaderColumns are declared in _codec.pxd.
 
 
 cdef class _ColumnHolder:
@@ -125,19 +114,6 @@ cdef int column_open(object values, Column* col, _ColumnHolder holder) except -1
 cdef Py_ssize_t _address_of(memoryview mv) except? -1:
     cdef Py_buffer* pb = PyMemoryView_GET_BUFFER(mv)
     return <Py_ssize_t>pb.buf
-
-
-cdef struct HeaderColumns:
-    # append_many's headers given as a pyarrow list<struct<key, value>> array (Spark's
-    # ``headers`` column): row i's headers are entries offsets[i]..offsets[i+1] of the two
-    # child columns. (Headers given as Python sequences are normalised up front instead.)
-    bint present
-    const uint8_t* validity   # the list array's validity bitmap, or NULL
-    const int32_t* offsets32
-    const int64_t* offsets64
-    Py_ssize_t array_offset
-    Column keys
-    Column values
 
 
 cdef int header_columns_open(object headers, Py_ssize_t n, HeaderColumns* hc,
@@ -365,12 +341,7 @@ cdef class BatchBufferPool:
     that batches and pooled buffers together stay within ``buffer.memory``. Not thread-safe:
     the producer's accumulator lock covers it."""
 
-    cdef list _free
-    cdef readonly Py_ssize_t held_bytes
-    cdef public Py_ssize_t limit
-    cdef readonly Py_ssize_t min_buffer
-    cdef readonly Py_ssize_t max_buffer
-    cdef readonly unsigned long long reuses
+    # (its C fields are declared in _codec.pxd)
 
     def __cinit__(self, Py_ssize_t min_buffer=65536, Py_ssize_t max_buffer=PY_SSIZE_T_MAX,
                   Py_ssize_t limit=0):
@@ -434,36 +405,8 @@ cdef class RecordBatchBuilder:
     the header and CRC32C, and returns the batch's bytes.
     """
 
-    # ``out`` writes straight into a bytes object (``_batch``, an owned reference) that grows
-    # with _PyBytes_Resize, so build() of an uncompressed batch returns it without copying the
-    # records. Once handed out it is never written again: the next write copies (see _own).
-    cdef OutBuf out
-    cdef PyObject* _batch
-    cdef bint _handed_out
-    # The producer's pool the buffer came from and goes back to (None: plain allocations),
-    # and how many data bytes ``_batch``'s allocation holds: with a pool, build() shortens
-    # the object's length but keeps the allocation whole for the next batch.
-    cdef BatchBufferPool _pool
-    cdef Py_ssize_t _alloc
-    # build() may hand out a large batch with its slack (see there); not for the producer's
-    # batches (a pool, or a max_capacity), whose memory is counted against buffer.memory.
-    cdef bint _keep_slack
-    # Why the builder takes no more writes: None, or "released" (its batch was delivered or
-    # failed: memory back) or "out of memory" (a resize failed and freed the records).
-    cdef object _ended
-    cdef readonly int32_t record_count
-    cdef int64_t base_timestamp
-    cdef int64_t max_timestamp
-    cdef readonly int64_t base_offset
-    cdef readonly int64_t producer_id
-    cdef readonly int16_t producer_epoch
-    cdef readonly int32_t base_sequence
-    cdef readonly bint transactional
-    cdef readonly bint is_control
-    cdef readonly int codec
-    cdef int level
-    cdef int partition_leader_epoch
-    cdef int timestamp_type
+    # Its C fields, with what each holds, are declared in _codec.pxd (other compiled modules
+    # cimport this class).
 
     def __cinit__(self, str compression="none", *, int64_t base_offset=0,
                   int64_t producer_id=-1, int producer_epoch=-1, int32_t base_sequence=-1,
@@ -627,7 +570,9 @@ cdef class RecordBatchBuilder:
                                  int32_t header_count, HeaderColumns* hc,
                                  Py_ssize_t h_start) except -1:
         """Append one record. Its ``header_count`` headers are the normalised list
-        ``headers``, or when ``hc`` is not NULL entries from ``h_start`` of those columns."""
+        ``headers``, or when ``hc`` is not NULL entries from ``h_start`` of those columns.
+        A write that succeeds runs no Python code and keeps the GIL: the producer's send path
+        relies on it (the GIL rule in kcore/producer/_sendpath.pyx)."""
         return self.write_sized(self.body_size(klen, vlen, ts, header_count, headers_size),
                                 key, klen, value, vlen, ts, headers, headers_size,
                                 header_count, hc, h_start)
@@ -1078,7 +1023,7 @@ def partitions_for_keys(object keys, int32_t num_partitions):
             if klen < 0:
                 out[i] = -1
             else:
-                out[i] = (murmur2_c(p, klen) & 0x7FFFFFFF) % num_partitions
+                out[i] = key_partition(p, klen, num_partitions)
         finally:
             if kacq:
                 PyBuffer_Release(&kb)

@@ -98,6 +98,11 @@ cdef int32_t murmur2_c(const uint8_t* data, Py_ssize_t length) noexcept nogil:
     return <int32_t>h
 
 
+cdef int32_t key_partition(const uint8_t* key, Py_ssize_t length, int32_t count) noexcept nogil:
+    # As Java's default partitioner for a keyed record: toPositive(murmur2(key)) % count.
+    return (murmur2_c(key, length) & 0x7FFFFFFF) % count
+
+
 def murmur2(object data):
     """murmur2 of ``data`` as a signed 32-bit int, equal to the Java client's ``Utils.murmur2``."""
     cdef ByteView v
@@ -113,7 +118,15 @@ def murmur2(object data):
 
 def partition_for_key(object key, int32_t num_partitions):
     """The Java default partitioner's choice for a keyed record: toPositive(murmur2(key)) % n."""
+    cdef ByteView v
+    cdef Py_buffer pybuf
+    cdef int32_t out
     if num_partitions <= 0:
         raise ValueError("num_partitions must be positive")
-    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+    view_open(key, &v, &pybuf)
+    try:
+        out = key_partition(v.data, v.size, num_partitions)
+    finally:
+        view_close(&v, &pybuf)
+    return out
 

@@ -15,9 +15,10 @@ from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any
 
-from kcore._codec import BatchBufferPool, ProducerBatchBase
+from kcore._codec import BatchBufferPool
 from kcore.codec import DEFAULT_COMPRESSION_LEVEL, RecordBatchBuilder, decode_batches
 from kcore.errors import KcoreError, KcoreTimeoutError
+from kcore.producer._sendpath import ProducerBatchBase
 from kcore.producer.results import BatchResult
 from kcore.types import TopicPartition
 
@@ -40,7 +41,8 @@ BATCH_CAPACITY_MAX = 8 << 20
 
 class ProducerBatch(ProducerBatchBase):
     """Records for one partition, sent (and retried) as one unit. ``builder``, ``result``,
-    ``records`` and ``closed`` live in the compiled base, where the send path uses them."""
+    ``records`` and ``closed`` live in the compiled base (kcore.producer._sendpath), where the
+    send path uses them."""
 
     __slots__ = (
         "tp",
@@ -140,6 +142,13 @@ class RecordAccumulator:
         self.incomplete: set[BatchResult] = set()
         self.wake_sender: Callable[[], None] | None = None  # set by the producer
 
+    @property
+    def queues(self) -> dict[TopicPartition, deque[ProducerBatch]]:
+        """The batches waiting per partition, the last of each its open one. Read only by the
+        compiled send path, without the lock, under the GIL rule stated in
+        kcore/producer/_sendpath.pyx; changed only here, under the lock."""
+        return self._queues
+
     # -- appending (any thread) ---------------------------------------------------------------
 
     def _reserve(self, need: int, deadline: float) -> None:
@@ -216,7 +225,7 @@ class RecordAccumulator:
         queue = self._queues.setdefault(tp, deque())
         if queue and not queue[-1].closed:
             # Another thread queued a batch while this one waited for memory: one open batch
-            # per partition, always the last (the compiled send path relies on it).
+            # per partition, always the last (invariant (a) of the send path's GIL rule).
             queue[-1].closed = True
         queue.append(batch)
         self.incomplete.add(batch.result)
@@ -253,7 +262,7 @@ class RecordAccumulator:
                 wake = True  # (also starts the linger clock on the sender's side)
             builder = batch.builder
             # The index comes from the append itself: the compiled send path appends to this
-            # batch without the lock, possibly between two lines here.
+            # batch without the lock (the GIL rule in kcore/producer/_sendpath.pyx).
             try:
                 index = builder.append(key, value, timestamp_ms, headers)
             except MemoryError:
@@ -280,8 +289,9 @@ class RecordAccumulator:
     ) -> tuple[ProducerBatch, int]:
         """Add rows ``start:stop`` of the columns, as many as fit ``batch.size``, as one batch
         of their own, queued closed (``_new_batch`` closes the partition's open batch): Python
-        code runs between queueing it and the compiled loop, and the lock-free send path must
-        not slip a record in first (the chunk's records would no longer start at index 0).
+        code runs between queueing it and the compiled loop, and the lock-free send path (its
+        GIL rule: kcore/producer/_sendpath.pyx) must not slip a record in first (the chunk's
+        records would no longer start at index 0).
         Returns the batch and how many rows it took (read from the call, not from the batch,
         which the sender may have sent and released by the time this returns)."""
         with self._cond:
@@ -385,7 +395,7 @@ class RecordAccumulator:
                 if not sendable(tp, head, in_flight):
                     continue
                 queue.popleft()
-                head.closed = True
+                head.closed = True  # out of its queue: (b) of the send path's GIL rule
                 head.in_flight = True
                 self._in_flight[tp] = in_flight + 1
                 out.append(head)
@@ -470,7 +480,7 @@ class RecordAccumulator:
             for queue in self._queues.values():
                 while queue and now - queue[0].created > timeout_s:
                     batch = queue.popleft()
-                    batch.closed = True  # out of its queue: the send path must not append
+                    batch.closed = True  # out of its queue: (b) of the send path's GIL rule
                     out.append(batch)
         return out
 
@@ -480,7 +490,7 @@ class RecordAccumulator:
             for q in self._queues.values():
                 q.clear()
             for b in out:
-                b.closed = True  # out of its queue: the send path must not append
+                b.closed = True  # out of its queue: (b) of the send path's GIL rule
             return out
 
     def begin_flush(self) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from kcore._codec import SendPath, record_size_upper_bound
+from kcore._codec import record_size_upper_bound
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import ClusterMetadata
 from kcore.codec import partition_for_key
@@ -25,6 +25,7 @@ from kcore.errors import (
 )
 from kcore.metrics import ClientMetrics
 from kcore.network.retry import Deadline
+from kcore.producer._sendpath import SendPath
 from kcore.producer.accumulator import (
     BATCH_HEADER,
     RECORD_OVERHEAD,
@@ -138,7 +139,7 @@ class ProducerCore:
         self.send_path = SendPath(
             None,
             TopicPartition,
-            self.accumulator._queues,
+            self.accumulator.queues,
             self.cluster.cache,
             self.batch_size,
             enabled=self._fast_path and self.txn is None,

@@ -1,6 +1,7 @@
 """Delivery results: one shared result per batch, and a small future per record pointing at it
 (a send makes one tiny object, not a lock or a condition). ``DeliveryFuture`` and
-``RecordMetadata`` are compiled (kcore._codec): the send path makes a future per record."""
+``RecordMetadata`` are compiled (kcore.producer._sendpath): the send path makes a future per
+record."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
-from kcore._codec import DeliveryFuture, RecordMetadata
 from kcore.errors import KcoreTimeoutError
+from kcore.producer._sendpath import DeliveryFuture, RecordMetadata
 
 __all__ = ["BatchResult", "DeliveryFuture", "RecordMetadata", "SendBatchResult"]
 

@@ -2,7 +2,8 @@
 
 Spark puts only ``.py``, ``.zip`` and ``.egg`` files on executors' import path (never a wheel),
 and zipimport cannot load compiled modules. The bundle holds kcore's Python files, its compiled
-codec and cramjam (compiled, for compression) as data, with a manifest that
+modules (``COMPILED_MODULES``) and cramjam (compiled, for compression) as data, with a manifest
+that
 ``kcore._bundle_loader`` reads to extract and load them. Like a wheel it fits one Python version
 and platform, named in the file name: ``kcore-0.1.0-spark-cp311-linux_x86_64.zip``.
 
@@ -30,6 +31,8 @@ from typing import Any
 
 FORMAT = 1  # what kcore._bundle_loader reads (MANIFEST_FORMAT)
 MANIFEST = "kcore/_bundle.json"
+# kcore's compiled modules: each one file under kcore/, extracted and loaded on its own.
+COMPILED_MODULES = ("kcore._codec", "kcore.producer._sendpath")
 CRAMJAM_ROOT = "kcore/_bundled/cramjam"  # not importable as ``cramjam``: served only as a fallback
 LICENSES_ROOT = "kcore/_bundled/licenses"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed entry times: the same inputs give the same bytes
@@ -45,6 +48,12 @@ class BundleError(Exception):
     """The bundle cannot be built from what was given."""
 
 
+_NOT_INSTALLED = (
+    "kcore at {} is not an installed package directory with its compiled modules in it (is it "
+    "running from a bundle already? then ship that bundle)"
+)
+
+
 @dataclass
 class BundleContents:
     """What goes into a bundle. Paths are relative to the package (``kcore/``, ``cramjam/``)."""
@@ -54,7 +63,7 @@ class BundleContents:
     platform_tag: str
     machine: str | None
     kcore_files: dict[str, bytes]
-    codec_name: str  # the compiled codec's path, one of kcore_files
+    compiled: dict[str, str]  # each of COMPILED_MODULES: its file's path, one of kcore_files
     cramjam_files: dict[str, bytes]
     licenses: dict[str, bytes] = field(default_factory=dict)
 
@@ -63,17 +72,21 @@ class BundleContents:
         return f"kcore-{self.version}-spark-{self.python_tag}-{self.platform_tag}.zip"
 
     def manifest(self) -> dict[str, Any]:
-        codec = {self.codec_name: self.kcore_files[self.codec_name]}
+        natives = []
+        for module in COMPILED_MODULES:
+            directory, _, name = f"kcore/{self.compiled[module]}".rpartition("/")
+            files = {name: self.kcore_files[self.compiled[module]]}
+            natives.append(_native(module, directory, files, name, package=False))
+        natives.append(
+            _native("cramjam", CRAMJAM_ROOT, self.cramjam_files, "__init__.py", package=True)
+        )
         return {
             "format": FORMAT,
             "kcore_version": self.version,
             "python_tag": self.python_tag,
             "platform_tag": self.platform_tag,
             "machine": self.machine,
-            "natives": [
-                _native("kcore._codec", "kcore", codec, self.codec_name, package=False),
-                _native("cramjam", CRAMJAM_ROOT, self.cramjam_files, "__init__.py", package=True),
-            ],
+            "natives": natives,
         }
 
     def entries(self) -> Iterable[tuple[str, bytes]]:
@@ -136,8 +149,23 @@ def _native(
 
 
 def _keep_kcore_file(name: str) -> bool:
-    # Python sources only (not the .pyx/.c/.h the source tree holds); the codec is added apart.
+    # Python sources only (not the .pyx/.pxd/.c/.h the source tree holds); the compiled
+    # modules are added apart.
     return name.endswith(".py") and "__pycache__" not in name.split("/")
+
+
+def _compiled_files(module: str, names: Iterable[str]) -> list[str]:
+    """The compiled files of ``module`` (one of COMPILED_MODULES) among ``names``, paths
+    relative to kcore/: ``producer/_sendpath.cpython-311-x86_64-linux-gnu.so``, say."""
+    package, _, stem = module.split(".", 1)[1].rpartition(".")
+    directory = package.replace(".", "/") + "/" if package else ""
+    return [
+        n
+        for n in names
+        if n.startswith(f"{directory}{stem}.")
+        and "/" not in n[len(directory) :]
+        and n.endswith(_NATIVE_SUFFIX)
+    ]
 
 
 def _keep_cramjam_file(name: str) -> bool:
@@ -160,24 +188,27 @@ def _read_tree(root: Path, keep: Any) -> dict[str, bytes]:
 
 def from_installed() -> BundleContents:
     """The bundle for the kcore and cramjam this interpreter imports."""
+    import importlib
     import importlib.metadata
     import platform
 
     import cramjam
 
     import kcore
-    import kcore._codec
     from kcore._bundle_loader import current_tags
 
     kcore_dir = Path(kcore.__file__).parent
-    codec = Path(kcore._codec.__file__ or "")
-    if not kcore_dir.is_dir() or codec.parent != kcore_dir:
-        raise BundleError(
-            f"kcore at {kcore.__file__} is not an installed package directory (is it running "
-            "from a bundle already? then ship that bundle)"
-        )
+    if not kcore_dir.is_dir():
+        raise BundleError(_NOT_INSTALLED.format(kcore.__file__))
     kcore_files = _read_tree(kcore_dir, _keep_kcore_file)
-    kcore_files[codec.name] = codec.read_bytes()
+    compiled = {}
+    for module in COMPILED_MODULES:
+        path = Path(importlib.import_module(module).__file__ or "")
+        if not path.is_relative_to(kcore_dir):
+            raise BundleError(_NOT_INSTALLED.format(kcore.__file__))
+        name = path.relative_to(kcore_dir).as_posix()
+        kcore_files[name] = path.read_bytes()
+        compiled[module] = name
     python_tag, platform_tag = current_tags()
     licenses = {}
     for dist_file in importlib.metadata.distribution("cramjam").files or []:
@@ -189,7 +220,7 @@ def from_installed() -> BundleContents:
         platform_tag=platform_tag,
         machine=platform.machine() or None,
         kcore_files=kcore_files,
-        codec_name=codec.name,
+        compiled=compiled,
         cramjam_files=_read_tree(Path(cramjam.__file__).parent, _keep_cramjam_file),
         licenses=licenses,
     )
@@ -222,9 +253,13 @@ def from_wheels(kcore_wheel: Path, cramjam_wheel: Path) -> BundleContents:
     ):
         raise BundleError(f"{cramjam_wheel.name} does not fit {kcore_wheel.name}")
     kcore_files = _wheel_files(kcore_wheel, "kcore", lambda n: True)
-    natives = [n for n in kcore_files if n.startswith("_codec.") and n.endswith(_NATIVE_SUFFIX)]
-    if len(natives) != 1:
-        raise BundleError(f"{kcore_wheel}: expected one compiled kcore/_codec, found {natives}")
+    compiled = {}
+    for module in COMPILED_MODULES:
+        found = _compiled_files(module, kcore_files)
+        if len(found) != 1:
+            raise BundleError(f"{kcore_wheel}: expected one compiled {module}, found {found}")
+        compiled[module] = found[0]
+    natives = set(compiled.values())
     kcore_files = {n: d for n, d in kcore_files.items() if _keep_kcore_file(n) or n in natives}
     licenses = {}
     with zipfile.ZipFile(cramjam_wheel) as zf:
@@ -239,7 +274,7 @@ def from_wheels(kcore_wheel: Path, cramjam_wheel: Path) -> BundleContents:
         platform_tag=k["plat"],
         machine=_machine_of(k["plat"]),
         kcore_files=kcore_files,
-        codec_name=natives[0],
+        compiled=compiled,
         cramjam_files=_wheel_files(cramjam_wheel, "cramjam", _keep_cramjam_file),
         licenses=licenses,
     )

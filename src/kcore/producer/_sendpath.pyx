@@ -1,20 +1,83 @@
-# The producer's per-record path, compiled: choose the partition (murmur2 for keys, the sticky
-# partition otherwise), append the record to its partition's open batch, make the future. The
-# producer (kcore.producer) owns everything else and takes over, through `slow`, whenever a
-# record needs a new batch, the topic's metadata, a serializer, a custom partitioner or a
-# callback. The GIL is held throughout (nothing here calls back into Python on the fast path),
-# which is what keeps it consistent with the sender thread: the sender closes a batch before it
-# builds it, and a closed batch is never appended to here. The accumulator closes a partition's
-# open batch before it queues another, and closes every batch it takes out of a queue (sent,
-# expired, aborted), so the open batch seen last stays the one to append to until it is closed.
+# cython: language_level=3
+"""The producer's per-record path, compiled: ``SendPath.send`` chooses the partition (murmur2 for
+keys, the sticky partition otherwise), appends the record to its partition's open batch and
+makes the ``DeliveryFuture``. The producer (kcore.producer) owns everything else and takes over,
+through ``slow``, whenever a record needs a new batch, the topic's metadata, a serializer, a
+custom partitioner or a callback. The batch builder and the key hash are the codec's, cimported
+through src/kcore/_codec.pxd (C calls, no Python-level lookup).
 
+The GIL rule
+============
+
+The send path takes no lock: holding the GIL is what keeps it consistent with the threads that
+send, drain and build at the same time. This is the one place that states the rule; the code
+that relies on it refers here.
+
+The rule. From reading a batch's ``closed`` flag to writing the record into that batch's
+builder, ``SendPath.send`` runs no other Python code and never releases the GIL: no call into
+Python, and no allocation the garbage collector could act on (``RecordBatchBuilder.
+write_record`` is one C call that only copies into its buffer, growing it with bytes objects,
+which the collector does not track). So no other thread runs in between. With two invariants
+the accumulator keeps under its own lock,
+
+  (a) a partition's open batch is the last in its queue: the accumulator closes it before it
+      queues another (``RecordAccumulator._new_batch``), and queues a chunk's batch closed
+      (``append_chunk``);
+  (b) every batch taken out of a queue is closed as it is taken (``drain``, to be sent;
+      ``expire``; ``abort_all``), and the sender builds a batch only after ``drain`` took it,
+
+a batch this path appends to is still the one the sender will take, and every record written
+to it is in the bytes the sender builds. A batch is never appended to once closed.
+
+Shared state the rule protects (read and written here without the accumulator's lock):
+
+- the accumulator's queues, ``{TopicPartition: deque[ProducerBatch]}``
+  (``RecordAccumulator.queues``): read here (a queue's last batch); changed by the
+  accumulator under its lock (new batches, drain, expire, abort, requeue, split; empty queues
+  dropped in ``drain``, after which this path goes the slow way);
+- each batch's C fields (``ProducerBatchBase``): ``closed``, ``builder`` (its buffer,
+  ``out.size``, ``record_count``) and ``result``. This path appends and sets ``closed`` when
+  the batch is full or its builder lost its buffer; ``RecordAccumulator.append`` appends under
+  its lock, which does not exclude this path, so it takes a record's index from the append
+  itself (one C call); the accumulator and the sender close batches, the sender builds them;
+- this module's own state, shared by every thread calling ``send`` (a Producer is
+  thread-safe) and ``sticky_partition``: ``SendPath.seen_metadata``, ``routes`` (each
+  ``TopicRoute`` with the open batch seen last per partition) and ``sticky`` (one
+  ``StickyState`` per topic); and ``DeliveryFuture``'s free list (``cython.freelist``);
+- ``MetadataCache.current``, read once a record (the cache swaps the reference on refresh).
+
+Code that relies on it:
+
+- here: ``SendPath.send``; ``SendPath.route`` (making TopicPartitions runs Python code, so a
+  route is kept only if the snapshot is still the current one); ``next_sticky`` and
+  ``sticky_partition``;
+- kcore._codec: ``RecordBatchBuilder.write_record``, which ``append`` calls too (a write that
+  succeeds runs no Python code and keeps the GIL);
+- kcore.producer.accumulator: ``ProducerBatch`` (``records`` is the builder's count),
+  ``RecordAccumulator._new_batch``, ``append``, ``append_chunk``, ``drain``, ``expire``,
+  ``abort_all`` (invariants (a) and (b); tests/test_accumulator.py checks them);
+- kcore.producer.sender: it builds a batch (``_payload``) only after ``drain`` closed it.
+
+Without a GIL (a free-threaded build) each item above needs its own guard: the check-then-write
+on a batch made atomic (a per-batch lock, or ``closed`` and the append under one), the queues
+read under the accumulator's lock or through a per-partition handle, the SendPath's dicts
+locked or per thread, and no free list for futures.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM
+from libc.stdint cimport int32_t, int64_t, uint8_t
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+
+from kcore._codec cimport RecordBatchBuilder, key_partition
+
+cdef extern from "Python.h":
+    const Py_ssize_t PY_SSIZE_T_MAX
 
 import asyncio as _asyncio
 from collections import namedtuple as _namedtuple
 from random import choice as _random_choice
-
-cimport cython
 
 from kcore.errors import KcoreTimeoutError
 
@@ -261,11 +324,11 @@ cdef class SendPath:
             if p < 0 or p >= route.count:
                 return self.slow(topic, value, key, partition, timestamp_ms, headers, on_delivery)
         elif kp != NULL:
-            p = (murmur2_c(kp, klen) & 0x7FFFFFFF) % route.count
+            p = key_partition(kp, klen, route.count)
         else:
             p = self.next_sticky(route.sticky, route.count, None, route.info, 21 + max(vlen, 0))
-        # The partition's open batch: the one seen last time unless it was closed since (the
-        # accumulator closes a partition's open batch before it queues another).
+        # The partition's open batch: the one seen last time unless it was closed since
+        # (invariant (a) of the GIL rule above).
         batch = <ProducerBatchBase><object>PyList_GET_ITEM(route.open_batches, p)
         if batch is None or batch.closed:
             queue = self.queues.get(<object>PyList_GET_ITEM(route.tps, p))
@@ -278,9 +341,8 @@ cdef class SendPath:
         index = builder.record_count
         if index > 0 and builder.out.size + 21 + max(klen, 0) + max(vlen, 0) > self.batch_size:
             return self.slow(topic, value, key, p, timestamp_ms, headers, on_delivery)
-        # From the closed check to here nothing can run other Python code (no call into
-        # Python, no allocation the garbage collector could act on), so the sender, which
-        # closes a batch before building it, cannot take this one in between.
+        # The GIL rule above: from the closed check through the write no other Python code
+        # runs, so the sender cannot take this batch in between.
         try:
             builder.write_record(kp, klen, vp, vlen, ts, None, 0, 0, NULL, 0)
         except MemoryError:
