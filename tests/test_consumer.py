@@ -563,3 +563,53 @@ def test_manual_assignment_with_a_group_id_resumes_from_the_committed_offset(kaf
         got = read(c, 6 + 10)
         assert sorted(r.offset for r in got if r.partition == 0) == list(range(4, 10))
         assert sorted(r.offset for r in got if r.partition == 1) == list(range(10))
+
+
+NO_ADMIN_SCRIPT = """
+import sys, time
+import kcore
+from kcore.types import TopicPartition
+
+bootstrap, topic, base_ts = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tp = TopicPartition(topic, 0)
+with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "latest"}) as c:
+    assert c.beginning_offsets([tp]) == {tp: 0}
+    assert c.end_offsets([tp]) == {tp: 10}
+    assert c.offsets_for_times({tp: base_ts + 4})[tp].offset == 4
+    c.assign([tp])
+    assert c.position(tp, timeout=20) == 10  # auto.offset.reset=latest: a lookup
+    c.seek_to_beginning([tp])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 10 and time.monotonic() < deadline:
+        got += c.poll(0.5)
+    assert [r.offset for r in got] == list(range(10)), got
+    c.seek_to_end([tp])
+    assert c.poll(0.5) == [] and c.position(tp) == 10
+admin = sorted(m for m in sys.modules if m == "kcore.admin" or m.startswith("kcore.admin."))
+assert not admin, admin
+print("ok")
+"""
+
+
+def test_offset_lookups_need_no_admin_client(kafka_cluster):
+    """The consumer looks offsets up itself (kcore.cluster.offsets), as Java's consumer has its
+    own OffsetFetcher: beginning/end offsets, offsets by time, resets and seeks to either end
+    work in a process that never imports kcore.admin."""
+    import subprocess
+    import sys
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("no-admin")
+    create(bootstrap, topic, 1)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(10):
+            p.send(topic, b"%d" % i, partition=0, timestamp_ms=BASE_TS + i)
+        p.flush(30)
+    done = subprocess.run(
+        [sys.executable, "-c", NO_ADMIN_SCRIPT, bootstrap, topic, str(BASE_TS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -13,8 +13,8 @@ import time
 from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from kcore.admin.async_client import AsyncAdminClient
 from kcore.cluster.client import ClusterClient
+from kcore.cluster.offsets import list_offsets
 from kcore.codec import decode_columns, decode_records
 from kcore.config import ClientConfig
 from kcore.consumer.fetcher import FetchedData, Fetcher, PartitionState
@@ -95,8 +95,8 @@ class ConsumerCore:
             isolation_level=1 if cfg["isolation.level"] == "read_committed" else 0,
             reset_policy=policy,
             reset_duration_s=duration_s or 0.0,
+            api_timeout_s=int(cfg["default.api.timeout.ms"]) / 1000,
         )
-        self.admin = AsyncAdminClient(cfg, cluster=self.cluster)
         self._fetch_task: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.group = GroupCoordinator(self.cluster, cfg, self) if cfg["group.id"] else None
@@ -393,13 +393,22 @@ class ConsumerCore:
     ) -> dict[TopicPartition, int]:
         """``earliest`` or ``latest`` offsets; ``latest`` under this consumer's isolation.level
         (read_committed: the last stable offset), as Java's beginningOffsets/endOffsets."""
-        level = "read_committed" if self.fetcher.isolation_level else "read_uncommitted"
-        found = await self.admin.list_offsets(
+        found = await list_offsets(
+            self.cluster,
             {TopicPartition(*tp): which for tp in partitions},
-            isolation_level=level,
+            isolation_level=self.fetcher.isolation_level,
             timeout=timeout,
         )
-        return {tp: r.offset for tp, r in found.items()}
+        return {tp: r.offset for tp, r in found.result().items()}
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition | tuple[str, int], int], timeout: float
+    ) -> dict[TopicPartition, ListOffsetsResult]:
+        """The first offset at or after each timestamp (ms), under read_uncommitted (as the
+        offsets of records, not a transaction's end); -1 offsets where no record is that
+        recent."""
+        found = await list_offsets(self.cluster, timestamps, isolation_level=0, timeout=timeout)
+        return found.result()
 
     async def partitions_for(self, topic: str) -> list[int]:
         md = await self.cluster.refresh_metadata([topic])
@@ -670,7 +679,7 @@ class Consumer(ProcessLocal):
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition | tuple[str, int], int], timeout: float = 60
     ) -> dict[TopicPartition, ListOffsetsResult]:
-        return self._loop.run(self._core.admin.list_offsets(timestamps, timeout=timeout))
+        return self._loop.run(self._core.offsets_for_times(timestamps, timeout))
 
     def pause(self, partitions: Iterable[Any]) -> None:
         self._core.pause(partitions)
@@ -896,7 +905,7 @@ class AsyncConsumer:
     async def offsets_for_times(
         self, timestamps: Mapping[TopicPartition | tuple[str, int], int], timeout: float = 60
     ) -> dict[TopicPartition, ListOffsetsResult]:
-        return await self._core.admin.list_offsets(timestamps, timeout=timeout)
+        return await self._core.offsets_for_times(timestamps, timeout)
 
     def pause(self, partitions: Iterable[Any]) -> None:
         self._core.pause(partitions)

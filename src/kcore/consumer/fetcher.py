@@ -27,10 +27,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kcore.admin.async_client import AsyncAdminClient
-from kcore.admin.types import AdminOperationError
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
+from kcore.cluster.offsets import OffsetLookup, OffsetLookupError, list_offsets
 from kcore.consumer.fetch_session import (
     FINAL_EPOCH,
     SESSION_ERROR_CODES,
@@ -172,6 +171,7 @@ class Fetcher:
     isolation_level: int
     reset_policy: str  # earliest, latest, none, by_duration
     reset_duration_s: float = 0.0  # by_duration's
+    api_timeout_s: float = 60.0  # default.api.timeout.ms: how long an offset lookup may take
     states: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     lock: threading.Condition = field(default_factory=threading.Condition)
     completed: deque[FetchedData] = field(default_factory=deque)
@@ -179,7 +179,6 @@ class Fetcher:
     _data_event: asyncio.Event | None = None  # set when something is queued (AsyncConsumer)
     _busy_nodes: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    _admin: AsyncAdminClient | None = None
     _stopped: bool = False
     _sessions: dict[int, FetchSession] = field(default_factory=dict)
     _reset_task: asyncio.Task[None] | None = None
@@ -200,7 +199,6 @@ class Fetcher:
     async def run(self) -> None:
         self._wakeup = asyncio.Event()
         self._data_event = asyncio.Event()
-        self._admin = AsyncAdminClient(self.cluster.config, cluster=self.cluster)
         self.cluster.cache.on_update.append(self.wakeup)  # a leader found: fetch from it now
         while not self._stopped:
             self._wakeup.clear()
@@ -247,13 +245,13 @@ class Fetcher:
                 self._report_reset_error(exc)
             log.info("fetcher: offset lookup: %s", exc)
             await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
-        except AdminOperationError as exc:
+        except OffsetLookupError as exc:
             # The partitions that answered have their positions; those without a leader (or
             # another passing failure) are asked again; lasting failures (a partition that
             # does not exist) reach poll.
             lasting = {tp: e for tp, e in exc.errors.items() if not _passing(e)}
             if lasting:
-                self._report_reset_error(AdminOperationError(exc.operation, lasting, exc.results))
+                self._report_reset_error(OffsetLookupError(lasting, exc.results))
             log.info("fetcher: offset lookup: %s", exc)
             if exc.results:
                 self.wakeup()  # those have positions: fetch them now
@@ -297,9 +295,9 @@ class Fetcher:
         todo = {tp: p for tp, p in todo.items() if p != "none"}
         if not todo:
             return found
-        offsets, failed = await self._look_up(todo)
+        found_offsets = await self._look_up(todo)
         with self.lock:
-            for tp, result in offsets.items():
+            for tp, result in found_offsets.offsets.items():
                 st = self.states.get(tp)
                 # A seek meanwhile (to an offset, or to the other end) wins over this answer.
                 if (
@@ -309,40 +307,42 @@ class Fetcher:
                 ):
                     st.seek(result.offset)  # no epoch, as Java's reset: nothing to validate
                     found = True
-        if failed is not None:
-            raise failed
+        found_offsets.result()  # raises OffsetLookupError naming the partitions that failed
         return found
 
-    async def _look_up(
-        self, todo: dict[TopicPartition, str]
-    ) -> tuple[dict[TopicPartition, Any], AdminOperationError | None]:
+    async def _look_up(self, todo: dict[TopicPartition, str]) -> OffsetLookup:
         """ListOffsets for the reset policies in ``todo`` (under this consumer's isolation
         level, as Java: "latest" is the last stable offset under read_committed). ``by_duration``
         asks for the first offset at or after now minus the duration; with no record that
         recent, the partition starts at its end (KIP-1106)."""
-        assert self._admin is not None
-        level = "read_committed" if self.isolation_level else "read_uncommitted"
         since = int(time.time() * 1000 - self.reset_duration_s * 1000)
         specs: dict[TopicPartition | tuple[str, int], str | int] = {
             tp: since if where == "by_duration" else where for tp, where in todo.items()
         }
-        failed: AdminOperationError | None = None
-        try:
-            offsets = await self._admin.list_offsets(specs, isolation_level=level, partial=True)
-        except AdminOperationError as exc:  # some partitions failed: use the others' answers
-            offsets, failed = dict(exc.results or {}), exc
-        too_late = [tp for tp, r in offsets.items() if todo[tp] == "by_duration" and r.offset < 0]
+        found = await self._list_offsets(specs)
+        too_late = [
+            tp for tp, r in found.offsets.items() if todo[tp] == "by_duration" and r.offset < 0
+        ]
         if too_late:
-            try:
-                ends = await self._admin.list_offsets(
-                    dict.fromkeys(too_late, "latest"), isolation_level=level, partial=True
-                )
-            except AdminOperationError as exc:
-                ends, failed = dict(exc.results or {}), failed or exc
+            ends = await self._list_offsets(dict.fromkeys(too_late, "latest"))
             for tp in too_late:
-                del offsets[tp]
-            offsets.update(ends)
-        return offsets, failed
+                del found.offsets[tp]
+            found.offsets.update(ends.offsets)
+            found.errors.update(ends.errors)
+        return found
+
+    async def _list_offsets(
+        self, specs: dict[TopicPartition | tuple[str, int], str | int]
+    ) -> OffsetLookup:
+        """One round of ListOffsets (failures are retried by the reset loop, per partition,
+        while the other partitions go on)."""
+        return await list_offsets(
+            self.cluster,
+            specs,
+            isolation_level=self.isolation_level,
+            timeout=self.api_timeout_s,
+            partial=True,
+        )
 
     async def _positions_from_committed(self) -> bool:
         with self.lock:
