@@ -498,7 +498,7 @@ def test_poll_hands_out_taken_records_before_raising_a_queued_error():
     """Records taken in a poll are returned; a queued error comes at the next poll (as Java),
     so a position moved for records the caller never got cannot happen."""
     from kcore.codec import RecordBatchBuilder
-    from kcore.consumer.client import ConsumerCore
+    from kcore.consumer.core import ConsumerCore
     from kcore.consumer.fetcher import FetchedData, PartitionState
 
     core = ConsumerCore({"bootstrap.servers": "127.0.0.1:1"})  # never started: no I/O

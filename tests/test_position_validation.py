@@ -216,7 +216,7 @@ def test_poll_drops_an_old_leaders_read_ahead_and_keeps_its_queued_error() -> No
     the pass that dropped the data does not trip over its own snapshot of the queue."""
     from types import SimpleNamespace
 
-    from kcore.consumer.client import ConsumerCore
+    from kcore.consumer.core import ConsumerCore
     from kcore.consumer.fetcher import Fetcher, PartitionState
     from kcore.errors import KcoreError
 
