@@ -499,7 +499,8 @@ def test_poll_hands_out_taken_records_before_raising_a_queued_error():
     so a position moved for records the caller never got cannot happen."""
     from kcore.codec import RecordBatchBuilder
     from kcore.consumer.core import ConsumerCore
-    from kcore.consumer.fetcher import FetchedData, PartitionState
+    from kcore.consumer.fetch_buffer import FetchedData
+    from kcore.consumer.fetcher import PartitionState
 
     core = ConsumerCore({"bootstrap.servers": "127.0.0.1:1"})  # never started: no I/O
     tp = TopicPartition("t", 0)
@@ -509,8 +510,8 @@ def test_poll_hands_out_taken_records_before_raising_a_queued_error():
     batch = b.build()
     f = core.fetcher
     f.states[tp] = PartitionState(position=0, queued=1, queued_bytes=len(batch))
-    f.completed.append(FetchedData(tp, 0, batch, 5, end_offset=5))
-    f.completed.append(FetchedData(TopicPartition("", -1), -1, b"", -1, error=KcoreError("boom")))
+    core.buffer.add(FetchedData(tp, 0, batch, 5, end_offset=5))
+    core.buffer.add_error(KcoreError("boom"))
     got = core.take_records(100)
     assert [r.value for r in got] == [b"v%d" % i for i in range(5)]
     assert f.states[tp].position == 5

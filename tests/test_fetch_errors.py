@@ -48,7 +48,7 @@ def answer(f: Fetcher, code: int, times: int = 1, tp: TopicPartition = TP) -> No
 
 
 def queued_errors(f: Fetcher) -> list[BaseException]:
-    return [d.error for d in f.completed if d.error is not None]
+    return [d.error for d in f.buffer.peek() if d.error is not None]
 
 
 def test_a_denied_topic_is_reported_once_and_backs_off() -> None:

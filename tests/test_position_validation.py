@@ -14,7 +14,8 @@ import kcore
 from kcore.admin import NewTopic, TopicPartition
 from kcore.cluster.group_offsets import MemberIdentity
 from kcore.codec import RecordBatchBuilder
-from kcore.consumer.fetcher import FetchedData, _complete_end
+from kcore.consumer.fetch_buffer import FetchedData
+from kcore.consumer.fetcher import _complete_end
 from kcore.consumer.validation import Diverged, Truncated, ValidationAsk, judge
 from kcore.errors import LogTruncationError, OffsetOutOfRangeError
 
@@ -205,9 +206,10 @@ def test_a_response_from_a_request_under_another_leader_epoch_is_dropped() -> No
         error_code=0, records=_batch(0, 5, 4), high_watermark=5, aborted_transactions=None
     )
     fetcher._handle_partition(tp, 0, 4, response)  # asked under epoch 4: stale
-    assert not fetcher.completed and st.fetch_position is None
+    assert not fetcher.buffer.peek() and st.fetch_position is None
     fetcher._handle_partition(tp, 0, 5, response)
-    assert len(fetcher.completed) == 1 and fetcher.completed[0].leader_epoch == 5
+    (queued,) = fetcher.buffer.peek()
+    assert queued.leader_epoch == 5
 
 
 def test_poll_drops_an_old_leaders_read_ahead_and_keeps_its_queued_error() -> None:
@@ -216,9 +218,10 @@ def test_poll_drops_an_old_leaders_read_ahead_and_keeps_its_queued_error() -> No
     the pass that dropped the data does not trip over its own snapshot of the queue."""
     from types import SimpleNamespace
 
-    from kcore.consumer.core import ConsumerCore
+    from kcore.consumer.collector import FetchCollector
     from kcore.consumer.fetcher import Fetcher, PartitionState
     from kcore.errors import KcoreError
+    from kcore.metrics import ClientMetrics
 
     tp = TopicPartition("t", 0)
     metadata = SimpleNamespace(partition=lambda topic, p: SimpleNamespace(leader_epoch=3))
@@ -237,10 +240,9 @@ def test_poll_drops_an_old_leaders_read_ahead_and_keeps_its_queued_error() -> No
     fetcher.states[tp] = st
     for offset in (0, 5):
         data = _batch(offset, 5, 2)
-        fetcher.completed.append(FetchedData(tp, offset, data, 10, offset + 5, leader_epoch=2))
-    fetcher.completed.append(FetchedData(tp, -1, b"", -1, error=KcoreError("corrupt")))
-    core = SimpleNamespace(fetcher=fetcher, wake=lambda: None)
-    core._scan_queue = lambda have: ConsumerCore._scan_queue(core, have)  # type: ignore[attr-defined]
+        fetcher.buffer.add(FetchedData(tp, offset, data, 10, offset + 5, leader_epoch=2))
+    fetcher.buffer.add_error(KcoreError("corrupt"), tp)
+    collector = FetchCollector(fetcher, fetcher.buffer, ClientMetrics(), True, lambda: None)
     with pytest.raises(KcoreError, match="corrupt"):
-        ConsumerCore._next_data(core)  # type: ignore[arg-type]
-    assert not fetcher.completed and st.position == 0
+        collector.take_records(10)
+    assert not fetcher.buffer.peek() and st.position == 0

@@ -1,5 +1,6 @@
 """The fetcher: keeps one Fetch request in flight to every leader of an assigned partition, and
-hands the record bytes that come back to ``poll`` (on the caller's thread) through a queue.
+hands the record bytes that come back to ``poll`` (on the caller's thread) through the fetch
+buffer (fetch_buffer.py).
 Each broker's fetches share a fetch session (KIP-227, see fetch_session.py).
 
 Runs on the client's event loop. Positions are owned by ``poll``; the fetcher reads ahead of
@@ -22,7 +23,6 @@ import asyncio
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +30,7 @@ from typing import Any
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
 from kcore.cluster.offsets import OffsetLookup, OffsetLookupError, list_offsets
+from kcore.consumer.fetch_buffer import NO_PARTITION, FetchBuffer, FetchedData
 from kcore.consumer.fetch_session import (
     FINAL_EPOCH,
     SESSION_ERROR_CODES,
@@ -57,12 +58,11 @@ from kcore.protocol.messages.offset_for_leader_epoch_request import (
 )
 from kcore.types import TopicPartition
 
-__all__ = ["FetchedData", "Fetcher", "PartitionState"]
+__all__ = ["Fetcher", "PartitionState"]
 
 BATCH_HEADER = 12  # base offset (8) and length (4): the same in magic 0, 1 and 2
 MAX_INT32 = 2**31 - 1
 PREFETCH_RESPONSES = 3  # per partition, queued ahead of poll
-_NO_PARTITION = TopicPartition("", -1)  # a queued error about no partition in particular
 
 log = logging.getLogger("kcore.consumer")
 
@@ -137,31 +137,6 @@ class PartitionState:
 
 
 @dataclass
-class FetchedData:
-    tp: TopicPartition
-    fetch_offset: int
-    records: Any  # bytes or memoryview of record batches
-    high_watermark: int
-    end_offset: int = -1  # the offset after its last complete batch
-    decoded: list[Any] | None = None  # poll's cache of the decoded records
-    taken: int = 0
-    error: BaseException | None = None
-    # read_committed: (producer id, first offset) of the aborted transactions the response
-    # named for this partition; None when there are none (poll filters only then).
-    aborted: list[tuple[int, int]] | None = None
-    # (last offset, leader epoch) of each run of batches with one epoch, in offset order
-    epochs: list[tuple[int, int]] = field(default_factory=list)
-    leader_epoch: int = -1  # the partition leader's epoch the fetch was made under
-
-    def epoch_at(self, offset: int) -> int:
-        """The leader epoch of the batch holding ``offset`` (-1: unknown, magic 0/1)."""
-        for last, epoch in self.epochs:
-            if offset <= last:
-                return epoch
-        return self.epochs[-1][1] if self.epochs else -1
-
-
-@dataclass
 class Fetcher:
     cluster: ClusterClient
     max_wait_ms: int
@@ -174,9 +149,8 @@ class Fetcher:
     api_timeout_s: float = 60.0  # default.api.timeout.ms: how long an offset lookup may take
     states: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     lock: threading.Condition = field(default_factory=threading.Condition)
-    completed: deque[FetchedData] = field(default_factory=deque)
+    buffer: FetchBuffer = field(default_factory=FetchBuffer)  # what poll takes from
     _wakeup: asyncio.Event | None = None
-    _data_event: asyncio.Event | None = None  # set when something is queued (AsyncConsumer)
     _busy_nodes: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _stopped: bool = False
@@ -186,7 +160,6 @@ class Fetcher:
     _last_reset_error: str | None = None
     _reset_failures: int = 0  # offset lookups that failed in a row (their backoff grows)
     _served: int = 0
-    _interrupted: bool = False
     # Set when the consumer has a group.id.
     committed_lookup: CommittedLookup | None = None
     validations: int = 0  # OffsetsForLeaderEpoch checks of positions made (KIP-320)
@@ -198,7 +171,7 @@ class Fetcher:
 
     async def run(self) -> None:
         self._wakeup = asyncio.Event()
-        self._data_event = asyncio.Event()
+        self.buffer.start()
         self.cluster.cache.on_update.append(self.wakeup)  # a leader found: fetch from it now
         while not self._stopped:
             self._wakeup.clear()
@@ -585,9 +558,7 @@ class Fetcher:
                         data.aborted = [
                             (a.producer_id, a.first_offset) for a in p.aborted_transactions
                         ]
-                    self.completed.append(data)
-                    self.lock.notify_all()
-                    self._signal_data()
+                    self.buffer.add(data)
                 return
             if code == OFFSET_OUT_OF_RANGE:
                 if st.position is not None and offset != st.position:
@@ -777,30 +748,25 @@ class Fetcher:
     def _queue_partition_error(self, tp: TopicPartition, error: KcoreError) -> None:
         """For poll: one at a time per partition (a partition failing again and again while
         the caller does not poll must not fill the queue)."""
-        if not any(d.error is not None and d.tp == tp for d in self.completed):
-            self._deliver_error(error, tp)
+        self.buffer.add_error(error, tp, once=True)
 
     def drop_queued(self, tp: TopicPartition, keep_errors: bool = False) -> None:
         """Forget what was fetched ahead for ``tp`` (with the lock held), and its queued
         errors unless ``keep_errors``."""
-        self.completed = deque(
-            d for d in self.completed if d.tp != tp or (keep_errors and d.error is not None)
-        )
+        self.buffer.drain((tp,), keep_errors=keep_errors)
         st = self.states.get(tp)
         if st is not None:
             st.queued = st.queued_bytes = 0
             st.fetch_position = None
 
-    def _deliver_error(self, error: BaseException, tp: TopicPartition = _NO_PARTITION) -> None:
+    def _deliver_error(self, error: BaseException, tp: TopicPartition = NO_PARTITION) -> None:
         """A non-retriable error goes to the caller's next poll (``tp``: the partition it is
         about, if one; it is dropped if that partition is unassigned or sought first)."""
-        with self.lock:
-            self.completed.append(FetchedData(tp, -1, b"", -1, error=error))
-            self.lock.notify_all()
-        self._signal_data()
+        self.buffer.add_error(error, tp)
 
     async def stop(self) -> None:
         self._stopped = True
+        self.buffer.close()
         self.wakeup()
         if self._reset_task is not None:
             self._tasks.add(self._reset_task)
@@ -837,54 +803,6 @@ class Fetcher:
             )
         except asyncio.TimeoutError:
             pass
-
-    def _deliverable(self) -> bool:
-        """Whether ``poll`` would find something: an error, or data of an unpaused partition
-        (data of a paused one stays queued without waking the caller)."""
-        for data in self.completed:
-            st = self.states.get(data.tp)
-            if data.error is not None or st is None or not st.paused:
-                return True
-        return False
-
-    def _signal_data(self) -> None:
-        if self._data_event is not None:
-            self._data_event.set()
-
-    async def wait_for_data_async(self, timeout: float) -> None:
-        """``wait_for_data`` for a caller on the fetcher's own event loop."""
-        event = self._data_event
-        if event is None:  # not started yet
-            await asyncio.sleep(min(max(timeout, 0.0), 0.005))
-            return
-        event.clear()
-        with self.lock:
-            if self._deliverable():
-                return
-        try:
-            await asyncio.wait_for(event.wait(), max(timeout, 0.0))
-        except asyncio.TimeoutError:
-            pass
-
-    def wait_for_data(self, timeout: float) -> None:
-        """Block the caller until data or an error is queued, ``interrupt_wait`` is called, or
-        ``timeout`` passes."""
-        deadline = time.monotonic() + timeout
-        with self.lock:
-            while not (self._deliverable() or self._interrupted):
-                left = deadline - time.monotonic()
-                if left <= 0 or self._stopped:
-                    return
-                self.lock.wait(left)
-            self._interrupted = False
-
-    def interrupt_wait(self) -> None:
-        """End the current (or next) wait for data early: the caller has other work, such as
-        a new group assignment to take on."""
-        with self.lock:
-            self._interrupted = True
-            self.lock.notify_all()
-        self._signal_data()
 
 
 def _first_batch_size(records: Any) -> int:
