@@ -265,10 +265,10 @@ def test_follows_leadership_moves(kafka_cluster3):
         got += read(c, n - len(got), timeout=60)
         # Each new leader was asked whether the log still holds the position (KIP-320).
         deadline = time.monotonic() + 30
-        while c._core.fetcher.validations < 3 and time.monotonic() < deadline:
+        while c._core.fetcher.validator.validations < 3 and time.monotonic() < deadline:
             assert c.poll(0.2) == []
-        assert c._core.fetcher.validations >= 3  # one per partition at least
-        assert c._core.fetcher.truncations == 0
+        assert c._core.fetcher.validator.validations >= 3  # one per partition at least
+        assert c._core.fetcher.validator.truncations == 0
     assert len(got) == n
     assert len({(r.partition, r.offset) for r in got}) == n
 
@@ -500,7 +500,7 @@ def test_poll_hands_out_taken_records_before_raising_a_queued_error():
     from kcore.codec import RecordBatchBuilder
     from kcore.consumer.core import ConsumerCore
     from kcore.consumer.fetch_buffer import FetchedData
-    from kcore.consumer.fetcher import PartitionState
+    from kcore.consumer.positions import PartitionState
 
     core = ConsumerCore({"bootstrap.servers": "127.0.0.1:1"})  # never started: no I/O
     tp = TopicPartition("t", 0)
@@ -509,12 +509,12 @@ def test_poll_hands_out_taken_records_before_raising_a_queued_error():
         b.append(None, b"v%d" % i, BASE_TS + i)
     batch = b.build()
     f = core.fetcher
-    f.states[tp] = PartitionState(position=0, queued=1, queued_bytes=len(batch))
+    f.positions.add(tp, PartitionState(position=0, queued=1, queued_bytes=len(batch)))
     core.buffer.add(FetchedData(tp, 0, batch, 5, end_offset=5))
     core.buffer.add_error(KcoreError("boom"))
     got = core.take_records(100)
     assert [r.value for r in got] == [b"v%d" % i for i in range(5)]
-    assert f.states[tp].position == 5
+    assert f.positions.require(tp).position == 5
     with pytest.raises(KcoreError, match="boom"):
         core.take_records(100)
 

@@ -117,7 +117,7 @@ def test_a_committed_position_past_its_epoch_resumes_where_the_logs_diverge(kafk
     with kcore.Consumer(cfg) as c:
         c.assign([tp])
         fetcher = c._core.fetcher
-        _wait_for(lambda: fetcher.truncations == 1 and c.position(tp) == 10)
+        _wait_for(lambda: fetcher.validator.truncations == 1 and c.position(tp) == 10)
         with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
             for i in range(3):
                 p.send(topic, b"new-%d" % i)
@@ -163,14 +163,17 @@ def test_a_position_within_its_epoch_is_kept(kafka_cluster):
         c.assign([tp])
         got = read_records(c, 4, 30)
         assert [r.offset for r in got] == [6, 7, 8, 9]
-        assert (c._core.fetcher.validations, c._core.fetcher.truncations) == (1, 0)
+        assert (c._core.fetcher.validator.validations, c._core.fetcher.validator.truncations) == (
+            1,
+            0,
+        )
 
 
 # --- the partition state's epochs (review findings) --------------------------------------------
 
 
 def test_taking_data_binds_the_position_to_the_epoch_it_was_fetched_under() -> None:
-    from kcore.consumer.fetcher import PartitionState
+    from kcore.consumer.positions import PartitionState
 
     st = PartitionState()
     st.seek(0)
@@ -194,14 +197,15 @@ def test_a_response_from_a_request_under_another_leader_epoch_is_dropped() -> No
     one must not be handed out (its records may be the ones the new leader lost)."""
     from types import SimpleNamespace
 
-    from kcore.consumer.fetcher import Fetcher, PartitionState
+    from kcore.consumer.fetcher import Fetcher
+    from kcore.consumer.positions import PartitionState
 
     fetcher = Fetcher(None, 500, 1, 1 << 20, 1 << 20, 0, "earliest")  # type: ignore[arg-type]
     tp = TopicPartition("t", 0)
     st = PartitionState()
     st.seek(0)
     st.offset_epoch, st.leader_epoch = 1, 5  # checked under leader epoch 5
-    fetcher.states[tp] = st
+    fetcher.positions.add(tp, st)
     response = SimpleNamespace(
         error_code=0, records=_batch(0, 5, 4), high_watermark=5, aborted_transactions=None
     )
@@ -219,7 +223,8 @@ def test_poll_drops_an_old_leaders_read_ahead_and_keeps_its_queued_error() -> No
     from types import SimpleNamespace
 
     from kcore.consumer.collector import FetchCollector
-    from kcore.consumer.fetcher import Fetcher, PartitionState
+    from kcore.consumer.fetcher import Fetcher
+    from kcore.consumer.positions import PartitionState
     from kcore.errors import KcoreError
     from kcore.metrics import ClientMetrics
 
@@ -237,7 +242,7 @@ def test_poll_drops_an_old_leaders_read_ahead_and_keeps_its_queued_error() -> No
     st = PartitionState()
     st.seek(0)
     st.offset_epoch, st.leader_epoch = 2, 2
-    fetcher.states[tp] = st
+    fetcher.positions.add(tp, st)
     for offset in (0, 5):
         data = _batch(offset, 5, 2)
         fetcher.buffer.add(FetchedData(tp, offset, data, 10, offset + 5, leader_epoch=2))

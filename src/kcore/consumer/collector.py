@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 
 from kcore.codec import decode_columns, decode_records
 from kcore.consumer.fetch_buffer import FetchBuffer, FetchedData
-from kcore.consumer.fetcher import Fetcher, PartitionState
+from kcore.consumer.fetcher import Fetcher
+from kcore.consumer.positions import PartitionState
 from kcore.errors import NoOffsetForPartitionError
 from kcore.metrics import ClientMetrics
 from kcore.types import TopicPartition
@@ -39,7 +40,8 @@ class FetchCollector:
         check_crcs: bool,
         wake: Callable[[], None],
     ) -> None:
-        self.fetcher = fetcher
+        self.fetcher = fetcher  # drops a partition's read-ahead; knows the leader epochs
+        self.positions = fetcher.positions
         self.buffer = buffer
         self.metrics = metrics
         self.check_crcs = check_crcs
@@ -64,25 +66,21 @@ class FetchCollector:
             if isinstance(data.error, NoOffsetForPartitionError):
                 # Reported by the fetcher in the moment between assign() and seek(), say: it
                 # holds only for partitions still without a position.
-                still = [
-                    tp
-                    for tp in data.error.partitions
-                    if tp in f.states and f.states[tp].position is None
-                ]
+                still = [tp for tp in data.error.partitions if self._lacks_position(tp)]
                 if not still:
                     self.buffer.remove(data)
                     continue
                 if still != data.error.partitions:
                     data.error = NoOffsetForPartitionError(still)
             if data.error is not None:
-                if data.tp.partition >= 0 and data.tp not in f.states:
+                if data.tp.partition >= 0 and data.tp not in self.positions:
                     self.buffer.remove(data)  # about a partition unassigned since
                     continue
                 if have_records:
                     return None, False
                 self.buffer.remove(data)
                 raise data.error
-            st = f.states.get(data.tp)
+            st = self.positions.get(data.tp)
             if st is None:
                 self.buffer.remove(data)  # unassigned since it was fetched
                 continue
@@ -100,6 +98,10 @@ class FetchCollector:
                 continue  # kept for resume, not handed out (as Java's pause)
             return data, False
         return None, False
+
+    def _lacks_position(self, tp: TopicPartition) -> bool:
+        st = self.positions.get(tp)
+        return st is not None and st.position is None
 
     def _finish(self, data: FetchedData, st: PartitionState) -> None:
         """``data`` is used up: the position moves past its last batch (past control batches
@@ -126,12 +128,12 @@ class FetchCollector:
 
     def take_records(self, max_records: int) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
-        with self.fetcher.lock:
+        with self.positions.locked():
             while len(out) < max_records:
                 data = self._next_data(bool(out))
                 if data is None:
                     break
-                st = self.fetcher.states[data.tp]
+                st = self.positions.require(data.tp)
                 if data.decoded is None:
                     try:
                         data.decoded = self._decode(data)
@@ -171,12 +173,12 @@ class FetchCollector:
 
         batches: list[Any] = []
         left = max_records
-        with self.fetcher.lock:
+        with self.positions.locked():
             while left > 0:
                 data = self._next_data(bool(batches))
                 if data is None:
                     break
-                st = self.fetcher.states[data.tp]
+                st = self.positions.require(data.tp)
                 if data.decoded is None:
                     try:
                         records = _committed(data) if data.aborted else data.records

@@ -21,8 +21,9 @@ from kcore.cluster.offsets import list_offsets
 from kcore.config import ClientConfig
 from kcore.consumer.collector import ConsumerRecord, FetchCollector
 from kcore.consumer.fetch_buffer import FetchBuffer
-from kcore.consumer.fetcher import Fetcher, PartitionState
+from kcore.consumer.fetcher import Fetcher
 from kcore.consumer.group import GroupCoordinator, Listener
+from kcore.consumer.positions import PartitionState, Positions
 from kcore.errors import KcoreError, NoOffsetForPartitionError
 from kcore.types import ListOffsetsResult, TopicPartition
 
@@ -48,7 +49,7 @@ def _declare_metrics(core: ConsumerCore) -> None:
     metrics.gauge("fetch-rate", lambda: metrics.rate_of("fetch-latency"))
     metrics.gauge("commit-total", lambda: metrics.count("commit-latency"))
     metrics.gauge("commit-rate", lambda: metrics.rate_of("commit-latency"))
-    metrics.gauge("assigned-partitions", lambda: len(core.fetcher.states))
+    metrics.gauge("assigned-partitions", lambda: len(core.positions))
     metrics.gauge(
         "last-poll-seconds-ago",
         lambda: -1.0 if core.last_poll is None else time.monotonic() - core.last_poll,
@@ -86,6 +87,7 @@ class ConsumerCore:
         self.cluster = ClusterClient(cfg, auto_create=bool(cfg["allow.auto.create.topics"]))
         self.max_poll_records = int(cfg["max.poll.records"])
         policy, duration_s = cfg.auto_offset_reset()
+        self.positions = Positions()
         self.buffer = FetchBuffer()
         self.fetcher = Fetcher(
             self.cluster,
@@ -97,6 +99,7 @@ class ConsumerCore:
             reset_policy=policy,
             reset_duration_s=duration_s or 0.0,
             api_timeout_s=int(cfg["default.api.timeout.ms"]) / 1000,
+            positions=self.positions,
             buffer=self.buffer,
         )
         self.collector = FetchCollector(
@@ -161,45 +164,35 @@ class ConsumerCore:
             self.unassign()
             return
         self.manual = True
-        f = self.fetcher
-        with f.lock:
-            old = f.states
-            # With a group.id, a new partition starts at the group's committed offset, if any.
-            fresh = self.group is not None
-            f.states = {tp: old.get(tp) or PartitionState(from_committed=fresh) for tp in wanted}
-            self.buffer.retain(set(f.states))
+        # With a group.id, a new partition starts at the group's committed offset, if any.
+        fresh = self.group is not None
+        with self.positions.locked():
+            self.positions.assign(wanted, lambda: PartitionState(from_committed=fresh))
+            self.buffer.retain(set(wanted))
         self.cluster.add_topics({tp.topic for tp in wanted})
         self.wake()
 
     def assignment(self) -> set[TopicPartition]:
-        with self.fetcher.lock:
-            return set(self.fetcher.states)
+        return self.positions.partitions()
 
     # -- the group's view of the assignment (GroupCoordinator's Assignment protocol) ---------------
 
     def owned(self) -> set[TopicPartition]:
         return self.assignment()
 
-    def positions(
+    def positions_to_commit(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, tuple[int, int]]:
         """The positions to commit, of the partitions that have one: each with the leader
         epoch of the record before it (-1: unknown), read together (KIP-320)."""
-        with self.fetcher.lock:
-            out = {}
-            for tp in partitions:
-                st = self.fetcher.states.get(tp)
-                if st is not None and st.position is not None:
-                    out[tp] = (st.position, st.offset_epoch)
-            return out
+        return self.positions.for_commit(partitions)
 
     def add_partitions(self, partitions: Iterable[TopicPartition]) -> None:
         """Partitions the group gave this member: they start at the group's committed offset
         (looked up by the fetcher), else at ``auto.offset.reset``."""
         partitions = list(partitions)
-        with self.fetcher.lock:
-            for tp in partitions:
-                self.fetcher.states[tp] = PartitionState(from_committed=True)
+        for tp in partitions:
+            self.positions.add(tp, PartitionState(from_committed=True))
         self.cluster.add_topics({tp.topic for tp in partitions})
         self.wake()
 
@@ -207,9 +200,9 @@ class ConsumerCore:
         self.buffer.wakeup()
 
     def remove_partitions(self, partitions: Iterable[TopicPartition]) -> None:
-        with self.fetcher.lock:
+        with self.positions.locked():
             for tp in partitions:
-                if self.fetcher.states.pop(tp, None) is not None:
+                if self.positions.remove(tp):
                     self.fetcher.drop_queued(tp)
 
     def unassign(self) -> None:
@@ -244,41 +237,33 @@ class ConsumerCore:
             raise KcoreError("offsets are committed to a group: set group.id")
         return self.group
 
-    def _state(self, tp: TopicPartition) -> PartitionState:
-        st = self.fetcher.states.get(tp)
-        if st is None:
-            raise KcoreError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
-        return st
-
     def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
         tp = TopicPartition(*tp)
         if offset < 0:
             raise KcoreError(f"seek to a negative offset ({offset})")
-        with self.fetcher.lock:
-            st = self._state(tp)
-            st.seek(offset)
+        with self.positions.locked():
+            self.positions.require(tp).seek(offset)
             self._drop_buffered(tp)
         self.wake()
 
     def seek_to(self, partitions: Iterable[TopicPartition | tuple[str, int]], where: str) -> None:
-        with self.fetcher.lock:
-            for tp in tps(partitions) or list(self.fetcher.states):
-                st = self._state(tp)
-                st.seek(None, where)
+        with self.positions.locked():
+            for tp in tps(partitions) or list(self.positions):
+                self.positions.require(tp).seek(None, where)
                 self._drop_buffered(tp)
         self.wake()
 
     def _drop_buffered(self, tp: TopicPartition) -> None:
         self.fetcher.drop_queued(tp)
-        st = self.fetcher.states[tp]
+        st = self.positions.require(tp)
         st.errors, st.retry_at = 0, 0.0  # a seek is fetched at once, whatever failed before
 
     def position(self, tp: TopicPartition | tuple[str, int]) -> int | None:
         """None while it is being looked up; raises ``NoOffsetForPartitionError`` once the
         lookup found nothing to start from and ``auto.offset.reset`` is ``none``."""
         tp = TopicPartition(*tp)
-        with self.fetcher.lock:
-            st = self._state(tp)
+        with self.positions.locked():
+            st = self.positions.require(tp)
             if (
                 st.position is None
                 and st.reset_to is None
@@ -289,26 +274,16 @@ class ConsumerCore:
             return st.position
 
     def pause(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
-        with self.fetcher.lock:
-            paused = set(tps(partitions))
-            for tp in paused:
-                self._state(tp).paused = True
-            self.buffer.own_bytes(paused)
+        paused = set(tps(partitions))
+        self.positions.set_paused(paused, True)
+        self.buffer.own_bytes(paused)
 
     def resume(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
-        with self.fetcher.lock:
-            for tp in tps(partitions):
-                self._state(tp).paused = False
+        self.positions.set_paused(tps(partitions), False)
         self.wake()
 
-    # -- taking records (any thread) --------------------------------------------------------------
-
     def current_lag(self, tp: TopicPartition) -> int | None:
-        with self.fetcher.lock:
-            st = self.fetcher.states.get(tp)
-            if st is None or st.lag_end < 0 or st.position is None:
-                return None
-            return max(0, st.lag_end - st.position)
+        return self.positions.lag(tp)
 
     async def edge_offsets(
         self, partitions: Iterable[TopicPartition | tuple[str, int]], which: str, timeout: float
@@ -345,9 +320,8 @@ class ConsumerCore:
             raise KcoreError("the consumer is closed")
         if self.group is not None and self.group.subscribed:
             return
-        with self.fetcher.lock:
-            if self.fetcher.states:
-                return
+        if len(self.positions):
+            return
         raise KcoreError(
             "the consumer has no partitions assigned and no subscription: call assign() "
             "(or subscribe() with a group.id) before polling"
@@ -382,15 +356,11 @@ class ConsumerCore:
     def wait_for_data(self, timeout: float) -> None:
         """Block the caller's thread until data or an error is queued, ``interrupt_wait`` is
         called, or ``timeout`` passes."""
-        self.buffer.wait(timeout, self._paused())
+        self.buffer.wait(timeout, self.positions.paused())
 
     async def wait_for_data_async(self, timeout: float) -> None:
         """:meth:`wait_for_data` for a caller on the event loop."""
-        await self.buffer.wait_async(timeout, self._paused())
-
-    def _paused(self) -> set[TopicPartition]:
-        with self.fetcher.lock:
-            return {tp for tp, st in self.fetcher.states.items() if st.paused}
+        await self.buffer.wait_async(timeout, self.positions.paused())
 
     def take_records(self, max_records: int) -> list[ConsumerRecord]:
         return self.collector.take_records(max_records)

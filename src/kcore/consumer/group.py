@@ -56,7 +56,7 @@ class Assignment(Protocol):
     """What the group needs from the consumer's partition state."""
 
     def owned(self) -> set[TopicPartition]: ...
-    def positions(
+    def positions_to_commit(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, tuple[int, int]]: ...
     def add_partitions(self, partitions: Iterable[TopicPartition]) -> None: ...
@@ -183,7 +183,7 @@ class GroupCoordinator:
                 yield from self._consumer_protocol_step(member)
         if self.auto_commit and time.monotonic() >= self.next_auto_commit and not self._joining():
             self.next_auto_commit = time.monotonic() + self.auto_commit_interval_s
-            self._commit_in_background(self.assignment.positions(self.assignment.owned()))
+            self._commit_in_background(self.assignment.positions_to_commit(self.assignment.owned()))
 
     def _lost_step(self) -> Step:
         owned = sorted(self.assignment.owned())
@@ -199,7 +199,9 @@ class GroupCoordinator:
             return
         if self.auto_commit:
             try:
-                yield _bounded(self._commit_coro(self.assignment.positions(partitions)), deadline)
+                yield _bounded(
+                    self._commit_coro(self.assignment.positions_to_commit(partitions)), deadline
+                )
             except WakeupError:
                 raise
             except KcoreError as exc:
@@ -335,7 +337,7 @@ class GroupCoordinator:
         self, offsets: Mapping[TopicPartition, int] | None
     ) -> Coroutine[Any, Any, None]:
         if offsets is None:
-            return self._commit_coro(self.assignment.positions(self.assignment.owned()))
+            return self._commit_coro(self.assignment.positions_to_commit(self.assignment.owned()))
         return self._commit_named(dict(offsets))
 
     async def _commit_named(self, offsets: Mapping[TopicPartition, int]) -> None:
@@ -365,7 +367,9 @@ class GroupCoordinator:
         """Commit (auto-commit only) and leave the group (if :meth:`leave_step` has not)."""
         if commit and self.auto_commit:
             try:
-                await self._commit_coro(self.assignment.positions(self.assignment.owned()))
+                await self._commit_coro(
+                    self.assignment.positions_to_commit(self.assignment.owned())
+                )
             except Exception as exc:
                 log.warning("group %r: commit on close failed: %s", self.group_id, exc)
         if self.subscribed:
