@@ -6,10 +6,10 @@ or ``auto.offset.reset`` looked up with ListOffsets (kcore.cluster.offsets); a p
 leader changed is checked first (validator.py).
 
 Runs on the client's event loop. Positions (positions.py) move as ``poll`` hands records out;
-the fetcher reads ahead of them: a partition is fetched again from the end of its queued data while fewer than
-PREFETCH_RESPONSES of its responses wait (and the queue holds less than ``fetch.max.bytes``),
-so one busy partition keeps its broker's fetches answering at once instead of waiting
-``fetch.max.wait.ms`` on idle partitions. Queued data whose fetch offset no longer matches the
+the fetcher reads ahead of them: a partition is fetched again from the end of its queued data
+while fewer than PREFETCH_RESPONSES of its responses wait (and the queue holds less than
+``fetch.max.bytes``), so one busy partition keeps its broker's fetches answering at once instead
+of waiting ``fetch.max.wait.ms`` on idle partitions. Queued data whose fetch offset no longer matches the
 position when ``poll`` reaches it (a seek happened meanwhile) is dropped.
 
 A broker fills ``max.partition.fetch.bytes`` for a partition with part of a batch when the next
@@ -539,9 +539,9 @@ class Fetcher:
         self, tp: TopicPartition, st: PartitionState, offset: int, code: int
     ) -> None:
         """A partition's fetch error (positions locked), as Java's FetchCollector: the
-        partition is not fetched again until a backoff (retry.backoff.ms, growing to retry.backoff.max.ms
-        while it keeps failing) has passed; before, it was fetched again at once, in a loop.
-        Stale metadata is refreshed; a corrupt batch and non-retriable errors reach poll, at
+        partition is not fetched again until a backoff (retry.backoff.ms, growing to
+        retry.backoff.max.ms while it keeps failing) has passed (not fetched again at once, in
+        a loop). Stale metadata is refreshed; a corrupt batch and non-retriable errors reach poll, at
         most one queued per partition; an unknown server error is logged."""
         err = error_for_code(code)
         name = f"{tp.topic}-{tp.partition}"
