@@ -9,8 +9,8 @@ Runs on the client's event loop. Positions (positions.py) move as ``poll`` hands
 the fetcher reads ahead of them: a partition is fetched again from the end of its queued data
 while fewer than PREFETCH_RESPONSES of its responses wait (and the queue holds less than
 ``fetch.max.bytes``), so one busy partition keeps its broker's fetches answering at once instead
-of waiting ``fetch.max.wait.ms`` on idle partitions. Queued data whose fetch offset no longer matches the
-position when ``poll`` reaches it (a seek happened meanwhile) is dropped.
+of waiting ``fetch.max.wait.ms`` on idle partitions. Queued data whose fetch offset no longer
+matches the position when ``poll`` reaches it (a seek happened meanwhile) is dropped.
 
 A broker fills ``max.partition.fetch.bytes`` for a partition with part of a batch when the next
 batch is larger; only the first partition of a request gets a whole oversized batch (KIP-74).
@@ -538,11 +538,11 @@ class Fetcher:
     def _partition_failed(
         self, tp: TopicPartition, st: PartitionState, offset: int, code: int
     ) -> None:
-        """A partition's fetch error (positions locked), as Java's FetchCollector: the
-        partition is not fetched again until a backoff (retry.backoff.ms, growing to
-        retry.backoff.max.ms while it keeps failing) has passed (not fetched again at once, in
-        a loop). Stale metadata is refreshed; a corrupt batch and non-retriable errors reach poll, at
-        most one queued per partition; an unknown server error is logged."""
+        """A partition's fetch error (positions locked), as Java's FetchCollector: the partition is
+        not fetched again until a backoff (retry.backoff.ms, growing to retry.backoff.max.ms while
+        it keeps failing) has passed (not fetched again at once, in a loop). Stale metadata is
+        refreshed; a corrupt batch and non-retriable errors reach poll, at most one queued per
+        partition; an unknown server error is logged."""
         err = error_for_code(code)
         name = f"{tp.topic}-{tp.partition}"
         if code in STALE_METADATA_CODES or code == KAFKA_STORAGE_ERROR:
