@@ -159,12 +159,12 @@ class Consumer(ProcessLocal):
 
     def position(self, partition: TopicPartition | tuple[str, int], timeout: float = 60) -> int:
         """The next offset to be handed out (looked up first if it is not known yet)."""
-        deadline = time.monotonic() + timeout
-        while (pos := self._core.position(partition)) is None:
-            if time.monotonic() > deadline:
-                raise KcoreError(f"no position for {partition} within {timeout:g}s")
-            time.sleep(0.01)
-        return pos
+        waiting = self._core.wait_for_position(partition, timeout)
+        try:
+            while True:
+                time.sleep(next(waiting))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition | tuple[str, int], int], timeout: float = 60
@@ -378,12 +378,12 @@ class AsyncConsumer:
         self, partition: TopicPartition | tuple[str, int], timeout: float = 60
     ) -> int:
         """The next offset to be handed out (looked up first if it is not known yet)."""
-        deadline = time.monotonic() + timeout
-        while (pos := self._core.position(partition)) is None:
-            if time.monotonic() > deadline:
-                raise KcoreError(f"no position for {partition} within {timeout:g}s")
-            await asyncio.sleep(0.01)
-        return pos
+        waiting = self._core.wait_for_position(partition, timeout)
+        try:
+            while True:
+                await asyncio.sleep(next(waiting))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     async def offsets_for_times(
         self, timestamps: Mapping[TopicPartition | tuple[str, int], int], timeout: float = 60

@@ -25,6 +25,7 @@ from kcore.consumer.fetcher import Fetcher
 from kcore.consumer.group import GroupCoordinator, Listener
 from kcore.consumer.positions import PartitionState, Positions
 from kcore.errors import KcoreError, NoOffsetForPartitionError
+from kcore.network.retry import Deadline
 from kcore.types import ListOffsetsResult, TopicPartition
 
 log = logging.getLogger("kcore.consumer")
@@ -32,6 +33,8 @@ log = logging.getLogger("kcore.consumer")
 __all__ = ["AwaitData", "ConsumerCore", "ConsumerRecord", "PollPlan", "RunGroupStep", "tps"]
 
 T = TypeVar("T")
+
+POSITION_POLL_S = 0.01  # how often a caller waiting for a position looks again
 
 
 def _declare_metrics(core: ConsumerCore) -> None:
@@ -273,6 +276,18 @@ class ConsumerCore:
                 raise NoOffsetForPartitionError([tp])
             return st.position
 
+    def wait_for_position(
+        self, tp: TopicPartition | tuple[str, int], timeout: float
+    ) -> Generator[float, None, int]:
+        """:meth:`position`, waited for while it is looked up: yields how long to sleep before
+        looking again (the facade sleeps its way), until ``timeout``."""
+        deadline = Deadline(timeout)
+        while (pos := self.position(tp)) is None:
+            if deadline.expired():
+                raise KcoreError(f"no position for {tp} within {timeout:g}s")
+            yield POSITION_POLL_S
+        return pos
+
     def pause(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         paused = set(tps(partitions))
         self.positions.set_paused(paused, True)
@@ -334,11 +349,11 @@ class ConsumerCore:
         time is left, wait for data and try again. With a group the wait is cut short (0.1 s)
         so that the group's step runs often (a rebalance, auto-commit)."""
         self.check_can_poll()
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         while True:
-            yield RunGroupStep(deadline - time.monotonic())
+            yield RunGroupStep(deadline.remaining())
             result = take()
-            left = deadline - time.monotonic()
+            left = deadline.remaining()
             if got_some(result) or left <= 0:
                 return result
             yield AwaitData(min(left, 0.1) if self.group else left)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from kcore.errors import (
     error_for_code,
 )
 from kcore.network.events import wait_event
+from kcore.network.retry import Deadline, RetryPacing
 from kcore.protocol.messages import FetchRequest
 from kcore.protocol.messages.fetch_request import FetchPartition, FetchTopic, ForgottenTopic
 from kcore.types import TopicPartition
@@ -99,7 +101,6 @@ class Fetcher:
     _reset_task: asyncio.Task[None] | None = None
     _reported_no_position: set[TopicPartition] = field(default_factory=set)
     _last_reset_error: str | None = None
-    _reset_failures: int = 0  # offset lookups that failed in a row (their backoff grows)
     _served: int = 0
     # Set when the consumer has a group.id.
     committed_lookup: CommittedLookup | None = None
@@ -150,41 +151,39 @@ class Fetcher:
         return tp in self._reported_no_position
 
     async def _reset_guarded(self) -> None:
-        # Wake the fetch loop only when there is news (a position found, or a retry due after
-        # its backoff): waking it unconditionally made an idle consumer spin a core.
-        try:
-            found = await self._reset_positions()
-            self._last_reset_error = None
-            self._reset_failures = 0
-            if found:
-                self.wakeup()
-            return
-        except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
-            if isinstance(exc, KafkaError) and not exc.retriable:
+        """Partitions without a position get one (:meth:`_reset_positions`), the lookups
+        retried until they do: after a backoff (retry.backoff.ms, growing to
+        retry.backoff.max.ms while they keep failing), lasting failures reported to poll once.
+        The fetch loop is woken only when there is news (a position found): waking it at every
+        retry made an idle consumer spin a core."""
+        pacing = RetryPacing(Deadline(math.inf), self.cluster.retry_backoff)
+        while True:
+            try:
+                found = await self._reset_positions()
+                self._last_reset_error = None
+                if found:
+                    self.wakeup()
+                return
+            except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
+                if isinstance(exc, KafkaError) and not exc.retriable:
+                    self._report_reset_error(exc)
+                log.info("fetcher: offset lookup: %s", exc)
+            except OffsetLookupError as exc:
+                # The partitions that answered have their positions; those without a leader
+                # (or another passing failure) are asked again; lasting failures (a partition
+                # that does not exist) reach poll.
+                lasting = {tp: e for tp, e in exc.errors.items() if not _passing(e)}
+                if lasting:
+                    self._report_reset_error(OffsetLookupError(lasting, exc.results))
+                log.info("fetcher: offset lookup: %s", exc)
+                if exc.results:
+                    self.wakeup()  # those have positions: fetch them now
+            except KcoreError as exc:
                 self._report_reset_error(exc)
-            log.info("fetcher: offset lookup: %s", exc)
-            await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
-        except OffsetLookupError as exc:
-            # The partitions that answered have their positions; those without a leader (or
-            # another passing failure) are asked again; lasting failures (a partition that
-            # does not exist) reach poll.
-            lasting = {tp: e for tp, e in exc.errors.items() if not _passing(e)}
-            if lasting:
-                self._report_reset_error(OffsetLookupError(lasting, exc.results))
-            log.info("fetcher: offset lookup: %s", exc)
-            if exc.results:
-                self.wakeup()  # those have positions: fetch them now
-            # retry.backoff.ms growing while the same partitions keep failing (no leader)
-            self._reset_failures += 1
-            await asyncio.sleep(self.cluster.retry_backoff.backoff_s(self._reset_failures - 1))
-        except KcoreError as exc:
-            self._report_reset_error(exc)
-            await asyncio.sleep(self.cluster.retry_backoff.maximum_ms / 1000)
-        except Exception as exc:
-            log.exception("fetcher: offset lookup")
-            self._deliver_error(KcoreError(f"the offset lookup failed: {exc!r}"))
-            await asyncio.sleep(self.cluster.retry_backoff.maximum_ms / 1000)
-        self.wakeup()
+            except Exception as exc:  # a bug: reported, and the lookup goes on after a backoff
+                log.exception("fetcher: offset lookup")
+                self._deliver_error(KcoreError(f"the offset lookup failed: {exc!r}"))
+            await pacing.pause()
 
     def _report_reset_error(self, exc: BaseException) -> None:
         """To poll once, not at every retry of the same failing lookup."""

@@ -33,6 +33,7 @@ from kcore.errors import (
     TopicAuthorizationFailedError,
     WakeupError,
 )
+from kcore.network.retry import Deadline
 from kcore.types import ConsumerGroupMetadata, TopicPartition
 
 log = logging.getLogger("kcore.consumer.group")
@@ -194,7 +195,9 @@ class GroupCoordinator:
                 yield from self._listener(fn, owned, "on_lost")
             self.assignment.remove_partitions(owned)
 
-    def _revoke_step(self, partitions: list[TopicPartition], deadline: float | None = None) -> Step:
+    def _revoke_step(
+        self, partitions: list[TopicPartition], deadline: Deadline | None = None
+    ) -> Step:
         if not partitions:
             return
         if self.auto_commit:
@@ -384,7 +387,7 @@ class GroupCoordinator:
         once the member has left."""
         if not self.subscribed:
             return
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else Deadline(timeout)
         self._listener_error = None
         member = self.member
         if member.lost:
@@ -394,7 +397,10 @@ class GroupCoordinator:
             yield from self._revoke_step(sorted(self.assignment.owned()), deadline)
         self.subscribed = False
         try:  # at least 2 s for it, even if the commit used the time up
-            yield _bounded(member.leave(), deadline and max(deadline, time.monotonic() + 2))
+            yield _bounded(
+                member.leave(),
+                deadline and Deadline.at_time(max(deadline.at, time.monotonic() + 2)),
+            )
         except Exception as exc:  # best effort: the session timeout removes the member anyway
             log.info("group %r: leaving failed: %s", self.group_id, exc)
         if self._listener_error is not None:
@@ -402,12 +408,12 @@ class GroupCoordinator:
             raise error
 
 
-async def _bounded(coro: Coroutine[Any, Any, Any], deadline: float | None) -> Any:
-    """``coro`` cut off at ``deadline`` (``time.monotonic()``; None: not cut off)."""
+async def _bounded(coro: Coroutine[Any, Any, Any], deadline: Deadline | None) -> Any:
+    """``coro`` cut off at ``deadline`` (None: not cut off)."""
     if deadline is None:
         return await coro
     try:
-        return await asyncio.wait_for(coro, max(0.0, deadline - time.monotonic()))
+        return await asyncio.wait_for(coro, max(0.0, deadline.remaining()))
     except asyncio.TimeoutError:
         raise KcoreTimeoutError("the group did not answer in time") from None
 
