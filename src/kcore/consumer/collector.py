@@ -32,6 +32,9 @@ class ConsumerRecord(NamedTuple):
 
 
 class FetchCollector:
+    """``poll``'s side of the fetch buffer: :meth:`take_records` and :meth:`take_arrow`, each
+    under the positions' lock (what is handed out and the positions it moves agree)."""
+
     def __init__(
         self,
         fetcher: Fetcher,
