@@ -160,11 +160,12 @@ class Consumer(ProcessLocal):
     def position(self, partition: TopicPartition | tuple[str, int], timeout: float = 60) -> int:
         """The next offset to be handed out (looked up first if it is not known yet)."""
         waiting = self._core.wait_for_position(partition, timeout)
-        try:
-            while True:
-                time.sleep(next(waiting))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        while True:
+            try:
+                pause = next(waiting)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            time.sleep(pause)
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition | tuple[str, int], int], timeout: float = 60
@@ -206,16 +207,16 @@ class Consumer(ProcessLocal):
 
     def _drive(self, plan: PollPlan[T]) -> T:
         """Run a poll plan on this thread: a ``wakeup()`` is raised before each group step."""
-        try:
-            while True:
+        while True:
+            try:
                 effect = next(plan)
-                if isinstance(effect, AwaitData):
-                    self._core.wait_for_data(effect.timeout)
-                else:
-                    self._raise_if_woken()
-                    self._group_step(effect.timeout)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            if isinstance(effect, AwaitData):
+                self._core.wait_for_data(effect.timeout)
+            else:
+                self._raise_if_woken()
+                self._group_step(effect.timeout)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         while True:
@@ -379,11 +380,12 @@ class AsyncConsumer:
     ) -> int:
         """The next offset to be handed out (looked up first if it is not known yet)."""
         waiting = self._core.wait_for_position(partition, timeout)
-        try:
-            while True:
-                await asyncio.sleep(next(waiting))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        while True:
+            try:
+                pause = next(waiting)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            await asyncio.sleep(pause)
 
     async def offsets_for_times(
         self, timestamps: Mapping[TopicPartition | tuple[str, int], int], timeout: float = 60
@@ -427,15 +429,15 @@ class AsyncConsumer:
 
     async def _drive(self, plan: PollPlan[T]) -> T:
         """Run a poll plan on the event loop."""
-        try:
-            while True:
+        while True:
+            try:
                 effect = next(plan)
-                if isinstance(effect, AwaitData):
-                    await self._core.wait_for_data_async(effect.timeout)
-                else:
-                    await self._group_step(effect.timeout)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            if isinstance(effect, AwaitData):
+                await self._core.wait_for_data_async(effect.timeout)
+            else:
+                await self._group_step(effect.timeout)
 
     def metrics(self) -> dict[str, float]:
         """As :meth:`Consumer.metrics`."""
