@@ -569,6 +569,7 @@ def test_manual_assignment_with_a_group_id_resumes_from_the_committed_offset(kaf
 NO_ADMIN_SCRIPT = """
 import sys, time
 import kcore
+from kcore.cluster.offsets import OffsetLookupError
 from kcore.types import TopicPartition
 
 bootstrap, topic, base_ts = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -577,6 +578,12 @@ with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "lates
     assert c.beginning_offsets([tp]) == {tp: 0}
     assert c.end_offsets([tp]) == {tp: 10}
     assert c.offsets_for_times({tp: base_ts + 4})[tp].offset == 4
+    missing = TopicPartition(topic, 5)  # the topic has one partition
+    try:
+        c.end_offsets([tp, missing], timeout=10)
+        raise AssertionError("a partition that does not exist was looked up")
+    except OffsetLookupError as exc:  # what answered is kept; the other names why it did not
+        assert exc.results[tp].offset == 10 and list(exc.errors) == [missing], exc
     c.assign([tp])
     assert c.position(tp, timeout=20) == 10  # auto.offset.reset=latest: a lookup
     c.seek_to_beginning([tp])
@@ -596,7 +603,8 @@ print("ok")
 def test_offset_lookups_need_no_admin_client(kafka_cluster):
     """The consumer looks offsets up itself (kcore.cluster.offsets), as Java's consumer has its
     own OffsetFetcher: beginning/end offsets, offsets by time, resets and seeks to either end
-    work in a process that never imports kcore.admin."""
+    work in a process that never imports kcore.admin; a partly failed lookup raises
+    OffsetLookupError with what answered and why the rest did not."""
     import subprocess
     import sys
 
