@@ -265,10 +265,10 @@ def test_follows_leadership_moves(kafka_cluster3):
         got += read(c, n - len(got), timeout=60)
         # Each new leader was asked whether the log still holds the position (KIP-320).
         deadline = time.monotonic() + 30
-        while c._core.fetcher.validations < 3 and time.monotonic() < deadline:
+        while c._core.fetcher.validator.validations < 3 and time.monotonic() < deadline:
             assert c.poll(0.2) == []
-        assert c._core.fetcher.validations >= 3  # one per partition at least
-        assert c._core.fetcher.truncations == 0
+        assert c._core.fetcher.validator.validations >= 3  # one per partition at least
+        assert c._core.fetcher.validator.truncations == 0
     assert len(got) == n
     assert len({(r.partition, r.offset) for r in got}) == n
 
@@ -498,8 +498,9 @@ def test_poll_hands_out_taken_records_before_raising_a_queued_error():
     """Records taken in a poll are returned; a queued error comes at the next poll (as Java),
     so a position moved for records the caller never got cannot happen."""
     from kcore.codec import RecordBatchBuilder
-    from kcore.consumer.client import ConsumerCore
-    from kcore.consumer.fetcher import FetchedData, PartitionState
+    from kcore.consumer.core import ConsumerCore
+    from kcore.consumer.fetch_buffer import FetchedData
+    from kcore.consumer.positions import PartitionState
 
     core = ConsumerCore({"bootstrap.servers": "127.0.0.1:1"})  # never started: no I/O
     tp = TopicPartition("t", 0)
@@ -508,12 +509,12 @@ def test_poll_hands_out_taken_records_before_raising_a_queued_error():
         b.append(None, b"v%d" % i, BASE_TS + i)
     batch = b.build()
     f = core.fetcher
-    f.states[tp] = PartitionState(position=0, queued=1, queued_bytes=len(batch))
-    f.completed.append(FetchedData(tp, 0, batch, 5, end_offset=5))
-    f.completed.append(FetchedData(TopicPartition("", -1), -1, b"", -1, error=KcoreError("boom")))
+    f.positions.add(tp, PartitionState(position=0, queued=1, queued_bytes=len(batch)))
+    core.buffer.add(FetchedData(tp, 0, batch, 5, end_offset=5))
+    core.buffer.add_error(KcoreError("boom"))
     got = core.take_records(100)
     assert [r.value for r in got] == [b"v%d" % i for i in range(5)]
-    assert f.states[tp].position == 5
+    assert f.positions.require(tp).position == 5
     with pytest.raises(KcoreError, match="boom"):
         core.take_records(100)
 
@@ -563,3 +564,61 @@ def test_manual_assignment_with_a_group_id_resumes_from_the_committed_offset(kaf
         got = read(c, 6 + 10)
         assert sorted(r.offset for r in got if r.partition == 0) == list(range(4, 10))
         assert sorted(r.offset for r in got if r.partition == 1) == list(range(10))
+
+
+NO_ADMIN_SCRIPT = """
+import sys, time
+import kcore
+from kcore.cluster.offsets import OffsetLookupError
+from kcore.types import TopicPartition
+
+bootstrap, topic, base_ts = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tp = TopicPartition(topic, 0)
+with kcore.Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "latest"}) as c:
+    assert c.beginning_offsets([tp]) == {tp: 0}
+    assert c.end_offsets([tp]) == {tp: 10}
+    assert c.offsets_for_times({tp: base_ts + 4})[tp].offset == 4
+    missing = TopicPartition(topic, 5)  # the topic has one partition
+    try:
+        c.end_offsets([tp, missing], timeout=10)
+        raise AssertionError("a partition that does not exist was looked up")
+    except OffsetLookupError as exc:  # what answered is kept; the other names why it did not
+        assert exc.results[tp].offset == 10 and list(exc.errors) == [missing], exc
+    c.assign([tp])
+    assert c.position(tp, timeout=20) == 10  # auto.offset.reset=latest: a lookup
+    c.seek_to_beginning([tp])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 10 and time.monotonic() < deadline:
+        got += c.poll(0.5)
+    assert [r.offset for r in got] == list(range(10)), got
+    c.seek_to_end([tp])
+    assert c.poll(0.5) == [] and c.position(tp) == 10
+admin = sorted(m for m in sys.modules if m == "kcore.admin" or m.startswith("kcore.admin."))
+assert not admin, admin
+print("ok")
+"""
+
+
+def test_offset_lookups_need_no_admin_client(kafka_cluster):
+    """The consumer looks offsets up itself (kcore.cluster.offsets), as Java's consumer has its
+    own OffsetFetcher: beginning/end offsets, offsets by time, resets and seeks to either end
+    work in a process that never imports kcore.admin; a partly failed lookup raises
+    OffsetLookupError with what answered and why the rest did not."""
+    import subprocess
+    import sys
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("no-admin")
+    create(bootstrap, topic, 1)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(10):
+            p.send(topic, b"%d" % i, partition=0, timestamp_ms=BASE_TS + i)
+        p.flush(30)
+    done = subprocess.run(
+        [sys.executable, "-c", NO_ADMIN_SCRIPT, bootstrap, topic, str(BASE_TS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 from kcore.cluster.client import ClusterClient
 from kcore.config import ClientConfig
-from kcore.consumer.fetcher import Fetcher, PartitionState
+from kcore.consumer.fetcher import Fetcher
+from kcore.consumer.positions import PartitionState
 from kcore.errors import CorruptMessageError, OffsetOutOfRangeError, TopicAuthorizationFailedError
 from kcore.types import TopicPartition
 
@@ -31,8 +32,8 @@ def fetcher(policy: str = "earliest") -> Fetcher:
         isolation_level=0,
         reset_policy=policy,
     )
-    f.states[TP] = PartitionState(position=5)
-    f.states[OTHER] = PartitionState(position=0)
+    f.positions.add(TP, PartitionState(position=5))
+    f.positions.add(OTHER, PartitionState(position=0))
     return f
 
 
@@ -42,13 +43,13 @@ def answer(f: Fetcher, code: int, times: int = 1, tp: TopicPartition = TP) -> No
     async def go() -> None:
         for _ in range(times):
             response = SimpleNamespace(error_code=code, high_watermark=-1, records=None)
-            f._handle_partition(tp, f.states[tp].position, -1, response)
+            f._handle_partition(tp, f.positions.require(tp).position, -1, response)
 
     asyncio.run(go())
 
 
 def queued_errors(f: Fetcher) -> list[BaseException]:
-    return [d.error for d in f.completed if d.error is not None]
+    return [d.error for d in f.buffer.peek() if d.error is not None]
 
 
 def test_a_denied_topic_is_reported_once_and_backs_off() -> None:
@@ -56,11 +57,11 @@ def test_a_denied_topic_is_reported_once_and_backs_off() -> None:
     answer(f, 29, times=50)  # TOPIC_AUTHORIZATION_FAILED, while the caller does not poll
     (error,) = queued_errors(f)
     assert isinstance(error, TopicAuthorizationFailedError) and "t-0" in str(error)
-    st = f.states[TP]
+    st = f.positions.require(TP)
     assert st.errors == 50
     # retry.backoff.ms growing to retry.backoff.max.ms (1 s, with jitter)
     assert 0.5 < st.retry_at - time.monotonic() <= 1.3
-    assert f.states[OTHER].retry_at == 0.0  # the other partitions carry on
+    assert f.positions.require(OTHER).retry_at == 0.0  # the other partitions carry on
 
 
 def test_a_corrupt_batch_reaches_poll_naming_the_offset() -> None:
@@ -77,16 +78,16 @@ def test_unknown_server_error_and_stale_metadata_back_off_without_an_error() -> 
         f.cluster.cache._update_requested = False  # as after a refresh
         answer(f, code)
         assert queued_errors(f) == []
-        assert f.states[TP].retry_at > time.monotonic()
+        assert f.positions.require(TP).retry_at > time.monotonic()
         assert f.cluster.cache.update_requested == (code != -1)
 
 
 def test_data_clears_the_backoff_count() -> None:
     f = fetcher()
     answer(f, 6, times=3)
-    assert f.states[TP].errors == 3
+    assert f.positions.require(TP).errors == 3
     answer(f, 0)  # no records, no error
-    assert f.states[TP].errors == 0
+    assert f.positions.require(TP).errors == 0
 
 
 def test_out_of_range_without_a_reset_policy_keeps_the_position() -> None:
@@ -95,7 +96,7 @@ def test_out_of_range_without_a_reset_policy_keeps_the_position() -> None:
     (error,) = queued_errors(f)
     assert isinstance(error, OffsetOutOfRangeError)
     assert error.partitions == {TP: 5}  # type: ignore[attr-defined]
-    assert f.states[TP].position == 5
+    assert f.positions.require(TP).position == 5
     f = fetcher("earliest")
     answer(f, 1)
-    assert queued_errors(f) == [] and f.states[TP].position is None  # reset it
+    assert queued_errors(f) == [] and f.positions.require(TP).position is None  # reset it

@@ -14,7 +14,8 @@ import kcore
 from kcore.admin import NewTopic, TopicPartition
 from kcore.cluster.group_offsets import MemberIdentity
 from kcore.codec import RecordBatchBuilder
-from kcore.consumer.fetcher import FetchedData, _complete_end
+from kcore.consumer.fetch_buffer import FetchedData
+from kcore.consumer.fetcher import _complete_end
 from kcore.consumer.validation import Diverged, Truncated, ValidationAsk, judge
 from kcore.errors import LogTruncationError, OffsetOutOfRangeError
 
@@ -116,7 +117,7 @@ def test_a_committed_position_past_its_epoch_resumes_where_the_logs_diverge(kafk
     with kcore.Consumer(cfg) as c:
         c.assign([tp])
         fetcher = c._core.fetcher
-        _wait_for(lambda: fetcher.truncations == 1 and c.position(tp) == 10)
+        _wait_for(lambda: fetcher.validator.truncations == 1 and c.position(tp) == 10)
         with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
             for i in range(3):
                 p.send(topic, b"new-%d" % i)
@@ -162,14 +163,17 @@ def test_a_position_within_its_epoch_is_kept(kafka_cluster):
         c.assign([tp])
         got = read_records(c, 4, 30)
         assert [r.offset for r in got] == [6, 7, 8, 9]
-        assert (c._core.fetcher.validations, c._core.fetcher.truncations) == (1, 0)
+        assert (c._core.fetcher.validator.validations, c._core.fetcher.validator.truncations) == (
+            1,
+            0,
+        )
 
 
 # --- the partition state's epochs (review findings) --------------------------------------------
 
 
 def test_taking_data_binds_the_position_to_the_epoch_it_was_fetched_under() -> None:
-    from kcore.consumer.fetcher import PartitionState
+    from kcore.consumer.positions import PartitionState
 
     st = PartitionState()
     st.seek(0)
@@ -193,21 +197,23 @@ def test_a_response_from_a_request_under_another_leader_epoch_is_dropped() -> No
     one must not be handed out (its records may be the ones the new leader lost)."""
     from types import SimpleNamespace
 
-    from kcore.consumer.fetcher import Fetcher, PartitionState
+    from kcore.consumer.fetcher import Fetcher
+    from kcore.consumer.positions import PartitionState
 
     fetcher = Fetcher(None, 500, 1, 1 << 20, 1 << 20, 0, "earliest")  # type: ignore[arg-type]
     tp = TopicPartition("t", 0)
     st = PartitionState()
     st.seek(0)
     st.offset_epoch, st.leader_epoch = 1, 5  # checked under leader epoch 5
-    fetcher.states[tp] = st
+    fetcher.positions.add(tp, st)
     response = SimpleNamespace(
         error_code=0, records=_batch(0, 5, 4), high_watermark=5, aborted_transactions=None
     )
     fetcher._handle_partition(tp, 0, 4, response)  # asked under epoch 4: stale
-    assert not fetcher.completed and st.fetch_position is None
+    assert not fetcher.buffer.peek() and st.fetch_position is None
     fetcher._handle_partition(tp, 0, 5, response)
-    assert len(fetcher.completed) == 1 and fetcher.completed[0].leader_epoch == 5
+    (queued,) = fetcher.buffer.peek()
+    assert queued.leader_epoch == 5
 
 
 def test_poll_drops_an_old_leaders_read_ahead_and_keeps_its_queued_error() -> None:
@@ -216,9 +222,11 @@ def test_poll_drops_an_old_leaders_read_ahead_and_keeps_its_queued_error() -> No
     the pass that dropped the data does not trip over its own snapshot of the queue."""
     from types import SimpleNamespace
 
-    from kcore.consumer.client import ConsumerCore
-    from kcore.consumer.fetcher import Fetcher, PartitionState
+    from kcore.consumer.collector import FetchCollector
+    from kcore.consumer.fetcher import Fetcher
+    from kcore.consumer.positions import PartitionState
     from kcore.errors import KcoreError
+    from kcore.metrics import ClientMetrics
 
     tp = TopicPartition("t", 0)
     metadata = SimpleNamespace(partition=lambda topic, p: SimpleNamespace(leader_epoch=3))
@@ -234,13 +242,12 @@ def test_poll_drops_an_old_leaders_read_ahead_and_keeps_its_queued_error() -> No
     st = PartitionState()
     st.seek(0)
     st.offset_epoch, st.leader_epoch = 2, 2
-    fetcher.states[tp] = st
+    fetcher.positions.add(tp, st)
     for offset in (0, 5):
         data = _batch(offset, 5, 2)
-        fetcher.completed.append(FetchedData(tp, offset, data, 10, offset + 5, leader_epoch=2))
-    fetcher.completed.append(FetchedData(tp, -1, b"", -1, error=KcoreError("corrupt")))
-    core = SimpleNamespace(fetcher=fetcher, wake=lambda: None)
-    core._scan_queue = lambda have: ConsumerCore._scan_queue(core, have)  # type: ignore[attr-defined]
+        fetcher.buffer.add(FetchedData(tp, offset, data, 10, offset + 5, leader_epoch=2))
+    fetcher.buffer.add_error(KcoreError("corrupt"), tp)
+    collector = FetchCollector(fetcher, fetcher.buffer, ClientMetrics(), True, lambda: None)
     with pytest.raises(KcoreError, match="corrupt"):
-        ConsumerCore._next_data(core)  # type: ignore[arg-type]
-    assert not fetcher.completed and st.position == 0
+        collector.take_records(10)
+    assert not fetcher.buffer.peek() and st.position == 0

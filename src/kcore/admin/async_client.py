@@ -28,12 +28,12 @@ from kcore.admin.types import (
     ConfigResource,
     ListOffsetsResult,
     NewTopic,
-    OffsetSpec,
     TopicDescription,
     TopicPartition,
 )
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import BrokerInfo, ClusterMetadata, PartitionInfo
+from kcore.cluster.offsets import ISOLATION_LEVELS, list_offsets
 from kcore.config import ClientConfig
 from kcore.errors import (
     BrokerConnectionError,
@@ -41,7 +41,6 @@ from kcore.errors import (
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
-    LeaderNotAvailableError,
     error_for_code,
 )
 from kcore.network.retry import Deadline, retry
@@ -55,7 +54,6 @@ from kcore.protocol.messages import (
     DescribeConfigsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
-    ListOffsetsRequest,
     ListPartitionReassignmentsRequest,
 )
 from kcore.protocol.messages.alter_partition_reassignments_request import (
@@ -78,7 +76,6 @@ from kcore.protocol.messages.incremental_alter_configs_request import (
     AlterableConfig,
     AlterConfigsResource,
 )
-from kcore.protocol.messages.list_offsets_request import ListOffsetsPartition, ListOffsetsTopic
 from kcore.protocol.messages.list_partition_reassignments_request import (
     ListPartitionReassignmentsTopics,
 )
@@ -434,113 +431,23 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
         timeout: float | None = None,
         partial: bool = False,
     ) -> dict[TopicPartition, ListOffsetsResult]:
-        """The offset each spec names, asked of each partition's leader. A leader that moved
-        mid-call is found again and asked; that does not reach the caller. Partitions without
-        a leader are retried while the others are asked at once (as Java's
-        PartitionLeaderStrategy). ``partial``: one round; the partitions' retriable failures are
-        not waited out but raised (``AdminOperationError`` with the answers in ``results``),
-        for a caller that retries them itself (the consumer's offset reset, which must not
-        hold up other partitions' resets meanwhile)."""
-        wanted = {TopicPartition(*tp): OffsetSpec.timestamp_for(s) for tp, s in specs.items()}
-        level = {"read_uncommitted": 0, "read_committed": 1}[isolation_level]
-        results: dict[TopicPartition, ListOffsetsResult] = {}
-        final_errors: dict[Any, KcoreError] = {}
-        deadline = self._deadline(timeout)
-
-        async def attempt() -> None:
-            pending = {tp: ts for tp, ts in wanted.items() if tp not in results}
-            pending = {tp: ts for tp, ts in pending.items() if tp not in final_errors}
-            if not pending:
-                return
-            # Just inside the call's deadline, so that a topic that never appears is named in
-            # the timeout error (the call's own timeout would cut this wait short, unnamed).
-            left = max(0.0, deadline - time.monotonic() - 0.05)
-            md = await self.cluster.wait_for_topics({tp.topic for tp in pending}, left, ())
-            by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
-            retry: dict[TopicPartition, KcoreError] = {}
-            for tp, ts in pending.items():
-                part = md.partition(tp.topic, tp.partition)
-                if part is None:
-                    final_errors[tp] = (
-                        error_for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) or KafkaError()
-                    )
-                elif part.leader < 0 or part.leader not in md.brokers:
-                    retry[tp] = LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
-                else:
-                    by_leader[part.leader][tp] = ts
-            nodes = list(by_leader)
-            outcomes = await asyncio.gather(
-                *(self._list_offsets_at(node, by_leader[node], level) for node in nodes),
-                return_exceptions=True,
-            )
-            for node, outcome in zip(nodes, outcomes, strict=True):
-                if isinstance(outcome, BaseException):
-                    if not isinstance(
-                        outcome, (BrokerConnectionError, KcoreTimeoutError, KafkaError)
-                    ):
-                        raise outcome
-                    retry.update(dict.fromkeys(by_leader[node], outcome))
-                    continue
-                got, errors = outcome
-                results.update(got)
-                for tp, err in errors.items():
-                    if err.retriable:
-                        retry[tp] = err
-                    else:
-                        final_errors[tp] = err
-            if retry and partial:
-                final_errors.update(retry)  # the caller retries these (after what answered)
-            elif retry:
-                self.cluster.cache.request_update()
-                raise next(iter(retry.values()))
-
-        try:
-            await self._retrying("list_offsets", attempt, timeout)
-        except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
-            if not results and not final_errors:
-                raise
-            # The answers already in are kept; the rest fail with what stopped them.
-            for tp in wanted:
-                if tp not in results and tp not in final_errors:
-                    final_errors[tp] = exc
-        if final_errors:
-            raise AdminOperationError("list_offsets", final_errors, results)
-        return results
-
-    async def _list_offsets_at(
-        self, node: int, parts: Mapping[TopicPartition, int], level: int
-    ) -> tuple[dict[TopicPartition, ListOffsetsResult], dict[TopicPartition, KafkaError]]:
-        md = self.cluster.metadata
-        by_topic: dict[str, list[ListOffsetsPartition]] = defaultdict(list)
-        for tp, ts in parts.items():
-            info = md.partition(tp.topic, tp.partition)
-            epoch = info.leader_epoch if info is not None else -1
-            by_topic[tp.topic].append(
-                ListOffsetsPartition(
-                    partition_index=tp.partition, current_leader_epoch=epoch, timestamp=ts
-                )
-            )
-        min_version = 7 if OffsetSpec.MAX_TIMESTAMP in parts.values() else None
-        version = await self.cluster.version_for(node, ApiKey.LIST_OFFSETS, min_version=min_version)
-        request = ListOffsetsRequest(
-            replica_id=-1,
+        """The offset each spec names, asked of each partition's leader (see
+        :func:`kcore.cluster.offsets.list_offsets`): a leader that moved mid-call is found
+        again and asked; partitions without a leader are retried while the others are asked at
+        once. Partitions that failed raise ``AdminOperationError`` with the answers in
+        ``results``. ``partial``: one round; retriable failures are raised too, not waited
+        out."""
+        level = ISOLATION_LEVELS[isolation_level]
+        found = await list_offsets(
+            self.cluster,
+            specs,
             isolation_level=level,
-            topics=[ListOffsetsTopic(name=t, partitions=p) for t, p in by_topic.items()],
+            timeout=self._timeout(timeout),
+            partial=partial,
         )
-        response = await self.cluster.send(node, request, version)
-        got: dict[TopicPartition, ListOffsetsResult] = {}
-        errors: dict[TopicPartition, KafkaError] = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                tp = TopicPartition(topic.name, p.partition_index)
-                if p.error_code:
-                    self.cluster.handle_error_code(p.error_code)
-                    err = error_for_code(p.error_code)
-                    assert err is not None
-                    errors[tp] = err
-                else:
-                    got[tp] = ListOffsetsResult(p.offset, p.timestamp, p.leader_epoch)
-        return got, errors
+        if found.errors:
+            raise AdminOperationError("list_offsets", found.errors, found.offsets)
+        return found.offsets
 
     # -- configs ----------------------------------------------------------------------------------
 

@@ -132,10 +132,11 @@ class AdminClient(ProcessLocal):
         isolation_level: str = "read_uncommitted",
         timeout: float | None = None,
     ) -> dict[TopicPartition, ListOffsetsResult]:
-        """The offset each spec names, asked of each partition's leader. A leader that moved
-        mid-call is found again and asked; that does not reach the caller. Partitions without
-        a leader are retried while the others are asked at once (as Java's
-        PartitionLeaderStrategy)."""
+        """The offset each spec names, asked of each partition's leader (see
+        :func:`kcore.cluster.offsets.list_offsets`): a leader that moved mid-call is found
+        again and asked; partitions without a leader are retried while the others are asked at
+        once. Partitions that failed raise ``AdminOperationError`` with the answers in
+        ``results``."""
         return self._loop.run(
             self._async.list_offsets(specs, isolation_level=isolation_level, timeout=timeout)
         )

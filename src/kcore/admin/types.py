@@ -5,10 +5,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kcore.cluster.metadata import BrokerInfo, PartitionInfo
-from kcore.errors import KcoreError
+from kcore.errors import AdminOperationError
 from kcore.types import ConsumerGroupMetadata, ListOffsetsResult, OffsetSpec, TopicPartition
 
 __all__ = [
@@ -85,25 +85,3 @@ CONFIG_SOURCES = {
     7: "client_metrics",
     8: "group",
 }
-
-
-class AdminOperationError(KcoreError):
-    """Some items of an admin operation failed. ``errors`` maps each failed item (topic name,
-    ``TopicPartition``, ``ConfigResource``) to its error: the broker's ``KafkaError``, or what
-    kept it from an answer (``KcoreTimeoutError``, ``BrokerConnectionError``); ``results`` holds
-    what succeeded (a dict, empty for operations that return nothing per item)."""
-
-    def __init__(self, operation: str, errors: Mapping[Any, KcoreError], results: Any = None):
-        self.operation = operation
-        self.errors = dict(errors)
-        self.results = {} if results is None else results
-        items = "; ".join(f"{_item_text(k)}: {v}" for k, v in self.errors.items())
-        super().__init__(f"{operation} failed for {len(self.errors)} item(s): {items}")
-
-
-def _item_text(item: Any) -> str:
-    if isinstance(item, TopicPartition):
-        return f"{item.topic}-{item.partition}"
-    if isinstance(item, ConfigResource):
-        return f"{item.type} {item.name}"
-    return str(item)

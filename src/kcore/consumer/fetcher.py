@@ -1,13 +1,16 @@
 """The fetcher: keeps one Fetch request in flight to every leader of an assigned partition, and
-hands the record bytes that come back to ``poll`` (on the caller's thread) through a queue.
-Each broker's fetches share a fetch session (KIP-227, see fetch_session.py).
+hands the record bytes that come back to ``poll`` (on the caller's thread) through the fetch
+buffer (fetch_buffer.py). Each broker's fetches share a fetch session (KIP-227, see
+fetch_session.py). Partitions without a position get one here: the group's committed offset,
+or ``auto.offset.reset`` looked up with ListOffsets (kcore.cluster.offsets); a position whose
+leader changed is checked first (validator.py).
 
-Runs on the client's event loop. Positions are owned by ``poll``; the fetcher reads ahead of
-them: a partition is fetched again from the end of its queued data while fewer than
-PREFETCH_RESPONSES of its responses wait (and the queue holds less than ``fetch.max.bytes``),
-so one busy partition keeps its broker's fetches answering at once instead of waiting
-``fetch.max.wait.ms`` on idle partitions. Queued data whose fetch offset no longer matches the
-position when ``poll`` reaches it (a seek happened meanwhile) is dropped.
+Runs on the client's event loop. Positions (positions.py) move as ``poll`` hands records out;
+the fetcher reads ahead of them: a partition is fetched again from the end of its queued data
+while fewer than PREFETCH_RESPONSES of its responses wait (and the queue holds less than
+``fetch.max.bytes``), so one busy partition keeps its broker's fetches answering at once instead
+of waiting ``fetch.max.wait.ms`` on idle partitions. Queued data whose fetch offset no longer
+matches the position when ``poll`` reaches it (a seek happened meanwhile) is dropped.
 
 A broker fills ``max.partition.fetch.bytes`` for a partition with part of a batch when the next
 batch is larger; only the first partition of a request gets a whole oversized batch (KIP-74).
@@ -20,52 +23,47 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
+import math
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kcore.admin.async_client import AsyncAdminClient
-from kcore.admin.types import AdminOperationError
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
+from kcore.cluster.offsets import OffsetLookup, OffsetLookupError, list_offsets
+from kcore.consumer.fetch_buffer import NO_PARTITION, FetchBuffer, FetchedData
 from kcore.consumer.fetch_session import (
     FINAL_EPOCH,
     SESSION_ERROR_CODES,
     FetchSession,
     PartitionFetch,
 )
-from kcore.consumer.validation import Truncated, ValidationAsk, judge
+from kcore.consumer.positions import PartitionState, Positions
+from kcore.consumer.validation import ValidationAsk
+from kcore.consumer.validator import PositionValidator
 from kcore.errors import (
     BrokerConnectionError,
     ErrorCode,
     KafkaError,
     KcoreError,
     KcoreTimeoutError,
-    LogTruncationError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
-    UnsupportedVersionError,
     error_for_code,
 )
 from kcore.network.events import wait_event
+from kcore.network.retry import Deadline, RetryPacing
 from kcore.protocol import ApiKey
-from kcore.protocol.messages import FetchRequest, OffsetForLeaderEpochRequest
+from kcore.protocol.messages import FetchRequest
 from kcore.protocol.messages.fetch_request import FetchPartition, FetchTopic, ForgottenTopic
-from kcore.protocol.messages.offset_for_leader_epoch_request import (
-    OffsetForLeaderPartition,
-    OffsetForLeaderTopic,
-)
 from kcore.types import TopicPartition
 
-__all__ = ["FetchedData", "Fetcher", "PartitionState"]
+__all__ = ["PREFETCH_RESPONSES", "Fetcher"]
 
 BATCH_HEADER = 12  # base offset (8) and length (4): the same in magic 0, 1 and 2
 MAX_INT32 = 2**31 - 1
 PREFETCH_RESPONSES = 3  # per partition, queued ahead of poll
-_NO_PARTITION = TopicPartition("", -1)  # a queued error about no partition in particular
 
 log = logging.getLogger("kcore.consumer")
 
@@ -80,86 +78,6 @@ CommittedLookup = Callable[
 
 
 @dataclass
-class PartitionState:
-    position: int | None = None  # next offset to hand out; None: reset per auto.offset.reset
-    paused: bool = False
-    fetch_position: int | None = None  # where the next fetch starts; None: at ``position``
-    queued: int = 0  # responses of it waiting in the queue
-    queued_bytes: int = 0
-    high_watermark: int = -1
-    # Where lag is measured to: the high watermark, or read_committed the last stable offset
-    # (as Java's records-lag and currentLag).
-    lag_end: int = -1
-    reset_to: str | None = None  # a pending seek_to_beginning/end ("earliest"/"latest")
-    batch_bytes: int = 0  # size of the next batch, when the last fetch got only part of it
-    served: int = 0  # when it last had data queued (fetch order: longest waiting first)
-    # With a group.id (assigned by hand or by the group): start from the group's committed
-    # offset, if any, before auto.offset.reset (as Java does).
-    from_committed: bool = False
-    errors: int = 0  # fetch errors in a row (its backoff grows with them)
-    retry_at: float = 0.0  # after a fetch error: not fetched again before (time.monotonic())
-    # KIP-320, as Java's FetchPosition: the leader epoch of the record before ``position``
-    # (-1: unknown), and the partition leader's epoch the position is known to be valid
-    # under. When the metadata names a newer leader epoch, the position is validated with
-    # OffsetsForLeaderEpoch before the partition is fetched again (see validation.py).
-    offset_epoch: int = -1
-    leader_epoch: int = -1
-    validating: ValidationAsk | None = None  # the OffsetsForLeaderEpoch question out for it
-
-    def seek(self, position: int | None, reset_to: str | None = None) -> None:
-        """A new position (None: look one up), with no epoch: not validated (as Java's
-        seek without a leader epoch)."""
-        self.position, self.reset_to = position, reset_to
-        self.offset_epoch = self.leader_epoch = -1
-        self.validating = None
-
-    def unvalidated(self, current_leader_epoch: int) -> bool:
-        """Whether the position must be checked under the leader of ``current_leader_epoch``
-        before more of the partition is fetched or handed out: it has an epoch, and the leader
-        changed since it was known valid (as Java's, any change: the metadata cache refuses
-        older epochs, but a re-created topic starts again at 0)."""
-        return (
-            self.offset_epoch >= 0
-            and self.position is not None
-            and current_leader_epoch >= 0
-            and current_leader_epoch != self.leader_epoch
-        )
-
-    def took(self, data: FetchedData, position: int) -> None:
-        """``poll`` handed out ``data`` up to ``position``: the position takes the epoch of
-        the record before it and is valid under the leader epoch the data was fetched under
-        (older than the current one if the leader changed since: then it is checked)."""
-        self.position = position
-        self.offset_epoch = data.epoch_at(position - 1)
-        self.leader_epoch = data.leader_epoch
-
-
-@dataclass
-class FetchedData:
-    tp: TopicPartition
-    fetch_offset: int
-    records: Any  # bytes or memoryview of record batches
-    high_watermark: int
-    end_offset: int = -1  # the offset after its last complete batch
-    decoded: list[Any] | None = None  # poll's cache of the decoded records
-    taken: int = 0
-    error: BaseException | None = None
-    # read_committed: (producer id, first offset) of the aborted transactions the response
-    # named for this partition; None when there are none (poll filters only then).
-    aborted: list[tuple[int, int]] | None = None
-    # (last offset, leader epoch) of each run of batches with one epoch, in offset order
-    epochs: list[tuple[int, int]] = field(default_factory=list)
-    leader_epoch: int = -1  # the partition leader's epoch the fetch was made under
-
-    def epoch_at(self, offset: int) -> int:
-        """The leader epoch of the batch holding ``offset`` (-1: unknown, magic 0/1)."""
-        for last, epoch in self.epochs:
-            if offset <= last:
-                return epoch
-        return self.epochs[-1][1] if self.epochs else -1
-
-
-@dataclass
 class Fetcher:
     cluster: ClusterClient
     max_wait_ms: int
@@ -169,26 +87,31 @@ class Fetcher:
     isolation_level: int
     reset_policy: str  # earliest, latest, none, by_duration
     reset_duration_s: float = 0.0  # by_duration's
-    states: dict[TopicPartition, PartitionState] = field(default_factory=dict)
-    lock: threading.Condition = field(default_factory=threading.Condition)
-    completed: deque[FetchedData] = field(default_factory=deque)
+    api_timeout_s: float = 60.0  # default.api.timeout.ms: how long an offset lookup may take
+    positions: Positions = field(default_factory=Positions)  # what to fetch from where
+    buffer: FetchBuffer = field(default_factory=FetchBuffer)  # what poll takes from
     _wakeup: asyncio.Event | None = None
-    _data_event: asyncio.Event | None = None  # set when something is queued (AsyncConsumer)
     _busy_nodes: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    _admin: AsyncAdminClient | None = None
     _stopped: bool = False
     _sessions: dict[int, FetchSession] = field(default_factory=dict)
     _reset_task: asyncio.Task[None] | None = None
     _reported_no_position: set[TopicPartition] = field(default_factory=set)
     _last_reset_error: str | None = None
-    _reset_failures: int = 0  # offset lookups that failed in a row (their backoff grows)
     _served: int = 0
-    _interrupted: bool = False
     # Set when the consumer has a group.id.
     committed_lookup: CommittedLookup | None = None
-    validations: int = 0  # OffsetsForLeaderEpoch checks of positions made (KIP-320)
-    truncations: int = 0  # of which found the log truncated below the position
+    validator: PositionValidator = field(init=False)  # checks positions after leader changes
+
+    def __post_init__(self) -> None:
+        self.validator = PositionValidator(
+            self.cluster,
+            self.positions,
+            self.buffer,
+            self.reset_policy,
+            self._back_off,
+            self.wakeup,
+        )
 
     def wakeup(self) -> None:
         if self._wakeup is not None:
@@ -196,15 +119,14 @@ class Fetcher:
 
     async def run(self) -> None:
         self._wakeup = asyncio.Event()
-        self._data_event = asyncio.Event()
-        self._admin = AsyncAdminClient(self.cluster.config, cluster=self.cluster)
+        self.buffer.start()
         self.cluster.cache.on_update.append(self.wakeup)  # a leader found: fetch from it now
         while not self._stopped:
             self._wakeup.clear()
             # Offset lookups run beside the fetches (a lookup may wait for a leader for a
             # while; the other partitions go on being fetched meanwhile).
             if self._reset_task is None or self._reset_task.done():
-                if self._lacks_position():
+                if self.positions.lacking_position():
                     self._reset_task = asyncio.get_running_loop().create_task(self._reset_guarded())
                 else:  # every partition has a position: report the next one to lose it
                     self._reported_no_position.clear()
@@ -225,46 +147,40 @@ class Fetcher:
         """``tp`` was found to have no committed offset under ``auto.offset.reset=none``."""
         return tp in self._reported_no_position
 
-    def _lacks_position(self) -> bool:
-        with self.lock:
-            return any(st.position is None for st in self.states.values())
-
     async def _reset_guarded(self) -> None:
-        # Wake the fetch loop only when there is news (a position found, or a retry due after
-        # its backoff): waking it unconditionally made an idle consumer spin a core.
-        try:
-            found = await self._reset_positions()
-            self._last_reset_error = None
-            self._reset_failures = 0
-            if found:
-                self.wakeup()
-            return
-        except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
-            if isinstance(exc, KafkaError) and not exc.retriable:
+        """Partitions without a position get one (:meth:`_reset_positions`), the lookups
+        retried until they do: after a backoff (retry.backoff.ms, growing to
+        retry.backoff.max.ms while they keep failing), lasting failures reported to poll once.
+        The fetch loop is woken only when there is news (a position found): waking it at every
+        retry made an idle consumer spin a core."""
+        pacing = RetryPacing(Deadline(math.inf), self.cluster.retry_backoff)
+        while True:
+            try:
+                found = await self._reset_positions()
+                self._last_reset_error = None
+                if found:
+                    self.wakeup()
+                return
+            except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
+                if isinstance(exc, KafkaError) and not exc.retriable:
+                    self._report_reset_error(exc)
+                log.info("fetcher: offset lookup: %s", exc)
+            except OffsetLookupError as exc:
+                # The partitions that answered have their positions; those without a leader
+                # (or another passing failure) are asked again; lasting failures (a partition
+                # that does not exist) reach poll.
+                lasting = {tp: e for tp, e in exc.errors.items() if not _passing(e)}
+                if lasting:
+                    self._report_reset_error(OffsetLookupError(lasting, exc.results))
+                log.info("fetcher: offset lookup: %s", exc)
+                if exc.results:
+                    self.wakeup()  # those have positions: fetch them now
+            except KcoreError as exc:
                 self._report_reset_error(exc)
-            log.info("fetcher: offset lookup: %s", exc)
-            await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
-        except AdminOperationError as exc:
-            # The partitions that answered have their positions; those without a leader (or
-            # another passing failure) are asked again; lasting failures (a partition that
-            # does not exist) reach poll.
-            lasting = {tp: e for tp, e in exc.errors.items() if not _passing(e)}
-            if lasting:
-                self._report_reset_error(AdminOperationError(exc.operation, lasting, exc.results))
-            log.info("fetcher: offset lookup: %s", exc)
-            if exc.results:
-                self.wakeup()  # those have positions: fetch them now
-            # retry.backoff.ms growing while the same partitions keep failing (no leader)
-            self._reset_failures += 1
-            await asyncio.sleep(self.cluster.retry_backoff.backoff_s(self._reset_failures - 1))
-        except KcoreError as exc:
-            self._report_reset_error(exc)
-            await asyncio.sleep(self.cluster.retry_backoff.maximum_ms / 1000)
-        except Exception as exc:
-            log.exception("fetcher: offset lookup")
-            self._deliver_error(KcoreError(f"the offset lookup failed: {exc!r}"))
-            await asyncio.sleep(self.cluster.retry_backoff.maximum_ms / 1000)
-        self.wakeup()
+            except Exception as exc:  # a bug: reported, and the lookup goes on after a backoff
+                log.exception("fetcher: offset lookup")
+                self._deliver_error(KcoreError(f"the offset lookup failed: {exc!r}"))
+            await pacing.pause()
 
     def _report_reset_error(self, exc: BaseException) -> None:
         """To poll once, not at every retry of the same failing lookup."""
@@ -277,11 +193,11 @@ class Fetcher:
         group's committed offset (manual assignment with a group.id), else
         ``auto.offset.reset``. True when some partition got one."""
         found = await self._positions_from_committed()
-        with self.lock:
+        with self.positions.locked():
             # Not those still waiting for their committed offset (added during that lookup).
             todo = {
                 tp: st.reset_to or self.reset_policy
-                for tp, st in self.states.items()
+                for tp, st in self.positions.items()
                 if st.position is None and not (st.from_committed and st.reset_to is None)
             }
         if not todo:
@@ -294,10 +210,10 @@ class Fetcher:
         todo = {tp: p for tp, p in todo.items() if p != "none"}
         if not todo:
             return found
-        offsets, failed = await self._look_up(todo)
-        with self.lock:
-            for tp, result in offsets.items():
-                st = self.states.get(tp)
+        found_offsets = await self._look_up(todo)
+        with self.positions.locked():
+            for tp, result in found_offsets.offsets.items():
+                st = self.positions.get(tp)
                 # A seek meanwhile (to an offset, or to the other end) wins over this answer.
                 if (
                     st is not None
@@ -306,55 +222,57 @@ class Fetcher:
                 ):
                     st.seek(result.offset)  # no epoch, as Java's reset: nothing to validate
                     found = True
-        if failed is not None:
-            raise failed
+        found_offsets.result()  # raises OffsetLookupError naming the partitions that failed
         return found
 
-    async def _look_up(
-        self, todo: dict[TopicPartition, str]
-    ) -> tuple[dict[TopicPartition, Any], AdminOperationError | None]:
+    async def _look_up(self, todo: dict[TopicPartition, str]) -> OffsetLookup:
         """ListOffsets for the reset policies in ``todo`` (under this consumer's isolation
         level, as Java: "latest" is the last stable offset under read_committed). ``by_duration``
         asks for the first offset at or after now minus the duration; with no record that
         recent, the partition starts at its end (KIP-1106)."""
-        assert self._admin is not None
-        level = "read_committed" if self.isolation_level else "read_uncommitted"
         since = int(time.time() * 1000 - self.reset_duration_s * 1000)
         specs: dict[TopicPartition | tuple[str, int], str | int] = {
             tp: since if where == "by_duration" else where for tp, where in todo.items()
         }
-        failed: AdminOperationError | None = None
-        try:
-            offsets = await self._admin.list_offsets(specs, isolation_level=level, partial=True)
-        except AdminOperationError as exc:  # some partitions failed: use the others' answers
-            offsets, failed = dict(exc.results or {}), exc
-        too_late = [tp for tp, r in offsets.items() if todo[tp] == "by_duration" and r.offset < 0]
+        found = await self._list_offsets(specs)
+        too_late = [
+            tp for tp, r in found.offsets.items() if todo[tp] == "by_duration" and r.offset < 0
+        ]
         if too_late:
-            try:
-                ends = await self._admin.list_offsets(
-                    dict.fromkeys(too_late, "latest"), isolation_level=level, partial=True
-                )
-            except AdminOperationError as exc:
-                ends, failed = dict(exc.results or {}), failed or exc
+            ends = await self._list_offsets(dict.fromkeys(too_late, "latest"))
             for tp in too_late:
-                del offsets[tp]
-            offsets.update(ends)
-        return offsets, failed
+                del found.offsets[tp]
+            found.offsets.update(ends.offsets)
+            found.errors.update(ends.errors)
+        return found
+
+    async def _list_offsets(
+        self, specs: dict[TopicPartition | tuple[str, int], str | int]
+    ) -> OffsetLookup:
+        """One round of ListOffsets (failures are retried by the reset loop, per partition,
+        while the other partitions go on)."""
+        return await list_offsets(
+            self.cluster,
+            specs,
+            isolation_level=self.isolation_level,
+            timeout=self.api_timeout_s,
+            partial=True,
+        )
 
     async def _positions_from_committed(self) -> bool:
-        with self.lock:
+        with self.positions.locked():
             wanted = [
                 tp
-                for tp, st in self.states.items()
+                for tp, st in self.positions.items()
                 if st.from_committed and st.position is None and st.reset_to is None
             ]
         if not wanted or self.committed_lookup is None:
             return False
         committed = await self.committed_lookup(wanted)  # errors: retried by the caller
         found = False
-        with self.lock:
+        with self.positions.locked():
             for tp in wanted:
-                st = self.states.get(tp)
+                st = self.positions.get(tp)
                 if st is None or not st.from_committed:
                     continue
                 st.from_committed = False  # asked once; without a commit: auto.offset.reset
@@ -370,12 +288,12 @@ class Fetcher:
         md = self.cluster.metadata
         by_node: dict[int, dict[TopicPartition, PartitionFetch]] = {}
         to_validate: dict[int, dict[TopicPartition, ValidationAsk]] = {}
-        with self.lock:
+        with self.positions.locked():
             now = time.monotonic()
             # Positions first (KIP-320): whatever else holds a partition back (pause, a full
             # queue, a busy broker), one whose leader changed is checked before more of it is
             # fetched or handed out, and what was read ahead from the old leader is dropped.
-            for tp, st in self.states.items():
+            for tp, st in self.positions.items():
                 if st.validating is not None or st.retry_at > now:
                     continue
                 info = md.partition(tp.topic, tp.partition)
@@ -386,10 +304,10 @@ class Fetcher:
                 self.drop_queued(tp, keep_errors=True)
                 st.validating = ValidationAsk(st.position, st.offset_epoch, info.leader_epoch)
                 to_validate.setdefault(leader.node_id, {})[tp] = st.validating
-            full = sum(st.queued_bytes for st in self.states.values()) >= self.max_bytes
+            full = sum(st.queued_bytes for _, st in self.positions.items()) >= self.max_bytes
             ready = [
                 (st.served, tp, st)
-                for tp, st in self.states.items()
+                for tp, st in self.positions.items()
                 if not (st.paused or st.position is None or st.queued >= PREFETCH_RESPONSES)
                 and not (full and st.queued)
                 and st.validating is None
@@ -422,7 +340,7 @@ class Fetcher:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         for node, asks in to_validate.items():
-            task = loop.create_task(self._validate(node, asks))
+            task = loop.create_task(self.validator.validate(node, asks))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -538,8 +456,8 @@ class Fetcher:
         """One partition of a Fetch response to a request made at ``offset`` under leader
         epoch ``epoch``."""
         code = p.error_code
-        with self.lock:
-            st = self.states.get(tp)
+        with self.positions.locked():
+            st = self.positions.get(tp)
             expected = (
                 st.fetch_position
                 if st is not None and st.fetch_position is not None
@@ -582,9 +500,7 @@ class Fetcher:
                         data.aborted = [
                             (a.producer_id, a.first_offset) for a in p.aborted_transactions
                         ]
-                    self.completed.append(data)
-                    self.lock.notify_all()
-                    self._signal_data()
+                    self.buffer.add(data)
                 return
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 if st.position is not None and offset != st.position:
@@ -618,11 +534,11 @@ class Fetcher:
     def _partition_failed(
         self, tp: TopicPartition, st: PartitionState, offset: int, code: int
     ) -> None:
-        """A partition's fetch error (lock held), as Java's FetchCollector: the partition is
-        not fetched again until a backoff (retry.backoff.ms, growing to retry.backoff.max.ms
-        while it keeps failing) has passed; before, it was fetched again at once, in a loop.
-        Stale metadata is refreshed; a corrupt batch and non-retriable errors reach poll, at
-        most one queued per partition; an unknown server error is logged."""
+        """A partition's fetch error (positions locked), as Java's FetchCollector: the partition is
+        not fetched again until a backoff (retry.backoff.ms, growing to retry.backoff.max.ms while
+        it keeps failing) has passed (not fetched again at once, in a loop). Stale metadata is
+        refreshed; a corrupt batch and non-retriable errors reach poll, at most one queued per
+        partition; an unknown server error is logged."""
         err = error_for_code(code)
         name = f"{tp.topic}-{tp.partition}"
         if code in STALE_METADATA_CODES or code == ErrorCode.KAFKA_STORAGE_ERROR:
@@ -640,136 +556,6 @@ class Fetcher:
             log.warning("%s: fetch at offset %s: %s", name, offset, err.name if err else code)
         self._back_off(st)
 
-    async def _validate(self, node: int, asks: dict[TopicPartition, ValidationAsk]) -> None:
-        """Ask the leader ``node`` where each position's epoch ends in its log (KIP-320) and
-        act on the answers (see validation.py)."""
-        try:
-            try:
-                version = await self.cluster.version_for(
-                    node, ApiKey.OFFSET_FOR_LEADER_EPOCH, min_version=3
-                )
-            except UnsupportedVersionError:
-                # As Java: a broker too old to answer consumers (v3, Kafka 2.3) is trusted.
-                with self.lock:
-                    for st, ask in self._still_asking(asks):
-                        st.leader_epoch = ask.current_leader_epoch
-                return
-            topics: dict[str, list[OffsetForLeaderPartition]] = {}
-            for tp, ask in asks.items():
-                topics.setdefault(tp.topic, []).append(
-                    OffsetForLeaderPartition(
-                        partition=tp.partition,
-                        current_leader_epoch=ask.current_leader_epoch,
-                        leader_epoch=ask.offset_epoch,
-                    )
-                )
-            request = OffsetForLeaderEpochRequest(
-                replica_id=-1,
-                topics=[OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-            )
-            response = await self.cluster.send(node, request, version)
-            answered: set[TopicPartition] = set()
-            for t in response.topics:
-                for p in t.partitions:
-                    tp = TopicPartition(t.topic, p.partition)
-                    if tp in asks:
-                        answered.add(tp)
-                        self._validated(tp, asks[tp], p.error_code, p.end_offset, p.leader_epoch)
-            for tp in asks.keys() - answered:
-                self._validated(tp, asks[tp], ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a connection down, a timeout (or a bug): ask again later
-            if not isinstance(exc, (BrokerConnectionError, KcoreTimeoutError, KafkaError)):
-                log.exception("validating positions at node %s", node)
-            else:
-                log.debug("validating positions at node %s failed: %s", node, exc)
-            with self.lock:
-                for st, _ in self._still_asking(asks):
-                    self._back_off(st)
-        finally:
-            self.wakeup()
-
-    def _still_asking(
-        self, asks: dict[TopicPartition, ValidationAsk]
-    ) -> list[tuple[PartitionState, ValidationAsk]]:
-        """(Lock held.) The partitions still waiting on these questions (not unassigned,
-        sought or asked again since), with their questions now closed."""
-        out = []
-        for tp, ask in asks.items():
-            st = self.states.get(tp)
-            if st is not None and st.validating is ask:
-                st.validating = None
-                out.append((st, ask))
-        return out
-
-    def _validated(
-        self, tp: TopicPartition, ask: ValidationAsk, code: int, end_offset: int, end_epoch: int
-    ) -> None:
-        """Apply one partition's OffsetsForLeaderEpoch answer."""
-        name = f"{tp.topic}-{tp.partition}"
-        with self.lock:
-            st = self.states.get(tp)
-            if st is None or st.validating is not ask:
-                return  # unassigned, sought (a seek ends the check) or asked again meanwhile
-            st.validating = None
-            if code:
-                err = error_for_code(code)
-                if code in STALE_METADATA_CODES:
-                    self.cluster.cache.request_update()
-                elif (
-                    err is not None and not err.retriable and code != ErrorCode.UNKNOWN_SERVER_ERROR
-                ):
-                    self._queue_partition_error(
-                        tp, err.with_message(f"{name}: checking the position: {err.message}")
-                    )
-                log.debug("%s: position check: %s", name, err.name if err else code)
-                self._back_off(st)
-                return
-            self.validations += 1
-            outcome = judge(ask, end_offset, end_epoch, self.reset_policy)
-            if outcome is None:
-                st.leader_epoch = ask.current_leader_epoch
-                st.errors = 0
-                return
-            self.truncations += 1
-            if isinstance(outcome, Truncated):
-                # As Java: the position stays unvalidated (not fetched), is checked again
-                # after a backoff and reported again, until the caller seeks.
-                self._back_off(st)
-                div = outcome.divergent
-                where = "an unknown offset" if div.offset < 0 else f"offset {div.offset}"
-                self._queue_partition_error(
-                    tp,
-                    LogTruncationError(
-                        f"{name}: the log was truncated below position {ask.position} (it "
-                        f"diverges at {where}) and auto.offset.reset is none: seek to go on",
-                        {tp: ask.position},
-                        {tp: None if div.offset < 0 else (div.offset, div.epoch)},
-                    ),
-                )
-                return
-            if outcome.offset < 0:
-                log.warning(
-                    "%s: truncation detected at position %s (the leader does not know epoch "
-                    "%s); resetting (%s)",
-                    name,
-                    ask.position,
-                    ask.offset_epoch,
-                    self.reset_policy,
-                )
-                st.seek(None)
-                return
-            log.warning(
-                "%s: truncation detected at position %s; resuming at %s, the first offset "
-                "known to diverge",
-                name,
-                ask.position,
-                outcome.offset,
-            )
-            st.position, st.offset_epoch = outcome.offset, outcome.epoch
-            st.leader_epoch = ask.current_leader_epoch
-
     def _back_off(self, st: PartitionState) -> None:
         delay = self.cluster.retry_backoff.backoff_s(st.errors)
         st.errors += 1
@@ -779,30 +565,25 @@ class Fetcher:
     def _queue_partition_error(self, tp: TopicPartition, error: KcoreError) -> None:
         """For poll: one at a time per partition (a partition failing again and again while
         the caller does not poll must not fill the queue)."""
-        if not any(d.error is not None and d.tp == tp for d in self.completed):
-            self._deliver_error(error, tp)
+        self.buffer.add_error(error, tp, once=True)
 
     def drop_queued(self, tp: TopicPartition, keep_errors: bool = False) -> None:
-        """Forget what was fetched ahead for ``tp`` (with the lock held), and its queued
+        """Forget what was fetched ahead for ``tp`` (positions locked), and its queued
         errors unless ``keep_errors``."""
-        self.completed = deque(
-            d for d in self.completed if d.tp != tp or (keep_errors and d.error is not None)
-        )
-        st = self.states.get(tp)
+        self.buffer.drain((tp,), keep_errors=keep_errors)
+        st = self.positions.get(tp)
         if st is not None:
             st.queued = st.queued_bytes = 0
             st.fetch_position = None
 
-    def _deliver_error(self, error: BaseException, tp: TopicPartition = _NO_PARTITION) -> None:
+    def _deliver_error(self, error: BaseException, tp: TopicPartition = NO_PARTITION) -> None:
         """A non-retriable error goes to the caller's next poll (``tp``: the partition it is
         about, if one; it is dropped if that partition is unassigned or sought first)."""
-        with self.lock:
-            self.completed.append(FetchedData(tp, -1, b"", -1, error=error))
-            self.lock.notify_all()
-        self._signal_data()
+        self.buffer.add_error(error, tp)
 
     async def stop(self) -> None:
         self._stopped = True
+        self.buffer.close()
         self.wakeup()
         if self._reset_task is not None:
             self._tasks.add(self._reset_task)
@@ -839,54 +620,6 @@ class Fetcher:
             )
         except asyncio.TimeoutError:
             pass
-
-    def _deliverable(self) -> bool:
-        """Whether ``poll`` would find something: an error, or data of an unpaused partition
-        (data of a paused one stays queued without waking the caller)."""
-        for data in self.completed:
-            st = self.states.get(data.tp)
-            if data.error is not None or st is None or not st.paused:
-                return True
-        return False
-
-    def _signal_data(self) -> None:
-        if self._data_event is not None:
-            self._data_event.set()
-
-    async def wait_for_data_async(self, timeout: float) -> None:
-        """``wait_for_data`` for a caller on the fetcher's own event loop."""
-        event = self._data_event
-        if event is None:  # not started yet
-            await asyncio.sleep(min(max(timeout, 0.0), 0.005))
-            return
-        event.clear()
-        with self.lock:
-            if self._deliverable():
-                return
-        try:
-            await asyncio.wait_for(event.wait(), max(timeout, 0.0))
-        except asyncio.TimeoutError:
-            pass
-
-    def wait_for_data(self, timeout: float) -> None:
-        """Block the caller until data or an error is queued, ``interrupt_wait`` is called, or
-        ``timeout`` passes."""
-        deadline = time.monotonic() + timeout
-        with self.lock:
-            while not (self._deliverable() or self._interrupted):
-                left = deadline - time.monotonic()
-                if left <= 0 or self._stopped:
-                    return
-                self.lock.wait(left)
-            self._interrupted = False
-
-    def interrupt_wait(self) -> None:
-        """End the current (or next) wait for data early: the caller has other work, such as
-        a new group assignment to take on."""
-        with self.lock:
-            self._interrupted = True
-            self.lock.notify_all()
-        self._signal_data()
 
 
 def _first_batch_size(records: Any) -> int:

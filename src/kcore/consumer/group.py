@@ -33,6 +33,7 @@ from kcore.errors import (
     TopicAuthorizationFailedError,
     WakeupError,
 )
+from kcore.network.retry import Deadline
 from kcore.types import ConsumerGroupMetadata, TopicPartition
 
 log = logging.getLogger("kcore.consumer.group")
@@ -56,7 +57,7 @@ class Assignment(Protocol):
     """What the group needs from the consumer's partition state."""
 
     def owned(self) -> set[TopicPartition]: ...
-    def positions(
+    def positions_to_commit(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, tuple[int, int]]: ...
     def add_partitions(self, partitions: Iterable[TopicPartition]) -> None: ...
@@ -183,7 +184,7 @@ class GroupCoordinator:
                 yield from self._consumer_protocol_step(member)
         if self.auto_commit and time.monotonic() >= self.next_auto_commit and not self._joining():
             self.next_auto_commit = time.monotonic() + self.auto_commit_interval_s
-            self._commit_in_background(self.assignment.positions(self.assignment.owned()))
+            self._commit_in_background(self.assignment.positions_to_commit(self.assignment.owned()))
 
     def _lost_step(self) -> Step:
         owned = sorted(self.assignment.owned())
@@ -194,12 +195,16 @@ class GroupCoordinator:
                 yield from self._listener(fn, owned, "on_lost")
             self.assignment.remove_partitions(owned)
 
-    def _revoke_step(self, partitions: list[TopicPartition], deadline: float | None = None) -> Step:
+    def _revoke_step(
+        self, partitions: list[TopicPartition], deadline: Deadline | None = None
+    ) -> Step:
         if not partitions:
             return
         if self.auto_commit:
             try:
-                yield _bounded(self._commit_coro(self.assignment.positions(partitions)), deadline)
+                yield _bounded(
+                    self._commit_coro(self.assignment.positions_to_commit(partitions)), deadline
+                )
             except WakeupError:
                 raise
             except KcoreError as exc:
@@ -335,7 +340,7 @@ class GroupCoordinator:
         self, offsets: Mapping[TopicPartition, int] | None
     ) -> Coroutine[Any, Any, None]:
         if offsets is None:
-            return self._commit_coro(self.assignment.positions(self.assignment.owned()))
+            return self._commit_coro(self.assignment.positions_to_commit(self.assignment.owned()))
         return self._commit_named(dict(offsets))
 
     async def _commit_named(self, offsets: Mapping[TopicPartition, int]) -> None:
@@ -365,7 +370,9 @@ class GroupCoordinator:
         """Commit (auto-commit only) and leave the group (if :meth:`leave_step` has not)."""
         if commit and self.auto_commit:
             try:
-                await self._commit_coro(self.assignment.positions(self.assignment.owned()))
+                await self._commit_coro(
+                    self.assignment.positions_to_commit(self.assignment.owned())
+                )
             except Exception as exc:
                 log.warning("group %r: commit on close failed: %s", self.group_id, exc)
         if self.subscribed:
@@ -380,7 +387,7 @@ class GroupCoordinator:
         once the member has left."""
         if not self.subscribed:
             return
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else Deadline(timeout)
         self._listener_error = None
         member = self.member
         if member.lost:
@@ -390,7 +397,10 @@ class GroupCoordinator:
             yield from self._revoke_step(sorted(self.assignment.owned()), deadline)
         self.subscribed = False
         try:  # at least 2 s for it, even if the commit used the time up
-            yield _bounded(member.leave(), deadline and max(deadline, time.monotonic() + 2))
+            yield _bounded(
+                member.leave(),
+                deadline and Deadline.at_time(max(deadline.at, time.monotonic() + 2)),
+            )
         except Exception as exc:  # best effort: the session timeout removes the member anyway
             log.info("group %r: leaving failed: %s", self.group_id, exc)
         if self._listener_error is not None:
@@ -398,12 +408,12 @@ class GroupCoordinator:
             raise error
 
 
-async def _bounded(coro: Coroutine[Any, Any, Any], deadline: float | None) -> Any:
-    """``coro`` cut off at ``deadline`` (``time.monotonic()``; None: not cut off)."""
+async def _bounded(coro: Coroutine[Any, Any, Any], deadline: Deadline | None) -> Any:
+    """``coro`` cut off at ``deadline`` (None: not cut off)."""
     if deadline is None:
         return await coro
     try:
-        return await asyncio.wait_for(coro, max(0.0, deadline - time.monotonic()))
+        return await asyncio.wait_for(coro, max(0.0, deadline.remaining()))
     except asyncio.TimeoutError:
         raise KcoreTimeoutError("the group did not answer in time") from None
 

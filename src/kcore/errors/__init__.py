@@ -8,6 +8,7 @@ code (``ErrorCode.NONE``, ``ErrorCode.NOT_COORDINATOR``, ...) for code that comp
 
 from . import _codes
 from ._base import (
+    AdminOperationError,
     BootstrapError,
     BrokerConnectionError,
     CommitFailedError,
@@ -46,6 +47,7 @@ def error_name(code: int) -> str:
 
 
 __all__ = [
+    "AdminOperationError",
     "BootstrapError",
     "BrokerConnectionError",
     "CommitFailedError",

@@ -3,6 +3,7 @@ own errors (configuration, corrupt bytes, timeouts)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -175,3 +176,27 @@ class TransactionStateError(KcoreError):
 
 class TransactionAbortedError(KcoreError):
     """A record of a transaction that was aborted (or failed) before the record was sent."""
+
+
+class AdminOperationError(KcoreError):
+    """Some items of an operation on many items failed (an admin operation, or a lookup of
+    many partitions' offsets). ``errors`` maps each failed item (topic name,
+    ``TopicPartition``, ``ConfigResource``) to its error: the broker's ``KafkaError``, or what
+    kept it from an answer (``KcoreTimeoutError``, ``BrokerConnectionError``); ``results``
+    holds what succeeded (a dict, empty for operations that return nothing per item)."""
+
+    def __init__(self, operation: str, errors: Mapping[Any, KcoreError], results: Any = None):
+        self.operation = operation
+        self.errors = dict(errors)
+        self.results = {} if results is None else results
+        items = "; ".join(f"{_item_text(k)}: {v}" for k, v in self.errors.items())
+        super().__init__(f"{operation} failed for {len(self.errors)} item(s): {items}")
+
+
+def _item_text(item: Any) -> str:
+    # By shape, not type: the item types (TopicPartition, ConfigResource) live above errors.
+    if hasattr(item, "topic") and hasattr(item, "partition"):
+        return f"{item.topic}-{item.partition}"
+    if isinstance(item, tuple) and hasattr(item, "type") and hasattr(item, "name"):
+        return f"{item.type} {item.name}"
+    return str(item)
