@@ -108,3 +108,12 @@ def test_deadline_at_time_and_is_retriable():
     assert d.at == at and 0.9 < d.timeout <= 1
     assert is_retriable(NotCoordinatorError()) and not is_retriable(ValueError())
     assert is_retriable(asyncio.TimeoutError()) and is_retriable(KcoreTimeoutError("t"))
+
+
+def test_pacing_without_a_deadline_always_pauses_and_reset_starts_over():
+    pacing = RetryPacing.within(None, ExponentialBackoff(10, 40, jitter=0.0))
+    assert pacing.left() is None
+    assert [pacing._next_wait() for _ in range(3)] == pytest.approx([0.01, 0.02, 0.04])
+    pacing.reset()
+    assert pacing._next_wait() == pytest.approx(0.01)
+    assert run(pacing.pause(0.001))  # a pause a failure asked for, instead of the backoff's

@@ -11,7 +11,7 @@ from typing import Any
 
 from kcore.admin.types import TopicPartition
 from kcore.cluster.consumer_protocol import decode_assignment
-from kcore.cluster.coordinator import Backoff, CoordinatorLink
+from kcore.cluster.coordinator import CoordinatorLink
 from kcore.errors import (
     BrokerConnectionError,
     ErrorCode,
@@ -22,6 +22,7 @@ from kcore.errors import (
     error_for_code,
     error_name,
 )
+from kcore.network.retry import RetryPacing
 from kcore.protocol import ApiKey
 from kcore.protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
 from kcore.protocol.messages.describe_groups_request import DescribeGroupsRequest
@@ -131,7 +132,7 @@ async def describe_group(
     """Describe one group at its coordinator, retrying coordinator moves and loads until
     ``timeout``. Raises ``GroupIdNotFoundError`` for a group that does not exist (as Java 4),
     and ``KcoreError`` for a group that is not a consumer group."""
-    backoff = Backoff(link.cluster, timeout)
+    backoff = RetryPacing.within(timeout, link.cluster.retry_backoff)
     classic = False
     while True:
         try:
@@ -172,12 +173,12 @@ async def describe_group(
                         )
                     return _from_classic_group(g, node)
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
-            if not await backoff.sleep():
+            if not await backoff.pause():
                 raise KcoreTimeoutError(f"describing group {group_id!r}: {exc}") from exc
             continue
         code = g.error_code
         if link.handle_error(code):
-            if await backoff.sleep():
+            if await backoff.pause():
                 continue
             # As Java's: a coordinator that stayed away (loading, moving) is a timeout.
             raise KcoreTimeoutError(
@@ -192,7 +193,7 @@ async def describe_group(
         raise err.with_message(f"group {group_id!r}: {said or err.message}")
 
 
-def _request_timeout(link: CoordinatorLink, backoff: Backoff) -> float:
+def _request_timeout(link: CoordinatorLink, backoff: RetryPacing) -> float:
     """request.timeout.ms, or what is left of the call if less."""
     limit = link.cluster.settings.request_timeout_s
     left = backoff.left()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kcore.admin.client_part import AdminClientPart
 from kcore.admin.describe_groups import ConsumerGroupDescription, describe_group
 from kcore.admin.types import AdminOperationError, TopicPartition
-from kcore.cluster.coordinator import GROUP, Backoff, CoordinatorLink
+from kcore.cluster.coordinator import GROUP, CoordinatorLink
 from kcore.cluster.group_offsets import GroupOffsets, MemberIdentity
 from kcore.errors import (
     BrokerConnectionError,
@@ -28,6 +28,7 @@ from kcore.errors import (
     KcoreTimeoutError,
     error_for_code,
 )
+from kcore.network.retry import RetryPacing
 from kcore.protocol import ApiKey
 from kcore.protocol.messages.delete_groups_request import DeleteGroupsRequest
 from kcore.protocol.messages.delete_records_request import (
@@ -185,19 +186,19 @@ class GroupOperations(AdminClientPart):
 
         async def one(group_id: str) -> None:
             link = CoordinatorLink(self.cluster, group_id, GROUP)
-            backoff = Backoff(self.cluster, self._timeout(timeout))
+            backoff = RetryPacing.within(self._timeout(timeout), self.cluster.retry_backoff)
             while True:
                 try:
                     response = await link.send(DeleteGroupsRequest(groups_names=[group_id]))
                     code = next((r.error_code for r in response.results), ErrorCode.NONE)
                 except (BrokerConnectionError, KcoreTimeoutError) as exc:
-                    if not await backoff.sleep():
+                    if not await backoff.pause():
                         errors[group_id] = exc
                         return
                     continue
                 if code == ErrorCode.NONE:
                     return
-                if not (link.handle_error(code) and await backoff.sleep()):
+                if not (link.handle_error(code) and await backoff.pause()):
                     err = error_for_code(code)
                     assert err is not None
                     errors[group_id] = err.with_message(f"group {group_id!r}: {err.message}")
@@ -236,18 +237,18 @@ class GroupOperations(AdminClientPart):
             ],
         )
         link = CoordinatorLink(self.cluster, group_id, GROUP)
-        backoff = Backoff(self.cluster, self._timeout(timeout))
+        backoff = RetryPacing.within(self._timeout(timeout), self.cluster.retry_backoff)
         while True:
             try:
                 response = await link.send(request)
             except (BrokerConnectionError, KcoreTimeoutError):
-                if not await backoff.sleep():
+                if not await backoff.pause():
                     raise
                 continue
             code = response.error_code
             if code == ErrorCode.NONE:
                 break
-            if not (link.handle_error(code) and await backoff.sleep()):
+            if not (link.handle_error(code) and await backoff.pause()):
                 err = error_for_code(code)
                 assert err is not None
                 raise err.with_message(f"group {group_id!r}: {err.message}")

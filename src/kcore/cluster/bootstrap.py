@@ -17,8 +17,9 @@ from typing import Any
 
 from kcore.errors import BootstrapError, BrokerConnectionError, KafkaError, KcoreTimeoutError
 from kcore.network.address import canonical_names, format_address, parse_address
+from kcore.network.backoff import ExponentialBackoff
 from kcore.network.connection import BrokerConnection, ConnectionSettings
-from kcore.network.retry import RetryPacing
+from kcore.network.retry import Deadline, RetryPacing
 
 __all__ = ["bootstrap_addresses", "first_metadata_answer"]
 
@@ -52,11 +53,12 @@ async def first_metadata_answer(
     dns_lookup: str,
     settings: ConnectionSettings,
     metadata_request: Callable[[BrokerConnection], tuple[Any, int]],
-    pacing: RetryPacing,
+    deadline: Deadline,
+    backoff: ExponentialBackoff,
 ) -> tuple[str, Any]:
     """(address, Metadata response) of the first bootstrap server that answers with a broker
     list. Each connection is closed once asked: the client reconnects by node id."""
-    deadline = pacing.deadline
+    pacing = RetryPacing(deadline, backoff)
     timeout = deadline.timeout
     attempts: list[tuple[str, str]] = []
     while True:

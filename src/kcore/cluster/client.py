@@ -195,7 +195,8 @@ class ClusterClient:
             self.dns_lookup,
             self.settings,
             lambda conn: self.metadata_request(conn, topics),
-            RetryPacing(Deadline(timeout), self.reconnect_backoff),
+            Deadline(timeout),
+            self.reconnect_backoff,
         )
         self.cache.update(response, all_topics=self.all_topics or topics is None)
         self._check_top_level_error(response)
@@ -399,7 +400,8 @@ class ClusterClient:
         self, names: set[str], only: dict[str, set[int]] | None, timeout: float | None
     ) -> ClusterMetadata:
         timeout = self._default_timeout() if timeout is None else timeout
-        pacing = RetryPacing(Deadline(timeout), self.retry_backoff)
+        deadline = Deadline(timeout)
+        pacing = RetryPacing(deadline, self.retry_backoff)
         asked = False
         refreshed = False  # judge authorization by an answer to this call, not an older one
 
@@ -424,14 +426,14 @@ class ClusterClient:
                     "not valid topic names (at most 249 of a-z, A-Z, 0-9, '.', '_', '-'; "
                     f"not '.' or '..'): {', '.join(repr(t) for t in invalid)}"
                 )
-            if not (await pacing.pause() if asked else not pacing.deadline.expired()):
+            if not (await pacing.pause() if asked else not deadline.expired()):
                 raise KcoreTimeoutError(
                     f"topics not available within {timeout:.3g}s: {', '.join(missing)}"
                 )
             asked = True
             try:
                 await asyncio.wait_for(
-                    self.refresh_metadata(names), max(pacing.deadline.remaining(), 0.001)
+                    self.refresh_metadata(names), max(deadline.remaining(), 0.001)
                 )
                 refreshed = True
             except (BrokerConnectionError, asyncio.TimeoutError):
@@ -448,13 +450,14 @@ class ClusterClient:
         ``retry.backoff.ms`` apart and growing. A failed refresh is not judged (the cache may
         be older than the change waited for); a closed client raises."""
         names = list(topics)
-        pacing = RetryPacing(Deadline.at_time(deadline), self.retry_backoff)
+        until = Deadline.at_time(deadline)
+        pacing = RetryPacing(until, self.retry_backoff)
         with self.tracked.waiting_for(names):
             while True:
                 self._check_open()
                 try:
                     md = await asyncio.wait_for(
-                        self.refresh_metadata(names), max(pacing.deadline.remaining(), 0.001)
+                        self.refresh_metadata(names), max(until.remaining(), 0.001)
                     )
                 except (KcoreError, asyncio.TimeoutError):
                     md = None  # judged by the next answer, or the deadline

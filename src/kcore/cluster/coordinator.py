@@ -101,27 +101,3 @@ class CoordinatorLink:
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
             self.mark_dead(str(exc))
             raise
-
-
-class Backoff:
-    """retry.backoff.ms growing to retry.backoff.max.ms, with a deadline."""
-
-    def __init__(self, cluster: ClusterClient, timeout: float | None) -> None:
-        self.policy = cluster.retry_backoff
-        self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.attempt = 0
-
-    def left(self) -> float | None:
-        return None if self.deadline is None else self.deadline - time.monotonic()
-
-    async def sleep(self) -> bool:
-        """Wait before the next attempt; False when the deadline has passed."""
-        wait = self.policy.backoff_s(self.attempt)
-        self.attempt += 1
-        left = self.left()
-        if left is not None:
-            if left <= 0:
-                return False
-            wait = min(wait, left)
-        await asyncio.sleep(wait)
-        return True

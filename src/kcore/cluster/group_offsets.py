@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from kcore.cluster.coordinator import Backoff, CoordinatorLink
+from kcore.cluster.coordinator import CoordinatorLink
 from kcore.errors import (
     BrokerConnectionError,
     CommitFailedError,
@@ -21,6 +21,7 @@ from kcore.errors import (
     error_for_code,
     error_name,
 )
+from kcore.network.retry import RetryPacing
 from kcore.protocol import ApiKey
 from kcore.protocol.messages.offset_commit_request import (
     OffsetCommitRequest,
@@ -89,14 +90,14 @@ class GroupOffsets:
             group_instance_id=member.group_instance_id,
             topics=[OffsetCommitRequestTopic(name=t, partitions=p) for t, p in by_topic.items()],
         )
-        backoff = Backoff(self.link.cluster, timeout)
+        backoff = RetryPacing.within(timeout, self.link.cluster.retry_backoff)
         started = time.monotonic()
         while True:
             try:
                 # v10 names topics by id; names keep this independent of the metadata.
                 response = await self.link.send(request, max_version=9)
             except (BrokerConnectionError, KcoreTimeoutError) as exc:
-                if not await backoff.sleep():
+                if not await backoff.pause():
                     raise KcoreTimeoutError(f"offset commit of {self.group_id!r}: {exc}") from exc
                 continue
             codes = {
@@ -127,7 +128,7 @@ class GroupOffsets:
                 self.link.handle_error(c) or c == ErrorCode.STALE_MEMBER_EPOCH or _retriable(c)
                 for c in codes
             )
-            if not retry or not await backoff.sleep():
+            if not retry or not await backoff.pause():
                 err = error_for_code(code)
                 assert err is not None
                 raise err.with_message(f"offset commit of group {self.group_id!r}: {err.message}")
@@ -159,14 +160,14 @@ class GroupOffsets:
             by_topic = {}
             for tp in tps:
                 by_topic.setdefault(tp.topic, []).append(tp.partition)
-        backoff = Backoff(self.link.cluster, timeout)
+        backoff = RetryPacing.within(timeout, self.link.cluster.retry_backoff)
         while True:
             try:
                 version = await self.link.version(ApiKey.OFFSET_FETCH, max_version=9)
                 request = self._fetch_request(by_topic, version, require_stable)
                 response = await self.link.send(request, version)
             except (BrokerConnectionError, KcoreTimeoutError) as exc:
-                if not await backoff.sleep():
+                if not await backoff.pause():
                     raise KcoreTimeoutError(
                         f"committed offsets of {self.group_id!r}: {exc}"
                     ) from exc
@@ -194,7 +195,7 @@ class GroupOffsets:
                 self.link.handle_error(c) or c == ErrorCode.UNSTABLE_OFFSET_COMMIT or _retriable(c)
                 for c in codes
             )
-            if not retry or not await backoff.sleep():
+            if not retry or not await backoff.pause():
                 err = error_for_code(code)
                 assert err is not None
                 raise err.with_message(

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kcore.cluster.client import ClusterClient
-from kcore.cluster.coordinator import Backoff, CoordinatorLink
+from kcore.cluster.coordinator import CoordinatorLink
 from kcore.cluster.group_offsets import MemberIdentity
 from kcore.consumer.assignors import (
     Assignor,
@@ -32,6 +32,7 @@ from kcore.errors import (
     KcoreTimeoutError,
     error_for_code,
 )
+from kcore.network.retry import RetryPacing
 from kcore.protocol import ApiKey
 from kcore.protocol.messages.heartbeat_request import HeartbeatRequest
 from kcore.protocol.messages.join_group_request import JoinGroupRequest, JoinGroupRequestProtocol
@@ -170,7 +171,7 @@ class ClassicGroupMember:
         """Join (or rejoin) the group and return this member's assignment."""
         self.stop_heartbeats()
         owned_list = sorted(owned) if self.cooperative else []
-        backoff = Backoff(self.cluster, None)
+        backoff = RetryPacing.within(None, self.cluster.retry_backoff)
         while True:
             if self.fatal is not None:
                 raise self.fatal
@@ -179,7 +180,7 @@ class ClassicGroupMember:
                 assignment = await self._join_once(topics, owned_list)
             except (BrokerConnectionError, KcoreTimeoutError, _Retry) as exc:
                 log.debug("group %r: join attempt failed: %s", self.group_id, exc)
-                await backoff.sleep()
+                await backoff.pause()
                 continue
             except _Rejoin:
                 continue
@@ -318,7 +319,7 @@ class ClassicGroupMember:
             self._heartbeats = None
 
     async def _heartbeat_loop(self) -> None:
-        backoff = Backoff(self.cluster, None)
+        backoff = RetryPacing.within(None, self.cluster.retry_backoff)
         while self.joined and self.fatal is None:
             if time.monotonic() - self.last_poll > self.rebalance_timeout_ms / 1000:
                 # As Java: a caller that stopped polling gives its partitions up to the group.
@@ -343,7 +344,7 @@ class ClassicGroupMember:
                 code = response.error_code
             except (BrokerConnectionError, KcoreTimeoutError) as exc:
                 log.debug("group %r: heartbeat failed: %s", self.group_id, exc)
-                await backoff.sleep()
+                await backoff.pause()
                 continue
             except asyncio.CancelledError:
                 raise
@@ -352,7 +353,7 @@ class ClassicGroupMember:
                 self.fatal = exc
                 return
             if code == ErrorCode.NONE:
-                backoff.attempt = 0
+                backoff.reset()
             elif code == ErrorCode.REBALANCE_IN_PROGRESS:
                 self.request_rejoin("the group is rebalancing")
             elif code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID):
@@ -367,7 +368,7 @@ class ClassicGroupMember:
                 self.fatal = err.with_message(f"group {self.group_id!r}, heartbeat: {err.message}")
                 return
             elif self.link.handle_error(code):
-                await backoff.sleep()
+                await backoff.pause()
                 continue
             await asyncio.sleep(self.heartbeat_interval_s)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kcore.cluster.client import ClusterClient
-from kcore.cluster.coordinator import Backoff, CoordinatorLink
+from kcore.cluster.coordinator import CoordinatorLink
 from kcore.cluster.group_offsets import MemberIdentity
 from kcore.errors import (
     BrokerConnectionError,
@@ -26,6 +26,7 @@ from kcore.errors import (
     error_for_code,
 )
 from kcore.network.events import wait_event
+from kcore.network.retry import RetryPacing
 from kcore.protocol import ApiKey
 from kcore.protocol.messages.consumer_group_heartbeat_request import (
     ConsumerGroupHeartbeatRequest,
@@ -117,7 +118,7 @@ class ConsumerGroupMember:
         self.wake()
 
     async def _run(self) -> None:
-        backoff = Backoff(self.cluster, None)
+        backoff = RetryPacing.within(None, self.cluster.retry_backoff)
         while self.fatal is None and not self.left:
             if time.monotonic() - self.last_poll > self.rebalance_timeout_ms / 1000:
                 log.warning(
@@ -133,14 +134,14 @@ class ConsumerGroupMember:
                 return
             try:
                 await self._heartbeat()
-                backoff.attempt = 0
+                backoff.reset()
             except _Retry as exc:
                 log.debug("group %r: heartbeat: %s", self.group_id, exc)
-                await backoff.sleep()
+                await backoff.pause()
                 continue
             except (BrokerConnectionError, KcoreTimeoutError) as exc:
                 log.debug("group %r: heartbeat failed: %s", self.group_id, exc)
-                await backoff.sleep()
+                await backoff.pause()
                 continue
             except asyncio.CancelledError:
                 raise

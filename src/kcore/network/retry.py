@@ -65,15 +65,28 @@ class Deadline:
 
 
 class RetryPacing:
-    """The pauses of one loop that tries until its deadline: ``await pause()`` sleeps the next
-    backoff (never past the deadline) and returns False, without sleeping, once the deadline
-    has passed."""
+    """The pauses of one loop that tries until its deadline (``None``: no deadline, a loop
+    that a caller stops some other way): ``await pause()`` sleeps the next backoff (never past
+    the deadline) and returns False, without sleeping, once the deadline has passed."""
 
     __slots__ = ("attempts", "backoff", "deadline")
 
-    def __init__(self, deadline: Deadline, backoff: ExponentialBackoff) -> None:
+    def __init__(self, deadline: Deadline | None, backoff: ExponentialBackoff) -> None:
         self.deadline = deadline
         self.backoff = backoff
+        self.attempts = 0
+
+    @classmethod
+    def within(cls, timeout: float | None, backoff: ExponentialBackoff) -> RetryPacing:
+        """Pacing with a deadline ``timeout`` seconds from now (None: none)."""
+        return cls(None if timeout is None else Deadline(timeout), backoff)
+
+    def left(self) -> float | None:
+        """Seconds left to the deadline (None: no deadline)."""
+        return None if self.deadline is None else self.deadline.remaining()
+
+    def reset(self) -> None:
+        """The next pause is the first again (a success between failures)."""
         self.attempts = 0
 
     async def pause(self, seconds: float | None = None) -> bool:
@@ -93,10 +106,12 @@ class RetryPacing:
         return True
 
     def _next_wait(self, seconds: float | None = None) -> float | None:
-        remaining = self.deadline.remaining()
-        if remaining <= 0:
-            return None
-        wait = min(remaining, self.backoff.backoff_s(self.attempts) if seconds is None else seconds)
+        wait = self.backoff.backoff_s(self.attempts) if seconds is None else seconds
+        left = self.left()
+        if left is not None:
+            if left <= 0:
+                return None
+            wait = min(wait, left)
         self.attempts += 1
         return wait
 

@@ -62,7 +62,7 @@ class ProducerCore:
         self.custom_partitioner: Partitioner | None = cfg.get("partitioner.class")
         # Keyed records: murmur2 as Java (in SendPath and partitions_for_keys); unkeyed: the
         # uniform sticky partitioner whose state SendPath keeps (sticky_partition).
-        self.ignore_keys = bool(cfg.get("partitioner.ignore.keys", False))
+        self.ignore_keys = bool(cfg["partitioner.ignore.keys"])
         self.accumulator = RecordAccumulator(
             batch_size=self.batch_size,
             linger_s=int(cfg["linger.ms"]) / 1000,

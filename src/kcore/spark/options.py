@@ -25,7 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kcore.config import ALIASES, CONFIG_DEFS, ClientConfig
+from kcore.config import ALIASES, CONFIG_DEFS, ClientConfig, default_of
 from kcore.errors import ConfigError
 from kcore.types import TopicPartition
 
@@ -141,7 +141,7 @@ class ReadOptions:
 
     @property
     def isolation_level(self) -> str:
-        return self.kafka_params.get("isolation.level", "read_uncommitted")
+        return self.kafka_params.get("isolation.level", default_of("isolation.level"))
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
