@@ -24,6 +24,7 @@ from kcore.config import (
     ALIASES,
     CONFIG_DEFS,
     ROLES,
+    STRICT_KEY,
     ClientConfig,
     ConfigDef,
     OneOf,
@@ -191,22 +192,85 @@ def test_typo_of_a_key_of_another_role_says_whose_it_is() -> None:
     )
 
 
-def test_key_of_another_role() -> None:
-    assert error({"linger.ms": 5}, "consumer") == (
+STRICT = {STRICT_KEY: "true"}
+
+
+def test_key_of_another_role_is_refused_in_strict_mode() -> None:
+    assert error({"linger.ms": 5, **STRICT}, "consumer") == (
         "linger.ms: a producer setting, not a consumer one"
     )
-    assert error({"group.id": "g"}, "producer") == (
+    assert error({"group.id": "g", **STRICT}, "producer") == (
         "group.id: a consumer setting, not a producer one"
     )
-    assert error({"default.api.timeout.ms": 1}, "producer") == (
+    assert error({"default.api.timeout.ms": 1, **STRICT}, "producer") == (
         "default.api.timeout.ms: an admin and consumer setting, not a producer one"
     )
-    assert error({"retries": 1}, "consumer") == (
+    assert error({"retries": 1, STRICT_KEY: True}, "consumer") == (
         "retries: an admin and producer setting, not a consumer one"
     )
+    # "common" (the shared layers' view) is always strict.
     assert error({"linger.ms": 5}, "common") == "linger.ms: a producer setting, not a common one"
     # A librdkafka alias of a producer key is a producer setting too.
-    assert "a producer setting" in error({"queue.buffering.max.ms": 5}, "admin")
+    assert "a producer setting" in error({"queue.buffering.max.ms": 5, **STRICT}, "admin")
+    assert error({STRICT_KEY: "yes"}, "admin") == (
+        "kcore.config.strict: must be true or false, got 'yes'"
+    )
+
+
+def test_one_dict_serves_every_role(caplog: pytest.LogCaptureFixture) -> None:
+    shared = {
+        **BOOT,
+        "security.protocol": "PLAINTEXT",
+        "request.timeout.ms": "20000",
+        "linger.ms": "7",
+        "acks": "all",
+        "group.id": "g",
+        "auto.offset.reset": "earliest",
+        "default.api.timeout.ms": "25000",
+        "session.timeout.ms": None,  # not set: nothing to ignore, nothing logged
+    }
+    config_module = sys.modules[ClientConfig.__module__]
+    config_module._LOGGED_IGNORED.clear()  # type: ignore[attr-defined]
+    with caplog.at_level("WARNING", logger="kcore.config"):
+        producer = ClientConfig(shared, role="producer")
+        consumer = ClientConfig(shared, role="consumer")
+        admin = ClientConfig(shared, role="admin")
+        ClientConfig(shared, role="producer")  # logged once per key and role
+    assert (producer["linger.ms"], producer["acks"], producer["request.timeout.ms"]) == (
+        7,
+        -1,
+        20000,
+    )
+    assert producer.ignored_keys == {"group.id", "auto.offset.reset", "default.api.timeout.ms"}
+    assert "group.id" not in producer.user_keys
+    assert consumer["group.id"] == "g" and consumer["default.api.timeout.ms"] == 25000
+    assert consumer.ignored_keys == {"linger.ms", "acks"}
+    assert admin["default.api.timeout.ms"] == 25000
+    assert admin.ignored_keys == {"linger.ms", "acks", "group.id", "auto.offset.reset"}
+    messages = [r.getMessage() for r in caplog.records]
+    assert (
+        "group.id: a consumer setting, ignored by this producer "
+        "(set kcore.config.strict=true to refuse it)"
+    ) in messages
+    assert (
+        "default.api.timeout.ms: an admin and consumer setting, ignored by this producer "
+        "(set kcore.config.strict=true to refuse it)"
+    ) in messages
+    assert len(messages) == len(set(messages)) == 3 + 2 + 4
+
+
+def test_another_roles_key_is_still_checked() -> None:
+    # A bad value or a typo is refused whichever client the key is for.
+    assert error({"session.timeout.ms": "soon"}, "producer") == (
+        "session.timeout.ms: must be an int, got 'soon'"
+    )
+    assert error({"acks": "2"}, "consumer") == "acks: must be one of all, -1, 0, 1, got '2'"
+    assert error({"linger.msec": 5}, "consumer") == (
+        "linger.msec: unknown config; did you mean 'linger.ms' (a producer setting)?"
+    )
+    assert error({"linger.msec": 5}, "producer") == (
+        "linger.msec: unknown config; did you mean 'linger.ms'?"
+    )
 
 
 def test_java_keys_kcore_does_not_take_say_so() -> None:
@@ -263,8 +327,11 @@ def test_a_config_can_be_rechecked_for_another_role() -> None:
     assert producer.user_keys == common.user_keys
     again = ClientConfig(cfg("producer", acks=0, partitioner__class=len), role="producer")
     assert again["acks"] == 0 and again["partitioner.class"] is len
+    assert ClientConfig(cfg("producer", linger__ms=1), role="consumer").ignored_keys == {
+        "linger.ms"
+    }
     with pytest.raises(ConfigError, match="linger.ms: a producer setting, not a consumer one"):
-        ClientConfig(cfg("producer", linger__ms=1), role="consumer")
+        ClientConfig(cfg("producer", linger__ms=1, kcore__config__strict=True), role="consumer")
 
 
 # -- values -----------------------------------------------------------------------------------
@@ -1256,7 +1323,7 @@ def test_key_table_matches_java(java_oracle: tuple[list[list[str]], list[str]]) 
         if d is None or role not in d.roles:
             # A Java key kcore does not take must say so rather than look like a typo.
             try:
-                ClientConfig({**BOOT, name: "x"}, role=role)  # type: ignore[arg-type]
+                ClientConfig({**BOOT, name: "x", **STRICT}, role=role)  # type: ignore[arg-type]
                 problems.append(f"{role} {name}: accepted but not in the table")
             except ConfigError as e:
                 if d is None and "kcore does not take" not in str(e):
@@ -1285,6 +1352,8 @@ def test_key_table_matches_java(java_oracle: tuple[list[list[str]], list[str]]) 
         elif _as_java(d, ours) != java_default:
             problems.append(f"{role} {name}: default {_as_java(d, ours)!r}, Java {java_default!r}")
     for d in CONFIG_DEFS:
+        if d.name == STRICT_KEY:  # kcore's own
+            continue
         if d.name not in LIBRDKAFKA_KEYS and java_roles.get(d.name) != set(d.roles):
             problems.append(f"{d.name}: roles {sorted(d.roles)}, Java {java_roles.get(d.name)}")
     assert not problems, "\n".join(problems)

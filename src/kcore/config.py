@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import logging
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,10 +28,13 @@ from typing import Any, Literal, Protocol
 
 from kcore.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "ALIASES",
     "CONFIG_DEFS",
     "ROLES",
+    "STRICT_KEY",
     "SUPPORTED_SASL_MECHANISMS",
     "ClientConfig",
     "ConfigDef",
@@ -51,6 +55,8 @@ ROLES: tuple[str, ...] = ("admin", "producer", "consumer")
 ConfigType = Literal["int", "long", "double", "bool", "string", "list", "callable"]
 
 HIDDEN = "[hidden]"
+# kcore's own key (every role): other roles' keys are refused, not logged and ignored.
+STRICT_KEY = "kcore.config.strict"
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 SUPPORTED_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -403,6 +409,9 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     # -- every client: connection and metadata -----------------------------------------------
     ConfigDef("bootstrap.servers", "list", (), HostPort(), _ALL,
               "Brokers to fetch cluster metadata from first.", required=True),
+    ConfigDef(STRICT_KEY, "bool", False, None, _ALL,
+              "kcore's own: refuse a key that only another kind of client takes, instead of "
+              "logging it once and ignoring it."),
     ConfigDef("client.id", "string", "", None, _ALL,
               "Name sent with every request (logs, quotas); empty: the client picks one."),
     ConfigDef("client.dns.lookup", "string", "use_all_dns_ips",
@@ -836,6 +845,23 @@ def other_client_setting(key: str, role: str) -> bool:
     return known is not None and role not in known.roles
 
 
+# (key, role) pairs already logged as ignored: each is logged once per process.
+_LOGGED_IGNORED: set[tuple[str, str]] = set()
+
+
+def _log_ignored(key: str, role: str, roles: frozenset[str]) -> None:
+    if (key, role) in _LOGGED_IGNORED:
+        return
+    _LOGGED_IGNORED.add((key, role))
+    log.warning(
+        "%s: %s, ignored by this %s (set %s=true to refuse it)",
+        key,
+        _role_phrase(roles),
+        role,
+        STRICT_KEY,
+    )
+
+
 def _unknown_key(key: str, role: str) -> ConfigError:
     known = _DEFS_BY_NAME.get(ALIASES.get(key, key))
     if known is not None:
@@ -985,6 +1011,17 @@ def parse_jaas_config(text: str) -> tuple[str, dict[str, str]]:
 # -- the config -------------------------------------------------------------------------------
 
 
+def _strict(given: Mapping[str, Any]) -> bool:
+    """Whether ``given`` asks for strict mode (checked before the other keys, which it governs)."""
+    value = given.get(STRICT_KEY)
+    if value is None:
+        return False
+    try:
+        return bool(_parse_value(_DEFS_BY_NAME[STRICT_KEY], value))
+    except _Invalid:
+        raise _bad_value(_DEFS_BY_NAME[STRICT_KEY], value) from None
+
+
 class ClientConfig(Mapping[str, Any]):
     """A validated, read-only client configuration for one role.
 
@@ -992,10 +1029,12 @@ class ClientConfig(Mapping[str, Any]):
     values, as Java-properties strings (``"100"``, ``"true"``, ``"a,b"``) or Python values
     (``100``, ``True``, ``["a", "b"]``). ``None`` means "not set". Another ClientConfig may be
     passed: its caller-set values are checked again for this role. Every key of the role can be
-    read, with Java's default where the caller set none. Raises
+    read, with Java's default where the caller set none. A key that only another kind of client
+    takes is checked, logged once (``kcore.config`` logger) and ignored (:attr:`ignored_keys`), so
+    one dict serves every client; with ``kcore.config.strict=true`` it is refused. Raises
     :class:`~kcore.errors.ConfigError` for an unknown key, a bad value or a conflict."""
 
-    __slots__ = ("_role", "_user", "_values")
+    __slots__ = ("_ignored", "_role", "_user", "_values")
 
     def __init__(self, config: Mapping[str, Any] | None = None, *, role: Role = "common") -> None:
         if role not in _ROLE_DEFS:
@@ -1004,7 +1043,9 @@ class ClientConfig(Mapping[str, Any]):
         given: Mapping[str, Any] = (
             config._user if isinstance(config, ClientConfig) else (config or {})
         )
+        strict = _strict(given)
         user: dict[str, Any] = {}
+        ignored: list[str] = []
         spelled: dict[str, str] = {}  # canonical key -> the caller's spelling, for conflicts
         for key, value in given.items():
             if not isinstance(key, str):
@@ -1012,7 +1053,23 @@ class ClientConfig(Mapping[str, Any]):
             name = ALIASES.get(key, key)
             d = defs.get(name)
             if d is None:
-                raise _unknown_key(key, role)
+                other = _DEFS_BY_NAME.get(name)
+                # One dict may serve every client (as Java and librdkafka take it): a key only
+                # another client role takes is checked as that role would, logged once and
+                # ignored; "common" (the shared layers) and strict mode refuse it.
+                if other is None or strict or role == "common":
+                    raise _unknown_key(key, role)
+                if value is None:
+                    continue
+                try:
+                    _parse_value(other, value)
+                except _Invalid as e:
+                    raise _bad_value(
+                        other, value if e.item is None else e.item, e.allowed
+                    ) from None
+                _log_ignored(key, role, other.roles)
+                ignored.append(key)
+                continue
             if name in spelled:
                 raise ConfigError(name, f"set both as {spelled[name]!r} and {key!r}; keep one")
             spelled[name] = key
@@ -1025,6 +1082,7 @@ class ClientConfig(Mapping[str, Any]):
         values = {name: user.get(name, d.default_for(role)) for name, d in defs.items()}
         self._role: str = role
         self._user: dict[str, Any] = user
+        self._ignored: frozenset[str] = frozenset(ignored)
         self._values: dict[str, Any] = values
         _check_common(self, values, user)
         if role == "producer":
@@ -1063,6 +1121,12 @@ class ClientConfig(Mapping[str, Any]):
     def user_keys(self) -> frozenset[str]:
         """The keys the caller set (canonical names, aliases resolved; None values excluded)."""
         return frozenset(self._user)
+
+    @property
+    def ignored_keys(self) -> frozenset[str]:
+        """The keys given that only other kinds of client take (as the caller spelled them):
+        logged and left out of this config."""
+        return self._ignored
 
     @property
     def bootstrap_servers(self) -> list[str]:

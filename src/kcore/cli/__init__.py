@@ -69,9 +69,10 @@ _ROLES: dict[str, Literal["admin", "producer", "consumer"]] = {
 
 
 def _parsed(config: dict[str, Any], command: str) -> Any:
-    from kcore.config import ClientConfig
+    from kcore.config import STRICT_KEY, ClientConfig
 
-    return ClientConfig(config, role=_ROLES[command])
+    # -X is exact: another client's key there is refused (strict mode), not ignored.
+    return ClientConfig({STRICT_KEY: True, **config}, role=_ROLES[command])
 
 
 def _add_connection_args(p: argparse.ArgumentParser) -> None:
