@@ -130,13 +130,13 @@ def test_forked_child_uses_the_parents_consumer(kafka_cluster, topic):
 
 
 def test_a_client_that_fails_to_rebuild_tries_again_on_next_use(kafka_cluster):
-    # A producer whose servers are gone by the time the child uses it: the child's first use
-    # raises, and the client stays rebuildable (it is not left half-made).
+    # A producer whose config no longer builds by the time the child uses it: the child's
+    # first use raises, and the client stays rebuildable (it is not left half-made).
     config = {"bootstrap.servers": kafka_cluster.bootstrap_servers, "max.block.ms": 2000}
     with kcore.Producer(config) as producer:
 
         def child() -> Any:
-            producer._forked_config["bootstrap.servers"] = "127.0.0.1:1"
+            producer._forked_config["linger.ms"] = "soon"
             errors = []
             for _ in range(2):
                 try:
@@ -145,7 +145,26 @@ def test_a_client_that_fails_to_rebuild_tries_again_on_next_use(kafka_cluster):
                     errors.append(type(exc).__name__)
             return errors, "_forked_config" in producer.__dict__
 
-        assert in_child(child) == repr((["BootstrapError", "BootstrapError"], True))
+        assert in_child(child) == repr((["ConfigError", "ConfigError"], True))
+
+
+def test_a_rebuilt_client_whose_servers_are_gone_fails_at_its_first_wait(kafka_cluster):
+    # Rebuilding does not wait on the network (as construction does not): the servers gone
+    # show at the first call that needs them, with the addresses named.
+    config = {"bootstrap.servers": kafka_cluster.bootstrap_servers, "max.block.ms": 2000}
+    with kcore.Producer(config) as producer:
+
+        def child() -> Any:
+            producer._forked_config["bootstrap.servers"] = "127.0.0.1:1"
+            errors = []
+            for _ in range(2):
+                try:
+                    producer.wait_until_ready(1)
+                except kcore.errors.BootstrapError as exc:
+                    errors.append("127.0.0.1:1" in str(exc))
+            return errors, "_forked_config" in producer.__dict__
+
+        assert in_child(child) == repr(([True, True], False))
 
 
 def test_a_client_closed_before_the_fork_stays_closed(kafka_cluster):

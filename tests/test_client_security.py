@@ -63,9 +63,9 @@ def test_tls_with_server_verification(secure, pki):
 
 def test_tls_untrusted_certificate_fails_at_once(secure, pki):
     config = tls(secure, pki, **{"ssl.truststore.location": str(pki.other_ca_cert)})
-    with pytest.raises(BootstrapError) as info:
-        with AdminClient({**config, "default.api.timeout.ms": 60000}):
-            pass
+    with AdminClient({**config, "default.api.timeout.ms": 60000}) as admin:
+        with pytest.raises(BootstrapError) as info:
+            admin.describe_cluster()  # the first call that needs the cluster
     text = str(info.value)
     assert "tls" in text and "not trusted" in text
     assert "within" not in text  # reported without waiting out the timeout
@@ -125,9 +125,8 @@ def test_mutual_tls_without_certificate_fails_clearly(secure, pki):
     config = tls(
         secure, pki, MTLS_LISTENER, **{"default.api.timeout.ms": 10000, "request.timeout.ms": 10000}
     )
-    with pytest.raises(BootstrapError) as info:
-        with AdminClient(config):
-            pass
+    with AdminClient(config) as admin, pytest.raises(BootstrapError) as info:
+        admin.wait_until_ready()
     assert "certificate" in str(info.value)
 
 

@@ -22,6 +22,12 @@ def run(coro):
     return asyncio.run(coro)
 
 
+async def started(client: ClusterClient, timeout: float):
+    """``client`` started (which returns at once) and its first bootstrap waited for."""
+    await client.start()
+    return await client.ready(timeout)
+
+
 def topic_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
@@ -31,7 +37,7 @@ def test_bootstrap_skips_dead_addresses(kafka_cluster3):
         # The real addresses come last; shuffling may still try the dead ones first.
         client = ClusterClient({"bootstrap.servers": f"{DEAD},{kafka_cluster3.bootstrap_servers}"})
         try:
-            md = await client.start(30)
+            md = await started(client, 30)
             assert sorted(md.brokers) == kafka_cluster3.node_ids
             # The brokers' own addresses replaced the bootstrap list.
             assert {b.address for b in md.brokers.values()} == {
@@ -48,7 +54,7 @@ def test_bootstrap_failure_lists_every_address_within_the_timeout():
         client = ClusterClient({"bootstrap.servers": f"{DEAD},no-such-host.invalid:9092"})
         start = time.monotonic()
         with pytest.raises(BootstrapError) as info:
-            await client.start(2.0)
+            await started(client, 2.0)
         elapsed = time.monotonic() - start
         err = info.value
         assert {a for a, _ in err.attempts} == {
@@ -89,7 +95,7 @@ def test_an_http_server_at_the_bootstrap_address_is_named():
         port = server.getsockname()[1]
         client = ClusterClient({"bootstrap.servers": f"127.0.0.1:{port}"})
         with pytest.raises(BootstrapError, match="the peer answered in HTTP"):
-            await client.start(2.0)
+            await started(client, 2.0)
         await client.close()
 
     try:
@@ -104,7 +110,7 @@ def test_requests_pipeline_on_one_connection(kafka_cluster):
     async def main():
         client = ClusterClient({"bootstrap.servers": kafka_cluster.bootstrap_servers})
         try:
-            md = await client.start(30)
+            md = await started(client, 30)
             node = next(iter(md.brokers))
             conn = await client.connection(node)
             responses = await asyncio.gather(
@@ -121,7 +127,7 @@ def test_requests_pipeline_on_one_connection(kafka_cluster):
 def test_metadata_survives_a_broker_stop_and_start(kafka_cluster3):
     async def main():
         client = ClusterClient({"bootstrap.servers": kafka_cluster3.bootstrap_servers})
-        await client.start(30)
+        await started(client, 30)
         errors: list[BaseException] = []
         seen_brokers: list[set[int]] = []
         stop = asyncio.Event()
@@ -226,7 +232,7 @@ def test_a_topic_created_later_appears_without_errors(kafka_cluster):
         client = ClusterClient(
             {"bootstrap.servers": kafka_cluster.bootstrap_servers, "metadata.max.age.ms": 500}
         )
-        await client.start(30)
+        await started(client, 30)
         try:
             client.add_topics([topic])  # e.g. a producer about to write to it
             await client.refresh_metadata()
@@ -251,7 +257,7 @@ def test_rebootstrap_when_no_known_broker_answers(unreachable_cluster):
             "reconnect.backoff.ms": 10,
         }
         client = ClusterClient(base)
-        await client.start(30)
+        await started(client, 30)
         try:
             # Every known broker (the advertised one) is unreachable: the refresh goes back
             # to the bootstrap list (KIP-899) instead of failing.
@@ -261,7 +267,7 @@ def test_rebootstrap_when_no_known_broker_answers(unreachable_cluster):
         finally:
             await client.close()
         strict = ClusterClient({**base, "metadata.recovery.strategy": "none"})
-        await strict.start(30)
+        await started(strict, 30)
         try:
             with pytest.raises(BrokerConnectionError):
                 await strict.refresh_metadata()
@@ -278,7 +284,7 @@ def test_idle_connections_are_closed(kafka_cluster):
         client = ClusterClient(
             {"bootstrap.servers": kafka_cluster.bootstrap_servers, "connections.max.idle.ms": 300}
         )
-        md = await client.start(30)
+        md = await started(client, 30)
         try:
             node = next(iter(md.brokers))
             conn = await client.connection(node)
@@ -317,7 +323,7 @@ def test_every_dns_address_of_a_name_is_tried(kafka_cluster, monkeypatch):
     async def main():
         client = ClusterClient({"bootstrap.servers": f"kafka.multi.test:{port}"})
         try:
-            md = await client.start(20)
+            md = await started(client, 20)
             assert list(md.brokers) == [1]
         finally:
             await client.close()
@@ -350,7 +356,7 @@ def test_throttle_time_is_honoured(kafka_cluster):
         client = ClusterClient(
             {"bootstrap.servers": kafka_cluster.bootstrap_servers, "client.id": client_id}
         )
-        md = await client.start(30)
+        md = await started(client, 30)
         node = next(iter(md.brokers))
         conn = await client.connection(node)
         try:

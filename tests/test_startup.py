@@ -1,13 +1,119 @@
-"""Start-up as Java and librdkafka users expect it: one config dict serves every client."""
+"""Start-up as Java and librdkafka users expect it: constructors return at once and connect in
+the background (the first call that needs the cluster waits within its own bound), and one
+config dict serves every client."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
+import time
 
 import pytest
 
 import kcore
-from kcore.errors import ConfigError
+import kcore.config as kcore_config
+from kcore.errors import BootstrapError, ConfigError
+from kcore.testing import KafkaCluster
+
+QUICK_S = 1.0  # "returns at once": well under a second
+
+
+@pytest.fixture(scope="module")
+def own_cluster():
+    """A cluster of this module's own: its broker is stopped and started here."""
+    with KafkaCluster(1) as cluster:
+        yield cluster
+
+
+def timed(make):
+    started = time.monotonic()
+    client = make()
+    return client, time.monotonic() - started
+
+
+def test_clients_start_while_the_cluster_is_down_and_work_once_it_is_up(own_cluster) -> None:
+    topic = "startup-down"
+    own_cluster.create_topic(topic, partitions=1)
+    bootstrap = own_cluster.bootstrap_servers
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "startup-down-group",  # consumer
+        "auto.offset.reset": "earliest",  # consumer
+        "linger.ms": "5",  # producer
+    }
+    own_cluster.stop_broker(own_cluster.node_ids[0])
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+    producer, took_p = timed(lambda: kcore.Producer(conf))
+    consumer, took_c = timed(lambda: kcore.Consumer(conf))
+    admin, took_a = timed(lambda: kcore.AdminClient(conf))
+    try:
+        assert max(took_p, took_c, took_a) < QUICK_S, (took_p, took_c, took_a)
+        # An admin call fails within its timeout, naming the address and why.
+        started = time.monotonic()
+        with pytest.raises(BootstrapError) as info:
+            admin.list_topics(timeout=2)
+        assert time.monotonic() - started < 2 + 2
+        text = str(info.value)
+        assert all(address in text for address in bootstrap.split(","))
+        assert "within 2s" in text and "refused" in text
+        with pytest.raises(BootstrapError):
+            producer.wait_until_ready(0.5)
+        # A consumer subscribed meanwhile polls nothing (no error) while the cluster is down.
+        consumer.subscribe([topic])
+        assert consumer.poll(0.5) == []
+        # A send made while down waits (up to max.block.ms) and is delivered once it is up.
+        sent = pool.submit(lambda: producer.send(topic, b"sent while down"))
+        time.sleep(1.0)
+        assert not sent.done()
+        own_cluster.start_broker(own_cluster.node_ids[0])
+        assert sent.result(timeout=60).result(timeout=60).topic == topic
+        admin.wait_until_ready(30)
+        assert topic in admin.list_topics(timeout=30)
+        got: list = []
+        deadline = time.monotonic() + 60
+        while not got and time.monotonic() < deadline:
+            got += consumer.poll(0.5)
+        assert [r.value for r in got] == [b"sent while down"]
+    finally:
+        if not own_cluster.is_running(own_cluster.node_ids[0]):
+            own_cluster.start_broker(own_cluster.node_ids[0])
+        pool.shutdown(wait=False)
+        for client in (producer, consumer, admin):
+            client.close()
+
+
+def test_asyncio_clients_start_at_once_while_the_cluster_is_down(own_cluster) -> None:
+    conf = {"bootstrap.servers": own_cluster.bootstrap_servers, "max.block.ms": "1500"}
+
+    async def main() -> None:
+        clients = [
+            kcore.AsyncProducer(conf),
+            kcore.AsyncConsumer(conf),
+            kcore.AsyncAdminClient(conf),
+        ]
+        try:
+            for client in clients:
+                started = time.monotonic()
+                await client.start()
+                assert time.monotonic() - started < QUICK_S
+            for client in clients:
+                started = time.monotonic()
+                with pytest.raises(BootstrapError, match="within 1s"):
+                    await client.wait_until_ready(timeout=1)
+                assert time.monotonic() - started < 1 + 2
+            # send waits max.block.ms, then says why.
+            with pytest.raises(BootstrapError, match="within 1.5s"):
+                await clients[0].send("startup-async", b"x")
+        finally:
+            for client in clients:
+                await client.close()
+
+    own_cluster.stop_broker(own_cluster.node_ids[0])
+    try:
+        asyncio.run(main())
+    finally:
+        own_cluster.start_broker(own_cluster.node_ids[0])
 
 
 def test_one_dict_builds_producer_consumer_and_admin(
@@ -24,6 +130,7 @@ def test_one_dict_builds_producer_consumer_and_admin(
         "auto.offset.reset": "earliest",  # consumer
         "default.api.timeout.ms": "30000",  # admin and consumer
     }
+    kcore_config._LOGGED_IGNORED.clear()  # logged once per process: earlier tests logged some
     with caplog.at_level(logging.WARNING, logger="kcore.config"):
         with kcore.AdminClient(shared) as admin:
             assert topic in admin.list_topics()

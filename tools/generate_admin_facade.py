@@ -74,9 +74,11 @@ __all__ = ["AdminClient"]
 
 class AdminClient(ProcessLocal):
     """``kcore.AdminClient({{"bootstrap.servers": "host:9092"}})``: the Java AdminClient's
-    operations, blocking. Bootstraps on construction (raising ``BootstrapError`` if no server
-    answers within ``default.api.timeout.ms``); use as a context manager or call
-    :meth:`close`. Each method's ``timeout`` (seconds) defaults to ``default.api.timeout.ms``.
+    operations, blocking. Returns at once and bootstraps in the background, as Java's
+    ``Admin.create``: each call waits for the cluster within its own ``timeout`` (raising
+    ``BootstrapError`` naming each address and why); :meth:`wait_until_ready` fails fast. Use
+    as a context manager or call :meth:`close`. Each method's ``timeout`` (seconds) defaults
+    to ``default.api.timeout.ms``.
     Pickles as its config; a forked child's copy rebuilds itself on first use.
     """
 

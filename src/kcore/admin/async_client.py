@@ -118,8 +118,17 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
         self.default_timeout = self.config.seconds("default.api.timeout.ms")
 
     async def start(self) -> AsyncAdminClient:
+        """Start bootstrapping in the background and return at once (as Java's
+        ``Admin.create``); each call waits for the cluster within its own timeout."""
         await self.cluster.start()
         return self
+
+    async def wait_until_ready(self, timeout: float | None = None) -> None:
+        """Wait until the cluster has answered (the first bootstrap succeeded), for a caller who
+        wants to fail fast at start-up. Raises ``BootstrapError`` naming each bootstrap address
+        and why it failed, at ``timeout``, or at once when waiting cannot help (TLS trust,
+        credentials)."""
+        await self.cluster.ready(self._timeout(timeout))
 
     async def close(self) -> None:
         await self.cluster.close()
@@ -137,10 +146,12 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
     ) -> T:
         """Run ``attempt_fn`` until it returns, retrying retriable failures with backoff and a
         metadata refresh, until ``timeout`` (default ``default.api.timeout.ms``)."""
+        deadline = Deadline(self._timeout(timeout))
+        await self.cluster.ready(deadline.remaining())  # BootstrapError at the call's bound
         return await retry(
             what,
             attempt_fn,
-            deadline=Deadline(self._timeout(timeout)),
+            deadline=deadline,
             backoff=self.cluster.retry_backoff,
             before_retry=lambda _exc: self.cluster.cache.request_update(),
         )

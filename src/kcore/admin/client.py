@@ -37,9 +37,11 @@ __all__ = ["AdminClient"]
 
 class AdminClient(ProcessLocal):
     """``kcore.AdminClient({"bootstrap.servers": "host:9092"})``: the Java AdminClient's
-    operations, blocking. Bootstraps on construction (raising ``BootstrapError`` if no server
-    answers within ``default.api.timeout.ms``); use as a context manager or call
-    :meth:`close`. Each method's ``timeout`` (seconds) defaults to ``default.api.timeout.ms``.
+    operations, blocking. Returns at once and bootstraps in the background, as Java's
+    ``Admin.create``: each call waits for the cluster within its own ``timeout`` (raising
+    ``BootstrapError`` naming each address and why); :meth:`wait_until_ready` fails fast. Use
+    as a context manager or call :meth:`close`. Each method's ``timeout`` (seconds) defaults
+    to ``default.api.timeout.ms``.
     Pickles as its config; a forked child's copy rebuilds itself on first use.
     """
 
@@ -76,6 +78,13 @@ class AdminClient(ProcessLocal):
             loop.close(1.0)
 
     # -- kcore.admin.async_client.AsyncAdminClient -------------------------------------------------
+
+    def wait_until_ready(self, timeout: float | None = None) -> None:
+        """Wait until the cluster has answered (the first bootstrap succeeded), for a caller who
+        wants to fail fast at start-up. Raises ``BootstrapError`` naming each bootstrap address
+        and why it failed, at ``timeout``, or at once when waiting cannot help (TLS trust,
+        credentials)."""
+        self._loop.run(self._async.wait_until_ready(timeout))
 
     def create_topics(
         self,

@@ -81,6 +81,7 @@ class GroupOperations(AdminClientPart):
         """Every broker is asked (each coordinates some groups), as Java's. A broker that does
         not answer in time fails the call with ``AdminOperationError`` naming it, ``results``
         holding the groups the others listed."""
+        await self.cluster.ready(self._timeout(timeout))
         await self.cluster.refresh_metadata()
         brokers = list(self.cluster.metadata.brokers)
 

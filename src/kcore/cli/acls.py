@@ -127,6 +127,7 @@ def run_acls(config: Mapping[str, Any], args: argparse.Namespace) -> int:
     if args.action == "add":
         bindings = _bindings(args)
         with AdminClient(config) as admin:
+            admin.wait_until_ready()  # fail fast: the cluster unreachable is said at once
             admin.create_acls(bindings)
         _print(bindings, args.json)
         return 0
@@ -135,6 +136,7 @@ def run_acls(config: Mapping[str, Any], args: argparse.Namespace) -> int:
         # Refused before connecting: there is nothing to ask the cluster.
         raise KcoreError("remove needs a resource (--topic ...): it would match every ACL")
     with AdminClient(config) as admin:
+        admin.wait_until_ready()
         if args.action == "remove":
             try:
                 deleted = admin.delete_acls(filters)

@@ -95,6 +95,7 @@ def run_consume(
     out = sys.stdout.buffer
     seen = 0
     with kcore.Consumer(config) as consumer:
+        consumer.wait_until_ready()  # fail fast: poll would wait quietly for the cluster
         tps = _partitions(consumer, topic, partitions)
         # Where -e stops: the ends as they are now (read_committed: the last stable offsets).
         ends = consumer.end_offsets(tps) if exit_at_end or isinstance(offset, int) else {}

@@ -90,6 +90,7 @@ def run_groups(config: Mapping[str, Any], group_ids: list[str], as_json: bool) -
     from kcore.admin.client import AdminClient
 
     with AdminClient(config) as admin:
+        admin.wait_until_ready()  # fail fast: the cluster unreachable is said at once
         if not group_ids:
             listed = admin.list_consumer_groups()
             if as_json:

@@ -83,6 +83,7 @@ def run_produce(
     tally = _Tally()
     interrupted = False
     with kcore.Producer(config) as producer:
+        producer.wait_until_ready()  # fail fast: the cluster unreachable is said at once
         try:
             for line in _lines(paths):
                 key: bytes | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -53,35 +54,48 @@ async def first_metadata_answer(
     dns_lookup: str,
     settings: ConnectionSettings,
     metadata_request: Callable[[BrokerConnection], tuple[Any, int]],
-    deadline: Deadline,
+    deadline: Deadline | None,
     backoff: ExponentialBackoff,
+    on_failure: Callable[[str, str], None] | None = None,
 ) -> tuple[str, Any]:
     """(address, Metadata response) of the first bootstrap server that answers with a broker
-    list. Each connection is closed once asked: the client reconnects by node id."""
+    list. Each connection is closed once asked: the client reconnects by node id.
+    ``deadline`` None: rounds go on until one answers, or a failure waiting cannot fix (a
+    client's background bootstrap, which the caller cancels on close); ``on_failure(address,
+    reason)`` hears of each failed try as it happens."""
     pacing = RetryPacing(deadline, backoff)
-    timeout = deadline.timeout
+    timeout = math.inf if deadline is None else deadline.timeout
     attempts: list[tuple[str, str]] = []
+
+    def failed(address: str, reason: str) -> None:
+        attempts.append((address, reason))
+        if on_failure is not None:
+            on_failure(address, reason)
+
     while True:
         # Per failure this round: whether waiting cannot fix it (TLS trust, credentials).
         fatal: list[bool] = []
         for address in await bootstrap_addresses(servers, dns_lookup):
             host, port = parse_address(address)
-            remaining = deadline.remaining()
+            remaining = math.inf if deadline is None else deadline.remaining()
             if remaining <= 0:
                 break
             conn = BrokerConnection(host, port, settings)
             try:
-                await asyncio.wait_for(conn.open(), remaining)
+                # (no deadline: the connection's own setup timeout bounds the try)
+                await asyncio.wait_for(conn.open(), None if deadline is None else remaining)
                 request, version = metadata_request(conn)
                 # request.timeout.ms, as Java's: a server that takes the request and never
                 # answers must not use up the time the next one would have had.
-                wait = min(deadline.remaining(), settings.request_timeout_s)
+                wait = min(remaining, settings.request_timeout_s)
+                if deadline is not None:
+                    wait = min(deadline.remaining(), wait)
                 response = await conn.request(request, version, timeout=max(wait, 0.001))
                 check_brokers(response, address)
             except KafkaError as exc:  # e.g. authentication failed: no point going on
                 if not exc.retriable:
                     raise
-                attempts.append((address, str(exc)))
+                failed(address, str(exc))
                 fatal.append(False)
                 continue
             except (BrokerConnectionError, KcoreTimeoutError) as exc:
@@ -94,22 +108,23 @@ async def first_metadata_answer(
                     and exc.stage in FATAL_STAGES
                     and not exc.transient
                 )
-                attempts.append((address, reason))
+                failed(address, reason)
                 log.info("bootstrap server %s failed: %s", address, reason)
                 continue
             except asyncio.TimeoutError:
                 # The deadline cut this attempt short: an earlier attempt's reason for the
                 # same address says more than "no answer" (a token source that hangs, say).
                 if not any(a == address for a, _ in attempts):
-                    attempts.append((address, f"no answer within {timeout:g}s"))
+                    failed(address, f"no answer within {timeout:g}s")
                 break
             finally:
                 conn.close()  # also when cancelled
             return address, response
+        attempts[:] = _dedupe(attempts)  # bounded, however many rounds
         if fatal and all(fatal):
-            raise BootstrapError(_dedupe(attempts))
+            raise BootstrapError(attempts)
         if not await pacing.pause():
-            raise BootstrapError(_dedupe(attempts), timeout)
+            raise BootstrapError(attempts, timeout)
 
 
 def _dedupe(attempts: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ from kcore.cluster.settings import connection_settings
 from kcore.cluster.topics import TrackedTopics
 from kcore.config import ClientConfig
 from kcore.errors import (
+    BootstrapError,
     BrokerConnectionError,
     ErrorCode,
     InvalidTopicError,
@@ -99,13 +100,24 @@ class ClusterClient:
         self._tasks: set[asyncio.Task[Any]] = set()  # other refreshes under way, for close()
         self.bootstrapped = False
         self.rebootstraps = 0
+        # The first bootstrap, in the background from start() until a server answers (or a
+        # failure waiting cannot fix ends it); ready() waits for it. Each address's last
+        # failure so far, in first-tried order: what a wait that runs out names.
+        self._first_bootstrap: asyncio.Task[None] | None = None
+        self._bootstrap_failures: dict[str, str] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    async def start(self, timeout: float | None = None) -> ClusterMetadata:
-        """Bootstrap (within ``timeout`` seconds, default ``default.api.timeout.ms``) and start
-        the background refresh. Raises ``BootstrapError`` when no bootstrap server answers."""
-        metadata = await self.bootstrap(timeout)
+    async def start(self) -> None:
+        """Start the first bootstrap and the background refresh, and return at once (as Java's
+        clients do: nothing here waits on the network). The calls that need the cluster wait
+        for it within their own bounds (:meth:`ready`)."""
+        self._check_open()
+        if self._first_bootstrap is None:
+            task = asyncio.get_running_loop().create_task(self._bootstrap_in_background())
+            # Its failure is each waiting caller's to raise; none may be waiting.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self._first_bootstrap = task
         if self._maintainer is None:
             loop = asyncio.get_running_loop()
             wanted = asyncio.Event()
@@ -123,12 +135,53 @@ class ClusterClient:
 
             self.cache.on_request = wake_maintainer
             self._maintainer = loop.create_task(self._maintain(wanted))
-        return metadata
+
+    async def ready(self, timeout: float | None = None) -> ClusterMetadata:
+        """The cluster's metadata once the first bootstrap has succeeded, waiting for it up to
+        ``timeout`` seconds (default ``default.api.timeout.ms``). Raises ``BootstrapError``
+        naming each address tried and its last failure when the wait runs out, and at once the
+        failure that ended the bootstrap when waiting cannot fix it (TLS trust, credentials).
+        A client not started bootstraps here, within ``timeout``."""
+        self._check_open()
+        timeout = self._default_timeout() if timeout is None else timeout
+        task = self._first_bootstrap
+        if task is None:
+            if not self.bootstrapped:
+                await self.bootstrap(timeout)
+            return self.cache.current
+        if not task.done():
+            await asyncio.wait({task}, timeout=max(timeout, 0.0))
+        self._check_open()
+        if not task.done():
+            attempts = list(self._bootstrap_failures.items()) or [
+                (address, f"no answer within {timeout:g}s") for address in self.bootstrap_servers
+            ]
+            raise BootstrapError(attempts, timeout)
+        failure = task.exception()
+        if failure is not None:
+            raise failure
+        return self.cache.current
+
+    async def _bootstrap_in_background(self) -> None:
+        """Rounds over the bootstrap servers, paced by reconnect.backoff.ms, until one answers
+        (or a failure waiting cannot fix; :meth:`ready` raises it to each caller)."""
+
+        def failed(address: str, reason: str) -> None:
+            self._bootstrap_failures.pop(address, None)
+            self._bootstrap_failures[address] = reason
+
+        try:
+            await self._bootstrap_from(None, (), failed)
+        except KcoreError as exc:
+            log.error("bootstrap failed for good: %s", exc)
+            raise
 
     async def close(self) -> None:
         self._closed = True
         tasks: list[asyncio.Task[Any]] = [
-            t for t in (self._maintainer, self._refresh_task) if t is not None
+            t
+            for t in (self._maintainer, self._refresh_task, self._first_bootstrap)
+            if t is not None
         ]
         tasks += self.connections.connecting_tasks() + list(self._tasks)
         for task in tasks:
@@ -138,6 +191,7 @@ class ClusterClient:
 
     async def __aenter__(self) -> ClusterClient:
         await self.start()
+        await self.ready()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -190,13 +244,22 @@ class ClusterClient:
         extra topics to ask about (``None``: all), as for :meth:`refresh_metadata`."""
         self._check_open()
         timeout = self._default_timeout() if timeout is None else timeout
+        return await self._bootstrap_from(Deadline(timeout), topics)
+
+    async def _bootstrap_from(
+        self,
+        deadline: Deadline | None,
+        topics: Iterable[str] | None,
+        on_failure: Callable[[str, str], None] | None = None,
+    ) -> ClusterMetadata:
         address, response = await first_metadata_answer(
             self.bootstrap_servers,
             self.dns_lookup,
             self.settings,
             lambda conn: self.metadata_request(conn, topics),
-            Deadline(timeout),
+            deadline,
             self.reconnect_backoff,
+            on_failure,
         )
         self.cache.update(response, all_topics=self.all_topics or topics is None)
         self._check_top_level_error(response)
@@ -326,7 +389,11 @@ class ClusterClient:
         """One refresh from the brokers already known; when none of them answers, and
         ``metadata.recovery.strategy`` is ``rebootstrap``, from the bootstrap list (KIP-899)."""
         if not self.bootstrapped:
-            await self.bootstrap()
+            first = self._first_bootstrap
+            if first is not None and not first.done():
+                await self.ready()  # the first bootstrap, under way in the background
+            else:
+                await self.bootstrap()
         named_only = topics is not None and topics != () and not self.all_topics
         if not named_only:
             self._forget_idle_topics()
@@ -401,6 +468,7 @@ class ClusterClient:
     ) -> ClusterMetadata:
         timeout = self._default_timeout() if timeout is None else timeout
         deadline = Deadline(timeout)
+        await self.ready(deadline.remaining())
         pacing = RetryPacing(deadline, self.retry_backoff)
         asked = False
         refreshed = False  # judge authorization by an answer to this call, not an older one
@@ -488,10 +556,12 @@ class ClusterClient:
         retrying while the broker says it is not available yet (e.g. ``__consumer_offsets``
         being created) until ``timeout`` (default ``default.api.timeout.ms``)."""
         timeout = self._default_timeout() if timeout is None else timeout
+        deadline = Deadline(timeout)
+        await self.ready(deadline.remaining())
         return await retry(
             f"finding the coordinator of {key!r}",
             lambda: self._find_coordinator_once(key, key_type),
-            deadline=Deadline(timeout),
+            deadline=deadline,
             backoff=self.retry_backoff,
             bound_attempts=False,  # each request keeps request.timeout.ms
         )

@@ -54,6 +54,14 @@ class Consumer(ProcessLocal):
     def cluster(self) -> Any:
         return self._core.cluster
 
+    def wait_until_ready(self, timeout: float | None = None) -> None:
+        """Wait until the cluster has answered, for a caller who wants to fail fast at
+        start-up (the constructor returns at once and connects in the background, as Java's).
+        Raises ``BootstrapError`` naming each bootstrap address and why it failed, at
+        ``timeout`` (default ``default.api.timeout.ms``), or at once when waiting cannot help
+        (TLS trust, credentials)."""
+        self._loop.run(self._core.wait_until_ready(timeout))
+
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Read these partitions (no group membership). ``assign([])`` is ``unsubscribe()``."""
         partitions = list(partitions)
@@ -270,8 +278,13 @@ class AsyncConsumer:
         self._closing: asyncio.Future[None] | None = None
 
     async def start(self) -> AsyncConsumer:
+        """Start connecting in the background and return at once (as Java's constructor)."""
         await self._core.start()
         return self
+
+    async def wait_until_ready(self, timeout: float | None = None) -> None:
+        """As :meth:`Consumer.wait_until_ready`."""
+        await self._core.wait_until_ready(timeout)
 
     async def __aenter__(self) -> AsyncConsumer:
         return await self.start()

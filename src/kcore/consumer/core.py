@@ -119,8 +119,15 @@ class ConsumerCore:
         self._closing: asyncio.Future[None] | None = None
         _declare_metrics(self)
 
+    async def wait_until_ready(self, timeout: float | None) -> None:
+        """Until the first bootstrap has succeeded, up to ``timeout`` (default
+        default.api.timeout.ms); ``BootstrapError`` naming each address and why, when not."""
+        await self.cluster.ready(timeout)
+
     async def start(self) -> None:
-        """Bootstrap and start the fetcher; on failure the connections close."""
+        """Start the bootstrap (in the background: this returns at once, as Java's constructor)
+        and the fetcher, which fetches once the cluster answers; poll returns nothing until
+        then. On failure the connections close."""
         self.loop = asyncio.get_running_loop()
         try:
             await self.cluster.start()

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from kcore.errors import BrokerConnectionError, KafkaError, KcoreTimeoutError
+from kcore.errors import BootstrapError, BrokerConnectionError, KafkaError, KcoreTimeoutError
 
 from .backoff import ExponentialBackoff
 
@@ -31,6 +31,7 @@ T = TypeVar("T")
 RETRIABLE_FAILURES = (
     KafkaError,
     BrokerConnectionError,
+    BootstrapError,
     KcoreTimeoutError,
     TimeoutError,
     asyncio.TimeoutError,  # not TimeoutError before Python 3.11
@@ -40,6 +41,10 @@ RETRIABLE_FAILURES = (
 def is_retriable(exc: BaseException) -> bool:
     if isinstance(exc, KafkaError):
         return exc.retriable
+    if isinstance(exc, BootstrapError):
+        # A wait for the cluster that ran out may end later; one ended by a failure waiting
+        # cannot fix (TLS trust, credentials: no timeout) may not.
+        return exc.timeout_s is not None
     return isinstance(exc, RETRIABLE_FAILURES)
 
 

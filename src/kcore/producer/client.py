@@ -41,6 +41,14 @@ class Producer(ProcessLocal):
     def cluster(self) -> Any:
         return self._core.cluster
 
+    def wait_until_ready(self, timeout: float | None = None) -> None:
+        """Wait until the cluster has answered, for a caller who wants to fail fast at
+        start-up (the constructor returns at once and connects in the background, as Java's;
+        ``send`` waits up to ``max.block.ms``). Raises ``BootstrapError`` naming each bootstrap
+        address and why it failed, at ``timeout`` (default ``max.block.ms``), or at once when
+        waiting cannot help (TLS trust, credentials)."""
+        self._loop.run(self._core.wait_until_ready(timeout))
+
     def _counts(self, topic: str, partition: int | None = None) -> tuple[int, list[int]]:
         counts = self._core.cached_partitions(topic)
         if counts is None or (partition is not None and partition >= counts[0]):
@@ -172,9 +180,15 @@ class AsyncProducer:
         return counts
 
     async def start(self) -> AsyncProducer:
+        """Start connecting in the background and return at once (as Java's constructor)."""
         await self._core.start()
         self._core.accumulator.no_wait_thread = threading.get_ident()
         return self
+
+    async def wait_until_ready(self, timeout: float | None = None) -> None:
+        """As :meth:`Producer.wait_until_ready`."""
+        self._check_loop()
+        await self._core.wait_until_ready(timeout)
 
     def _check_loop(self) -> asyncio.AbstractEventLoop:
         """The loop the producer started on, which must be the caller's (its sender and

@@ -166,17 +166,13 @@ class ProducerCore:
     # -- lifecycle (on the loop) ------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Bootstrap, get a producer id, start the sender; on failure the connections close."""
+        """Start the bootstrap and the sender and return at once, as Java's constructor: the
+        idempotent producer's id is fetched in the background (its batches wait for it, and
+        expire at delivery.timeout.ms); send waits for the cluster up to max.block.ms."""
         self.loop = asyncio.get_running_loop()
-        try:
-            await self.cluster.start(self.max_block_s)
-            if self.idempotent and self.txn is None:  # (transactions: at init_transactions)
-                # Bounded: brokers that answer at bootstrap but cannot be reached at their
-                # advertised address made this wait for ever.
-                await self.sender.init_producer_id(self.max_block_s)
-        except BaseException:
-            await self.cluster.close()
-            raise
+        await self.cluster.start()
+        if self.idempotent and self.txn is None:  # (transactions: at init_transactions)
+            self.sender.fetch_producer_id()
         self._sender_task = self.loop.create_task(self.sender.run())
 
     async def topic_partitions(
@@ -533,7 +529,16 @@ class ProducerCore:
     async def init_transactions(self, timeout: float | None) -> None:
         txn, requests = self._require_txn("init_transactions")
         txn.check_initializable()
-        await self._bounded("init_transactions", requests.initialize(), timeout)
+        deadline = Deadline(self.max_block_s if timeout is None else timeout)
+        await self.cluster.ready(deadline.remaining())  # BootstrapError at the bound
+        await self._bounded(
+            "init_transactions", requests.initialize(), max(deadline.remaining(), 0.0)
+        )
+
+    async def wait_until_ready(self, timeout: float | None) -> None:
+        """Until the first bootstrap has succeeded, up to ``timeout`` (default max.block.ms);
+        ``BootstrapError`` naming each address and why, when it has not."""
+        await self.cluster.ready(self.max_block_s if timeout is None else timeout)
 
     def begin_transaction(self) -> None:
         self._require_txn("begin_transaction")[0].begin()

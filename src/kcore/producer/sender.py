@@ -612,7 +612,12 @@ class Sender:
             batch.tp, batch.order
         )
 
-    def _start_epoch_bump(self) -> None:
+    def fetch_producer_id(self) -> None:
+        """The idempotent producer's first id, in the background as an epoch bump is: batches
+        wait for it (and expire at delivery.timeout.ms) while no broker answers."""
+        self._start_epoch_bump("getting a producer id")
+
+    def _start_epoch_bump(self, what: str = "the producer's epoch bump") -> None:
         if self._epoch_bump is not None or self._fatal is not None or self._stopping:
             return
 
@@ -625,7 +630,7 @@ class Sender:
             except Exception as exc:
                 # Refused for good (e.g. not authorized): the producer cannot go on with broken
                 # sequences; every record waiting to be sent fails with the cause.
-                self._fatal = KcoreError(f"the producer's epoch bump failed: {exc!r}")
+                self._fatal = KcoreError(f"{what} failed: {exc!r}")
             finally:
                 self._epoch_bump = None
                 self.wakeup()
