@@ -162,6 +162,10 @@ class ClusterClient:
             raise failure
         return self.cache.current
 
+    def _first_bootstrap_succeeded(self) -> bool:
+        task = self._first_bootstrap
+        return task is not None and task.done() and not task.cancelled() and not task.exception()
+
     async def _bootstrap_in_background(self) -> None:
         """Rounds over the bootstrap servers, paced by reconnect.backoff.ms, until one answers
         (or a failure waiting cannot fix; :meth:`ready` raises it to each caller)."""
@@ -390,8 +394,10 @@ class ClusterClient:
         ``metadata.recovery.strategy`` is ``rebootstrap``, from the bootstrap list (KIP-899)."""
         if not self.bootstrapped:
             first = self._first_bootstrap
-            if first is not None and not first.done():
-                await self.ready()  # the first bootstrap, under way in the background
+            if first is not None and not (first.done() and self._first_bootstrap_succeeded()):
+                # The first bootstrap, under way in the background (or ended by a failure
+                # waiting cannot fix, which ready raises: it is not tried again on its own).
+                await self.ready()
             else:
                 await self.bootstrap()
         named_only = topics is not None and topics != () and not self.all_topics
