@@ -141,13 +141,11 @@ class ClusterClient:
         ``timeout`` seconds (default ``default.api.timeout.ms``). Raises ``BootstrapError``
         naming each address tried and its last failure when the wait runs out, and at once the
         failure that ended the bootstrap when waiting cannot fix it (TLS trust, credentials).
-        A client not started bootstraps here, within ``timeout``."""
+        A client not started has nothing to wait for (its requests bootstrap it, as before)."""
         self._check_open()
         timeout = self._default_timeout() if timeout is None else timeout
         task = self._first_bootstrap
         if task is None:
-            if not self.bootstrapped:
-                await self.bootstrap(timeout)
             return self.cache.current
         if not task.done():
             await asyncio.wait({task}, timeout=max(timeout, 0.0))
