@@ -169,8 +169,7 @@ class ClusterClient:
         (or a failure waiting cannot fix; :meth:`ready` raises it to each caller)."""
 
         def failed(address: str, reason: str) -> None:
-            self._bootstrap_failures.pop(address, None)
-            self._bootstrap_failures[address] = reason
+            self._bootstrap_failures[address] = reason  # (a dict keeps first-tried order)
 
         try:
             await self._bootstrap_from(None, (), failed)
@@ -392,7 +391,7 @@ class ClusterClient:
         ``metadata.recovery.strategy`` is ``rebootstrap``, from the bootstrap list (KIP-899)."""
         if not self.bootstrapped:
             first = self._first_bootstrap
-            if first is not None and not (first.done() and self._first_bootstrap_succeeded()):
+            if first is not None and not self._first_bootstrap_succeeded():
                 # The first bootstrap, under way in the background (or ended by a failure
                 # waiting cannot fix, which ready raises: it is not tried again on its own).
                 await self.ready()

@@ -91,6 +91,7 @@ class GroupOffsets:
             topics=[OffsetCommitRequestTopic(name=t, partitions=p) for t, p in by_topic.items()],
         )
         backoff = RetryPacing.within(timeout, self.link.cluster.retry_backoff)
+        await self.link.cluster.ready(backoff.left())  # BootstrapError at the call's bound
         started = time.monotonic()
         while True:
             try:
@@ -161,6 +162,7 @@ class GroupOffsets:
             for tp in tps:
                 by_topic.setdefault(tp.topic, []).append(tp.partition)
         backoff = RetryPacing.within(timeout, self.link.cluster.retry_backoff)
+        await self.link.cluster.ready(backoff.left())  # BootstrapError at the call's bound
         while True:
             try:
                 version = await self.link.version(ApiKey.OFFSET_FETCH, max_version=9)

@@ -202,7 +202,8 @@ class Consumer(ProcessLocal):
     def partitions_for(self, topic: str, timeout: float = 60) -> list[int]:
         """The topic's partition numbers from fresh metadata (Java's ``partitionsFor``); empty
         if the topic does not exist."""
-        return self._loop.run(self._core.partitions_for(topic), timeout)
+        # The wait for the cluster raises BootstrapError just before the whole call's bound.
+        return self._loop.run(self._core.partitions_for(topic, max(timeout - 0.1, 0.0)), timeout)
 
     def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
         """Records from the assigned partitions, waiting up to ``timeout`` seconds for some."""

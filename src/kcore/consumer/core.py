@@ -329,7 +329,8 @@ class ConsumerCore:
         found = await list_offsets(self.cluster, timestamps, isolation_level=0, timeout=timeout)
         return found.result()
 
-    async def partitions_for(self, topic: str) -> list[int]:
+    async def partitions_for(self, topic: str, timeout: float | None = None) -> list[int]:
+        await self.cluster.ready(timeout)  # BootstrapError at the bound, naming the addresses
         md = await self.cluster.refresh_metadata([topic])
         info = md.topics.get(topic)
         return [] if info is None or info.error_code else sorted(info.partitions)

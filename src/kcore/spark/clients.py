@@ -209,8 +209,20 @@ def _unassign(consumer: kcore.Consumer) -> None:
 _producers: ClientPool[kcore.Producer] = ClientPool(
     kcore.Producer, shared=True, idle_timeout_s=600.0
 )
+def _ready_consumer(config: Mapping[str, Any]) -> kcore.Consumer:
+    """A consumer whose cluster has answered: an unreachable one fails the task with its
+    BootstrapError at default.api.timeout.ms (poll alone would wait quietly, as Java's)."""
+    consumer = kcore.Consumer(config)
+    try:
+        consumer.wait_until_ready()
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
+
+
 _consumers: ClientPool[kcore.Consumer] = ClientPool(
-    kcore.Consumer, shared=False, idle_timeout_s=300.0, on_return=_unassign
+    _ready_consumer, shared=False, idle_timeout_s=300.0, on_return=_unassign
 )
 
 

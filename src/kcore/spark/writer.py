@@ -130,6 +130,7 @@ def write_task(settings: WriteSettings, batches: Iterator[pa.RecordBatch]) -> Ka
     # previous one), and a producer runs it once.
     producer = kcore.Producer({**settings.producer_config, "transactional.id": transactional_id})
     try:
+        producer.wait_until_ready()  # an unreachable cluster fails the task at max.block.ms
         producer.init_transactions(settings.timeout_s)
         producer.begin_transaction()
         sender = RecordSender(producer, settings)
