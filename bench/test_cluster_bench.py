@@ -515,6 +515,7 @@ async def _pipeline_client(topics: Topics, max_in_flight: int) -> tuple[ClusterC
     )
     cluster = ClusterClient(config)
     await cluster.start()
+    await cluster.ready()  # (start returns at once; the first bootstrap runs in the background)
     node = cluster.least_loaded_node()
     assert node is not None
     await cluster.connection(node)

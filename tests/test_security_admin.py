@@ -103,9 +103,11 @@ def test_acls_created_are_enforced_described_and_deleted(secured):
     with AdminClient({"bootstrap.servers": secured.bootstrap_servers}) as admin:
         admin.create_topics([NewTopic(topic, 1, 1)])
         # No ACL: bob's idempotent producer may not even get a producer id (KIP-679: that
-        # takes IDEMPOTENT_WRITE on the cluster, or WRITE on some topic); it says so at once.
-        with pytest.raises(ClusterAuthorizationFailedError, match="IDEMPOTENT_WRITE"):
-            kcore.Producer({**bob_config(secured), "max.block.ms": 5000})
+        # takes IDEMPOTENT_WRITE on the cluster, or WRITE on some topic); it says so at once
+        # (the constructor returns at once; what waits for the producer id raises it).
+        with kcore.Producer({**bob_config(secured), "max.block.ms": 5000}) as p:
+            with pytest.raises(ClusterAuthorizationFailedError, match="IDEMPOTENT_WRITE"):
+                p.wait_until_ready()
         plain = {**bob_config(secured), "enable.idempotence": False, "max.block.ms": 5000}
         with kcore.Producer(plain) as p:
             with pytest.raises(TopicAuthorizationFailedError):

@@ -62,19 +62,25 @@ def test_clients_start_while_the_cluster_is_down_and_work_once_it_is_up(own_clus
         # A consumer subscribed meanwhile polls nothing (no error) while the cluster is down.
         consumer.subscribe([topic])
         assert consumer.poll(0.5) == []
-        # A send made while down waits (up to max.block.ms) and is delivered once it is up.
-        sent = pool.submit(lambda: producer.send(topic, b"sent while down"))
+        started = time.monotonic()
+        with pytest.raises(BootstrapError, match="no bootstrap server answered within"):
+            consumer.end_offsets([(topic, 0)], timeout=1)
+        assert time.monotonic() - started < 1 + 2
+        # Sends made while down wait (up to max.block.ms) and are delivered once it is up.
+        values = [b"sent while down %d" % i for i in range(3)]
+        sent = pool.submit(lambda: [producer.send(topic, v) for v in values])
         time.sleep(1.0)
         assert not sent.done()
         own_cluster.start_broker(own_cluster.node_ids[0])
-        assert sent.result(timeout=60).result(timeout=60).topic == topic
+        futures = sent.result(timeout=60)
+        assert [f.result(timeout=60).offset for f in futures] == [0, 1, 2]
         admin.wait_until_ready(30)
         assert topic in admin.list_topics(timeout=30)
         got: list = []
         deadline = time.monotonic() + 60
-        while not got and time.monotonic() < deadline:
+        while len(got) < len(values) and time.monotonic() < deadline:
             got += consumer.poll(0.5)
-        assert [r.value for r in got] == [b"sent while down"]
+        assert [r.value for r in got] == values
     finally:
         if not own_cluster.is_running(own_cluster.node_ids[0]):
             own_cluster.start_broker(own_cluster.node_ids[0])

@@ -66,6 +66,7 @@ async def _wait_for_feature(bootstrap: str, level: int, timeout: float = 30) -> 
     cluster = ClusterClient({"bootstrap.servers": bootstrap})
     await cluster.start()
     try:
+        await cluster.ready(timeout)
         deadline = time.monotonic() + timeout
         while True:
             node = next(iter(cluster.metadata.brokers))

@@ -44,9 +44,11 @@ class Producer(ProcessLocal):
     def wait_until_ready(self, timeout: float | None = None) -> None:
         """Wait until the cluster has answered, for a caller who wants to fail fast at
         start-up (the constructor returns at once and connects in the background, as Java's;
-        ``send`` waits up to ``max.block.ms``). Raises ``BootstrapError`` naming each bootstrap
-        address and why it failed, at ``timeout`` (default ``max.block.ms``), or at once when
-        waiting cannot help (TLS trust, credentials)."""
+        ``send`` waits up to ``max.block.ms``); an idempotent producer also waits for its
+        producer id. Raises ``BootstrapError`` naming each bootstrap address and why it failed,
+        at ``timeout`` (default ``max.block.ms``), or at once when waiting cannot help (TLS
+        trust, credentials); what refused the producer id (``ClusterAuthorizationFailedError``),
+        or ``KcoreTimeoutError`` naming the last failure to get it."""
         self._loop.run(self._core.wait_until_ready(timeout))
 
     def _counts(self, topic: str, partition: int | None = None) -> tuple[int, list[int]]:

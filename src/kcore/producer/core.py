@@ -536,9 +536,13 @@ class ProducerCore:
         )
 
     async def wait_until_ready(self, timeout: float | None) -> None:
-        """Until the first bootstrap has succeeded, up to ``timeout`` (default max.block.ms);
-        ``BootstrapError`` naming each address and why, when it has not."""
-        await self.cluster.ready(self.max_block_s if timeout is None else timeout)
+        """Until the first bootstrap has succeeded and (idempotent producer) the producer id
+        is there, up to ``timeout`` (default max.block.ms): ``BootstrapError`` naming each
+        address and why, or what refused the producer id."""
+        deadline = Deadline(self.max_block_s if timeout is None else timeout)
+        await self.cluster.ready(deadline.remaining())
+        if self.idempotent and self.txn is None:
+            await self.sender.wait_for_producer_id(deadline)
 
     def begin_transaction(self) -> None:
         self._require_txn("begin_transaction")[0].begin()

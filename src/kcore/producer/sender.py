@@ -114,6 +114,8 @@ class Sender:
         self._epoch_bump: asyncio.Task[None] | None = None
         # A failure the producer cannot go on from (the epoch bump failed): fails everything.
         self._fatal: BaseException | None = None
+        # The last failure of an InitProducerId being retried: what a wait for it names.
+        self._pid_failure: BaseException | None = None
         # Batches taken to be sent and not answered yet: their records fail at
         # delivery.timeout.ms even while their request is out, as Java's (KIP-91).
         self._sent: set[ProducerBatch] = set()
@@ -132,12 +134,17 @@ class Sender:
         Retried until ``timeout`` (None: for as long as it takes), then ``KcoreTimeoutError``
         naming the last failure."""
         deadline = Deadline(math.inf if timeout is None else timeout)
+
+        def failed(exc: BaseException) -> None:
+            self._pid_failure = exc
+
         try:
             response = await retry(
                 "InitProducerId",
                 self._init_producer_id_once,
                 deadline=deadline,
                 backoff=self.cluster.retry_backoff,
+                before_retry=failed,
                 bound_attempts=False,  # each request keeps request.timeout.ms
             )
         except (KcoreError, TimeoutError) as exc:
@@ -615,9 +622,24 @@ class Sender:
     def fetch_producer_id(self) -> None:
         """The idempotent producer's first id, in the background as an epoch bump is: batches
         wait for it (and expire at delivery.timeout.ms) while no broker answers."""
-        self._start_epoch_bump("getting a producer id")
+        self._start_epoch_bump(first=True)
 
-    def _start_epoch_bump(self, what: str = "the producer's epoch bump") -> None:
+    async def wait_for_producer_id(self, deadline: Deadline) -> None:
+        """Until the idempotent producer has its id, up to ``deadline``: raises the failure
+        that refused it for good (e.g. ``ClusterAuthorizationFailedError``), or at the
+        deadline ``KcoreTimeoutError`` naming the last failure."""
+        task = self._epoch_bump
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=max(deadline.remaining(), 0.0))
+        if self._fatal is not None:
+            raise self._fatal
+        if self.identity.producer_id < 0:
+            raise KcoreTimeoutError(
+                f"no producer id (InitProducerId) within {deadline.timeout:g}s; "
+                f"last: {self._pid_failure or 'no answer'}"
+            )
+
+    def _start_epoch_bump(self, first: bool = False) -> None:
         if self._epoch_bump is not None or self._fatal is not None or self._stopping:
             return
 
@@ -629,8 +651,11 @@ class Sender:
                 self.acc.reset_sequences(self.identity.take_broken())
             except Exception as exc:
                 # Refused for good (e.g. not authorized): the producer cannot go on with broken
-                # sequences; every record waiting to be sent fails with the cause.
-                self._fatal = KcoreError(f"{what} failed: {exc!r}")
+                # sequences; every record waiting to be sent fails with the cause (the first
+                # id's refusal as it is: no sequence broke).
+                self._fatal = (
+                    exc if first else KcoreError(f"the producer's epoch bump failed: {exc!r}")
+                )
             finally:
                 self._epoch_bump = None
                 self.wakeup()
@@ -713,6 +738,8 @@ class Sender:
 
     async def stop(self, abort: bool = False) -> None:
         self._stopping = True
+        if self._epoch_bump is not None:  # nothing is left to send with the id it would get
+            self._epoch_bump.cancel()
         if abort:
             for batch in self.acc.abort_all():
                 self._fail(batch, KcoreError("the producer was closed before the record was sent"))
