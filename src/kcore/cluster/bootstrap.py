@@ -87,7 +87,7 @@ async def first_metadata_answer(
                 request, version = metadata_request(conn)
                 # request.timeout.ms, as Java's: a server that takes the request and never
                 # answers must not use up the time the next one would have had.
-                wait = min(remaining, settings.request_timeout_s)
+                wait = settings.request_timeout_s
                 if deadline is not None:
                     wait = min(deadline.remaining(), wait)
                 response = await conn.request(request, version, timeout=max(wait, 0.001))

@@ -599,7 +599,11 @@ class ClusterClient:
 
     async def _maintain(self, wanted: asyncio.Event) -> None:
         """Refresh the metadata every ``metadata.max.age.ms`` (or at once when asked to:
-        ``wanted`` is set), and close connections idle for ``connections.max.idle.ms``."""
+        ``wanted`` is set), and close connections idle for ``connections.max.idle.ms``. From
+        the first bootstrap's end: until then there is nothing to refresh or close (and a
+        refresh would only be a second Metadata request right behind it)."""
+        if self._first_bootstrap is not None:
+            await asyncio.wait({self._first_bootstrap})
         attempt = 0
         while not self._closed:
             wait = self.cache.seconds_until_update()
