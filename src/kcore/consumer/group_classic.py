@@ -26,13 +26,14 @@ from kcore.consumer.assignors import (
     encode_subscription,
 )
 from kcore.errors import (
+    BootstrapError,
     BrokerConnectionError,
     ErrorCode,
     KafkaError,
     KcoreTimeoutError,
     error_for_code,
 )
-from kcore.network.retry import RetryPacing
+from kcore.network.retry import RetryPacing, is_retriable
 from kcore.protocol import ApiKey
 from kcore.protocol.messages.heartbeat_request import HeartbeatRequest
 from kcore.protocol.messages.join_group_request import JoinGroupRequest, JoinGroupRequestProtocol
@@ -178,7 +179,11 @@ class ClassicGroupMember:
             self.joined = False
             try:
                 assignment = await self._join_once(topics, owned_list)
-            except (BrokerConnectionError, KcoreTimeoutError, _Retry) as exc:
+            except (BrokerConnectionError, KcoreTimeoutError, BootstrapError, _Retry) as exc:
+                # (a cluster not reached yet: polls return nothing meanwhile, as Java's; one
+                # that waiting cannot reach, e.g. TLS trust, is raised)
+                if isinstance(exc, BootstrapError) and not is_retriable(exc):
+                    raise
                 log.debug("group %r: join attempt failed: %s", self.group_id, exc)
                 await backoff.pause()
                 continue

@@ -19,6 +19,7 @@ from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import CoordinatorLink
 from kcore.cluster.group_offsets import MemberIdentity
 from kcore.errors import (
+    BootstrapError,
     BrokerConnectionError,
     ErrorCode,
     KafkaError,
@@ -26,7 +27,7 @@ from kcore.errors import (
     error_for_code,
 )
 from kcore.network.events import wait_event
-from kcore.network.retry import RetryPacing
+from kcore.network.retry import RetryPacing, is_retriable
 from kcore.protocol import ApiKey
 from kcore.protocol.messages.consumer_group_heartbeat_request import (
     ConsumerGroupHeartbeatRequest,
@@ -145,6 +146,15 @@ class ConsumerGroupMember:
                 continue
             except asyncio.CancelledError:
                 raise
+            except BootstrapError as exc:
+                # A cluster not reached yet: polls return nothing meanwhile, as Java's; one
+                # that waiting cannot reach (TLS trust, credentials) ends the membership.
+                if not is_retriable(exc):
+                    self.fatal = exc
+                    return
+                log.debug("group %r: heartbeat: %s", self.group_id, exc)
+                await backoff.pause()
+                continue
             except KafkaError as exc:
                 self.fatal = exc
                 return
