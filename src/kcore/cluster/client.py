@@ -154,7 +154,8 @@ class ClusterClient:
             attempts = list(self._bootstrap_failures.items()) or [
                 (address, f"no answer within {timeout:g}s") for address in self.bootstrap_servers
             ]
-            raise BootstrapError(attempts, timeout)
+            # (the caller's bound as it was given: what is left of it reads 0.999999s)
+            raise BootstrapError(attempts, round(timeout, 2))
         failure = task.exception()
         if failure is not None:
             raise failure
@@ -604,6 +605,8 @@ class ClusterClient:
         refresh would only be a second Metadata request right behind it)."""
         if self._first_bootstrap is not None:
             await asyncio.wait({self._first_bootstrap})
+            if not self._first_bootstrap_succeeded():
+                return  # ended by a failure waiting cannot fix, which each call raises (ready)
         attempt = 0
         while not self._closed:
             wait = self.cache.seconds_until_update()

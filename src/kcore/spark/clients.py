@@ -209,6 +209,8 @@ def _unassign(consumer: kcore.Consumer) -> None:
 _producers: ClientPool[kcore.Producer] = ClientPool(
     kcore.Producer, shared=True, idle_timeout_s=600.0
 )
+
+
 def _ready_consumer(config: Mapping[str, Any]) -> kcore.Consumer:
     """A consumer whose cluster has answered: an unreachable one fails the task with its
     BootstrapError at default.api.timeout.ms (poll alone would wait quietly, as Java's)."""
