@@ -25,7 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kcore.config import ALIASES, CONFIG_DEFS, ClientConfig, default_of
+from kcore.config import ALIASES, CONFIG_DEFS, STRICT_KEY, ClientConfig, default_of
 from kcore.errors import ConfigError
 from kcore.types import TopicPartition
 
@@ -290,7 +290,8 @@ def _kafka_params(opts: Mapping[str, str]) -> dict[str, str]:
     if "isolation.level" in params:  # Java takes the value in any case (READ_COMMITTED)
         params["isolation.level"] = params["isolation.level"].strip().lower()
     try:
-        ClientConfig(params, role="consumer")
+        # Strict: a kafka.* option the source's consumer does not take is a mistake here.
+        ClientConfig({STRICT_KEY: True, **params}, role="consumer")
     except ConfigError as exc:
         raise ConfigError(f"kafka.{exc.key}", exc.message) from None
     return params

@@ -18,7 +18,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kcore.config import ClientConfig
+from kcore.config import STRICT_KEY, ClientConfig
 from kcore.errors import ConfigError
 
 __all__ = ["WriteSettings", "write_settings"]
@@ -76,8 +76,10 @@ def write_settings(options: Mapping[str, str], schema: StructType) -> WriteSetti
     if prefix:
         config.setdefault("transaction.timeout.ms", str(SINK_TRANSACTION_TIMEOUT_MS))
     try:  # every other producer key and value, as the producer will see them
+        # Strict: a kafka.* option the sink's producer does not take is a mistake here.
         checked = ClientConfig(
-            {**config, "transactional.id": prefix} if prefix else config, role="producer"
+            {STRICT_KEY: True, **config, **({"transactional.id": prefix} if prefix else {})},
+            role="producer",
         )
     except ConfigError as exc:
         raise ConfigError(f"kafka.{exc.key}", exc.message) from None
