@@ -139,6 +139,32 @@ def test_poll_arrow_matches_poll(kafka_cluster):
         assert round(ts.timestamp() * 1000) == rec.timestamp
 
 
+def test_resume_from_another_thread_ends_a_waiting_poll(kafka_cluster):
+    """A poll that began while its partition was paused hands out that partition's data as
+    soon as another thread resumes it, not at the end of its timeout."""
+    import threading
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = name("resume")
+    create(bootstrap, topic, 1)
+    with kcore.Producer({"bootstrap.servers": bootstrap}) as p:
+        p.send(topic, b"v").result(30)
+    tp = TopicPartition(topic, 0)
+    with consumer(bootstrap) as c:
+        c.assign([tp])
+        c.pause([tp])
+        assert c.poll(1.0) == []  # positions looked up meanwhile; nothing handed out
+        timer = threading.Timer(1.0, c.resume, args=([tp],))
+        started = time.monotonic()
+        timer.start()
+        try:
+            got = c.poll(20.0)
+        finally:
+            timer.cancel()
+        assert [r.value for r in got] == [b"v"]
+        assert time.monotonic() - started < 10
+
+
 def test_positions_seeks_and_pause(kafka_cluster):
     bootstrap = kafka_cluster.bootstrap_servers
     topic = name("seek")

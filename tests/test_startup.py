@@ -126,6 +126,64 @@ def test_asyncio_clients_start_at_once_while_the_cluster_is_down(own_cluster) ->
         own_cluster.start_broker(own_cluster.node_ids[0])
 
 
+def test_an_assigned_consumer_polls_nothing_while_down_and_reads_once_up(own_cluster) -> None:
+    """Manual assignment looks its positions up at once; while the cluster is down that
+    lookup waits and is tried again (past default.api.timeout.ms), and poll never raises."""
+    topic = "startup-assigned"
+    own_cluster.create_topic(topic, partitions=1)
+    with kcore.Producer({"bootstrap.servers": own_cluster.bootstrap_servers}) as producer:
+        producer.send(topic, b"written before").result(30)
+    own_cluster.stop_broker(own_cluster.node_ids[0])
+    consumer = kcore.Consumer(
+        {
+            "bootstrap.servers": own_cluster.bootstrap_servers,
+            "auto.offset.reset": "earliest",
+            "default.api.timeout.ms": "1000",
+        }
+    )
+    try:
+        consumer.assign([(topic, 0)])
+        polled_until = time.monotonic() + 3  # three times the lookup's bound
+        while time.monotonic() < polled_until:
+            assert consumer.poll(0.5) == []
+        own_cluster.start_broker(own_cluster.node_ids[0])
+        got: list = []
+        deadline = time.monotonic() + 60
+        while not got and time.monotonic() < deadline:
+            got = consumer.poll(0.5)
+        assert [r.value for r in got] == [b"written before"]
+    finally:
+        if not own_cluster.is_running(own_cluster.node_ids[0]):
+            own_cluster.start_broker(own_cluster.node_ids[0])
+        consumer.close()
+
+
+def test_a_bootstrap_failure_raised_at_every_wait_keeps_one_traceback() -> None:
+    """ready() raises a final bootstrap failure again at every call: from its own traceback,
+    which must not grow (each raise would add its frames and keep them alive)."""
+    from kcore.cluster import ClusterClient
+
+    async def main() -> list[int]:
+        client = ClusterClient({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL"})
+        await client.start()
+        depths = []
+        try:
+            for _ in range(4):
+                try:
+                    await client.ready(5)
+                except BootstrapError as exc:
+                    depth, tb = 0, exc.__traceback__
+                    while tb is not None:
+                        depth, tb = depth + 1, tb.tb_next
+                    depths.append(depth)
+        finally:
+            await client.close()
+        return depths
+
+    depths = asyncio.run(main())
+    assert len(depths) == 4 and len(set(depths)) == 1, depths
+
+
 def test_one_dict_builds_producer_consumer_and_admin(
     kafka_cluster, caplog: pytest.LogCaptureFixture
 ) -> None:

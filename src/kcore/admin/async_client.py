@@ -127,7 +127,9 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
         """Wait until the cluster has answered (the first bootstrap succeeded), for a caller who
         wants to fail fast at start-up. Raises ``BootstrapError`` naming each bootstrap address
         and why it failed, at ``timeout``, or at once when waiting cannot help (TLS trust,
-        credentials)."""
+        credentials). Starts the client if it was not started (a wait for nothing would say
+        nothing)."""
+        await self.cluster.start()
         await self.cluster.ready(self._timeout(timeout))
 
     async def close(self) -> None:

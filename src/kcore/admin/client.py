@@ -83,7 +83,8 @@ class AdminClient(ProcessLocal):
         """Wait until the cluster has answered (the first bootstrap succeeded), for a caller who
         wants to fail fast at start-up. Raises ``BootstrapError`` naming each bootstrap address
         and why it failed, at ``timeout``, or at once when waiting cannot help (TLS trust,
-        credentials)."""
+        credentials). Starts the client if it was not started (a wait for nothing would say
+        nothing)."""
         self._loop.run(self._async.wait_until_ready(timeout))
 
     def create_topics(

@@ -72,7 +72,7 @@ def _parsed(config: dict[str, Any], command: str) -> Any:
     from kcore.config import STRICT_KEY, ClientConfig
 
     # -X is exact: another client's key there is refused (strict mode), not ignored.
-    return ClientConfig({STRICT_KEY: True, **config}, role=_ROLES[command])
+    return ClientConfig({**config, STRICT_KEY: True}, role=_ROLES[command])
 
 
 def _add_connection_args(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
 from typing import Any
 
 from kcore.cluster.bootstrap import first_metadata_answer
@@ -105,6 +106,7 @@ class ClusterClient:
         # failure so far, in first-tried order: what a wait that runs out names.
         self._first_bootstrap: asyncio.Task[None] | None = None
         self._bootstrap_failures: dict[str, str] = {}
+        self._bootstrap_failure_tb: TracebackType | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -158,7 +160,11 @@ class ClusterClient:
             raise BootstrapError(attempts, round(timeout, 2))
         failure = task.exception()
         if failure is not None:
-            raise failure
+            # Raised again at every wait: from its own traceback each time (a raise adds the
+            # raising frames to it, which would otherwise grow and keep them alive).
+            if self._bootstrap_failure_tb is None:
+                self._bootstrap_failure_tb = failure.__traceback__
+            raise failure.with_traceback(self._bootstrap_failure_tb)
         return self.cache.current
 
     def _first_bootstrap_succeeded(self) -> bool:
@@ -193,7 +199,11 @@ class ClusterClient:
 
     async def __aenter__(self) -> ClusterClient:
         await self.start()
-        await self.ready()
+        try:
+            await self.ready()
+        except BaseException:
+            await self.close()  # nothing of this client keeps running
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -285,6 +285,7 @@ class AsyncConsumer:
 
     async def wait_until_ready(self, timeout: float | None = None) -> None:
         """As :meth:`Consumer.wait_until_ready`."""
+        self._check_started()
         await self._core.wait_until_ready(timeout)
 
     async def __aenter__(self) -> AsyncConsumer:

@@ -303,6 +303,9 @@ class ConsumerCore:
     def resume(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         self.positions.set_paused(tps(partitions), False)
         self.wake()
+        # A poll waiting now judged queued data by the pauses it saw when it began: it looks
+        # again, so data of these partitions already queued is handed out at once.
+        self.buffer.wakeup()
 
     def current_lag(self, tp: TopicPartition) -> int | None:
         return self.positions.lag(tp)

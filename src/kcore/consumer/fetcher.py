@@ -43,6 +43,7 @@ from kcore.consumer.positions import PartitionState, Positions
 from kcore.consumer.validation import ValidationAsk
 from kcore.consumer.validator import PositionValidator
 from kcore.errors import (
+    BootstrapError,
     BrokerConnectionError,
     ErrorCode,
     KafkaError,
@@ -53,7 +54,7 @@ from kcore.errors import (
     error_for_code,
 )
 from kcore.network.events import wait_event
-from kcore.network.retry import Deadline, RetryPacing
+from kcore.network.retry import Deadline, RetryPacing, is_retriable
 from kcore.protocol import ApiKey
 from kcore.protocol.messages import FetchRequest
 from kcore.protocol.messages.fetch_request import FetchPartition, FetchTopic, ForgottenTopic
@@ -161,6 +162,13 @@ class Fetcher:
                 if found:
                     self.wakeup()
                 return
+            except BootstrapError as exc:
+                # The cluster not reached yet: poll returns nothing meanwhile, as Java's. A
+                # bootstrap that waiting cannot fix reaches poll once and ends the lookups.
+                if not is_retriable(exc):
+                    self._report_reset_error(exc)
+                    return
+                log.info("fetcher: offset lookup: %s", exc)
             except (KafkaError, BrokerConnectionError, KcoreTimeoutError) as exc:
                 if isinstance(exc, KafkaError) and not exc.retriable:
                     self._report_reset_error(exc)

@@ -291,7 +291,7 @@ def _kafka_params(opts: Mapping[str, str]) -> dict[str, str]:
         params["isolation.level"] = params["isolation.level"].strip().lower()
     try:
         # Strict: a kafka.* option the source's consumer does not take is a mistake here.
-        ClientConfig({STRICT_KEY: True, **params}, role="consumer")
+        ClientConfig({**params, STRICT_KEY: True}, role="consumer")
     except ConfigError as exc:
         raise ConfigError(f"kafka.{exc.key}", exc.message) from None
     return params

@@ -78,7 +78,7 @@ def write_settings(options: Mapping[str, str], schema: StructType) -> WriteSetti
     try:  # every other producer key and value, as the producer will see them
         # Strict: a kafka.* option the sink's producer does not take is a mistake here.
         checked = ClientConfig(
-            {STRICT_KEY: True, **config, **({"transactional.id": prefix} if prefix else {})},
+            {**config, **({"transactional.id": prefix} if prefix else {}), STRICT_KEY: True},
             role="producer",
         )
     except ConfigError as exc:
