@@ -76,12 +76,14 @@ def test_at_the_deadline_a_timeout_names_the_operation_and_the_last_reason():
     assert "coordinator moved" in text
 
 
-def test_at_the_deadline_an_error_that_said_what_was_wrong_is_raised_as_it_is():
+def test_at_the_deadline_a_passing_failure_is_a_timeout_caused_by_it():
     async def attempt():
         raise BrokerConnectionError("b:1", "connect", "refused")
 
-    with pytest.raises(BrokerConnectionError):
+    with pytest.raises(KcoreTimeoutError, match="x did not finish within 0.2s") as info:
         run(retry("x", attempt, deadline=Deadline(0.2), backoff=FAST))
+    assert "refused" in str(info.value)
+    assert isinstance(info.value.__cause__, BrokerConnectionError)
 
 
 def test_pacing_stops_at_the_deadline_and_never_sleeps_past_it():

@@ -6,9 +6,10 @@ Rules every retrying call site keeps, by going through this module:
   (``retry.backoff.ms`` .. ``retry.backoff.max.ms`` unless the caller says otherwise).
 - A failure that waiting cannot fix (a non-retriable ``KafkaError``, or what ``retriable`` says
   is final) is raised at once.
-- At the deadline the last failure is raised as it is when it said what was wrong; when it was
-  only a missing answer, a ``KcoreTimeoutError`` names the operation, the time allowed and the
-  last failure that did say something.
+- At the deadline a ``KcoreTimeoutError`` names the operation, the time allowed and the last
+  failure that said something (its ``__cause__`` is the last failure), as Java's calls end in a
+  ``TimeoutException``; a cluster never reached ends in its ``BootstrapError`` (every address
+  tried, and why).
 """
 
 from __future__ import annotations
@@ -154,10 +155,13 @@ async def retry(
                 wait = None if pause_for is None else pause_for(exc)
                 if await pacing.pause(wait) and not deadline.expired():
                     continue
-            # No time left for another attempt: this failure is the answer.
-            if isinstance(exc, (TimeoutError, asyncio.TimeoutError, KcoreTimeoutError)):
-                detail = f" (last: {said})" if said else ""
-                raise KcoreTimeoutError(
-                    f"{what} did not finish within {deadline.timeout:g}s{detail}"
-                ) from exc
-            raise
+            # No time left for another attempt. A passing failure at the deadline is a timeout
+            # (as Java's TimeoutException), naming the last reason; the failure is its cause.
+            # A cluster not reached is raised as itself: its BootstrapError names the bound and
+            # every address tried.
+            if isinstance(exc, BootstrapError):
+                raise
+            detail = f" (last: {said})" if said else ""
+            raise KcoreTimeoutError(
+                f"{what} did not finish within {deadline.timeout:g}s{detail}"
+            ) from exc
