@@ -7,6 +7,7 @@ import os
 import subprocess
 import time
 import venv
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from kcore.testing import KafkaCluster
 # 10.255.255.1 is not routed from this machine: what a client outside the brokers' network
 # sees when advertised.listeners names an internal address.
 UNREACHABLE_HOST = "10.255.255.1"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -92,3 +94,59 @@ def wait_stopped(pid: int, timeout: float = 10) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"broker {pid} did not stop within {timeout}s")
+
+
+@dataclass(frozen=True)
+class KcoreDist:
+    """What ``bash wheels/build.sh`` built: the sdist, a manylinux wheel per interpreter found
+    (keyed by version, "3.12"), the one Spark bundle, and the interpreters it looked for and
+    did not find."""
+
+    directory: Path
+    sdist: Path
+    wheels: dict[str, Path]
+    interpreters: dict[str, Path]
+    missing: list[str]
+    bundle: Path
+    log: str
+
+
+def build_interpreters() -> tuple[dict[str, Path], list[str]]:
+    """The CPythons wheels/build.sh builds for, as it finds them (version → path), and those
+    it does not find."""
+    listing = subprocess.run(
+        ["bash", str(ROOT / "wheels" / "build.sh"), "--interpreters"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\n")
+    found: dict[str, Path] = {}
+    missing: list[str] = []
+    for line in filter(None, listing):
+        version, where = line.split(" ", 1)
+        if where == "missing":
+            missing.append(version)
+        else:
+            found[version] = Path(where)
+    return found, missing
+
+
+@pytest.fixture(scope="session")
+def kcore_dist(tmp_path_factory) -> KcoreDist:
+    """The documented build, run once a session (it compiles a wheel per interpreter: about a
+    minute and a half on two cores)."""
+    out = tmp_path_factory.mktemp("dist")
+    interpreters, missing = build_interpreters()
+    run = subprocess.run(
+        ["bash", str(ROOT / "wheels" / "build.sh"), str(out)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    wheels: dict[str, Path] = {}
+    for version in interpreters:
+        tag = "cp" + version.replace(".", "")
+        found = list(out.glob(f"kcore-*-{tag}-{tag}-*.whl"))
+        assert len(found) == 1, (version, sorted(p.name for p in out.iterdir()))
+        wheels[version] = found[0]
+    [sdist] = out.glob("kcore-*.tar.gz")
+    [bundle] = out.glob("kcore-*-spark-*.zip")
+    return KcoreDist(out, sdist, wheels, interpreters, missing, bundle, run.stderr)

@@ -234,17 +234,33 @@ cdef extern from *:
         }
         return 0;
     }
-    /* An exact int of up to two 30-bit digits (below 2**60: any ms timestamp) read
-       from its digits: PyLong_AsLongLongAndOverflow's checks cost more than the read. Returns
-       0 for anything else (and on Pythons whose ints are laid out differently). */
+    /* An exact non-negative int of up to two 30-bit digits (below 2**60: any ms timestamp)
+       read from its digits: PyLong_AsLongLongAndOverflow's checks cost more than the read.
+       Returns 0 for anything else (negative ints too), and on Pythons whose ints are laid out
+       in a way not read here: the caller then takes the API. Two layouts: before 3.12 the
+       digit count is the object's size; 3.12 and 3.13 (the newest tested) keep it in
+       long_value.lv_tag, above 3 flag bits whose low two are the sign (0 positive, 1 zero). */
     static inline int kcore_small_long(PyObject* o, int64_t* out) {
-    #if PY_VERSION_HEX < 0x030C0000 && !defined(PYPY_VERSION) && PyLong_SHIFT == 30
+    #if !defined(PYPY_VERSION) && PyLong_SHIFT == 30 && PY_VERSION_HEX < 0x030C0000
         if (PyLong_CheckExact(o)) {
             Py_ssize_t size = Py_SIZE(o);
             const digit* d = ((PyLongObject*)o)->ob_digit;
             if (size == 2) { *out = ((int64_t)d[1] << 30) | (int64_t)d[0]; return 1; }
             if (size == 1) { *out = (int64_t)d[0]; return 1; }
             if (size == 0) { *out = 0; return 1; }
+        }
+    #elif !defined(PYPY_VERSION) && PyLong_SHIFT == 30 && PY_VERSION_HEX < 0x030E0000
+        if (PyLong_CheckExact(o)) {
+            uintptr_t tag = ((PyLongObject*)o)->long_value.lv_tag;
+            uintptr_t sign = tag & 3;
+            uintptr_t ndigits = tag >> 3;
+            const digit* d = ((PyLongObject*)o)->long_value.ob_digit;
+            if (sign == 1) { *out = 0; return 1; }
+            if (sign == 0 && ndigits == 2) {
+                *out = ((int64_t)d[1] << 30) | (int64_t)d[0];
+                return 1;
+            }
+            if (sign == 0 && ndigits == 1) { *out = (int64_t)d[0]; return 1; }
         }
     #endif
         (void)o; (void)out;
