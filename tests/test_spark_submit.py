@@ -107,8 +107,13 @@ spark.stop()
 """
 )
 
+# For a driver on this interpreter: it runs the kcore these tests import (the source tree, say),
+# not whichever one its site-packages holds. Only the driver: workers do not run the script.
+DRIVER_KCORE = f"import sys\nsys.path.insert(0, {str(Path(kcore.__file__).parent.parent)!r})\n"
+
 REGISTER_APP = (
-    PROBE
+    DRIVER_KCORE
+    + PROBE
     + """
 from pyspark.sql import SparkSession
 
@@ -139,7 +144,8 @@ spark.stop()
 )
 
 PREBUILT_APP = (
-    PROBE
+    DRIVER_KCORE
+    + PROBE
     + """
 from pyspark.sql import SparkSession
 
