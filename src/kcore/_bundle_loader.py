@@ -23,9 +23,8 @@ from importlib.machinery import ModuleSpec
 from typing import Any
 
 MANIFEST = "kcore/_bundle.json"
-# 2: per-interpreter entries ("interpreters"), each with its own compiled files. 1 (one
-# interpreter, its "natives" at the top level) is refused: rebuilding is cheap, and a loader
-# that guessed at a format it does not know could load the wrong compiled files.
+# Per-interpreter entries ("interpreters"), each with its own compiled files. Any other format
+# is refused: rebuilding is cheap, and a loader guessing at a layout could load the wrong files.
 MANIFEST_FORMAT = 2
 CACHE_ENV = "KCORE_BUNDLE_CACHE"  # overrides where compiled modules are extracted
 
