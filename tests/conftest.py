@@ -3,8 +3,10 @@ plugin)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
+import sys
 import time
 import venv
 from dataclasses import dataclass
@@ -14,10 +16,16 @@ import pytest
 
 from kcore.testing import KafkaCluster
 
+ROOT = Path(__file__).resolve().parents[1]
+# The interpreters of the multi-interpreter Spark bundle the tests build from the documented
+# build's wheels: this one and another (with cramjam's wheels), and one the bundle lacks.
+THIS_PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
+OTHER_PYTHON = "3.12" if THIS_PYTHON != "3.12" else "3.11"
+ABSENT_PYTHON = "3.10" if THIS_PYTHON != "3.10" else "3.13"
+
 # 10.255.255.1 is not routed from this machine: what a client outside the brokers' network
 # sees when advertised.listeners names an internal address.
 UNREACHABLE_HOST = "10.255.255.1"
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -150,3 +158,57 @@ def kcore_dist(tmp_path_factory) -> KcoreDist:
     [sdist] = out.glob("kcore-*.tar.gz")
     [bundle] = out.glob("kcore-*-spark-*.zip")
     return KcoreDist(out, sdist, wheels, interpreters, missing, bundle, run.stderr)
+
+
+def cpython(version: str) -> Path:
+    """A CPython ``version`` (``"3.12"``) on this machine, found as wheels/build.sh finds it.
+    CI machines have 3.10 to 3.13, so a missing one fails the test."""
+    if version == THIS_PYTHON:
+        return Path(sys.executable)
+    found, _ = build_interpreters()
+    if version not in found:
+        pytest.fail(f"no CPython {version} on this machine (wheels/build.sh --interpreters)")
+    return found[version]
+
+
+@pytest.fixture(scope="session")
+def kcore_wheels(kcore_dist: KcoreDist) -> dict[str, Path]:
+    """The documented build's kcore wheels for this interpreter and OTHER_PYTHON, as
+    ``{"3.11": wheel, ...}``: the interpreters of the multi-interpreter bundle tests build,
+    which lacks ABSENT_PYTHON."""
+    for version in (THIS_PYTHON, OTHER_PYTHON):
+        if version not in kcore_dist.wheels:
+            pytest.fail(f"wheels/build.sh built no wheel for CPython {version}: {kcore_dist.log}")
+    return {v: kcore_dist.wheels[v] for v in (THIS_PYTHON, OTHER_PYTHON)}
+
+
+@pytest.fixture(scope="session")
+def cramjam_wheels(tmp_path_factory, kcore_wheels) -> dict[str, Path]:
+    """The installed cramjam's version as wheels for the interpreters of ``kcore_wheels`` and
+    this platform, from pip's cache or PyPI."""
+    out = tmp_path_factory.mktemp("cramjam-wheels")
+    version = importlib.metadata.version("cramjam")
+    wheels = {}
+    for python in kcore_wheels:
+        dest = out / python
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--no-deps"]
+            + ["--python-version", python, "-d", str(dest), f"cramjam=={version}"],
+            check=True,
+        )
+        [wheels[python]] = dest.glob("cramjam-*.whl")
+    return wheels
+
+
+@pytest.fixture(scope="session")
+def multi_bundle(tmp_path_factory, kcore_wheels, cramjam_wheels) -> Path:
+    """One Spark bundle for the interpreters of ``kcore_wheels``, built as wheels/build.sh
+    builds it: by the builder run as a script, without kcore installed."""
+    out = tmp_path_factory.mktemp("multi-bundle")
+    cmd = [sys.executable, "-I", str(ROOT / "src" / "kcore" / "spark" / "bundle.py"), "-o"]
+    cmd.append(str(out))
+    for python in kcore_wheels:
+        cmd += ["--kcore-wheel", str(kcore_wheels[python])]
+        cmd += ["--cramjam-wheel", str(cramjam_wheels[python])]
+    res = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return Path(res.stdout.strip())

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pyspark
 import pytest
+from conftest import OTHER_PYTHON, cpython
 
 import kcore
 from kcore import _bundle_loader
@@ -107,8 +107,13 @@ spark.stop()
 """
 )
 
+# For a driver on this interpreter: it runs the kcore these tests import (the source tree, say),
+# not whichever one its site-packages holds. Only the driver: workers do not run the script.
+DRIVER_KCORE = f"import sys\nsys.path.insert(0, {str(Path(kcore.__file__).parent.parent)!r})\n"
+
 REGISTER_APP = (
-    PROBE
+    DRIVER_KCORE
+    + PROBE
     + """
 from pyspark.sql import SparkSession
 
@@ -132,6 +137,35 @@ assert not spark.sparkContext.listFiles, spark.sparkContext.listFiles
 spark.conf.set(shipping.SHIP_CONF, "auto")
 kcore.spark.register(spark)
 kcore.spark.register(spark)  # twice is harmless
+print("FILES " + json.dumps(spark.sparkContext.listFiles))
+run_probes(spark)
+spark.stop()
+"""
+)
+
+PREBUILT_APP = (
+    DRIVER_KCORE
+    + PROBE
+    + """
+from pyspark.sql import SparkSession
+
+import kcore.spark
+
+from kcore.errors import ConfigError
+from kcore.spark import shipping
+
+spark = SparkSession.builder.getOrCreate()
+prebuilt = spark.conf.get(shipping.BUNDLE_CONF)  # spark-submit --conf spark.kcore.bundle=...
+spark.conf.set(shipping.BUNDLE_CONF, prebuilt + ".gone")
+try:
+    kcore.spark.register(spark)
+except ConfigError as e:
+    assert shipping.BUNDLE_CONF in str(e) and "no such file" in str(e), e
+else:
+    raise AssertionError("a missing bundle was accepted")
+assert not spark.sparkContext.listFiles, spark.sparkContext.listFiles
+spark.conf.set(shipping.BUNDLE_CONF, prebuilt)
+kcore.spark.register(spark)
 print("FILES " + json.dumps(spark.sparkContext.listFiles))
 run_probes(spark)
 spark.stop()
@@ -242,6 +276,27 @@ def test_register_ships_the_drivers_kcore_to_executors_without_it(bare_python, t
     assert ".zip" not in driver["kcore"]  # the driver keeps its installed kcore
 
 
+def test_register_ships_a_prebuilt_bundle_for_several_interpreters(
+    multi_bundle, bare_python, tmp_path
+):
+    # spark.kcore.bundle names the bundle to ship (here the one of conftest's kcore wheels, for
+    # this interpreter and another) instead of one built from the installed kcore.
+    cache = tmp_path / "cache"
+    env = _clean_env(
+        PYSPARK_PYTHON=str(bare_python),
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        KCORE_BUNDLE_CACHE=str(cache),
+    )
+    out = _spark_submit(PREBUILT_APP, tmp_path, env, "--conf", f"spark.kcore.bundle={multi_bundle}")
+    [shipped] = [f for f in out["FILES"] if f.endswith(".zip")]
+    assert shipped.rsplit("/", 1)[-1] == multi_bundle.name
+    assert not (cache / "bundles").exists()  # none built from the installed kcore
+    probes = out["PROBES"]
+    assert len(probes["rdd"]) == 2 and len(probes["source"]) == 1
+    for raw in probes["rdd"] + probes["source"]:
+        _check_executor_probe(raw, cache, multi_bundle.name, bare_python)
+
+
 def _import_from_bundle(bundle: Path, cache: Path, code: str, python: str = sys.executable):
     # -S: no site-packages, so neither the installed kcore nor cramjam is visible.
     env = _clean_env(PYTHONPATH=str(bundle), KCORE_BUNDLE_CACHE=str(cache))
@@ -274,8 +329,9 @@ def test_concurrent_workers_extract_once(bundle, tmp_path):
     # One directory per compiled module, no temporary leftovers from the losers of the race.
     assert [e.split("-")[0] for e in entries] == ["cramjam", "kcore._codec"], entries
     [so] = list(cache.glob("kcore._codec-*/*"))
+    tag = _bundle_loader.interpreter_tag()
     with zipfile.ZipFile(bundle) as zf:
-        assert so.read_bytes() == zf.read(f"kcore/{so.name}")
+        assert so.read_bytes() == zf.read(f"kcore/_bundled/{tag}/kcore/{so.name}")
 
 
 def _retagged(bundle: Path, out: Path, tag: str) -> Path:
@@ -283,6 +339,7 @@ def _retagged(bundle: Path, out: Path, tag: str) -> Path:
     current = sys.implementation.cache_tag.split("-")[1]
 
     def rename(name: str) -> str:
+        name = name.replace(f"/_bundled/cp{current}/", f"/_bundled/cp{tag}/")
         return name.replace(f".cpython-{current}-", f".cpython-{tag}-")
 
     target = out / bundle.name.replace(f"-cp{current}-", f"-cp{tag}-")
@@ -291,8 +348,10 @@ def _retagged(bundle: Path, out: Path, tag: str) -> Path:
             data = src.read(name)
             if name == bundle_builder.MANIFEST:
                 manifest = json.loads(data)
-                manifest["python_tag"] = f"cp{tag}"
-                for native in manifest["natives"]:
+                [interpreter] = manifest["interpreters"]
+                interpreter["tag"] = interpreter["python_tag"] = f"cp{tag}"
+                for native in interpreter["natives"]:
+                    native["root"] = rename(native["root"])
                     native["files"] = [rename(n) for n in native["files"]]
                     native["main"] = rename(native["main"])
                 data = json.dumps(manifest).encode()
@@ -312,42 +371,39 @@ def test_bundle_refuses_a_mismatching_interpreter(bundle, tmp_path):
 
 
 def test_bundle_refuses_another_python_version(bundle, tmp_path):
-    # A real other CPython, where one is at hand (pyenv installs several on CI machines).
-    mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    candidates = [f"python3.{m}" for m in range(10, 15) if f"3.{m}" != mine]
-    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    found = [str(p) for p in sorted(pyenv.glob("3.1*/bin/python3")) if mine not in p.parts[-3]]
-    found += [p for p in map(shutil.which, candidates) if p]
-    if not found:
-        pytest.skip("no other CPython 3.10+ on this machine")
-    proc = _import_from_bundle(bundle, tmp_path / "cache", "import kcore", python=found[0])
+    # A real other CPython: the bundle of the installed kcore holds this interpreter's only.
+    other = str(cpython(OTHER_PYTHON))
+    proc = _import_from_bundle(bundle, tmp_path / "cache", "import kcore", python=other)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
-    assert "ImportError" in err and "is a kcore Spark bundle for cp3" in err, err
+    python_tag, _ = _bundle_loader.current_tags()
+    assert f"ImportError: {bundle.name} is a kcore Spark bundle for {python_tag} on " in err, err
+    assert f"({other}) is cp{OTHER_PYTHON.replace('.', '')} on " in err, err
 
 
 def test_bundle_from_wheels_matches_installed(bundle, tmp_path):
     # wheels/build.sh builds from the kcore and cramjam wheels; the same files make the same
     # compiled payloads as a bundle of the installed packages.
     installed = bundle_builder.from_installed()
+    [interpreter] = installed.interpreters
     python_tag, platform_tag = _bundle_loader.current_tags()
-    tags = f"{python_tag}-{python_tag}-{platform_tag}"
+    tags = f"{python_tag}-{interpreter.tag}-{platform_tag}"
     kwheel = tmp_path / f"kcore-{installed.version}-{tags}.whl"
     cwheel = tmp_path / f"cramjam-2.99.0-{tags}.whl"
     with zipfile.ZipFile(kwheel, "w") as zf:
-        for name, data in installed.kcore_files.items():
+        for name, data in [*installed.kcore_files.items(), *interpreter.compiled.values()]:
             zf.writestr(f"kcore/{name}", data)
         zf.writestr("kcore/_codec.pyx", b"# sources are left out")
     with zipfile.ZipFile(cwheel, "w") as zf:
-        for name, data in installed.cramjam_files.items():
+        for name, data in interpreter.cramjam_files.items():
             zf.writestr(f"cramjam/{name}", data)
         zf.writestr("cramjam/lz4.pyi", b"")
         zf.writestr("cramjam-2.99.0.dist-info/licenses/", b"")
         zf.writestr("cramjam-2.99.0.dist-info/licenses/LICENSE", b"MIT")
-    from_wheels = bundle_builder.from_wheels(kwheel, cwheel)
-    assert from_wheels.manifest()["natives"] == installed.manifest()["natives"]
+    from_wheels = bundle_builder.from_wheels([kwheel], [cwheel])
+    assert from_wheels.manifest()["interpreters"] == installed.manifest()["interpreters"]
     assert from_wheels.kcore_files == installed.kcore_files
-    assert from_wheels.licenses == {"cramjam/LICENSE": b"MIT"}
+    assert from_wheels.licenses == {"cramjam-2.99.0/LICENSE": b"MIT"}
     assert from_wheels.file_name == bundle.name
 
 

@@ -2,11 +2,14 @@
 
 ``spark-submit --py-files`` and ``addPyFile`` put zips on executors' import path, but zipimport
 cannot load an extension module. The bundle (built by ``kcore.spark.bundle``) therefore carries
-the compiled files as data plus a manifest, ``kcore/_bundle.json``; ``install`` checks that they
-fit this interpreter and adds a finder that extracts them once, into a per-user cache directory
-named by their content hash, and loads them from there. The same holds for cramjam (kcore's
-compression dependency), which the bundle carries for executors that lack it: its finder sits at
-the end of ``sys.meta_path``, so an installed cramjam is always preferred.
+the compiled files as data plus a manifest, ``kcore/_bundle.json``. One bundle may serve several
+interpreters (CPython 3.10 to 3.13, say): it holds kcore's Python files once and, per
+interpreter, kcore's compiled modules and cramjam (kcore's compression dependency, which the
+bundle carries for executors that lack it). ``install`` picks the interpreter entry that fits
+this one (its ABI tag, extension suffixes and machine), or raises an ImportError naming what the
+bundle has and how to build one that fits, and adds a finder that extracts that entry's files
+once, into a per-user cache directory named by their content hash, and loads them from there.
+The finder sits at the end of ``sys.meta_path``, so an installed cramjam is always preferred.
 
 Outside a bundle ``install`` returns at once, so importing kcore normally costs nothing more.
 Only the stdlib is used: this runs before the codec exists.
@@ -20,7 +23,9 @@ from importlib.machinery import ModuleSpec
 from typing import Any
 
 MANIFEST = "kcore/_bundle.json"
-MANIFEST_FORMAT = 1
+# Per-interpreter entries ("interpreters"), each with its own compiled files. Any other format
+# is refused: rebuilding is cheap, and a loader guessing at a layout could load the wrong files.
+MANIFEST_FORMAT = 2
 CACHE_ENV = "KCORE_BUNDLE_CACHE"  # overrides where compiled modules are extracted
 
 
@@ -32,24 +37,26 @@ def install(spec: ModuleSpec | None) -> None:
     if any(isinstance(f, BundleFinder) and f.archive == loader.archive for f in sys.meta_path):
         return
     manifest = read_manifest(loader)
-    check_interpreter(manifest, loader.archive)
-    sys.meta_path.append(BundleFinder(loader, manifest))
+    interpreter = select_interpreter(manifest, loader.archive)
+    sys.meta_path.append(BundleFinder(loader, interpreter["natives"]))
 
 
 def read_manifest(loader: zipimport.zipimporter) -> dict[str, Any]:
+    """The bundle's manifest; ImportError if the zip is no kcore bundle of a format read here."""
     import json
 
     try:
         manifest: dict[str, Any] = json.loads(loader.get_data(MANIFEST))
     except OSError:
         raise ImportError(
-            f"kcore was imported from {loader.archive}, which is not a kcore Spark bundle (it has "
-            f"no {MANIFEST}); build one with `python -m kcore.spark.bundle`"
+            f"{loader.archive} is not a kcore Spark bundle (it has no {MANIFEST}); build one "
+            f"with `python -m kcore.spark.bundle`"
         ) from None
     if manifest.get("format") != MANIFEST_FORMAT:
         raise ImportError(
             f"{loader.archive}: kcore Spark bundle format {manifest.get('format')!r}, but this "
-            f"loader reads format {MANIFEST_FORMAT}; rebuild it with `python -m kcore.spark.bundle`"
+            f"loader reads format {MANIFEST_FORMAT}; rebuild it with `python -m "
+            f"kcore.spark.bundle` or `bash wheels/build.sh`"
         )
     return manifest
 
@@ -63,36 +70,71 @@ def current_tags() -> tuple[str, str]:
     return python_tag, sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
-def check_interpreter(manifest: dict[str, Any], archive: str) -> None:
-    """Raise ImportError, saying what would fit, unless the bundle's compiled files can load here.
+def interpreter_tag() -> str:
+    """The tag a bundle files this interpreter's compiled modules under: its ABI tag as wheel
+    names spell it for CPython (``cp311``; ``cp313t`` free-threaded, a ``d`` suffix for a debug
+    build: each loads only its own compiled modules), else its python tag."""
+    import sysconfig
 
-    A tagged extension suffix (``.cpython-311-x86_64-linux-gnu.so``) names the Python version,
-    ABI, OS and, except on macOS, the CPU; the manifest's tags and machine cover the rest."""
+    python_tag, _ = current_tags()
+    if sys.implementation.name != "cpython":
+        return python_tag
+    free_threaded = "t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
+    debug = "d" if hasattr(sys, "gettotalrefcount") else ""
+    return f"{python_tag}{free_threaded}{debug}"
+
+
+def select_interpreter(manifest: dict[str, Any], archive: str) -> dict[str, Any]:
+    """The manifest's interpreter entry whose compiled files load here; else an ImportError
+    naming this interpreter, the ones the bundle has and how to build a bundle that fits.
+
+    An entry fits if it is filed under this interpreter's tag, every compiled file's suffix is
+    one this interpreter loads (a tagged suffix, ``.cpython-311-x86_64-linux-gnu.so``, names the
+    Python version, ABI, OS and, except on macOS, the CPU) and the bundle's machine is this one.
+    """
+    tag = interpreter_tag()
+    for entry in manifest["interpreters"]:
+        if entry["tag"] == tag and _loads_here(entry, manifest.get("machine")):
+            return entry
+    raise ImportError(_no_interpreter_message(manifest, archive, tag))
+
+
+def _loads_here(entry: dict[str, Any], machine: str | None) -> bool:
     import os
     from importlib.machinery import EXTENSION_SUFFIXES
 
-    python_tag, platform_tag = current_tags()
-    suffixes = {
-        name[name.index(".") :]  # module names hold no dot: the rest is the suffix
-        for native in manifest["natives"]
+    bases = (
+        name.rpartition("/")[2]
+        for native in entry["natives"]
         for name in native["files"]
         if not name.endswith(".py")
-    }
+    )
+    suffixes = {base[base.index(".") :] for base in bases}  # module names hold no dot
     fits = all(s in EXTENSION_SUFFIXES for s in suffixes)
-    if any(s in (".so", ".pyd") for s in suffixes):  # untagged: the manifest must say
-        fits = fits and manifest["python_tag"] == python_tag
-    machine = manifest.get("machine")
+    if any(s in (".so", ".pyd") for s in suffixes):  # untagged: the entry's tag must say
+        fits = fits and entry["python_tag"] == current_tags()[0]
     if fits and machine and machine != "universal2" and hasattr(os, "uname"):
         fits = _same_machine(machine, os.uname().machine)
-    if not fits:
-        raise ImportError(
-            f"{os.path.basename(archive)} is a kcore Spark bundle for {manifest['python_tag']} "
-            f"on {manifest['platform_tag']}, but this interpreter ({sys.executable}) is "
-            f"{python_tag} on {platform_tag}: its compiled modules cannot load here. Use a bundle "
-            f"built by this interpreter (`python -m kcore.spark.bundle`), or pip-install kcore "
-            f"on these machines (with kcore.spark.register, set "
-            f"spark.kcore.shipToExecutors=false so the driver's bundle is not shipped)"
-        )
+    return fits
+
+
+def _no_interpreter_message(manifest: dict[str, Any], archive: str, tag: str) -> str:
+    import os
+
+    _, platform_tag = current_tags()
+    has = ", ".join(entry["tag"] for entry in manifest["interpreters"]) or "no interpreter"
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return (
+        f"{os.path.basename(archive)} is a kcore Spark bundle for {has} on "
+        f"{manifest['platform']}, but this interpreter ({sys.executable}) is {tag} on "
+        f"{platform_tag}: none of the bundle's compiled modules load here. Build a bundle that "
+        f"includes {tag} where Python {version} is installed: `bash wheels/build.sh` in kcore's "
+        f"source tree (it builds a wheel for each CPython 3.10 to 3.13 it finds and one bundle "
+        f"for all of them), or `python -m kcore.spark.bundle` run by this interpreter with kcore "
+        f"installed (a bundle for {tag} alone). Or pip-install kcore on these machines and set "
+        f"spark.kcore.shipToExecutors=false (with kcore.spark.register), so that no bundle is "
+        f"shipped"
+    )
 
 
 def _same_machine(a: str, b: str) -> bool:
@@ -102,15 +144,15 @@ def _same_machine(a: str, b: str) -> bool:
 
 class BundleFinder:
     """Meta path finder for the bundle's compiled modules (``kcore._codec``,
-    ``kcore.producer._sendpath``, ``cramjam``: the manifest's ``natives``).
+    ``kcore.producer._sendpath``, ``cramjam``: the ``natives`` of the interpreter entry chosen).
 
     Appended to the end of ``sys.meta_path``: zipimport finds no compiled kcore module in the zip,
     and an installed cramjam is found by the path finder before this one is asked."""
 
-    def __init__(self, loader: zipimport.zipimporter, manifest: dict[str, Any]) -> None:
+    def __init__(self, loader: zipimport.zipimporter, natives: list[dict[str, Any]]) -> None:
         self.archive = loader.archive
         self._loader = loader
-        self._natives = {n["module"]: n for n in manifest["natives"]}
+        self._natives = {n["module"]: n for n in natives}
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         native = self._natives.get(fullname)

@@ -13,10 +13,14 @@ The driver's kcore goes out as a Spark bundle (``kcore.spark.bundle``), added wi
   ``--py-files`` entry does. Its cramjam is only a fallback where none is installed.
 * ``true``: always ship; ``false``: never (executors must have kcore installed).
 
-The bundle fits the driver's Python version and platform only. PySpark already insists on the
-same Python minor version on both sides; for a different platform (a macOS driver, Linux
-executors) executors' import fails naming ``shipToExecutors``: install kcore there and set it to
-``false``.
+``spark.kcore.bundle`` decides what: by default a bundle built from the installed kcore, which
+holds the driver's interpreter only (the zip itself when the driver runs kcore from one). PySpark
+insists on the same Python minor version on both sides, so that fits wherever executors share
+the driver's platform; executors on another interpreter or platform fail to import kcore with an
+ImportError that names the interpreters the bundle has and how to build one for theirs. The
+setting names a prebuilt bundle to ship instead, for several interpreters, say (``bash
+wheels/build.sh`` builds one for each CPython 3.10 to 3.13 it finds); it is checked here to be a
+kcore bundle of the driver's kcore version that holds the driver's interpreter.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 SHIP_CONF = "spark.kcore.shipToExecutors"
+BUNDLE_CONF = "spark.kcore.bundle"
 _MODES = ("auto", "true", "false")
 _PROBE_TIMEOUT_S = 60.0
 
@@ -45,20 +50,59 @@ def ensure_on_executors(spark: Any) -> None:
         from kcore.errors import ConfigError
 
         raise ConfigError(SHIP_CONF, f"{mode!r} is not one of {', '.join(_MODES)}")
+    configured = str(spark.conf.get(BUNDLE_CONF, "") or "").strip()
+    # Checked whatever the mode: a setting that names no usable bundle is a mistake either way.
+    prebuilt = checked_bundle(configured) if configured else None
     if mode == "false":
         return
     if _is_connect(spark):
-        _ship_to_connect(spark)
+        _ship_to_connect(spark, prebuilt or local_bundle())
         return
     sc = spark.sparkContext
     if mode == "auto" and _workers_import_this_kcore(sc):
         return
-    bundle = local_bundle()
+    bundle = prebuilt or local_bundle()
     # addPyFile again under the same name would fail (spark-submit --py-files may have added it)
     if any(f.rsplit("/", 1)[-1] == bundle.name for f in sc.listFiles):
         return
     log.info("shipping %s to executors", bundle)
     sc.addPyFile(str(bundle))
+
+
+def checked_bundle(path: str) -> Path:
+    """``path`` (``spark.kcore.bundle``'s value) if it is a kcore Spark bundle that executors on
+    the driver's interpreter can load, of the driver's kcore version; else a ConfigError naming
+    what is wrong."""
+    import kcore
+    from kcore._bundle_loader import read_manifest, select_interpreter
+    from kcore.errors import ConfigError
+
+    bundle = Path(path).expanduser()
+    if not bundle.is_file():
+        raise ConfigError(
+            BUNDLE_CONF,
+            f"{path}: no such file (a kcore Spark bundle on the driver's machine, as `bash "
+            f"wheels/build.sh` or `python -m kcore.spark.bundle` writes)",
+        )
+    if bundle.suffix != ".zip":  # Spark puts only .py, .zip and .egg files on sys.path
+        raise ConfigError(BUNDLE_CONF, f"{path}: not a .zip (a kcore Spark bundle is one)")
+    try:
+        archive = zipimport.zipimporter(str(bundle))
+    except zipimport.ZipImportError:
+        raise ConfigError(BUNDLE_CONF, f"{path}: not a zip file") from None
+    try:
+        manifest = read_manifest(archive)
+        select_interpreter(manifest, str(bundle))
+    except ImportError as e:
+        raise ConfigError(BUNDLE_CONF, str(e)) from None
+    if manifest.get("kcore_version") != kcore.__version__:
+        # Executors would run other code than the driver's, which pickled the objects they run.
+        raise ConfigError(
+            BUNDLE_CONF,
+            f"{path} holds kcore {manifest.get('kcore_version')}, but the driver runs kcore "
+            f"{kcore.__version__}: ship a bundle of the driver's version",
+        )
+    return bundle.resolve()
 
 
 def local_bundle() -> Path:
@@ -85,8 +129,7 @@ def _is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def _ship_to_connect(spark: Any) -> None:
-    bundle = local_bundle()
+def _ship_to_connect(spark: Any, bundle: Path) -> None:
     key = (str(spark.session_id), bundle.name)
     if key in _shipped_to_connect:
         return
