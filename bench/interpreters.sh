@@ -3,6 +3,8 @@
 # fresh virtual environment of its own with that interpreter's wheel from wheels/dist/ (built
 # first when missing) and the peers the benchmark compares against. One JSON per interpreter in
 # OUT (default bench/interpreters/), then bench/report.py puts their goal rows side by side.
+# Cython and setuptools: the benchmark compiles its floor of decode to records
+# (bench/_record_floor.pyx, with pyximport).
 #   bash bench/interpreters.sh [OUT [PYTEST_ARGS...]]     e.g. bench/interpreters -k "encode"
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,7 +17,7 @@ ls "$dist"/kcore-*.whl >/dev/null 2>&1 || bash "$root/wheels/build.sh" "$dist"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-peers=(pytest pytest-benchmark numpy "pyarrow>=14" crc32c google-crc32c "kafka-python>=2.2"
+peers=(pytest pytest-benchmark Cython setuptools numpy "pyarrow>=14" crc32c google-crc32c "kafka-python>=2.2"
   "aiokafka>=0.11" python-snappy lz4 zstandard xxhash)
 results=()
 while read -r version where; do

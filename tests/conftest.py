@@ -73,6 +73,49 @@ def bare_python(tmp_path_factory) -> Path:
     return python
 
 
+@pytest.fixture(scope="session")
+def other_bare_python(tmp_path_factory) -> Path:
+    """As ``bare_python``, on OTHER_PYTHON: a Spark driver and executors of another interpreter
+    than this one, with neither kcore nor cramjam. pyspark and py4j are pure Python and linked
+    from here; pyarrow and numpy are compiled, so pip installs this environment's versions of
+    them for that interpreter (from pip's cache or the index)."""
+    import numpy
+    import pyarrow
+    import pyspark
+
+    env_dir = tmp_path_factory.mktemp("other-bare-venv")
+    subprocess.run([str(cpython(OTHER_PYTHON)), "-m", "venv", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYSPARK"))}
+    pins = [f"pyarrow=={pyarrow.__version__}", f"numpy=={numpy.__version__}"]
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins],
+        check=True,
+        env=env,
+    )
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout.strip()
+    )
+    ours = Path(pyspark.__file__).parent.parent
+    for name in ("pyspark", "py4j"):
+        (site / name).symlink_to(ours / name)
+    check = (
+        "import sys, pyspark, pyarrow, numpy\n"
+        f"assert sys.version_info[:2] == {tuple(int(x) for x in OTHER_PYTHON.split('.'))}\n"
+        "for m in ('kcore', 'cramjam'):\n"
+        "    try:\n        __import__(m)\n    except ImportError:\n        pass\n"
+        "    else:\n        raise SystemExit(m + ' is importable')"
+    )
+    subprocess.run([str(python), "-c", check], check=True, env=env)
+    return python
+
+
 def read_records(consumer, n: int, timeout: float = 60, poll_s: float = 0.5) -> list:
     """Poll ``consumer`` until it has returned ``n`` records or ``timeout`` passes; what it
     returned (the caller asserts on it)."""
