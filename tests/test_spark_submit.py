@@ -13,80 +13,20 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 import zipfile
 from pathlib import Path
 
 import pyspark
 import pytest
+from conftest import PROBE, check_executor_probe, clean_env
 
-import kcore
 from kcore import _bundle_loader
 from kcore.spark import bundle as bundle_builder
 
 pytestmark = pytest.mark.slow
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-MURMUR2_21 = -973932308  # Java's Utils.murmur2("21".getBytes())
-
-# What executors report: where kcore, its compiled modules and cramjam came from, and that they
-# work.
-PROBE = textwrap.dedent(
-    """
-    import json, os, sys
-
-
-    def probe(_=None):
-        import kcore
-        import kcore._codec as c
-        import kcore.codec as pub
-        import kcore.producer._sendpath as sendpath
-
-        cramjam = sys.modules["cramjam"]  # the codec's (a bundle's serves it once kcore loads)
-
-        data = b"kcore " * 1000
-        return json.dumps({
-            "python": sys.executable,
-            "kcore": kcore.__file__,
-            "codec": c.__file__,
-            "sendpath": sendpath.__file__,
-            "cramjam": cramjam.__file__,
-            "zstd": pub.decompress("zstd", pub.compress("zstd", data)) == data,
-            "lz4": pub.decompress("lz4", pub.compress("lz4", data)) == data,
-            "murmur2": pub.murmur2(b"21"),
-        })
-
-
-    def run_probes(spark, data_source=True):
-        rdd = spark.sparkContext.parallelize(range(2), 2).map(probe).collect()
-        source = data_source and probe_data_source(spark)
-        print("PROBES " + json.dumps({"rdd": rdd, "source": source or [], "driver": probe()}))
-
-
-    def probe_data_source(spark):
-        from pyspark.sql.datasource import DataSource, DataSourceReader
-
-        class ProbeReader(DataSourceReader):
-            def read(self, partition):
-                yield (probe(),)
-
-        class Probe(DataSource):
-            @classmethod
-            def name(cls):
-                return "kcoreprobe"
-
-            def schema(self):
-                return "probe string"
-
-            def reader(self, schema):
-                return ProbeReader()
-
-        # Registered after kcore's: a Python data source sees the files added before it was.
-        spark.dataSource.register(Probe)
-        return [row.probe for row in spark.read.format("kcoreprobe").load().collect()]
-    """
-)
 
 PY_FILES_APP = (
     PROBE
@@ -139,26 +79,6 @@ spark.stop()
 )
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("bundle")
-    res = subprocess.run(
-        [sys.executable, "-m", "kcore.spark.bundle", "-o", str(out)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    path = Path(res.stdout.strip())
-    python_tag, platform_tag = _bundle_loader.current_tags()
-    assert path.name == f"kcore-{kcore.__version__}-spark-{python_tag}-{platform_tag}.zip"
-    return path
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYSPARK"))}
-    return {**env, **extra}
-
-
 def _spark_submit(app: str, tmp_path: Path, env: dict[str, str], *args: str) -> dict:
     script = tmp_path / "app.py"
     script.write_text(app)
@@ -188,43 +108,24 @@ def _spark_submit(app: str, tmp_path: Path, env: dict[str, str], *args: str) -> 
     return out
 
 
-def _check_executor_probe(raw: str, cache: Path, bundle_name: str, python: Path) -> None:
-    p = json.loads(raw)
-    assert p["python"] == str(python)
-    assert f"{bundle_name}/kcore/__init__.py" in p["kcore"]  # imported from the zip
-    codec = Path(p["codec"])
-    # The compiled codec, extracted to the cache, in a directory named by its content hash.
-    assert codec.suffix == ".so" and codec.parent.parent == cache, codec
-    assert codec.parent.name.startswith("kcore._codec-")
-    # The producer's compiled module (it cimports the codec), extracted alike.
-    sendpath = Path(p["sendpath"])
-    assert sendpath.suffix == ".so" and sendpath.parent.parent == cache, sendpath
-    assert sendpath.parent.name.startswith("kcore.producer._sendpath-")
-    assert Path(p["cramjam"]).parent.parent == cache and Path(p["cramjam"]).parent.name.startswith(
-        "cramjam-"
-    )
-    assert p["zstd"] and p["lz4"]
-    assert p["murmur2"] == MURMUR2_21
-
-
-def test_py_files_bundle_runs_compiled_codec_on_executors(bundle, bare_python, tmp_path):
+def test_py_files_bundle_runs_compiled_codec_on_executors(spark_bundle, bare_python, tmp_path):
     cache = tmp_path / "cache"
-    env = _clean_env(
+    env = clean_env(
         PYSPARK_PYTHON=str(bare_python),
         PYSPARK_DRIVER_PYTHON=str(bare_python),
         KCORE_BUNDLE_CACHE=str(cache),
     )
-    out = _spark_submit(PY_FILES_APP, tmp_path, env, "--py-files", str(bundle))
+    out = _spark_submit(PY_FILES_APP, tmp_path, env, "--py-files", str(spark_bundle))
     probes = out["PROBES"]
     assert len(probes["rdd"]) == 2
     for raw in probes["rdd"] + [probes["driver"]]:
-        _check_executor_probe(raw, cache, bundle.name, bare_python)
+        check_executor_probe(raw, cache, spark_bundle.name, bare_python)
 
 
 def test_register_ships_the_drivers_kcore_to_executors_without_it(bare_python, tmp_path):
     # The real case: kcore pip-installed where the driver runs, not where executors do.
     cache = tmp_path / "cache"
-    env = _clean_env(
+    env = clean_env(
         PYSPARK_PYTHON=str(bare_python),
         PYSPARK_DRIVER_PYTHON=sys.executable,
         KCORE_BUNDLE_CACHE=str(cache),
@@ -236,7 +137,7 @@ def test_register_ships_the_drivers_kcore_to_executors_without_it(bare_python, t
     probes = out["PROBES"]
     assert len(probes["rdd"]) == 2 and len(probes["source"]) == 1
     for raw in probes["rdd"] + probes["source"]:
-        _check_executor_probe(raw, cache, built.name, bare_python)
+        check_executor_probe(raw, cache, built.name, bare_python)
     driver = json.loads(probes["driver"])
     assert driver["python"] == sys.executable
     assert ".zip" not in driver["kcore"]  # the driver keeps its installed kcore
@@ -244,7 +145,7 @@ def test_register_ships_the_drivers_kcore_to_executors_without_it(bare_python, t
 
 def _import_from_bundle(bundle: Path, cache: Path, code: str, python: str = sys.executable):
     # -S: no site-packages, so neither the installed kcore nor cramjam is visible.
-    env = _clean_env(PYTHONPATH=str(bundle), KCORE_BUNDLE_CACHE=str(cache))
+    env = clean_env(PYTHONPATH=str(bundle), KCORE_BUNDLE_CACHE=str(cache))
     return subprocess.Popen(
         [python, "-S", "-c", code],
         env=env,
@@ -254,7 +155,7 @@ def _import_from_bundle(bundle: Path, cache: Path, code: str, python: str = sys.
     )
 
 
-def test_concurrent_workers_extract_once(bundle, tmp_path):
+def test_concurrent_workers_extract_once(spark_bundle, tmp_path):
     cache = tmp_path / "cache"
     start = time.time() + 1.5  # all import at once, after their interpreters are up
     code = (
@@ -263,7 +164,7 @@ def test_concurrent_workers_extract_once(bundle, tmp_path):
         "assert pub.decompress('zstd', pub.compress('zstd', b'x' * 999)) == b'x' * 999\n"
         "print(c.__file__)"
     )
-    procs = [_import_from_bundle(bundle, cache, code) for _ in range(6)]
+    procs = [_import_from_bundle(spark_bundle, cache, code) for _ in range(6)]
     results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
     for p in procs:
         p.stdout.close()
@@ -274,7 +175,7 @@ def test_concurrent_workers_extract_once(bundle, tmp_path):
     # One directory per compiled module, no temporary leftovers from the losers of the race.
     assert [e.split("-")[0] for e in entries] == ["cramjam", "kcore._codec"], entries
     [so] = list(cache.glob("kcore._codec-*/*"))
-    with zipfile.ZipFile(bundle) as zf:
+    with zipfile.ZipFile(spark_bundle) as zf:
         assert so.read_bytes() == zf.read(f"kcore/{so.name}")
 
 
@@ -300,8 +201,8 @@ def _retagged(bundle: Path, out: Path, tag: str) -> Path:
     return target
 
 
-def test_bundle_refuses_a_mismatching_interpreter(bundle, tmp_path):
-    other = _retagged(bundle, tmp_path, "399")
+def test_bundle_refuses_a_mismatching_interpreter(spark_bundle, tmp_path):
+    other = _retagged(spark_bundle, tmp_path, "399")
     proc = _import_from_bundle(other, tmp_path / "cache", "import kcore")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
@@ -311,7 +212,7 @@ def test_bundle_refuses_a_mismatching_interpreter(bundle, tmp_path):
     assert not (tmp_path / "cache").exists()  # refused before extracting anything
 
 
-def test_bundle_refuses_another_python_version(bundle, tmp_path):
+def test_bundle_refuses_another_python_version(spark_bundle, tmp_path):
     # A real other CPython, where one is at hand (pyenv installs several on CI machines).
     mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
     candidates = [f"python3.{m}" for m in range(10, 15) if f"3.{m}" != mine]
@@ -320,13 +221,13 @@ def test_bundle_refuses_another_python_version(bundle, tmp_path):
     found += [p for p in map(shutil.which, candidates) if p]
     if not found:
         pytest.skip("no other CPython 3.10+ on this machine")
-    proc = _import_from_bundle(bundle, tmp_path / "cache", "import kcore", python=found[0])
+    proc = _import_from_bundle(spark_bundle, tmp_path / "cache", "import kcore", python=found[0])
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert "ImportError" in err and "is a kcore Spark bundle for cp3" in err, err
 
 
-def test_bundle_from_wheels_matches_installed(bundle, tmp_path):
+def test_bundle_from_wheels_matches_installed(spark_bundle, tmp_path):
     # wheels/build.sh builds from the kcore and cramjam wheels; the same files make the same
     # compiled payloads as a bundle of the installed packages.
     installed = bundle_builder.from_installed()
@@ -348,7 +249,7 @@ def test_bundle_from_wheels_matches_installed(bundle, tmp_path):
     assert from_wheels.manifest()["natives"] == installed.manifest()["natives"]
     assert from_wheels.kcore_files == installed.kcore_files
     assert from_wheels.licenses == {"cramjam/LICENSE": b"MIT"}
-    assert from_wheels.file_name == bundle.name
+    assert from_wheels.file_name == spark_bundle.name
 
 
 def test_builder_and_loader_hash_files_alike():
