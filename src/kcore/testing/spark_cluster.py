@@ -25,9 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -176,18 +175,16 @@ class SparkCluster:
     @property
     def master_url(self) -> str:
         """``spark://127.0.0.1:port``: what applications give as their master."""
-        return f"spark://{HOST}:{self._port('_master_port')}"
+        if self._master_port is None:
+            raise ClusterControlError("the Spark cluster has not been started")
+        return f"spark://{HOST}:{self._master_port}"
 
     @property
     def web_url(self) -> str:
         """The master's web UI (``/json/`` there is the cluster's state)."""
-        return f"http://{HOST}:{self._port('_web_port')}"
-
-    def _port(self, which: str) -> int:
-        port = getattr(self, which)
-        if port is None:
+        if self._web_port is None:
             raise ClusterControlError("the Spark cluster has not been started")
-        return int(port)
+        return f"http://{HOST}:{self._web_port}"
 
     @property
     def spark_home(self) -> Path:
@@ -379,7 +376,7 @@ class SparkCluster:
                 cmd, cwd=daemon.log_path.parent, stdout=out, stderr=subprocess.STDOUT, env=env
             )
 
-    def _wait(self, deadline: float, what: str, done: Any) -> None:
+    def _wait(self, deadline: float, what: str, done: Callable[[dict[str, Any]], bool]) -> None:
         """Poll the master's state until ``done(state)``; a daemon that exits or the deadline
         ends it with a ClusterStartError showing the log that says why."""
         last_error = ""
