@@ -1,11 +1,13 @@
 """A Spark job on kcore: generate events, write them to Kafka, read them back twice (a batch
 query and a streaming query), and check that what came back is exactly what was written.
 
-    python examples/pipeline.py [--rows 2000000] [--partitions 4]
+    python examples/pipeline.py [--rows 2000000] [--partitions 4] [--spark standalone]
 
 It runs against a one-node Kafka cluster that kcore starts on this machine (the first run
 fetches the Kafka jars with Maven), or the cluster ``KCORE_BOOTSTRAP`` (or ``--bootstrap``)
-names, and a ``local[2]`` Spark session. The phases:
+names, and a ``local[2]`` Spark session; with ``--spark standalone``, against a Spark standalone
+cluster started here (``kcore.testing.SparkCluster``: a master and two workers, each its own
+JVM, whose executors get kcore from ``kcore.spark.register``). The phases:
 
 1. Spark generates N events (``{"id":..,"user":..,"amount":..}`` JSON values keyed by user),
    each sent to Kafka partition ``id % partitions``, and computes per partition what the topic
@@ -119,18 +121,37 @@ def kafka(bootstrap: str | None, clock: Clock) -> Iterator[str]:
     clock.say("Kafka cluster stopped")
 
 
-def start_spark(partitions: int) -> Any:
-    from pyspark.sql import SparkSession
+@contextlib.contextmanager
+def spark_cluster(kind: str, clock: Clock) -> Iterator[Any]:
+    """None for ``local``; a started standalone cluster for ``standalone``."""
+    if kind == "local":
+        yield None
+        return
+    from kcore.testing import SparkCluster
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("kcore-pipeline")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.shuffle.partitions", str(partitions))
-        .getOrCreate()
-    )
+    clock.say("starting a Spark standalone cluster (a master and two workers)")
+    with SparkCluster(2) as cluster:
+        clock.say(f"  ready in {cluster.startup_seconds:.1f}s at {cluster.master_url}")
+        yield cluster
+    clock.say("Spark cluster stopped")
+
+
+def start_spark(partitions: int, cluster: Any) -> Any:
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": "1g",
+        "spark.sql.shuffle.partitions": str(partitions),
+    }
+    if cluster is not None:  # executors on the cluster's workers, running this Python
+        spark = cluster.session("kcore-pipeline", conf=settings)
+    else:
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.master("local[2]").appName("kcore-pipeline")
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -176,7 +197,7 @@ class Phase:
     seconds: float
 
 
-def run(args: argparse.Namespace, bootstrap: str, clock: Clock) -> int:
+def run(args: argparse.Namespace, bootstrap: str, clock: Clock, cluster: Any = None) -> int:
     import kcore
     import kcore.spark
     from kcore.admin import NewTopic
@@ -186,8 +207,8 @@ def run(args: argparse.Namespace, bootstrap: str, clock: Clock) -> int:
     phases: list[Phase] = []
     problems: list[str] = []
 
-    clock.say("starting Spark (local[2])")
-    spark = start_spark(partitions)
+    clock.say(f"starting Spark ({cluster.master_url if cluster else 'local[2]'})")
+    spark = start_spark(partitions, cluster)
     checkpoint = tempfile.mkdtemp(prefix="kcore-pipeline-")
     admin = kcore.AdminClient({"bootstrap.servers": bootstrap})
     try:
@@ -303,14 +324,24 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("KCORE_BOOTSTRAP") or None,
         help="an existing cluster (default $KCORE_BOOTSTRAP; else one is started here)",
     )
+    parser.add_argument(
+        "--spark",
+        choices=("local", "standalone"),
+        default="local",
+        help="local[2] in this process (default), or a Spark standalone cluster started here",
+    )
     args = parser.parse_args(argv)
     if args.rows < 1 or args.partitions < 1:
         parser.error("--rows and --partitions must be positive")
     args.embedded = not args.bootstrap
     clock = Clock()
-    print(f"kcore Spark pipeline: {args.rows:,} events, {args.partitions} partitions", flush=True)
-    with kafka(args.bootstrap, clock) as bootstrap:
-        return run(args, bootstrap, clock)
+    print(
+        f"kcore Spark pipeline: {args.rows:,} events, {args.partitions} partitions, "
+        f"Spark {args.spark}",
+        flush=True,
+    )
+    with kafka(args.bootstrap, clock) as bootstrap, spark_cluster(args.spark, clock) as cluster:
+        return run(args, bootstrap, clock, cluster)
 
 
 if __name__ == "__main__":

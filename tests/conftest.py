@@ -4,9 +4,11 @@ plugin)."""
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 import venv
 from dataclasses import dataclass
@@ -14,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+import kcore
+from kcore import _bundle_loader
 from kcore.testing import KafkaCluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,6 +118,112 @@ def other_bare_python(tmp_path_factory) -> Path:
     )
     subprocess.run([str(python), "-c", check], check=True, env=env)
     return python
+
+
+@pytest.fixture(scope="session")
+def spark_bundle(tmp_path_factory) -> Path:
+    """The Spark bundle of the kcore under test, built as a user builds it."""
+    out = tmp_path_factory.mktemp("bundle")
+    res = subprocess.run(
+        [sys.executable, "-m", "kcore.spark.bundle", "-o", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    path = Path(res.stdout.strip())
+    python_tag, platform_tag = _bundle_loader.current_tags()
+    assert path.name == f"kcore-{kcore.__version__}-spark-{python_tag}-{platform_tag}.zip"
+    return path
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without what decides what a Python imports or which Python PySpark
+    runs (PYTHON*, PYSPARK*), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYSPARK"))}
+    return {**env, **extra}
+
+
+MURMUR2_21 = -973932308  # Java's Utils.murmur2("21".getBytes())
+
+# What executors report: where kcore, its compiled modules and cramjam came from, and that they
+# work.
+PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+
+
+    def probe(_=None):
+        import kcore
+        import kcore._codec as c
+        import kcore.codec as pub
+        import kcore.producer._sendpath as sendpath
+
+        cramjam = sys.modules["cramjam"]  # the codec's (a bundle's serves it once kcore loads)
+
+        data = b"kcore " * 1000
+        return json.dumps({
+            "python": sys.executable,
+            "kcore": kcore.__file__,
+            "codec": c.__file__,
+            "sendpath": sendpath.__file__,
+            "cramjam": cramjam.__file__,
+            "zstd": pub.decompress("zstd", pub.compress("zstd", data)) == data,
+            "lz4": pub.decompress("lz4", pub.compress("lz4", data)) == data,
+            "murmur2": pub.murmur2(b"21"),
+        })
+
+
+    def run_probes(spark, data_source=True):
+        rdd = spark.sparkContext.parallelize(range(2), 2).map(probe).collect()
+        source = data_source and probe_data_source(spark)
+        print("PROBES " + json.dumps({"rdd": rdd, "source": source or [], "driver": probe()}))
+
+
+    def probe_data_source(spark):
+        from pyspark.sql.datasource import DataSource, DataSourceReader
+
+        class ProbeReader(DataSourceReader):
+            def read(self, partition):
+                yield (probe(),)
+
+        class Probe(DataSource):
+            @classmethod
+            def name(cls):
+                return "kcoreprobe"
+
+            def schema(self):
+                return "probe string"
+
+            def reader(self, schema):
+                return ProbeReader()
+
+        # Registered after kcore's: a Python data source sees the files added before it was.
+        spark.dataSource.register(Probe)
+        return [row.probe for row in spark.read.format("kcoreprobe").load().collect()]
+    """
+)
+
+
+def check_executor_probe(raw: str, cache: Path, bundle_name: str, python: Path) -> None:
+    """``raw`` (what PROBE's ``probe`` returned) says: run by ``python``, kcore imported from
+    the bundle ``bundle_name``, its compiled modules and cramjam extracted to ``cache``, and
+    working."""
+    p = json.loads(raw)
+    assert p["python"] == str(python)
+    assert f"{bundle_name}/kcore/__init__.py" in p["kcore"]  # imported from the zip
+    codec = Path(p["codec"])
+    # The compiled codec, extracted to the cache, in a directory named by its content hash.
+    assert codec.suffix == ".so" and codec.parent.parent == cache, codec
+    assert codec.parent.name.startswith("kcore._codec-")
+    # The producer's compiled module (it cimports the codec), extracted alike.
+    sendpath = Path(p["sendpath"])
+    assert sendpath.suffix == ".so" and sendpath.parent.parent == cache, sendpath
+    assert sendpath.parent.name.startswith("kcore.producer._sendpath-")
+    assert Path(p["cramjam"]).parent.parent == cache and Path(p["cramjam"]).parent.name.startswith(
+        "cramjam-"
+    )
+    assert p["zstd"] and p["lz4"]
+    assert p["murmur2"] == MURMUR2_21
 
 
 def read_records(consumer, n: int, timeout: float = 60, poll_s: float = 0.5) -> list:

@@ -41,6 +41,26 @@ def test_spark_pipeline(kafka_cluster):
 
 
 @pytest.mark.broker
+@pytest.mark.slow
+def test_spark_pipeline_on_a_standalone_cluster(kafka_cluster):
+    # The same job and checks, its executors on the workers of a cluster the example starts.
+    out = run_example(
+        kafka_cluster,
+        "pipeline.py",
+        "--rows",
+        "20000",
+        "--partitions",
+        "3",
+        "--spark",
+        "standalone",
+        timeout=400,
+    )
+    assert "Spark standalone cluster" in out and "starting Spark (spark://127.0.0.1:" in out, out
+    assert "OK: 20,000 events written and read back by a batch and a streaming query" in out
+    assert sum("micro-batch" in line for line in out.splitlines()) >= 4, out
+
+
+@pytest.mark.broker
 def test_roundtrip(kafka_cluster):
     out = run_example(
         kafka_cluster, "roundtrip.py", "--records", "20000", "--compression", "lz4", timeout=300

@@ -12,14 +12,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 import zipfile
 from pathlib import Path
 
 import pyspark
 import pytest
-from conftest import OTHER_PYTHON, cpython
+from conftest import OTHER_PYTHON, PROBE, check_executor_probe, clean_env, cpython
 
 import kcore
 from kcore import _bundle_loader
@@ -28,65 +27,6 @@ from kcore.spark import bundle as bundle_builder
 pytestmark = pytest.mark.slow
 
 SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-MURMUR2_21 = -973932308  # Java's Utils.murmur2("21".getBytes())
-
-# What executors report: where kcore, its compiled modules and cramjam came from, and that they
-# work.
-PROBE = textwrap.dedent(
-    """
-    import json, os, sys
-
-
-    def probe(_=None):
-        import kcore
-        import kcore._codec as c
-        import kcore.codec as pub
-        import kcore.producer._sendpath as sendpath
-
-        cramjam = sys.modules["cramjam"]  # the codec's (a bundle's serves it once kcore loads)
-
-        data = b"kcore " * 1000
-        return json.dumps({
-            "python": sys.executable,
-            "kcore": kcore.__file__,
-            "codec": c.__file__,
-            "sendpath": sendpath.__file__,
-            "cramjam": cramjam.__file__,
-            "zstd": pub.decompress("zstd", pub.compress("zstd", data)) == data,
-            "lz4": pub.decompress("lz4", pub.compress("lz4", data)) == data,
-            "murmur2": pub.murmur2(b"21"),
-        })
-
-
-    def run_probes(spark, data_source=True):
-        rdd = spark.sparkContext.parallelize(range(2), 2).map(probe).collect()
-        source = data_source and probe_data_source(spark)
-        print("PROBES " + json.dumps({"rdd": rdd, "source": source or [], "driver": probe()}))
-
-
-    def probe_data_source(spark):
-        from pyspark.sql.datasource import DataSource, DataSourceReader
-
-        class ProbeReader(DataSourceReader):
-            def read(self, partition):
-                yield (probe(),)
-
-        class Probe(DataSource):
-            @classmethod
-            def name(cls):
-                return "kcoreprobe"
-
-            def schema(self):
-                return "probe string"
-
-            def reader(self, schema):
-                return ProbeReader()
-
-        # Registered after kcore's: a Python data source sees the files added before it was.
-        spark.dataSource.register(Probe)
-        return [row.probe for row in spark.read.format("kcoreprobe").load().collect()]
-    """
-)
 
 PY_FILES_APP = (
     PROBE
@@ -173,26 +113,6 @@ spark.stop()
 )
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("bundle")
-    res = subprocess.run(
-        [sys.executable, "-m", "kcore.spark.bundle", "-o", str(out)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    path = Path(res.stdout.strip())
-    python_tag, platform_tag = _bundle_loader.current_tags()
-    assert path.name == f"kcore-{kcore.__version__}-spark-{python_tag}-{platform_tag}.zip"
-    return path
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYSPARK"))}
-    return {**env, **extra}
-
-
 def _spark_submit(app: str, tmp_path: Path, env: dict[str, str], *args: str) -> dict:
     script = tmp_path / "app.py"
     script.write_text(app)
@@ -222,43 +142,24 @@ def _spark_submit(app: str, tmp_path: Path, env: dict[str, str], *args: str) -> 
     return out
 
 
-def _check_executor_probe(raw: str, cache: Path, bundle_name: str, python: Path) -> None:
-    p = json.loads(raw)
-    assert p["python"] == str(python)
-    assert f"{bundle_name}/kcore/__init__.py" in p["kcore"]  # imported from the zip
-    codec = Path(p["codec"])
-    # The compiled codec, extracted to the cache, in a directory named by its content hash.
-    assert codec.suffix == ".so" and codec.parent.parent == cache, codec
-    assert codec.parent.name.startswith("kcore._codec-")
-    # The producer's compiled module (it cimports the codec), extracted alike.
-    sendpath = Path(p["sendpath"])
-    assert sendpath.suffix == ".so" and sendpath.parent.parent == cache, sendpath
-    assert sendpath.parent.name.startswith("kcore.producer._sendpath-")
-    assert Path(p["cramjam"]).parent.parent == cache and Path(p["cramjam"]).parent.name.startswith(
-        "cramjam-"
-    )
-    assert p["zstd"] and p["lz4"]
-    assert p["murmur2"] == MURMUR2_21
-
-
-def test_py_files_bundle_runs_compiled_codec_on_executors(bundle, bare_python, tmp_path):
+def test_py_files_bundle_runs_compiled_codec_on_executors(spark_bundle, bare_python, tmp_path):
     cache = tmp_path / "cache"
-    env = _clean_env(
+    env = clean_env(
         PYSPARK_PYTHON=str(bare_python),
         PYSPARK_DRIVER_PYTHON=str(bare_python),
         KCORE_BUNDLE_CACHE=str(cache),
     )
-    out = _spark_submit(PY_FILES_APP, tmp_path, env, "--py-files", str(bundle))
+    out = _spark_submit(PY_FILES_APP, tmp_path, env, "--py-files", str(spark_bundle))
     probes = out["PROBES"]
     assert len(probes["rdd"]) == 2
     for raw in probes["rdd"] + [probes["driver"]]:
-        _check_executor_probe(raw, cache, bundle.name, bare_python)
+        check_executor_probe(raw, cache, spark_bundle.name, bare_python)
 
 
 def test_register_ships_the_drivers_kcore_to_executors_without_it(bare_python, tmp_path):
     # The real case: kcore pip-installed where the driver runs, not where executors do.
     cache = tmp_path / "cache"
-    env = _clean_env(
+    env = clean_env(
         PYSPARK_PYTHON=str(bare_python),
         PYSPARK_DRIVER_PYTHON=sys.executable,
         KCORE_BUNDLE_CACHE=str(cache),
@@ -270,7 +171,7 @@ def test_register_ships_the_drivers_kcore_to_executors_without_it(bare_python, t
     probes = out["PROBES"]
     assert len(probes["rdd"]) == 2 and len(probes["source"]) == 1
     for raw in probes["rdd"] + probes["source"]:
-        _check_executor_probe(raw, cache, built.name, bare_python)
+        check_executor_probe(raw, cache, built.name, bare_python)
     driver = json.loads(probes["driver"])
     assert driver["python"] == sys.executable
     assert ".zip" not in driver["kcore"]  # the driver keeps its installed kcore
@@ -282,7 +183,7 @@ def test_register_ships_a_prebuilt_bundle_for_several_interpreters(
     # spark.kcore.bundle names the bundle to ship (here the one of conftest's kcore wheels, for
     # this interpreter and another) instead of one built from the installed kcore.
     cache = tmp_path / "cache"
-    env = _clean_env(
+    env = clean_env(
         PYSPARK_PYTHON=str(bare_python),
         PYSPARK_DRIVER_PYTHON=sys.executable,
         KCORE_BUNDLE_CACHE=str(cache),
@@ -294,12 +195,12 @@ def test_register_ships_a_prebuilt_bundle_for_several_interpreters(
     probes = out["PROBES"]
     assert len(probes["rdd"]) == 2 and len(probes["source"]) == 1
     for raw in probes["rdd"] + probes["source"]:
-        _check_executor_probe(raw, cache, multi_bundle.name, bare_python)
+        check_executor_probe(raw, cache, multi_bundle.name, bare_python)
 
 
 def _import_from_bundle(bundle: Path, cache: Path, code: str, python: str = sys.executable):
     # -S: no site-packages, so neither the installed kcore nor cramjam is visible.
-    env = _clean_env(PYTHONPATH=str(bundle), KCORE_BUNDLE_CACHE=str(cache))
+    env = clean_env(PYTHONPATH=str(bundle), KCORE_BUNDLE_CACHE=str(cache))
     return subprocess.Popen(
         [python, "-S", "-c", code],
         env=env,
@@ -309,7 +210,7 @@ def _import_from_bundle(bundle: Path, cache: Path, code: str, python: str = sys.
     )
 
 
-def test_concurrent_workers_extract_once(bundle, tmp_path):
+def test_concurrent_workers_extract_once(spark_bundle, tmp_path):
     cache = tmp_path / "cache"
     start = time.time() + 1.5  # all import at once, after their interpreters are up
     code = (
@@ -318,7 +219,7 @@ def test_concurrent_workers_extract_once(bundle, tmp_path):
         "assert pub.decompress('zstd', pub.compress('zstd', b'x' * 999)) == b'x' * 999\n"
         "print(c.__file__)"
     )
-    procs = [_import_from_bundle(bundle, cache, code) for _ in range(6)]
+    procs = [_import_from_bundle(spark_bundle, cache, code) for _ in range(6)]
     results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
     for p in procs:
         p.stdout.close()
@@ -330,7 +231,7 @@ def test_concurrent_workers_extract_once(bundle, tmp_path):
     assert [e.split("-")[0] for e in entries] == ["cramjam", "kcore._codec"], entries
     [so] = list(cache.glob("kcore._codec-*/*"))
     tag = _bundle_loader.interpreter_tag()
-    with zipfile.ZipFile(bundle) as zf:
+    with zipfile.ZipFile(spark_bundle) as zf:
         assert so.read_bytes() == zf.read(f"kcore/_bundled/{tag}/kcore/{so.name}")
 
 
@@ -359,8 +260,8 @@ def _retagged(bundle: Path, out: Path, tag: str) -> Path:
     return target
 
 
-def test_bundle_refuses_a_mismatching_interpreter(bundle, tmp_path):
-    other = _retagged(bundle, tmp_path, "399")
+def test_bundle_refuses_a_mismatching_interpreter(spark_bundle, tmp_path):
+    other = _retagged(spark_bundle, tmp_path, "399")
     proc = _import_from_bundle(other, tmp_path / "cache", "import kcore")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
@@ -370,18 +271,20 @@ def test_bundle_refuses_a_mismatching_interpreter(bundle, tmp_path):
     assert not (tmp_path / "cache").exists()  # refused before extracting anything
 
 
-def test_bundle_refuses_another_python_version(bundle, tmp_path):
+def test_bundle_refuses_another_python_version(spark_bundle, tmp_path):
     # A real other CPython: the bundle of the installed kcore holds this interpreter's only.
     other = str(cpython(OTHER_PYTHON))
-    proc = _import_from_bundle(bundle, tmp_path / "cache", "import kcore", python=other)
+    proc = _import_from_bundle(spark_bundle, tmp_path / "cache", "import kcore", python=other)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     python_tag, _ = _bundle_loader.current_tags()
-    assert f"ImportError: {bundle.name} is a kcore Spark bundle for {python_tag} on " in err, err
+    assert (
+        f"ImportError: {spark_bundle.name} is a kcore Spark bundle for {python_tag} on " in err
+    ), err
     assert f"({other}) is cp{OTHER_PYTHON.replace('.', '')} on " in err, err
 
 
-def test_bundle_from_wheels_matches_installed(bundle, tmp_path):
+def test_bundle_from_wheels_matches_installed(spark_bundle, tmp_path):
     # wheels/build.sh builds from the kcore and cramjam wheels; the same files make the same
     # compiled payloads as a bundle of the installed packages.
     installed = bundle_builder.from_installed()
@@ -404,7 +307,7 @@ def test_bundle_from_wheels_matches_installed(bundle, tmp_path):
     assert from_wheels.manifest()["interpreters"] == installed.manifest()["interpreters"]
     assert from_wheels.kcore_files == installed.kcore_files
     assert from_wheels.licenses == {"cramjam-2.99.0/LICENSE": b"MIT"}
-    assert from_wheels.file_name == bundle.name
+    assert from_wheels.file_name == spark_bundle.name
 
 
 def test_builder_and_loader_hash_files_alike():

@@ -6,6 +6,8 @@
 (``kcore.testing.pytest_plugin``) provides the fixtures ``kafka_cluster`` and ``kafka_cluster3``.
 ``kcore.testing.security`` makes test certificates and TLS/SASL listeners;
 ``spark_kafka_jars`` fetches Spark's JVM Kafka connector (the Spark benchmark's peer).
+``SparkCluster`` runs a Spark standalone cluster (a master and workers) from the installed
+pyspark; the plugin's ``spark_cluster`` fixture is one.
 """
 
 from .cluster import (
@@ -34,6 +36,7 @@ from .security import (
     security_listeners,
     ssl_listener,
 )
+from .spark_cluster import SparkCluster
 from .spark_jars import spark_kafka_jars
 from .versions import KAFKA_VERSION
 
@@ -54,6 +57,7 @@ __all__ = [
     "Listener",
     "LocalPKI",
     "PKIError",
+    "SparkCluster",
     "java_client_properties",
     "java_executable",
     "kafka_libs",

@@ -22,7 +22,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -213,39 +212,12 @@ def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
     return out
 
 
-def _reserve_ports(count: int) -> list[int]:
-    """``count`` distinct free ports on 127.0.0.1, all bound at once so none repeats."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind((HOST, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _random_cluster_id() -> str:
     """A Kafka ``Uuid`` string: 22 chars of unpadded base64url, not starting with '-'."""
     while True:
         text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not text.startswith("-"):
             return text
-
-
-def _tail_text(path: Path, lines: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max(65536, lines * 1000)))
-            data = f.read()
-    except OSError as exc:
-        return f"(cannot read {path}: {exc})"
-    text = data.decode(errors="replace").splitlines()
-    return "\n".join(text[-lines:]) if lines > 0 else ""
 
 
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -612,7 +584,7 @@ class KafkaCluster(BaseCluster):
         return self.node(node_id).log_path
 
     def log_tail(self, node_id: int, lines: int = 50) -> str:
-        return _tail_text(self.node(node_id).log_path, lines)
+        return _process.tail_text(self.node(node_id).log_path, lines)
 
     def is_running(self, node_id: int) -> bool:
         return self.node(node_id).is_running()
@@ -747,7 +719,7 @@ class KafkaCluster(BaseCluster):
         assert self._work_dir is not None
         names = [CLIENT_LISTENER, INTERNAL_LISTENER, CONTROLLER_LISTENER]
         names += [x.name for x in self.listeners]
-        ports = iter(_reserve_ports(self.brokers * len(names)))
+        ports = iter(_process.reserve_ports(self.brokers * len(names)))
         adv = {x.name: x.advertised_host or HOST for x in self.listeners}
         adv[CLIENT_LISTENER] = self.advertised_host or HOST
         adv[INTERNAL_LISTENER] = HOST
@@ -887,7 +859,8 @@ class KafkaCluster(BaseCluster):
         self._failed = True
         return ClusterStartError(
             f"Kafka {self.kafka_version} node {node.node_id} of {self.brokers} {what}. Logs are "
-            f"kept in {self._work_dir}. Last lines of {log_path}:\n{_tail_text(log_path, 40)}",
+            f"kept in {self._work_dir}. Last lines of {log_path}:\n"
+            f"{_process.tail_text(log_path, 40)}",
             node_id=node.node_id,
             log_path=log_path,
             work_dir=self._work_dir,
@@ -895,7 +868,7 @@ class KafkaCluster(BaseCluster):
 
     def _port_clash(self) -> bool:
         for node in self._nodes:
-            if b"Address already in use" in _tail_text(node.log_path, 200).encode():
+            if b"Address already in use" in _process.tail_text(node.log_path, 200).encode():
                 return True
         return False
 

@@ -1,4 +1,4 @@
-"""Errors raised by ``kcore.testing`` (the local Kafka cluster harness)."""
+"""Errors raised by ``kcore.testing`` (the local Kafka and Spark cluster harness)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ class KafkaJarsError(ClusterError):
 
 
 class ClusterStartError(ClusterError):
-    """A node did not start: its JVM exited, or it did not log ``Kafka Server started`` in time.
-    The message ends with the tail of that node's log; ``log_path`` and ``work_dir`` say where
-    the full logs were kept."""
+    """A node did not start: its JVM exited, or it was not ready in time (a Kafka node logs
+    ``Kafka Server started``, a Spark cluster's master lists every worker). The message ends
+    with the tail of that node's log; ``log_path`` and ``work_dir`` say where the full logs
+    were kept."""
 
     def __init__(
         self,

@@ -9,6 +9,9 @@
   of every node's log is added to its report, and the cluster keeps its logs.
 * After a test that stopped or killed nodes of a session cluster, they are started again.
 * Under pytest-xdist every worker starts its own clusters (each node a JVM of -Xmx512m).
+* ``spark_cluster`` — a Spark standalone cluster (SparkCluster: a master and two workers of two
+  cores and 1g each), session scope, started on first use; its logs are added to the report of a
+  test using it that fails, and kept.
 
 Importing this module does no JVM or Maven work; everything happens in the fixtures. pytest
 loads it through the ``pytest11`` entry point named ``kcore`` (``-p no:kcore`` disables it);
@@ -25,12 +28,14 @@ import pytest
 
 if TYPE_CHECKING:
     from kcore.testing.cluster import BaseCluster
+    from kcore.testing.spark_cluster import SparkCluster
 
 CLUSTER_FIXTURES = ("kafka_cluster", "kafka_cluster3")
 LOG_TAIL_LINES = 30
 
 _clusters: list[BaseCluster] = []  # every cluster a fixture started this session
 _user_clusters: list[BaseCluster] = []  # the tests' own clusters, once a test using one failed
+_spark_clusters: list[SparkCluster] = []  # the spark_cluster fixture's
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -100,6 +105,22 @@ def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     yield from _session_cluster(3, tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark standalone cluster on 127.0.0.1 shared by the whole session: a master and two
+    workers (two cores and 1g each), run from the installed pyspark."""
+    from kcore.testing.spark_cluster import SparkCluster
+
+    work_dir = tmp_path_factory.mktemp("spark-", numbered=True)
+    cluster = SparkCluster(2, work_dir=work_dir, keep_logs=True)
+    _spark_clusters.append(cluster)
+    cluster.start()  # a failure errors every test that uses the fixture (pytest caches it)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 def _clusters_of(item: pytest.Item) -> list[BaseCluster]:
     """The clusters a test had as fixtures: the plugin's and the user's own."""
     from kcore.testing.cluster import BaseCluster
@@ -123,6 +144,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                 _user_clusters.append(cluster)  # named in the summary with the plugin's
             for title, text in _log_sections(cluster):
                 report.sections.append((title, text))
+        for spark in _spark_clusters_of(item):
+            spark.mark_failed()
+            for daemon in spark.daemons:
+                title = (
+                    f"Spark {daemon.name} log (last {LOG_TAIL_LINES} lines of {daemon.log_path})"
+                )
+                report.sections.append((title, spark.log_tail(daemon.name, LOG_TAIL_LINES)))
+
+
+def _spark_clusters_of(item: pytest.Item) -> list[SparkCluster]:
+    from kcore.testing.spark_cluster import SparkCluster
+
+    funcargs = getattr(item, "funcargs", None) or {}
+    found: list[SparkCluster] = []
+    for value in funcargs.values():
+        if isinstance(value, SparkCluster) and all(value is not c for c in found):
+            found.append(value)
+    return found
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -180,3 +219,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for cluster in (*_clusters, *_user_clusters):
         if cluster.failed and cluster.work_dir is not None:
             terminalreporter.write_line(f"kcore: Kafka logs kept in {cluster.work_dir}")
+    for spark in _spark_clusters:
+        if spark.failed and spark.work_dir is not None:
+            terminalreporter.write_line(f"kcore: Spark logs kept in {spark.work_dir}")
