@@ -41,7 +41,7 @@ async def bootstrap_addresses(servers: list[str], dns_lookup: str) -> list[str]:
             host, port = parse_address(address)
             try:
                 names = await canonical_names(host, port)
-            except OSError:
+            except Exception:  # (OSError; UnicodeError for a name IDNA rejects; ...)
                 names = [host]  # the connect attempt will report the DNS failure
             expanded += [format_address(n, port) for n in names]
         addresses = expanded

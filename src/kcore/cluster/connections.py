@@ -106,12 +106,17 @@ class ConnectionPool:
         self._connecting.pop(node_id, None)
 
     async def _open(self, node_id: int) -> BrokerConnection:
-        broker = self.cache.current.brokers.get(broker_id(node_id))
+        md = self.cache.current
+        broker = md.brokers.get(broker_id(node_id))
         if broker is None:
             self.cache.request_update()
-            raise BrokerConnectionError(
-                f"node {node_id}", "connect", "the broker is not in the cluster metadata"
-            )
+            problem = md.unusable_brokers.get(broker_id(node_id))
+            reason = "the broker is not in the cluster metadata"
+            if problem is not None:
+                reason = (
+                    f"the cluster metadata lists it at an address that cannot be dialled: {problem}"
+                )
+            raise BrokerConnectionError(f"node {node_id}", "connect", reason)
         state = self._nodes.setdefault(node_id, NodeState())
         wait = state.retry_at - time.monotonic()
         if wait > 0:

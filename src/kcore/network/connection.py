@@ -34,7 +34,7 @@ from kcore.errors import (
     error_for_code,
 )
 from kcore.metrics import ClientMetrics
-from kcore.network.address import format_address, resolve
+from kcore.network.address import address_problem, format_address, resolve
 from kcore.protocol import ApiKey, KafkaProtocol, broker_versions, choose_version
 from kcore.protocol.messages import (
     APIS,
@@ -231,12 +231,17 @@ class BrokerConnection:
         ``SaslAuthenticationFailedError`` for rejected credentials (or a token that could not
         be got)."""
         await self._prepare_sasl()
+        problem = address_problem(self.host, self.port)
+        if problem is not None:  # (as an unknown host: Java's client logs it and goes on)
+            raise BrokerConnectionError(self.address, "dns", f"cannot be dialled: {problem}")
         try:
             addresses = await asyncio.wait_for(
                 resolve(self.host, self.port, all_ips=self.settings.all_dns_ips),
                 self.settings.setup_timeout_s,
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except Exception as exc:
+            # (OSError from the resolver, UnicodeError from the IDNA codec, ValueError,
+            # OverflowError for a port out of range: whatever a peer's name makes it raise)
             reason = "timed out" if isinstance(exc, asyncio.TimeoutError) else _os_reason(exc)
             raise BrokerConnectionError(
                 self.address, "dns", f"cannot resolve {self.host!r}: {reason}"
@@ -316,6 +321,12 @@ class BrokerConnection:
                 reason += " during the handshake (a broker restarting, or not a TLS listener?)"
             raise BrokerConnectionError(
                 self.address, stage, reason, transient=stage == "tls"
+            ) from None
+        except Exception as exc:
+            # Whatever dialling an address raises (OverflowError, ValueError, UnicodeError)
+            # makes it unreachable, like a refused one.
+            raise BrokerConnectionError(
+                self.address, "connect", f"{where}{_os_reason(exc)}"
             ) from None
         self._stream = stream
         self.connected_ip = ip
@@ -654,4 +665,6 @@ def _os_reason(exc: BaseException | None) -> str:
         return "connection refused (nothing listens on that port)"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower() if exc.strerror[0].isupper() else exc.strerror
+    if not isinstance(exc, OSError) and str(exc):
+        return f"{type(exc).__name__}: {exc}"  # (a ValueError's text alone says little)
     return str(exc) or type(exc).__name__
