@@ -316,3 +316,47 @@ def test_a_leader_at_an_impossible_address_is_a_kcore_error_after_retries():
         with AdminClient({"bootstrap.servers": broker.address}) as admin:
             with pytest.raises(KcoreError):
                 admin.list_offsets({TopicPartition("bad", 0): "latest"}, timeout=2)
+
+
+# -- 3. node ids anywhere in int32 --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("node_id", [0, 1, 2**30 + 1, 2**31 - 1, -1, -(2**31)])
+def test_coordinator_connection_keys_never_equal_a_node_id(node_id):
+    from kcore.cluster.client import broker_id, coordinator_connection_id
+
+    key = coordinator_connection_id(node_id)
+    assert broker_id(key) == node_id
+    assert broker_id(node_id) == node_id  # a node id leads to itself, however large
+    for other in (node_id, 2**31 - 1 - node_id, -node_id):
+        assert key != other
+        assert {key: "coordinator", other: "node"}[other] == "node"  # distinct dict keys
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("node_id", [2**30 + 7, 2**31 - 1, 0])
+def test_a_broker_with_any_int32_node_id_is_connected_to(node_id):
+    """Before, an id above (2**31-1)//2 was taken for a coordinator connection's and mapped to
+    another node. Both the broker's connection and its coordinator connection reach it."""
+    from kcore.cluster.client import coordinator_connection_id
+
+    with FakeBroker({}) as broker:
+        broker.handlers[ApiKey.METADATA] = metadata_answer(
+            [(node_id, "127.0.0.1", broker.port)], {"t": node_id}
+        )
+
+        async def main():
+            client = ClusterClient({"bootstrap.servers": broker.address})
+            await client.start()
+            try:
+                md = await client.ready(20)
+                assert md.leader_for("t", 0).node_id == node_id
+                plain = await client.connection(node_id)
+                coordinator = await client.connection(coordinator_connection_id(node_id))
+                assert plain is not coordinator
+                assert plain.node_id == coordinator.node_id == node_id
+                assert plain.is_ready and coordinator.is_ready
+            finally:
+                await client.close()
+
+        run(main())
