@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kcore import AdminClient, TopicPartition
+from kcore import AdminClient, Consumer, TopicPartition
 from kcore.cluster import ClusterClient
 from kcore.config import ClientConfig
 from kcore.errors import BootstrapError, BrokerConnectionError, ConfigError
@@ -360,3 +360,249 @@ def test_a_broker_with_any_int32_node_id_is_connected_to(node_id):
                 await client.close()
 
         run(main())
+
+
+# -- 4. corrupt record batches in a Fetch answer ------------------------------------------------
+
+
+def batch(base: int, n: int) -> bytes:
+    from kcore.codec import RecordBatchBuilder
+
+    builder = RecordBatchBuilder("none", base_offset=base)
+    for i in range(n):
+        builder.append(None, b"v%d" % (base + i), 1000 + i)
+    return builder.build()
+
+
+def with_length(data: bytes, length: int) -> bytes:
+    """``data`` (one batch) with its length field set to ``length``."""
+    return data[:8] + struct.pack(">i", length) + data[12:]
+
+
+TP = TopicPartition("t", 0)
+
+
+def fetcher(max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20) -> Any:
+    from kcore.consumer.fetcher import Fetcher
+    from kcore.consumer.positions import PartitionState
+
+    config = ClientConfig({"bootstrap.servers": "127.0.0.1:1"}, role="consumer")
+    f = Fetcher(
+        ClusterClient(config),
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=max_bytes,
+        partition_max_bytes=partition_max_bytes,
+        isolation_level=0,
+        reset_policy="earliest",
+    )
+    f.positions.add(TP, PartitionState(position=5))
+    return f
+
+
+def answer(f: Any, records: bytes, room: int | None = None) -> None:
+    """The broker answers ``records`` for TP at its position (``room``: what the response's
+    size limits left for it)."""
+    from types import SimpleNamespace
+
+    async def go() -> None:
+        response = SimpleNamespace(
+            error_code=0, high_watermark=100, records=records, aborted_transactions=None
+        )
+        st = f.positions.require(TP)
+        offset = st.fetch_position if st.fetch_position is not None else st.position
+        extra = {} if room is None else {"room": room}
+        f._handle_partition(TP, offset, -1, response, **extra)
+
+    asyncio.run(go())
+
+
+def queued(f: Any) -> tuple[list[Any], list[BaseException]]:
+    items = f.buffer.peek()
+    return [d for d in items if d.error is None], [d.error for d in items if d.error is not None]
+
+
+@pytest.mark.parametrize("length", [-1, -(2**31), 0, 13])
+def test_a_batch_length_no_batch_has_stops_the_partition(length):
+    from kcore.errors import CorruptRecordError
+
+    f = fetcher()
+    answer(f, with_length(batch(5, 3), length))
+    data, errors = queued(f)
+    assert data == []
+    (error,) = errors
+    assert isinstance(error, CorruptRecordError)
+    assert str(error) == (
+        f"t-0: corrupt record batch at offset 5: its length field says {length} bytes "
+        "(a batch has at least 14)"
+    )
+    assert f.positions.require(TP).retry_at > 0  # asked again only after a backoff
+
+
+def test_a_partial_trailing_batch_still_works():
+    """The broker cut the answer at its size limit: the whole batches are taken, and the next
+    fetch starts at the cut one."""
+    f = fetcher()
+    one, two = batch(5, 3), batch(8, 4)
+    answer(f, one + two[:20])
+    data, errors = queued(f)
+    assert errors == [] and len(data) == 1
+    assert f.positions.require(TP).fetch_position == 8
+
+
+def test_a_partial_first_batch_is_asked_for_whole_once():
+    f = fetcher(partition_max_bytes=64)
+    whole = batch(5, 20)
+    answer(f, whole[:64])
+    st = f.positions.require(TP)
+    assert queued(f) == ([], [])
+    assert st.batch_bytes == len(whole) and st.retry_at == 0.0  # at once, for all of it
+    answer(f, whole)
+    data, errors = queued(f)
+    assert errors == [] and len(data) == 1 and st.batch_bytes == 0
+
+
+def test_only_part_of_a_batch_again_when_all_of_it_could_come_is_an_error():
+    from kcore.errors import CorruptRecordError
+
+    f = fetcher()
+    lying = with_length(batch(5, 3), 10_000_000)  # points far past the end of the answer
+    answer(f, lying)
+    assert queued(f) == ([], [])
+    answer(f, lying)
+    data, errors = queued(f)
+    assert data == []
+    (error,) = errors
+    assert isinstance(error, CorruptRecordError)
+    assert str(error).startswith(
+        f"t-0: failed to make progress fetching offset 5: the broker answered again with only "
+        f"{len(lying)} bytes of a record batch whose header says 10000012"
+    )
+
+
+def test_only_part_again_for_lack_of_room_backs_off_without_an_error():
+    """Other partitions of the answer took fetch.max.bytes: not an error, but not asked again
+    at once either."""
+    f = fetcher()
+    whole = batch(5, 20)
+    answer(f, whole[:40], room=40)
+    answer(f, whole[:40], room=40)
+    assert queued(f) == ([], [])
+    assert f.positions.require(TP).retry_at > 0
+
+
+def test_whole_batches_before_a_corrupt_one_are_kept():
+    """No record the broker sent whole is lost: the good batch is handed out, the corrupt one
+    after it is reported when the partition's fetch reaches it."""
+    from kcore.errors import CorruptRecordError
+
+    f = fetcher()
+    answer(f, batch(5, 3) + with_length(batch(8, 2), -7))
+    data, errors = queued(f)
+    assert errors == [] and len(data) == 1
+    answer(f, with_length(batch(8, 2), -7))
+    _, errors = queued(f)
+    assert isinstance(errors[0], CorruptRecordError) and "offset 8" in str(errors[0])
+
+
+def fetch_answer(batches: list[tuple[int, bytes]]) -> Handler:
+    """Fetch answers from ``batches`` ((first offset, bytes), in order): as a broker, from the
+    batch holding the fetch offset on."""
+    from kcore.protocol.messages import FetchResponse
+    from kcore.protocol.messages.fetch_response import FetchableTopicResponse, PartitionData
+
+    def answer(request: Any, version: int) -> Any:
+        parts = [
+            PartitionData(
+                partition_index=p.partition,
+                high_watermark=100,
+                last_stable_offset=100,
+                log_start_offset=0,
+                aborted_transactions=[],
+                records=b"".join(
+                    data
+                    for i, (first, data) in enumerate(batches)
+                    if i + 1 == len(batches) or batches[i + 1][0] > p.fetch_offset
+                ),
+            )
+            for t in request.topics
+            for p in t.partitions
+        ]
+        return FetchResponse(responses=[FetchableTopicResponse(topic="t", partitions=parts)])
+
+    return answer
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("corrupt_length", [-1, 10_000_000])
+def test_poll_raises_a_corrupt_batch_naming_topic_partition_and_offset(corrupt_length):
+    """Against a fake broker: the records before the corrupt batch come out of poll, then poll
+    raises CorruptRecordError, and the consumer does not fetch in a loop meanwhile."""
+    from kcore.errors import CorruptRecordError
+
+    records = [(0, batch(0, 5)), (5, with_length(batch(5, 3), corrupt_length))]
+    with FakeBroker({ApiKey.FETCH: fetch_answer(records)}) as broker:
+        broker.handlers[ApiKey.METADATA] = metadata_answer(
+            [(1, "127.0.0.1", broker.port)], {"t": 1}
+        )
+        with Consumer({"bootstrap.servers": broker.address, "fetch.max.wait.ms": 100}) as c:
+            c.assign([TP])
+            c.seek(TP, 0)
+            got: list[Any] = []
+            error: BaseException | None = None
+            for _ in range(40):
+                try:
+                    got += c.poll(0.25)
+                except CorruptRecordError as exc:
+                    error = exc
+                    break
+            assert [r.offset for r in got] == [0, 1, 2, 3, 4]
+            assert error is not None, "poll never raised"
+            assert str(error).startswith("t-0: ") and "offset 5" in str(error)
+            # Before: ~2,500 Fetch requests a second. Now a handful, then backoffs.
+            assert broker.count(ApiKey.FETCH) < 40
+
+
+@pytest.mark.timeout(60)
+def test_a_spark_read_fails_with_the_corrupt_batch():
+    """The Spark source's read of a partition (run here as its executor runs it, without a
+    JVM) ends in the CorruptRecordError, not a stall judged as data loss."""
+    from kcore.errors import CorruptRecordError
+    from kcore.spark.options import parse_read_options
+    from kcore.spark.range_reader import KafkaInputPartition, arrow_schema, read_range
+
+    records = [(0, batch(0, 5)), (5, with_length(batch(5, 3), -1))]
+    with FakeBroker({ApiKey.FETCH: fetch_answer(records)}) as broker:
+        broker.handlers[ApiKey.METADATA] = metadata_answer(
+            [(1, "127.0.0.1", broker.port)], {"t": 1}
+        )
+        options = {"kafka.bootstrap.servers": broker.address, "subscribe": "t"}
+        opts = parse_read_options(options, streaming=False)
+        from kcore.spark.options import read_schema
+
+        target = arrow_schema(read_schema(options))
+        rows = 0
+        with pytest.raises(CorruptRecordError, match="t-0: corrupt record batch at offset 5"):
+            for rb in read_range(KafkaInputPartition("t", 0, 0, 8), opts, target):
+                rows += rb.num_rows
+        assert rows == 5
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_the_codec_rejects_is_raised_naming_the_partition_and_offset():
+    """A whole batch with a flipped byte (its CRC no longer matches): the codec's error, with
+    the partition and the offset fetched in front of its byte position."""
+    from kcore.errors import CrcMismatchError
+
+    good = batch(0, 5)
+    flipped = good[:-1] + bytes([good[-1] ^ 0xFF])
+    with FakeBroker({ApiKey.FETCH: fetch_answer([(0, flipped)])}) as broker:
+        broker.handlers[ApiKey.METADATA] = metadata_answer(
+            [(1, "127.0.0.1", broker.port)], {"t": 1}
+        )
+        with Consumer({"bootstrap.servers": broker.address, "fetch.max.wait.ms": 100}) as c:
+            c.assign([TP])
+            c.seek(TP, 0)
+            with pytest.raises(CrcMismatchError, match=r"^t-0: fetched at offset 0: .*CRC"):
+                for _ in range(40):
+                    assert c.poll(0.25) == []
