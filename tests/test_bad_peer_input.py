@@ -606,3 +606,87 @@ def test_a_batch_the_codec_rejects_is_raised_naming_the_partition_and_offset():
             with pytest.raises(CrcMismatchError, match=r"^t-0: fetched at offset 0: .*CRC"):
                 for _ in range(40):
                     assert c.poll(0.25) == []
+
+
+# -- 5. smaller: long client ids, long bootstrap errors, frame-size hints -----------------------
+
+
+@pytest.mark.parametrize(
+    "key, role",
+    [("client.id", "common"), ("group.id", "consumer"), ("transactional.id", "producer")],
+)
+def test_a_setting_longer_than_a_protocol_string_is_a_config_error(key, role):
+    with pytest.raises(ConfigError) as info:
+        ClientConfig({"bootstrap.servers": "a:9092", key: "é" * 16384}, role=role)
+    assert str(info.value) == (
+        f"{key}: is 32768 bytes in UTF-8; a Kafka protocol string holds at most 32767"
+    )
+    ClientConfig({"bootstrap.servers": "a:9092", key: "é" * 16383}, role=role)  # 32766: fine
+
+
+def test_a_bootstrap_error_names_the_first_addresses_and_counts_the_rest():
+    attempts = [(f"10.0.{i // 256}.{i % 256}:9092", "connection refused") for i in range(10_000)]
+    error = BootstrapError(attempts, 30)
+    text = str(error)
+    assert text.startswith(
+        "no bootstrap server answered within 30s (10.0.0.0:9092: connection refused; "
+    )
+    assert text.endswith("; and 9995 more (see .attempts))")
+    assert len(text) < 500
+    assert error.attempts == attempts  # the full detail stays
+    assert "no address to try" in str(BootstrapError([]))
+
+
+class RawPeer:
+    """A TCP server on 127.0.0.1 that answers every connection with ``reply`` and closes."""
+
+    def __init__(self, reply: bytes) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self.reply = reply
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.recv(4096)
+                    conn.sendall(self.reply)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._server.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "reply, hint",
+    [
+        (b"\x15\x03\x03\x00\x02\x02\x46", "the peer answered with a TLS record"),
+        (b"\x16\x03\x01\x00\x30" + b"\x00" * 48, "the peer answered with a TLS record"),
+        (b"\x7f\xff\xff\xff", "the peer sent an impossible frame size, 2147483647"),
+        (b"\xff\xff\xff\xff", "the peer sent an impossible frame size, -1"),
+        (b"HTTP/1.1 400 Bad Request\r\n\r\n", "the peer answered in HTTP"),
+    ],
+)
+def test_a_bad_frame_size_during_api_versions_names_what_the_peer_sent(reply, hint):
+    peer = RawPeer(reply)
+
+    async def main():
+        conn = BrokerConnection("127.0.0.1", peer.port, ConnectionSettings(setup_timeout_s=10))
+        with pytest.raises(BrokerConnectionError) as info:
+            await conn.open()
+        assert info.value.stage == "api_versions"
+        assert hint in info.value.reason
+        if "TLS record" not in hint:
+            assert "TLS" not in info.value.reason
+
+    try:
+        run(main())
+    finally:
+        peer.close()

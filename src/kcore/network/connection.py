@@ -201,6 +201,8 @@ class BrokerConnection:
         self._closed_error: BaseException | None = None
         self._throttled_until = 0.0
         self._ready = False
+        # The first bytes the peer sent: what a setup failure's hint judges the peer by.
+        self._head = b""
         # Called when the broker's end goes away (not on close()): the cluster client then
         # refreshes its metadata, as Java's does on every disconnect (a broker gone, or
         # leadership moving with it), even with no request in flight to fail.
@@ -381,8 +383,22 @@ class BrokerConnection:
                 response = await self._call(request, min(version, theirs[1]))
         except (BrokerConnectionError, ProtocolError) as exc:
             reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
-            if "1213486160" in reason:  # b"HTTP" read as a frame size: not a Kafka port
+            head = self._head
+            size = int.from_bytes(head[:4], "big", signed=True) if len(head) >= 4 else None
+            bad_size = size is not None and not 4 <= size <= self._proto.max_frame_size
+            if head.startswith(b"HTTP"):  # b"HTTP" read as a frame size: not a Kafka port
                 hint = " (the peer answered in HTTP: an HTTP server or proxy, not a Kafka broker)"
+            elif head[:2] in (b"\x15\x03", b"\x16\x03") and self.settings.ssl_context is None:
+                # A TLS alert or handshake record (content type 21 or 22, version 3.x).
+                hint = (
+                    " (the peer answered with a TLS record: a TLS listener; check "
+                    "security.protocol)"
+                )
+            elif bad_size:
+                hint = (
+                    f" (the peer sent an impossible frame size, {size}: not a Kafka broker, or a "
+                    "broken one)"
+                )
             elif self.settings.ssl_context is None:
                 hint = (
                     " (a TLS listener drops plaintext clients like this; check security.protocol)"
@@ -606,6 +622,8 @@ class BrokerConnection:
 
     def _data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
+        if len(self._head) < 4:
+            self._head += data[: 4 - len(self._head)]
         if self.settings.metrics is not None:
             self.settings.metrics.record("incoming-byte", len(data))
         try:
