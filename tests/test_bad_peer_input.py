@@ -318,6 +318,40 @@ def test_a_leader_at_an_impossible_address_is_a_kcore_error_after_retries():
                 admin.list_offsets({TopicPartition("bad", 0): "latest"}, timeout=2)
 
 
+@pytest.mark.timeout(60)
+def test_a_bootstrap_answer_listing_only_impossible_addresses_is_skipped():
+    """A bootstrap server whose answer lists no broker that can be dialled is passed over,
+    like one listing none; the other one's answer is used."""
+    with FakeBroker({}) as liar, FakeBroker({}) as good:
+        liar.handlers[ApiKey.METADATA] = metadata_answer([(1, "127.0.0.1", 99999)], {"t": 1})
+        good.handlers[ApiKey.METADATA] = metadata_answer([(1, "127.0.0.1", good.port)], {"t": 1})
+
+        async def main():
+            client = ClusterClient({"bootstrap.servers": f"{liar.address},{good.address}"})
+            await client.start()
+            try:
+                md = await client.ready(20)
+                assert md.brokers[1].port == good.port
+            finally:
+                await client.close()
+
+        for _ in range(4):  # (either may be asked first)
+            run(main())
+
+    async def alone():
+        client = ClusterClient({"bootstrap.servers": liar.address})
+        await client.start()
+        try:
+            with pytest.raises(BootstrapError, match="no broker that can be dialled"):
+                await client.ready(1.0)
+        finally:
+            await client.close()
+
+    with FakeBroker({}) as liar:
+        liar.handlers[ApiKey.METADATA] = metadata_answer([(1, "127.0.0.1", 99999)], {"t": 1})
+        run(alone())
+
+
 # -- 3. node ids anywhere in int32 --------------------------------------------------------------
 
 

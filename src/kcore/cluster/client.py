@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from kcore.cluster.bootstrap import first_metadata_answer
+from kcore.cluster.bootstrap import first_metadata_answer, lists_usable_broker
 from kcore.cluster.connections import (
     ConnectionKey,
     ConnectionPool,
@@ -440,10 +440,10 @@ class ClusterClient:
                     self.node_failed(node, exc, current)
                 log.debug("metadata from node %s failed: %s", node, exc)
                 continue
-            if (
-                not response.brokers
-            ):  # a broker still starting: ask another (see bootstrap.check_brokers)
-                log.debug("metadata from node %s listed no broker", node)
+            if not lists_usable_broker(response):
+                # A broker still starting (or listing only addresses that cannot be dialled):
+                # ask another (see bootstrap.check_brokers).
+                log.debug("metadata from node %s listed no broker to connect to", node)
                 continue
             self.cache.update(
                 response, all_topics=self.all_topics or topics is None, partial=named_only
