@@ -258,6 +258,35 @@ def test_bootstrap_entries_that_can_never_work_are_config_errors():
         assert entry in str(info.value)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("bad_first", [True, False])
+def test_one_bad_and_one_good_bootstrap_entry_against_a_real_broker(
+    kafka_cluster, bad_first, monkeypatch
+):
+    """A name the IDNA rules reject next to a real broker's address, tried first and last:
+    the admin client and a producer work."""
+    import random
+
+    from kcore import Producer
+
+    def ordered(items: list[Any]) -> None:
+        items.sort(key=lambda a: (".." not in str(a)) if bad_first else (".." in str(a)))
+
+    monkeypatch.setattr(random, "shuffle", ordered)
+    import uuid
+
+    from kcore.admin import NewTopic
+
+    topic = f"bad-peer-input-{uuid.uuid4().hex[:8]}"
+    servers = f"{'a' * 64}..example.com:9092,{kafka_cluster.bootstrap_servers}"
+    with AdminClient({"bootstrap.servers": servers}) as admin:
+        admin.wait_until_ready(timeout=30)
+        assert admin.describe_cluster(timeout=30).brokers
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    with Producer({"bootstrap.servers": servers}) as producer:
+        producer.send(topic, b"v").result(30)
+
+
 # -- 2. metadata with an impossible broker address ----------------------------------------------
 
 
@@ -314,7 +343,11 @@ def test_a_leader_at_an_impossible_address_is_a_kcore_error_after_retries():
             [(1, "127.0.0.1", broker.port), (2, "127.0.0.1", 70000)], {"bad": 2}
         )
         with AdminClient({"bootstrap.servers": broker.address}) as admin:
-            with pytest.raises(KcoreError):
+            with pytest.raises(
+                KcoreError,
+                match=r"bad-0 has no leader that can be reached: broker 2 is listed at an "
+                r"address that cannot be dialled \(port 70000 is outside 0-65535\)",
+            ):
                 admin.list_offsets({TopicPartition("bad", 0): "latest"}, timeout=2)
 
 
