@@ -503,7 +503,10 @@ def test_a_batch_length_no_batch_has_stops_the_partition(length):
         f"t-0: corrupt record batch at offset 5: its length field says {length} bytes "
         "(a batch has at least 14)"
     )
-    assert f.positions.require(TP).retry_at > 0  # asked again only after a backoff
+    st = f.positions.require(TP)
+    assert st.retry_at > 0  # asked again only after a backoff, growing while it fails
+    answer(f, with_length(batch(5, 3), length))
+    assert st.errors == 2 and len(queued(f)[1]) == 1  # (one error queued at a time)
 
 
 def test_a_partial_trailing_batch_still_works():

@@ -496,12 +496,11 @@ class Fetcher:
                 lso if self.isolation_level and lso is not None and lso >= 0 else p.high_watermark
             )
             if code == ErrorCode.NONE:
-                st.errors = 0
                 records = p.records
                 if records is not None and len(records) > 0:
                     epochs: list[tuple[int, int]] = []
                     end, complete = _complete_end(records, epochs)
-                    if not complete:  # only part of the next batch
+                    if not complete:  # only part of the next batch (its backoff keeps growing)
                         self._partial_batch(tp, st, offset, records, room)
                         return
                     st.batch_bytes = 0
@@ -529,6 +528,7 @@ class Fetcher:
                             (a.producer_id, a.first_offset) for a in p.aborted_transactions
                         ]
                     self.buffer.add(data)
+                st.errors = 0
                 return
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 if st.position is not None and offset != st.position:
