@@ -1313,9 +1313,34 @@ def _librdkafka_unsecured(text: str) -> dict[str, str]:
 # -- checks across keys -----------------------------------------------------------------------
 
 
+# Settings sent to brokers as protocol strings (int16 length): at most this many bytes, UTF-8.
+PROTOCOL_STRING_KEYS = (
+    "client.id",
+    "client.rack",
+    "group.id",
+    "group.instance.id",
+    "transactional.id",
+)
+PROTOCOL_STRING_MAX_BYTES = 32767
+
+
 def _check_common(cfg: ClientConfig, v: dict[str, Any], user: dict[str, Any]) -> None:
     if not v["bootstrap.servers"]:
         raise ConfigError("bootstrap.servers", "is required: at least one host:port")
+    for key in PROTOCOL_STRING_KEYS:
+        text = v.get(key)
+        if not isinstance(text, str):
+            continue
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise ConfigError(key, f"is not valid text for the wire ({exc.reason})") from None
+        if size > PROTOCOL_STRING_MAX_BYTES:
+            raise ConfigError(
+                key,
+                f"is {size} bytes in UTF-8; a Kafka protocol string holds at most "
+                f"{PROTOCOL_STRING_MAX_BYTES}",
+            )
     # Java: reconnect.backoff.ms set alone also becomes the max (no exponential growth).
     if "reconnect.backoff.ms" in user and "reconnect.backoff.max.ms" not in user:
         v["reconnect.backoff.max.ms"] = v["reconnect.backoff.ms"]

@@ -17,12 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from kcore.errors import BootstrapError, BrokerConnectionError, KafkaError, KcoreTimeoutError
-from kcore.network.address import canonical_names, format_address, parse_address
+from kcore.network.address import address_problem, canonical_names, format_address, parse_address
 from kcore.network.backoff import ExponentialBackoff
 from kcore.network.connection import BrokerConnection, ConnectionSettings
 from kcore.network.retry import Deadline, RetryPacing
 
-__all__ = ["bootstrap_addresses", "first_metadata_answer"]
+__all__ = ["bootstrap_addresses", "first_metadata_answer", "lists_usable_broker"]
 
 log = logging.getLogger("kcore.cluster")
 
@@ -41,7 +41,7 @@ async def bootstrap_addresses(servers: list[str], dns_lookup: str) -> list[str]:
             host, port = parse_address(address)
             try:
                 names = await canonical_names(host, port)
-            except OSError:
+            except Exception:  # (OSError; UnicodeError for a name IDNA rejects; ...)
                 names = [host]  # the connect attempt will report the DNS failure
             expanded += [format_address(n, port) for n in names]
         addresses = expanded
@@ -137,6 +137,20 @@ def _dedupe(attempts: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 def check_brokers(response: Any, source: str) -> None:
     """A Metadata answer that lists no broker (one from a broker still starting) is not
-    applied, as Java's NetworkClient ignores it: it would leave the client knowing nobody."""
+    applied, as Java's NetworkClient ignores it: it would leave the client knowing nobody.
+    Nor one whose brokers all have addresses no connection can be made to."""
     if not response.brokers:
         raise BrokerConnectionError(source, "metadata", "the answer listed no broker (starting?)")
+    if not lists_usable_broker(response):
+        first = response.brokers[0]
+        raise BrokerConnectionError(
+            source,
+            "metadata",
+            "the answer listed no broker that can be dialled (broker "
+            f"{first.node_id}: {address_problem(first.host, first.port)})",
+        )
+
+
+def lists_usable_broker(response: Any) -> bool:
+    """Whether a Metadata answer lists a broker at an address that can be dialled."""
+    return any(address_problem(b.host, b.port) is None for b in response.brokers)

@@ -16,8 +16,14 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from kcore.cluster.bootstrap import first_metadata_answer
-from kcore.cluster.connections import ConnectionPool, broker_id, coordinator_connection_id
+from kcore.cluster.bootstrap import first_metadata_answer, lists_usable_broker
+from kcore.cluster.connections import (
+    ConnectionKey,
+    ConnectionPool,
+    CoordinatorKey,
+    broker_id,
+    coordinator_connection_id,
+)
 from kcore.cluster.metadata import BrokerInfo, ClusterMetadata, MetadataCache
 from kcore.cluster.settings import connection_settings
 from kcore.cluster.topics import TrackedTopics
@@ -41,7 +47,14 @@ from kcore.protocol import ApiKey
 from kcore.protocol.messages import FindCoordinatorRequest, MetadataRequest
 from kcore.protocol.messages.metadata_request import MetadataRequestTopic
 
-__all__ = ["ClusterClient", "broker_id", "connection_settings", "coordinator_connection_id"]
+__all__ = [
+    "ClusterClient",
+    "ConnectionKey",
+    "CoordinatorKey",
+    "broker_id",
+    "connection_settings",
+    "coordinator_connection_id",
+]
 
 log = logging.getLogger("kcore.cluster")
 
@@ -312,20 +325,20 @@ class ClusterClient:
 
     # -- connections ------------------------------------------------------------------------------
 
-    async def connection(self, node_id: int) -> BrokerConnection:
+    async def connection(self, node_id: ConnectionKey) -> BrokerConnection:
         """The ready connection to ``node_id``, opening one (after any reconnect backoff) if
         needed. Raises ``BrokerConnectionError`` if it cannot be set up."""
         self._check_open()
         return await self.connections.connection(node_id)
 
     def node_failed(
-        self, node_id: int, error: BaseException, conn: BrokerConnection | None = None
+        self, node_id: ConnectionKey, error: BaseException, conn: BrokerConnection | None = None
     ) -> None:
         """A request to ``node_id`` failed at the connection level: see
         :meth:`ConnectionPool.node_failed`."""
         self.connections.node_failed(node_id, error, conn)
 
-    def is_blacked_out(self, node_id: int) -> bool:
+    def is_blacked_out(self, node_id: ConnectionKey) -> bool:
         return self.connections.is_blacked_out(node_id)
 
     def least_loaded_node(self, exclude: Iterable[int] = ()) -> int | None:
@@ -335,7 +348,7 @@ class ClusterClient:
 
     async def send(
         self,
-        node_id: int,
+        node_id: ConnectionKey,
         request: Any,
         version: int | None = None,
         *,
@@ -350,10 +363,10 @@ class ClusterClient:
             self.node_failed(node_id, exc, conn)
             raise
 
-    async def version_for(self, node_id: int, api_key: int, **limits: Any) -> int:
+    async def version_for(self, node_id: ConnectionKey, api_key: int, **limits: Any) -> int:
         return (await self.connection(node_id)).version_for(api_key, **limits)
 
-    async def finalized_features(self, node_id: int) -> dict[str, int]:
+    async def finalized_features(self, node_id: ConnectionKey) -> dict[str, int]:
         """The cluster-wide finalized feature levels broker ``node_id`` advertised in its
         ApiVersions answer (e.g. ``{"transaction.version": 2, "metadata.version": 30}``)."""
         return dict((await self.connection(node_id)).finalized_features)
@@ -427,10 +440,10 @@ class ClusterClient:
                     self.node_failed(node, exc, current)
                 log.debug("metadata from node %s failed: %s", node, exc)
                 continue
-            if (
-                not response.brokers
-            ):  # a broker still starting: ask another (see bootstrap.check_brokers)
-                log.debug("metadata from node %s listed no broker", node)
+            if not lists_usable_broker(response):
+                # A broker still starting (or listing only addresses that cannot be dialled):
+                # ask another (see bootstrap.check_brokers).
+                log.debug("metadata from node %s listed no broker to connect to", node)
                 continue
             self.cache.update(
                 response, all_topics=self.all_topics or topics is None, partial=named_only

@@ -14,7 +14,7 @@ import logging
 import random
 import time
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 from kcore.cluster.metadata import MetadataCache
@@ -22,26 +22,47 @@ from kcore.errors import BrokerConnectionError, KafkaError
 from kcore.network.backoff import ExponentialBackoff
 from kcore.network.connection import BrokerConnection, ConnectionSettings
 
-__all__ = ["ConnectionPool", "broker_id", "coordinator_connection_id"]
+__all__ = [
+    "ConnectionKey",
+    "ConnectionPool",
+    "CoordinatorKey",
+    "broker_id",
+    "coordinator_connection_id",
+]
 
 log = logging.getLogger("kcore.cluster")
 
-# A coordinator gets a connection of its own, as in the Java client (which keys it the same
-# way): on the shared one, a JoinGroup or heartbeat would wait behind a fetch that the broker
-# holds for up to fetch.max.wait.ms, since a broker answers one request per connection at a time.
-_COORDINATOR_IDS = 2**31 - 1
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorKey:
+    """The key of the connection to broker ``node_id`` kept for its coordinator role.
+
+    A coordinator gets a connection of its own, as in the Java client: on the shared one, a
+    JoinGroup or heartbeat would wait behind a fetch that the broker holds for up to
+    fetch.max.wait.ms, since a broker answers one request per connection at a time. A key of
+    its own type, not an int: node ids are any int32 (negative for bootstrap entries), so no
+    arithmetic on them can make a key that no node id equals."""
+
+    node_id: int
+
+    def __str__(self) -> str:
+        return f"{self.node_id} (coordinator connection)"
 
 
-def coordinator_connection_id(node_id: int) -> int:
-    """The id under which ``ClusterClient`` keeps the coordinator connection to ``node_id``;
+# A connection's key in the pool: a broker's node id, or a coordinator connection's key.
+ConnectionKey = int | CoordinatorKey
+
+
+def coordinator_connection_id(node_id: int) -> CoordinatorKey:
+    """The key under which ``ClusterClient`` keeps the coordinator connection to ``node_id``;
     pass it wherever a node id goes (``send``, ``connection``, ``version_for``)."""
-    return _COORDINATOR_IDS - node_id
+    return CoordinatorKey(node_id)
 
 
-def broker_id(connection_id: int) -> int:
-    """The broker a connection id (a node id, or a coordinator connection's id) leads to."""
-    if connection_id > _COORDINATOR_IDS // 2:
-        return _COORDINATOR_IDS - connection_id
+def broker_id(connection_id: ConnectionKey) -> int:
+    """The broker a connection key (a node id, or a coordinator connection's key) leads to."""
+    if isinstance(connection_id, CoordinatorKey):
+        return connection_id.node_id
     return connection_id
 
 
@@ -58,8 +79,8 @@ class NodeState:
 
 
 class ConnectionPool:
-    """The client's connections, by node id (a broker's id, or a coordinator connection's id:
-    :func:`coordinator_connection_id`)."""
+    """The client's connections, by key: a broker's node id, or a coordinator connection's key
+    (:func:`coordinator_connection_id`)."""
 
     def __init__(
         self,
@@ -75,9 +96,9 @@ class ConnectionPool:
         self.reconnect_backoff = reconnect_backoff
         self.setup_timeout_max_s = setup_timeout_max_s
         self.idle_timeout_s = idle_timeout_s
-        self._conns: dict[int, BrokerConnection] = {}
-        self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
-        self._nodes: dict[int, NodeState] = {}
+        self._conns: dict[ConnectionKey, BrokerConnection] = {}
+        self._connecting: dict[ConnectionKey, asyncio.Task[BrokerConnection]] = {}
+        self._nodes: dict[ConnectionKey, NodeState] = {}
 
     def ready_count(self) -> int:
         return sum(1 for c in list(self._conns.values()) if c.is_ready)
@@ -85,11 +106,11 @@ class ConnectionPool:
     def ready_connections(self) -> list[BrokerConnection]:
         return [c for c in self._conns.values() if c.is_ready]
 
-    def current(self, node_id: int) -> BrokerConnection | None:
+    def current(self, node_id: ConnectionKey) -> BrokerConnection | None:
         """The connection to ``node_id`` as it is now (maybe not ready), without opening one."""
         return self._conns.get(node_id)
 
-    async def connection(self, node_id: int) -> BrokerConnection:
+    async def connection(self, node_id: ConnectionKey) -> BrokerConnection:
         """The ready connection to ``node_id``, opening one (after any reconnect backoff) if
         needed. Raises ``BrokerConnectionError`` if it cannot be set up."""
         conn = self._conns.get(node_id)
@@ -102,16 +123,21 @@ class ConnectionPool:
             task.add_done_callback(partial(self._connect_done, node_id))
         return await asyncio.shield(task)
 
-    def _connect_done(self, node_id: int, _task: asyncio.Task[BrokerConnection]) -> None:
+    def _connect_done(self, node_id: ConnectionKey, _task: asyncio.Task[BrokerConnection]) -> None:
         self._connecting.pop(node_id, None)
 
-    async def _open(self, node_id: int) -> BrokerConnection:
-        broker = self.cache.current.brokers.get(broker_id(node_id))
+    async def _open(self, node_id: ConnectionKey) -> BrokerConnection:
+        md = self.cache.current
+        broker = md.brokers.get(broker_id(node_id))
         if broker is None:
             self.cache.request_update()
-            raise BrokerConnectionError(
-                f"node {node_id}", "connect", "the broker is not in the cluster metadata"
-            )
+            problem = md.unusable_brokers.get(broker_id(node_id))
+            reason = "the broker is not in the cluster metadata"
+            if problem is not None:
+                reason = (
+                    f"the cluster metadata lists it at an address that cannot be dialled: {problem}"
+                )
+            raise BrokerConnectionError(f"node {node_id}", "connect", reason)
         state = self._nodes.setdefault(node_id, NodeState())
         wait = state.retry_at - time.monotonic()
         if wait > 0:
@@ -154,7 +180,7 @@ class ConnectionPool:
         return replace(self.settings, setup_timeout_s=backoff.backoff_s(failures))
 
     def node_failed(
-        self, node_id: int, error: BaseException, conn: BrokerConnection | None = None
+        self, node_id: ConnectionKey, error: BaseException, conn: BrokerConnection | None = None
     ) -> None:
         """A request to ``node_id`` failed at the connection level: drop the connection and
         refresh the metadata. The requests in flight on one connection all fail together;
@@ -171,7 +197,7 @@ class ConnectionPool:
         state.retry_at = time.monotonic() + self.reconnect_backoff.backoff_s(state.failures - 1)
         self.cache.request_update()
 
-    def is_blacked_out(self, node_id: int) -> bool:
+    def is_blacked_out(self, node_id: ConnectionKey) -> bool:
         state = self._nodes.get(node_id)
         return state is not None and state.retry_at > time.monotonic()
 

@@ -4,6 +4,7 @@ in, and answers lookups; the cluster client decides when to ask the brokers."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from kcore.errors import ErrorCode
-from kcore.network.address import format_address
+from kcore.network.address import address_problem, format_address
 
 __all__ = [
     "STALE_METADATA_CODES",
@@ -41,6 +42,8 @@ STALE_METADATA_CODES = frozenset(
     }
 )
 NULL_UUID = uuid.UUID(int=0)
+
+log = logging.getLogger("kcore.cluster")
 
 
 class BrokerInfo(NamedTuple):
@@ -102,6 +105,10 @@ class ClusterMetadata:
     unauthorized_topics: frozenset[str] = frozenset()
     # ... and with INVALID_TOPIC_EXCEPTION (a name Kafka does not allow).
     invalid_topics: frozenset[str] = frozenset()
+    # Brokers listed with an address no connection can be made to (a port outside 0-65535, a
+    # host name IDNA rejects), by node id, with the reason: left out of ``brokers``, so that
+    # nothing dials them and a partition they lead waits for a leader as with an offline one.
+    unusable_brokers: Mapping[int, str] = field(default_factory=dict)
 
     def partition(self, topic: str, partition: int) -> PartitionInfo | None:
         info = self.topics.get(topic)
@@ -140,6 +147,8 @@ class MetadataCache:
         self.on_update: list[Callable[[], None]] = []
         # Called (from any thread) when an update is requested: wakes the refresher.
         self.on_request: Callable[[], None] | None = None
+        # Unusable broker entries already logged, (node id, host, port): once each.
+        self._reported_unusable: set[tuple[int, str, int]] = set()
 
     # -- when to refresh --------------------------------------------------------------------------
 
@@ -177,9 +186,9 @@ class MetadataCache:
         requested refresh requested and the ``metadata.max.age.ms`` clock running."""
         now = time.monotonic() if now is None else now
         old = self.current
-        brokers = {
-            b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers
-        }
+        brokers, unusable = self._usable(
+            BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers
+        )
         topics: dict[str, TopicInfo] = {} if all_topics else dict(old.topics)
         unauthorized = set() if all_topics else set(old.unauthorized_topics)
         invalid = set() if all_topics else set(old.invalid_topics)
@@ -218,6 +227,7 @@ class MetadataCache:
             topics=topics,
             unauthorized_topics=frozenset(unauthorized),
             invalid_topics=frozenset(invalid),
+            unusable_brokers=unusable,
         )
         if not partial:
             self.last_refresh = self.last_refresh_attempt = now
@@ -225,6 +235,29 @@ class MetadataCache:
         self.updates += 1
         self._updated()
         return self.current
+
+    def _usable(self, listed: Iterable[BrokerInfo]) -> tuple[dict[int, BrokerInfo], dict[int, str]]:
+        """Broker entries from a peer split into those that can be dialled and why the others
+        cannot (each such entry logged once): a flipped byte in an answer must not reach the
+        network layer as an address."""
+        brokers: dict[int, BrokerInfo] = {}
+        unusable: dict[int, str] = {}
+        for broker in listed:
+            problem = address_problem(broker.host, broker.port)
+            if problem is None:
+                brokers[broker.node_id] = broker
+                continue
+            unusable[broker.node_id] = problem
+            key = (broker.node_id, broker.host, broker.port)
+            if key not in self._reported_unusable:
+                self._reported_unusable.add(key)
+                log.warning(
+                    "broker %s is listed at an address no connection can be made to (%s); "
+                    "it is treated as unreachable",
+                    broker.node_id,
+                    problem,
+                )
+        return brokers, unusable
 
     def forget(self, topics: Iterable[str]) -> None:
         """Drop ``topics`` from the map (no longer tracked)."""
@@ -258,8 +291,8 @@ class MetadataCache:
         if info is None or part is None or leader_id < 0 or leader_epoch <= part.leader_epoch:
             return False
         known = dict(old.brokers)
-        for broker in brokers:
-            known[broker.node_id] = broker
+        hinted, _ = self._usable(brokers)
+        known.update(hinted)
         if leader_id not in known:
             self.request_update()
             return False

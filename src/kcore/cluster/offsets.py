@@ -104,7 +104,13 @@ async def list_offsets(
                     error_for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) or KafkaError()
                 )
             elif part.leader < 0 or part.leader not in md.brokers:
-                again[tp] = LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
+                why = "has no leader"
+                if part.leader in md.unusable_brokers:
+                    why = (
+                        f"has no leader that can be reached: broker {part.leader} is listed at "
+                        f"an address that cannot be dialled ({md.unusable_brokers[part.leader]})"
+                    )
+                again[tp] = LeaderNotAvailableError(f"{tp.topic}-{tp.partition} {why}")
             else:
                 by_leader[part.leader][tp] = ts
         nodes = list(by_leader)

@@ -6,6 +6,7 @@ way; a queued error is raised to a poll that has taken nothing yet."""
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -14,7 +15,7 @@ from kcore.codec import decode_columns, decode_records
 from kcore.consumer.fetch_buffer import FetchBuffer, FetchedData
 from kcore.consumer.fetcher import Fetcher
 from kcore.consumer.positions import PartitionState
-from kcore.errors import NoOffsetForPartitionError
+from kcore.errors import CorruptRecordError, NoOffsetForPartitionError
 from kcore.metrics import ClientMetrics
 from kcore.types import TopicPartition
 
@@ -140,10 +141,10 @@ class FetchCollector:
                 if data.decoded is None:
                     try:
                         data.decoded = self._decode(data)
-                    except Exception:
+                    except Exception as exc:
                         if out:  # hand out what was taken; the next poll raises
                             break
-                        raise
+                        raise _naming(exc, data) from None
                     data.taken = 0
                 recs = data.decoded
                 n = min(max_records - len(out), len(recs) - data.taken)
@@ -188,10 +189,10 @@ class FetchCollector:
                         cols = decode_columns(
                             records, min_offset=data.fetch_offset, check_crcs=self.check_crcs
                         )
-                    except Exception:
+                    except Exception as exc:
                         if batches:  # hand out what was taken; the next poll raises
                             break
-                        raise
+                        raise _naming(exc, data) from None
                     data.decoded = [cols.to_arrow()]
                     data.taken = 0
                 rb = data.decoded[0]
@@ -211,6 +212,19 @@ class FetchCollector:
         if len(batches) == 1:
             return batches[0]
         return pa.concat_batches(batches)
+
+
+def _naming(error: Exception, data: FetchedData) -> Exception:
+    """A ``CorruptRecordError`` from the codec, its message prefixed with the partition and
+    the offset fetched (the codec knows only a byte position); its class and position kept.
+    Other errors as they are."""
+    if not isinstance(error, CorruptRecordError):
+        return error
+    named = copy.copy(error)
+    named.args = (
+        f"{data.tp.topic}-{data.tp.partition}: fetched at offset {data.fetch_offset}: {error}",
+    )
+    return named
 
 
 def _committed(data: FetchedData) -> Any:

@@ -45,6 +45,7 @@ from kcore.consumer.validator import PositionValidator
 from kcore.errors import (
     BootstrapError,
     BrokerConnectionError,
+    CorruptRecordError,
     ErrorCode,
     KafkaError,
     KcoreError,
@@ -63,6 +64,9 @@ from kcore.types import TopicPartition
 __all__ = ["PREFETCH_RESPONSES", "Fetcher"]
 
 BATCH_HEADER = 12  # base offset (8) and length (4): the same in magic 0, 1 and 2
+# The shortest a batch's length field can be: a magic 0 message with neither key nor value
+# (crc, magic, attributes and the two lengths), as Java's RECORD_OVERHEAD_V0.
+MIN_BATCH_LENGTH = 14
 MAX_INT32 = 2**31 - 1
 PREFETCH_RESPONSES = 3  # per partition, queued ahead of poll
 
@@ -451,18 +455,29 @@ class Fetcher:
             raise err if err is not None else KcoreError("fetch failed")
         apply_leader_hints(self.cluster.cache, response)
         names_by_id = {tid: name for name, tid in ids.items()}
+        before = 0  # record bytes of the partitions answered before the one at hand
         for topic in response.responses:
             name = topic.topic or names_by_id.get(topic.topic_id, "")
             for p in topic.partitions:
                 tp = TopicPartition(name, p.partition_index)
                 asked = wanted.get(tp)
-                if asked is None:
-                    continue
-                self._handle_partition(tp, asked.fetch_offset, asked.leader_epoch, p)
+                size = len(p.records) if p.records is not None else 0
+                if asked is not None:
+                    # The most of this partition the broker could send: since KIP-74 (Fetch
+                    # v3) at least the first batch of the first partition with data, whatever
+                    # its size; after that, what is left of fetch.max.bytes, within the
+                    # partition's own limit.
+                    room = MAX_INT32
+                    if before:
+                        room = min(max(0, self.max_bytes - before), asked.max_bytes)
+                    self._handle_partition(tp, asked.fetch_offset, asked.leader_epoch, p, room)
+                before += size
 
-    def _handle_partition(self, tp: TopicPartition, offset: int, epoch: int, p: Any) -> None:
+    def _handle_partition(
+        self, tp: TopicPartition, offset: int, epoch: int, p: Any, room: int = MAX_INT32
+    ) -> None:
         """One partition of a Fetch response to a request made at ``offset`` under leader
-        epoch ``epoch``."""
+        epoch ``epoch``; ``room``: the most of it the broker could have sent."""
         code = p.error_code
         with self.positions.locked():
             st = self.positions.get(tp)
@@ -481,15 +496,19 @@ class Fetcher:
                 lso if self.isolation_level and lso is not None and lso >= 0 else p.high_watermark
             )
             if code == ErrorCode.NONE:
-                st.errors = 0
                 records = p.records
                 if records is not None and len(records) > 0:
                     epochs: list[tuple[int, int]] = []
                     end, complete = _complete_end(records, epochs)
-                    if not complete:  # only part of the next batch: ask for all of it next
-                        st.batch_bytes = _first_batch_size(records)
+                    if not complete:  # only part of the next batch (its backoff keeps growing)
+                        self._partial_batch(tp, st, offset, records, room)
                         return
                     st.batch_bytes = 0
+                    st.partial_at = -1
+                    if complete < len(records):
+                        # What follows the whole batches (one cut short, or a corrupt length)
+                        # is fetched again from ``end``: not for the decoder to trip on.
+                        records = records[:complete]
                     self._served += 1
                     st.served = self._served
                     st.queued += 1
@@ -509,6 +528,7 @@ class Fetcher:
                             (a.producer_id, a.first_offset) for a in p.aborted_transactions
                         ]
                     self.buffer.add(data)
+                st.errors = 0
                 return
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 if st.position is not None and offset != st.position:
@@ -538,6 +558,46 @@ class Fetcher:
                 # at once (once the position is checked there), not after a backoff.
                 return
             self._partition_failed(tp, st, offset, code)
+
+    def _partial_batch(
+        self, tp: TopicPartition, st: PartitionState, offset: int, records: Any, room: int
+    ) -> None:
+        """An answer at ``offset`` that holds only part of a batch (positions locked). The
+        first time, the batch is asked for whole at once (its header says how big it is: the
+        broker cut it at a size limit). A length that no batch has, or only part of the batch
+        again when the broker could have sent all of it (``room``), can never make progress:
+        the partition stops with ``CorruptRecordError`` for poll (as Java's consumer raises
+        CorruptRecordException, or "failed to make progress"), and is asked again only after
+        a backoff. Only part again because other partitions took the response's room is
+        fetched again after a backoff too, not at once in a loop."""
+        name = f"{tp.topic}-{tp.partition}"
+        length = _first_batch_length(records)
+        declared = _first_batch_size(records)
+        problem = None
+        if length is not None and length < MIN_BATCH_LENGTH:
+            problem = (
+                f"corrupt record batch at offset {offset}: its length field says {length} "
+                f"bytes (a batch has at least {MIN_BATCH_LENGTH})"
+            )
+        elif st.partial_at == offset and room >= declared:
+            problem = (
+                f"failed to make progress fetching offset {offset}: the broker answered "
+                f"again with only {len(records)} bytes of a record batch whose header says "
+                f"{declared}, though the fetch allowed all of it (a corrupt length, or a "
+                "truncated log)"
+            )
+        if problem is not None:
+            log.warning("%s: %s", name, problem)
+            st.batch_bytes = 0
+            st.partial_at = offset
+            self._queue_partition_error(tp, CorruptRecordError(f"{name}: {problem}"))
+            self._back_off(st)
+            return
+        if st.partial_at == offset:
+            log.debug("%s: only part of the batch at offset %s again; backing off", name, offset)
+            self._back_off(st)
+        st.partial_at = offset
+        st.batch_bytes = declared  # asked for whole next time
 
     def _partition_failed(
         self, tp: TopicPartition, st: PartitionState, offset: int, code: int
@@ -630,6 +690,13 @@ class Fetcher:
             pass
 
 
+def _first_batch_length(records: Any) -> int | None:
+    """The length field of the first batch in ``records`` (None: not even a header)."""
+    if len(records) < BATCH_HEADER:
+        return None
+    return int.from_bytes(records[8:12], "big", signed=True)
+
+
 def _first_batch_size(records: Any) -> int:
     """Bytes of the first batch (or legacy message) in ``records``, header included; a
     corrupt length is left for the decoder to report."""
@@ -657,8 +724,8 @@ def _complete_end(records: Any, epochs: list[tuple[int, int]] | None = None) -> 
     pos, end, size = 0, -1, len(records)
     while pos + BATCH_HEADER <= size:
         length = int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True)
-        if length < 0 or pos + BATCH_HEADER + length > size:
-            break
+        if length < MIN_BATCH_LENGTH or pos + BATCH_HEADER + length > size:
+            break  # (a length no batch has ends the whole ones too: reported when fetched)
         base = int.from_bytes(records[pos : pos + 8], "big", signed=True)
         epoch = -1
         if length >= 15 and records[pos + 16] == 2:  # magic 2: lastOffsetDelta at 23

@@ -37,6 +37,9 @@ class PartitionState:
     lag_end: int = -1
     reset_to: str | None = None  # a pending seek_to_beginning/end ("earliest"/"latest")
     batch_bytes: int = 0  # size of the next batch, when the last fetch got only part of it
+    # The fetch offset of the last answer that held only part of a batch (-1: none since the
+    # last whole one): the same again, when the whole batch could have come, is an error.
+    partial_at: int = -1
     served: int = 0  # when it last had data queued (fetch order: longest waiting first)
     # With a group.id (assigned by hand or by the group): start from the group's committed
     # offset, if any, before auto.offset.reset (as Java does).

@@ -143,14 +143,20 @@ class BrokerConnectionError(KcoreError, ConnectionError):
 
 class BootstrapError(KcoreError, ConnectionError):
     """No bootstrap server answered. ``attempts`` lists ``(address, reason)`` for every address
-    tried, in the order tried."""
+    tried, in the order tried; the message names the first ``SHOWN`` of them and counts the
+    rest (a list of thousands would make a message nobody reads)."""
+
+    SHOWN = 5
 
     def __init__(self, attempts: list[tuple[str, str]], timeout_s: float | None = None) -> None:
         self.attempts = list(attempts)
         self.timeout_s = timeout_s
         within = f" within {timeout_s:g}s" if timeout_s is not None else ""
-        lines = "; ".join(f"{a}: {r}" for a, r in self.attempts) or "no address to try"
-        super().__init__(f"no bootstrap server answered{within} ({lines})")
+        lines = "; ".join(f"{a}: {r}" for a, r in self.attempts[: self.SHOWN])
+        rest = len(self.attempts) - self.SHOWN
+        if rest > 0:
+            lines += f"; and {rest} more (see .attempts)"
+        super().__init__(f"no bootstrap server answered{within} ({lines or 'no address to try'})")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.attempts, self.timeout_s), self.__dict__

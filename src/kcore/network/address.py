@@ -6,7 +6,7 @@ import asyncio
 import ipaddress
 import socket
 
-__all__ = ["format_address", "is_ip_literal", "parse_address", "resolve"]
+__all__ = ["address_problem", "format_address", "is_ip_literal", "parse_address", "resolve"]
 
 USE_ALL_DNS_IPS = "use_all_dns_ips"
 RESOLVE_CANONICAL = "resolve_canonical_bootstrap_servers_only"
@@ -36,6 +36,34 @@ def is_ip_literal(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def address_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` can never be dialled (a port outside 0-65535, an empty host, a name
+    the IDNA rules reject: an empty label or one over 63 characters, over 253 in all), or
+    None. Only what no DNS answer could change: a name that is valid but unknown is for
+    resolving to report."""
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        return f"port {port} is outside 0-65535"
+    if not host:
+        return "the host is empty"
+    if is_ip_literal(host):
+        return None
+    if "\x00" in host or any(c.isspace() for c in host):
+        return f"{host!r} is not a valid host name"
+    shown = repr(host) if len(host) <= 80 else f"{host[:60]!r}... ({len(host)} characters)"
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    if any(not label for label in labels):
+        return f"{shown} is not a valid host name: it has an empty label"
+    if any(len(label) > 63 for label in labels):
+        return f"{shown} is not a valid host name: a label is longer than 63 characters"
+    try:
+        encoded = host.encode("idna")
+    except UnicodeError as exc:
+        return f"{shown} is not a valid host name: {exc}"
+    if len(encoded.rstrip(b".")) > 253:
+        return f"{shown} is not a valid host name: longer than 253 characters"
+    return None
 
 
 async def resolve(host: str, port: int, *, all_ips: bool = True) -> list[tuple[str, int]]:

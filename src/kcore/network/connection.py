@@ -34,7 +34,7 @@ from kcore.errors import (
     error_for_code,
 )
 from kcore.metrics import ClientMetrics
-from kcore.network.address import format_address, resolve
+from kcore.network.address import address_problem, format_address, resolve
 from kcore.protocol import ApiKey, KafkaProtocol, broker_versions, choose_version
 from kcore.protocol.messages import (
     APIS,
@@ -201,6 +201,8 @@ class BrokerConnection:
         self._closed_error: BaseException | None = None
         self._throttled_until = 0.0
         self._ready = False
+        # The first bytes the peer sent: what a setup failure's hint judges the peer by.
+        self._head = b""
         # Called when the broker's end goes away (not on close()): the cluster client then
         # refreshes its metadata, as Java's does on every disconnect (a broker gone, or
         # leadership moving with it), even with no request in flight to fail.
@@ -231,12 +233,17 @@ class BrokerConnection:
         ``SaslAuthenticationFailedError`` for rejected credentials (or a token that could not
         be got)."""
         await self._prepare_sasl()
+        problem = address_problem(self.host, self.port)
+        if problem is not None:  # (as an unknown host: Java's client logs it and goes on)
+            raise BrokerConnectionError(self.address, "dns", f"cannot be dialled: {problem}")
         try:
             addresses = await asyncio.wait_for(
                 resolve(self.host, self.port, all_ips=self.settings.all_dns_ips),
                 self.settings.setup_timeout_s,
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except Exception as exc:
+            # (OSError from the resolver, UnicodeError from the IDNA codec, ValueError,
+            # OverflowError for a port out of range: whatever a peer's name makes it raise)
             reason = "timed out" if isinstance(exc, asyncio.TimeoutError) else _os_reason(exc)
             raise BrokerConnectionError(
                 self.address, "dns", f"cannot resolve {self.host!r}: {reason}"
@@ -317,6 +324,12 @@ class BrokerConnection:
             raise BrokerConnectionError(
                 self.address, stage, reason, transient=stage == "tls"
             ) from None
+        except Exception as exc:
+            # Whatever dialling an address raises (OverflowError, ValueError, UnicodeError)
+            # makes it unreachable, like a refused one.
+            raise BrokerConnectionError(
+                self.address, "connect", f"{where}{_os_reason(exc)}"
+            ) from None
         self._stream = stream
         self.connected_ip = ip
         sock = stream.transport.get_extra_info("socket") if stream.transport else None
@@ -370,8 +383,22 @@ class BrokerConnection:
                 response = await self._call(request, min(version, theirs[1]))
         except (BrokerConnectionError, ProtocolError) as exc:
             reason = exc.reason if isinstance(exc, BrokerConnectionError) else str(exc)
-            if "1213486160" in reason:  # b"HTTP" read as a frame size: not a Kafka port
+            head = self._head
+            size = int.from_bytes(head[:4], "big", signed=True) if len(head) >= 4 else None
+            bad_size = size is not None and not 4 <= size <= self._proto.max_frame_size
+            if head.startswith(b"HTTP"):  # b"HTTP" read as a frame size: not a Kafka port
                 hint = " (the peer answered in HTTP: an HTTP server or proxy, not a Kafka broker)"
+            elif head[:2] in (b"\x15\x03", b"\x16\x03") and self.settings.ssl_context is None:
+                # A TLS alert or handshake record (content type 21 or 22, version 3.x).
+                hint = (
+                    " (the peer answered with a TLS record: a TLS listener; check "
+                    "security.protocol)"
+                )
+            elif bad_size:
+                hint = (
+                    f" (the peer sent an impossible frame size, {size}: not a Kafka broker, or a "
+                    "broken one)"
+                )
             elif self.settings.ssl_context is None:
                 hint = (
                     " (a TLS listener drops plaintext clients like this; check security.protocol)"
@@ -595,6 +622,8 @@ class BrokerConnection:
 
     def _data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
+        if len(self._head) < 4:
+            self._head += data[: 4 - len(self._head)]
         if self.settings.metrics is not None:
             self.settings.metrics.record("incoming-byte", len(data))
         try:
@@ -654,4 +683,6 @@ def _os_reason(exc: BaseException | None) -> str:
         return "connection refused (nothing listens on that port)"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower() if exc.strerror[0].isupper() else exc.strerror
+    if not isinstance(exc, OSError) and str(exc):
+        return f"{type(exc).__name__}: {exc}"  # (a ValueError's text alone says little)
     return str(exc) or type(exc).__name__
