@@ -72,6 +72,23 @@ FETCH_CORRUPTIONS = (
     "batch_length_past_end",  # the batch's length points far past the end of the answer
 )
 
+# Answers that are well-formed but carry an error code in every error_code field, every time.
+ERROR_ANSWERS = (
+    "retriable_error",  # the error a broker gives while it cannot serve (RETRIABLE_ERROR_CODES)
+    "unknown_server_error",  # UNKNOWN_SERVER_ERROR (-1)
+    "undefined_error_code",  # a code no Kafka version defines
+)
+RETRIABLE_ERROR_CODES = {
+    ApiKey.METADATA: 5,  # LEADER_NOT_AVAILABLE
+    ApiKey.PRODUCE: 6,  # NOT_LEADER_OR_FOLLOWER
+    ApiKey.FETCH: 6,
+    ApiKey.LIST_OFFSETS: 6,
+    ApiKey.FIND_COORDINATOR: 15,  # COORDINATOR_NOT_AVAILABLE
+    ApiKey.JOIN_GROUP: 15,
+    ApiKey.INIT_PRODUCER_ID: 14,  # COORDINATOR_LOAD_IN_PROGRESS
+}
+UNDEFINED_ERROR_CODE = 9999
+
 # Peers that misbehave before any Kafka request: during the TLS handshake, or in SASL.
 TLS_HANGUP = "tls_hangup_mid_handshake"  # reads the ClientHello, sends half a record, hangs up
 SASL_GARBAGE_CHALLENGE = "sasl_garbage_challenge"  # SaslAuthenticate "succeeds" with noise
@@ -218,7 +235,16 @@ class FakeBroker:
         ) and self.misbehaviour is not None
         variant = self.misbehaviour if misbehave else None
         shaped = variant in METADATA_VARIANTS or variant in FETCH_CORRUPTIONS
-        body = await self._answer(api_key, version, request, variant if shaped else None)
+        if variant in ERROR_ANSWERS:
+            code = {
+                "retriable_error": RETRIABLE_ERROR_CODES.get(api_key, -1),
+                "unknown_server_error": -1,
+                "undefined_error_code": UNDEFINED_ERROR_CODE,
+            }[variant]
+            body = await self._answer(api_key, version, request, None, error_code=code)
+            variant = None
+        else:
+            body = await self._answer(api_key, version, request, variant if shaped else None)
         head = ResponseHeader(correlation_id=header.correlation_id).encode(
             response_header_version(api_key, version)
         )
@@ -264,7 +290,9 @@ class FakeBroker:
         return True
 
     # -- correct answers ------------------------------------------------------------------------
-    async def _answer(self, api_key: int, version: int, req: Any, variant: str | None) -> bytes:
+    async def _answer(
+        self, api_key: int, version: int, req: Any, variant: str | None, error_code: int = 0
+    ) -> bytes:
         answer: Callable[[Any, int, str | None], Any] = getattr(
             self, f"_{ApiKey(api_key).name.lower()}"
         )
@@ -273,6 +301,8 @@ class FakeBroker:
             result = await result
         if isinstance(result, bytes):
             return result
+        if error_code:
+            _set_error_codes(result, error_code, version)
         return bytes(result.encode(version))
 
     def _api_versions(self, req: Any, version: int, variant: str | None) -> Any:
@@ -523,6 +553,24 @@ class FakeBroker:
             for t in req.topics
         ]
         return OffsetCommitResponse(topics=topics)
+
+
+def _set_error_codes(message: Any, code: int, version: int) -> None:
+    """Every ``error_code`` field ``version`` has, in ``message`` and the structs it holds,
+    set to ``code``."""
+    from kcore.protocol.types import Message
+
+    for info in message.FIELDS:
+        if info.attr == "error_code" and info.versions is not None:
+            lo, hi = info.versions
+            if lo <= version <= hi:
+                message.error_code = code
+    for field in message.__slots__:
+        value = getattr(message, field, None)
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if isinstance(item, Message):
+                _set_error_codes(item, code, version)
 
 
 def _frame(head: bytes, body: bytes) -> bytes:

@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from hostile_broker import (  # noqa: E402
+    ERROR_ANSWERS,
     FETCH_CORRUPTIONS,
     FRAME_MISBEHAVIOURS,
     METADATA_VARIANTS,
@@ -185,6 +186,23 @@ def test_frame_misbehaviour(probes: ProbeRunner, api_name: str, how: str) -> Non
     report = probes.result(name)
     # An answer that comes slowly is still an answer.
     check(report, name, api, must_succeed=how == "byte_at_a_time")
+
+
+# -- error codes that persist ----------------------------------------------------------------
+
+ERROR_PROBES = [
+    pytest.param(api_name, how, id=f"{api_name}-{how}", marks=_marks(f"{api_name}-{how}"))
+    for api_name in FRAME_APIS
+    if api_name != "ApiVersions"
+    for how in ERROR_ANSWERS
+]
+
+
+@pytest.mark.parametrize(("api_name", "how"), ERROR_PROBES)
+def test_error_answers(probes: ProbeRunner, api_name: str, how: str) -> None:
+    """Every answer of the API carries the error: retried with backoff, or raised."""
+    name = f"{api_name}-{how}"
+    check(probes.result(name), name, FRAME_APIS[api_name])
 
 
 # -- metadata with odd brokers -----------------------------------------------------------------
@@ -373,7 +391,7 @@ def probe_spec(
         if api is not None:
             spec["api"] = int(api)
         return name, spec
-    if test_name == "test_frame_misbehaviour":
+    if test_name in ("test_frame_misbehaviour", "test_error_answers"):
         return f"{params['api_name']}-{params['how']}", frame_spec(**params)
     if test_name == "test_metadata_variant":
         spec = {"api": int(ApiKey.METADATA), "misbehaviour": params["variant"]}
