@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from kcore.codec import RecordBatchBuilder, decode_batches
+from kcore.codec import RecordBatchBuilder, crc32c, decode_batches
 from kcore.protocol import ApiKey, request_class, response_class
 from kcore.protocol.framing import request_header_version, response_header_version
 from kcore.protocol.messages.request_header import RequestHeader
@@ -70,6 +70,18 @@ FETCH_CORRUPTIONS = (
     "batch_crc_mismatch",  # one byte of the records flipped: the CRC no longer matches
     "batch_length_negative",  # the batch's length field is -1
     "batch_length_past_end",  # the batch's length points far past the end of the answer
+    # The rest keep the CRC right (computed again), so that the decoder has to find the lie.
+    "batch_magic_unknown",  # magic 3
+    "batch_codec_unknown",  # compression codec 7 in the attributes
+    "batch_record_count_lies",  # a million records announced, five there
+    "batch_record_cut_short",  # the last record's bytes end early (the batch length agrees)
+)
+
+# Produce answers that do not account for what was sent.
+PRODUCE_VARIANTS = (
+    "produce_partition_missing",  # the topic is there, the partition is not
+    "produce_topic_missing",  # no topic at all
+    "produce_other_partition",  # an answer for partition 7, which was not sent to
 )
 
 # Answers that are well-formed but carry an error code in every error_code field, every time.
@@ -124,14 +136,33 @@ def _log_batch() -> bytes:
     return builder.build()
 
 
+# Offsets in a v2 record batch header (see Kafka's DefaultRecordBatch): what the corruptions
+# below write over; the CRC (crc32c) covers the bytes from the attributes on.
+_LENGTH_AT, _MAGIC_AT, _CRC_AT, _ATTRIBUTES_AT, _COUNT_AT = 8, 16, 17, 21, 57
+
+
 def _corrupt(batch: bytes, how: str) -> bytes:
     out = bytearray(batch)
+    if how == "batch_magic_unknown":
+        out[_MAGIC_AT] = 3
+    elif how == "batch_codec_unknown":
+        out[_ATTRIBUTES_AT + 1] |= 0x07
+    elif how == "batch_record_count_lies":
+        struct.pack_into(">i", out, _COUNT_AT, 1_000_000)
+    elif how == "batch_record_cut_short":
+        del out[-3:]
+        struct.pack_into(">i", out, _LENGTH_AT, len(out) - 12)
+    if how in ("batch_codec_unknown", "batch_record_count_lies", "batch_record_cut_short"):
+        struct.pack_into(">I", out, _CRC_AT, crc32c(bytes(out[_ATTRIBUTES_AT:])))
+        return bytes(out)
+    if how == "batch_magic_unknown":
+        return bytes(out)
     if how == "batch_crc_mismatch":
         out[-1] ^= 0xFF  # inside the last record: covered by the CRC
     elif how == "batch_length_negative":
-        struct.pack_into(">i", out, 8, -1)  # after base offset (int64): the batch length
+        struct.pack_into(">i", out, _LENGTH_AT, -1)
     elif how == "batch_length_past_end":
-        struct.pack_into(">i", out, 8, 1_000_000)
+        struct.pack_into(">i", out, _LENGTH_AT, 1_000_000)
     else:
         raise ValueError(how)
     return bytes(out)
@@ -235,6 +266,7 @@ class FakeBroker:
         ) and self.misbehaviour is not None
         variant = self.misbehaviour if misbehave else None
         shaped = variant in METADATA_VARIANTS or variant in FETCH_CORRUPTIONS
+        shaped = shaped or variant in PRODUCE_VARIANTS
         if variant in ERROR_ANSWERS:
             code = {
                 "retriable_error": RETRIABLE_ERROR_CODES.get(api_key, -1),
@@ -425,9 +457,11 @@ class FakeBroker:
                 base = self._next_produce_offset
                 batches = decode_batches(part.records or b"")
                 self._next_produce_offset += sum(b.record_count for b in batches)
-                parts.append(PartitionProduceResponse(index=part.index, base_offset=base))
+                index = 7 if variant == "produce_other_partition" else part.index
+                if variant != "produce_partition_missing":
+                    parts.append(PartitionProduceResponse(index=index, base_offset=base))
             topics.append(TopicProduceResponse(name=topic.name, partition_responses=parts))
-        return ProduceResponse(responses=topics)
+        return ProduceResponse(responses=[] if variant == "produce_topic_missing" else topics)
 
     async def _fetch(self, req: Any, version: int, variant: str | None) -> Any:
         from kcore.protocol.messages.fetch_response import (

@@ -40,6 +40,7 @@ from hostile_broker import (  # noqa: E402
     FRAME_MISBEHAVIOURS,
     METADATA_VARIANTS,
     OPERATION_FOR_API,
+    PRODUCE_VARIANTS,
     RETRY_BACKOFF_S,
     SASL_GARBAGE_CHALLENGE,
     TLS_HANGUP,
@@ -237,6 +238,37 @@ def test_corrupt_record_batch(probes: ProbeRunner, corruption: str) -> None:
     )
 
 
+CORRUPTIONS_RAISED_TODAY = [
+    c for c in FETCH_CORRUPTIONS if c not in ("batch_length_negative", "batch_length_past_end")
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fixed on hostile-fixes: corrupt batches in Fetch "
+    "(CorruptRecordError naming topic, partition and offset)",
+)
+@pytest.mark.parametrize("corruption", CORRUPTIONS_RAISED_TODAY)
+def test_a_corrupt_batch_error_names_the_partition_and_offset(
+    probes: ProbeRunner, corruption: str
+) -> None:
+    error = probes.result(f"Fetch-{corruption}")["error"]
+    assert "hostile" in error["message"] and "offset" in error["message"], error["message"]
+
+
+# -- produce answers that do not account for what was sent ------------------------------------
+
+
+@pytest.mark.parametrize("variant", PRODUCE_VARIANTS)
+def test_produce_answer_variant(probes: ProbeRunner, variant: str) -> None:
+    """Records the answer does not account for are retried, then failed at
+    delivery.timeout.ms: never left pending, never acknowledged."""
+    name = f"Produce-{variant}"
+    report = probes.result(name)
+    check(report, name, ApiKey.PRODUCE)
+    assert report["outcome"]["acked"] == 0, report["outcome"]
+
+
 # -- settings a peer then exposes ------------------------------------------------------------
 
 DEAD_BOOTSTRAP = ",".join(f"127.0.0.1:{port}" for port in range(1, 2001))
@@ -396,7 +428,13 @@ def probe_spec(
     if test_name == "test_metadata_variant":
         spec = {"api": int(ApiKey.METADATA), "misbehaviour": params["variant"]}
         return f"Metadata-{params['variant']}", {**spec, "answer_first": 1, "operation": "produce"}
-    if test_name == "test_corrupt_record_batch":
+    if test_name == "test_produce_answer_variant":
+        spec = {"api": int(ApiKey.PRODUCE), "misbehaviour": params["variant"]}
+        return f"Produce-{params['variant']}", {**spec, "operation": "produce"}
+    if test_name in (
+        "test_corrupt_record_batch",
+        "test_a_corrupt_batch_error_names_the_partition_and_offset",
+    ):
         spec = {"api": int(ApiKey.FETCH), "misbehaviour": params["corruption"]}
         return f"Fetch-{params['corruption']}", {**spec, "operation": "fetch"}
     return None
