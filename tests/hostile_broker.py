@@ -77,6 +77,17 @@ FETCH_CORRUPTIONS = (
     "batch_record_cut_short",  # the last record's bytes end early (the batch length agrees)
 )
 
+# FindCoordinator answers naming an odd coordinator (node id, host, port).
+COORDINATOR_VARIANTS = {
+    "coordinator_host_label_too_long": (2, "a" * 64 + ".example.com", None),
+    "coordinator_port_above_65535": (2, "127.0.0.1", 70000),
+    "coordinator_port_negative": (2, "127.0.0.1", -1),
+    "coordinator_node_id_above_2_30": (2**30 + 7, "127.0.0.1", None),
+    "coordinator_node_id_int32_max": (2**31 - 1, "127.0.0.1", None),
+    "coordinator_node_id_negative": (-5, "127.0.0.1", None),
+    "coordinator_node_id_unknown": (77, "127.0.0.1", None),  # a node no Metadata listed
+}
+
 # Produce answers that do not account for what was sent.
 PRODUCE_VARIANTS = (
     "produce_partition_missing",  # the topic is there, the partition is not
@@ -266,7 +277,7 @@ class FakeBroker:
         ) and self.misbehaviour is not None
         variant = self.misbehaviour if misbehave else None
         shaped = variant in METADATA_VARIANTS or variant in FETCH_CORRUPTIONS
-        shaped = shaped or variant in PRODUCE_VARIANTS
+        shaped = shaped or variant in PRODUCE_VARIANTS or variant in COORDINATOR_VARIANTS
         if variant in ERROR_ANSWERS:
             code = {
                 "retriable_error": RETRIABLE_ERROR_CODES.get(api_key, -1),
@@ -388,6 +399,10 @@ class FakeBroker:
                 leader = 99
             else:
                 raise ValueError(f"unknown metadata variant {variant!r}")
+        coordinator = COORDINATOR_VARIANTS.get(self.misbehaviour or "")
+        if coordinator is not None and self.misbehaviour != "coordinator_node_id_unknown":
+            # As in a real cluster, the coordinator FindCoordinator names is a broker too.
+            brokers.append(self._broker(*coordinator))
         names = [TOPIC] if req.topics is None else [t.name for t in req.topics]
         topics = [
             MetadataResponseTopic(
@@ -415,19 +430,17 @@ class FakeBroker:
             FindCoordinatorResponse,
         )
 
+        node_id, host, port = self.node_id, "127.0.0.1", self.port
+        if variant is not None:
+            node_id, host, odd_port = COORDINATOR_VARIANTS[variant]
+            port = self.port if odd_port is None else odd_port
         if version < 4:
             return FindCoordinatorResponse(
-                node_id=self.node_id, host="127.0.0.1", port=self.port, error_message=None
+                node_id=node_id, host=host, port=port, error_message=None
             )
         return FindCoordinatorResponse(
             coordinators=[
-                Coordinator(
-                    key=key,
-                    node_id=self.node_id,
-                    host="127.0.0.1",
-                    port=self.port,
-                    error_message=None,
-                )  # fmt: skip
+                Coordinator(key=key, node_id=node_id, host=host, port=port, error_message=None)
                 for key in req.coordinator_keys
             ]
         )
