@@ -88,6 +88,14 @@ COORDINATOR_VARIANTS = {
     "coordinator_node_id_unknown": (77, "127.0.0.1", None),  # a node no Metadata listed
 }
 
+# Group answers whose embedded consumer-protocol bytes are noise.
+GROUP_VARIANTS = (
+    "join_member_metadata_garbage",  # the members' subscriptions the leader must read
+    "sync_assignment_garbage",  # this member's assignment
+    "join_member_metadata_garbage_v3",  # the same after a valid version (3)
+    "sync_assignment_garbage_v3",
+)
+
 # Produce answers that do not account for what was sent.
 PRODUCE_VARIANTS = (
     "produce_partition_missing",  # the topic is there, the partition is not
@@ -278,6 +286,7 @@ class FakeBroker:
         variant = self.misbehaviour if misbehave else None
         shaped = variant in METADATA_VARIANTS or variant in FETCH_CORRUPTIONS
         shaped = shaped or variant in PRODUCE_VARIANTS or variant in COORDINATOR_VARIANTS
+        shaped = shaped or variant in GROUP_VARIANTS
         if variant in ERROR_ANSWERS:
             code = {
                 "retriable_error": RETRIABLE_ERROR_CODES.get(api_key, -1),
@@ -540,21 +549,31 @@ class FakeBroker:
 
         member = req.member_id or "member-1"
         protocol = req.protocols[0]
+        metadata = protocol.metadata
+        if variant == "join_member_metadata_garbage":
+            metadata = self.random.randbytes(len(metadata))
+        elif variant == "join_member_metadata_garbage_v3":
+            metadata = b"\x00\x03" + self.random.randbytes(len(metadata))
         return JoinGroupResponse(
             generation_id=1,
             protocol_type=req.protocol_type,
             protocol_name=protocol.name,
             leader=member,
             member_id=member,
-            members=[JoinGroupResponseMember(member_id=member, metadata=protocol.metadata)],
+            members=[JoinGroupResponseMember(member_id=member, metadata=metadata)],
         )
 
     def _sync_group(self, req: Any, version: int, variant: str | None) -> Any:
         mine = [a.assignment for a in req.assignments if a.member_id == req.member_id]
+        assignment = mine[0] if mine else b""
+        if variant == "sync_assignment_garbage":
+            assignment = self.random.randbytes(max(len(assignment), 24))
+        elif variant == "sync_assignment_garbage_v3":
+            assignment = b"\x00\x03" + self.random.randbytes(max(len(assignment), 24))
         return response_class(ApiKey.SYNC_GROUP)(
             protocol_type=req.protocol_type,
             protocol_name=req.protocol_name,
-            assignment=mine[0] if mine else b"",
+            assignment=assignment,
         )
 
     def _heartbeat(self, req: Any, version: int, variant: str | None) -> Any:

@@ -39,6 +39,7 @@ from hostile_broker import (  # noqa: E402
     ERROR_ANSWERS,
     FETCH_CORRUPTIONS,
     FRAME_MISBEHAVIOURS,
+    GROUP_VARIANTS,
     METADATA_VARIANTS,
     OPERATION_FOR_API,
     PRODUCE_VARIANTS,
@@ -296,6 +297,19 @@ def test_coordinator_variant(probes: ProbeRunner, variant: str) -> None:
     check(report, name, ApiKey.FIND_COORDINATOR, must_succeed=variant in WORKING_COORDINATORS)
 
 
+# -- group answers with noise for consumer-protocol bytes ----------------------------------------
+
+
+@pytest.mark.parametrize("variant", GROUP_VARIANTS)
+def test_group_answer_variant(probes: ProbeRunner, variant: str) -> None:
+    """Subscriptions or an assignment that do not parse: a kcore error from poll()."""
+    name = f"group-{variant}"
+    report = probes.result(name)
+    api = ApiKey.JOIN_GROUP if variant.startswith("join") else ApiKey.SYNC_GROUP
+    check(report, name, api)
+    assert report["error"] is not None, report
+
+
 # -- produce answers that do not account for what was sent ------------------------------------
 
 
@@ -471,6 +485,10 @@ def probe_spec(
     if test_name == "test_coordinator_variant":
         spec = {"api": int(ApiKey.FIND_COORDINATOR), "misbehaviour": params["variant"]}
         return f"FindCoordinator-{params['variant']}", {**spec, "operation": "committed"}
+    if test_name == "test_group_answer_variant":
+        variant = params["variant"]
+        api = ApiKey.JOIN_GROUP if variant.startswith("join") else ApiKey.SYNC_GROUP
+        return f"group-{variant}", {"api": int(api), "misbehaviour": variant, "operation": "group"}
     if test_name == "test_produce_answer_variant":
         spec = {"api": int(ApiKey.PRODUCE), "misbehaviour": params["variant"]}
         return f"Produce-{params['variant']}", {**spec, "operation": "produce"}
