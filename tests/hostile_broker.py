@@ -752,6 +752,18 @@ def _committed(bootstrap: str, extra: dict[str, Any]) -> dict[str, Any]:
     return {"committed": repr(committed)}
 
 
+def _init_transactions(bootstrap: str, extra: dict[str, Any]) -> dict[str, Any]:
+    from kcore.producer import Producer
+
+    config = {"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, "transactional.id": "hostile"}
+    producer = Producer({**config, **extra})
+    try:
+        producer.init_transactions(timeout=6)
+    finally:
+        producer.close(timeout=5)
+    return {"initialized": True}
+
+
 # The client operation that exercises each API.
 OPERATIONS: dict[str, Callable[[str, dict[str, Any]], dict[str, Any]]] = {
     "produce": _produce,
@@ -759,6 +771,7 @@ OPERATIONS: dict[str, Callable[[str, dict[str, Any]], dict[str, Any]]] = {
     "group": lambda b, e: _consume(b, e, group=True),
     "end_offsets": _end_offsets,
     "committed": _committed,
+    "init_transactions": _init_transactions,
 }
 OPERATION_FOR_API = {
     ApiKey.API_VERSIONS: "end_offsets",

@@ -196,6 +196,23 @@ def test_frame_misbehaviour(probes: ProbeRunner, api_name: str, how: str) -> Non
     check(report, name, api, must_succeed=how == "byte_at_a_time")
 
 
+# -- a transactional producer's InitProducerId -------------------------------------------------
+
+TXN_INIT_PROBES = [*FRAME_MISBEHAVIOURS, "retriable_error", "unknown_server_error"]
+
+
+@pytest.mark.parametrize("how", TXN_INIT_PROBES)
+def test_transactional_init(probes: ProbeRunner, how: str) -> None:
+    """init_transactions against a coordinator whose InitProducerId answers misbehave: a
+    kcore error that names the last failure (a timeout alone says nothing), or success."""
+    name = f"txn-InitProducerId-{how}"
+    report = probes.result(name)
+    check(report, name, ApiKey.INIT_PRODUCER_ID, must_succeed=how == "byte_at_a_time")
+    error = report["error"]
+    if error is not None and error["type"].endswith("KcoreTimeoutError"):
+        assert "(last: " in error["message"], error["message"]
+
+
 # -- error codes that persist ----------------------------------------------------------------
 
 ERROR_PROBES = [
@@ -482,6 +499,9 @@ def probe_spec(
     if test_name == "test_metadata_variant":
         spec = {"api": int(ApiKey.METADATA), "misbehaviour": params["variant"]}
         return f"Metadata-{params['variant']}", {**spec, "answer_first": 1, "operation": "produce"}
+    if test_name == "test_transactional_init":
+        spec = {"api": int(ApiKey.INIT_PRODUCER_ID), "misbehaviour": params["how"]}
+        return f"txn-InitProducerId-{params['how']}", {**spec, "operation": "init_transactions"}
     if test_name == "test_coordinator_variant":
         spec = {"api": int(ApiKey.FIND_COORDINATOR), "misbehaviour": params["variant"]}
         return f"FindCoordinator-{params['variant']}", {**spec, "operation": "committed"}
