@@ -7,13 +7,25 @@ probe instead of stopping the suite. What a probe asserts:
 
 * the child ended within ``PROBE_TIME_LIMIT_S`` ("hung" otherwise) and was not killed by a
   signal ("crashed");
-* whatever the client operation raised is a ``kcore.errors.KcoreError``;
+* whatever the client operation raised is a ``kcore.errors.KcoreError``, and no exception
+  other than a kcore or an OS one was logged;
 * a producer's every accepted send was resolved: acknowledged, or failed with a kcore error;
 * the fake broker saw at most ``elapsed / RETRY_BACKOFF_S + REQUEST_ALLOWANCE`` requests of the
-  misbehaving API. Every probe's client waits ``retry.backoff.ms`` = ``reconnect.backoff.ms``
-  = 200 ms (no exponential growth) between attempts, so an error that persists costs one
-  request per backoff at most; the allowance covers the first attempts and the requests a
-  healthy exchange makes before the misbehaviour starts.
+  misbehaving API (or connections, for TLS and bootstrap probes). Every probe's client waits
+  ``retry.backoff.ms`` = ``reconnect.backoff.ms`` = 200 ms (no exponential growth) between
+  attempts, so an error that persists costs one request per backoff at most; the allowance
+  covers the first attempts and the requests a healthy exchange makes before the misbehaviour
+  starts.
+
+Families: frame misbehaviours per API; error codes that persist; a transactional producer's
+InitProducerId; Metadata with odd brokers; odd coordinators; corrupt record batches; Produce
+answers that leave records out; group answers with noise for consumer-protocol bytes; settings
+a peer then exposes (bad bootstrap names, a long client.id, 2,000 dead addresses); TLS and
+SASL peers. Probes of bugs whose fixes are on another branch are strict xfails naming the
+class of bug, so that the merge shows them flipping.
+
+The probes of the selected tests all start when the first of them needs its result, eight
+child processes at a time (they mostly wait on timeouts); each test then checks its own.
 """
 
 from __future__ import annotations
