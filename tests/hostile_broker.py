@@ -103,6 +103,12 @@ PRODUCE_VARIANTS = (
     "produce_other_partition",  # an answer for partition 7, which was not sent to
 )
 
+# ListOffsets answers that leave the partition out, or answer an offset no log has.
+LIST_OFFSETS_VARIANTS = (
+    "list_offsets_partition_missing",
+    "list_offsets_negative_offset",  # -5
+)
+
 # Answers that are well-formed but carry an error code in every error_code field, every time.
 ERROR_ANSWERS = (
     "retriable_error",  # the error a broker gives while it cannot serve (RETRIABLE_ERROR_CODES)
@@ -286,7 +292,7 @@ class FakeBroker:
         variant = self.misbehaviour if misbehave else None
         shaped = variant in METADATA_VARIANTS or variant in FETCH_CORRUPTIONS
         shaped = shaped or variant in PRODUCE_VARIANTS or variant in COORDINATOR_VARIANTS
-        shaped = shaped or variant in GROUP_VARIANTS
+        shaped = shaped or variant in GROUP_VARIANTS or variant in LIST_OFFSETS_VARIANTS
         if variant in ERROR_ANSWERS:
             code = {
                 "retriable_error": RETRIABLE_ERROR_CODES.get(api_key, -1),
@@ -531,10 +537,15 @@ class FakeBroker:
                     ListOffsetsPartitionResponse(
                         partition_index=p.partition_index,
                         timestamp=-1,
-                        offset=0 if p.timestamp == -2 else RECORDS_IN_LOG,
+                        offset=-5
+                        if variant == "list_offsets_negative_offset"
+                        else 0
+                        if p.timestamp == -2
+                        else RECORDS_IN_LOG,
                         leader_epoch=0,
                     )
                     for p in t.partitions
+                    if variant != "list_offsets_partition_missing"
                 ],
             )
             for t in req.topics

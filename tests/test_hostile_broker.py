@@ -52,6 +52,7 @@ from hostile_broker import (  # noqa: E402
     FETCH_CORRUPTIONS,
     FRAME_MISBEHAVIOURS,
     GROUP_VARIANTS,
+    LIST_OFFSETS_VARIANTS,
     METADATA_VARIANTS,
     OPERATION_FOR_API,
     PRODUCE_VARIANTS,
@@ -339,6 +340,21 @@ def test_group_answer_variant(probes: ProbeRunner, variant: str) -> None:
     assert report["error"] is not None, report
 
 
+# -- ListOffsets answers that leave the partition out or name a negative offset ----------------
+
+
+@pytest.mark.parametrize("variant", LIST_OFFSETS_VARIANTS)
+@pytest.mark.parametrize("operation", ["end_offsets", "fetch"])
+def test_list_offsets_answer_variant(probes: ProbeRunner, variant: str, operation: str) -> None:
+    """end_offsets() and a consumer's offset reset: a partition the answer leaves out is asked
+    again with backoff, and never dropped from end_offsets()'s result in silence."""
+    name = f"ListOffsets-{variant}-{operation}"
+    report = probes.result(name)
+    check(report, name, ApiKey.LIST_OFFSETS)
+    if variant == "list_offsets_partition_missing" and operation == "end_offsets":
+        assert report["error"] is not None, report
+
+
 # -- produce answers that do not account for what was sent ------------------------------------
 
 
@@ -521,6 +537,10 @@ def probe_spec(
         variant = params["variant"]
         api = ApiKey.JOIN_GROUP if variant.startswith("join") else ApiKey.SYNC_GROUP
         return f"group-{variant}", {"api": int(api), "misbehaviour": variant, "operation": "group"}
+    if test_name == "test_list_offsets_answer_variant":
+        variant, operation = params["variant"], params["operation"]
+        spec = {"api": int(ApiKey.LIST_OFFSETS), "misbehaviour": variant, "operation": operation}
+        return f"ListOffsets-{variant}-{operation}", spec
     if test_name == "test_produce_answer_variant":
         spec = {"api": int(ApiKey.PRODUCE), "misbehaviour": params["variant"]}
         return f"Produce-{params['variant']}", {**spec, "operation": "produce"}
