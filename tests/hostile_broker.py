@@ -109,6 +109,12 @@ LIST_OFFSETS_VARIANTS = (
     "list_offsets_negative_offset",  # -5
 )
 
+# OffsetFetch answers that leave the partition out, or name a committed offset below -1.
+OFFSET_FETCH_VARIANTS = (
+    "offset_fetch_partition_missing",
+    "offset_fetch_negative_offset",  # -5
+)
+
 # Answers that are well-formed but carry an error code in every error_code field, every time.
 ERROR_ANSWERS = (
     "retriable_error",  # the error a broker gives while it cannot serve (RETRIABLE_ERROR_CODES)
@@ -293,6 +299,7 @@ class FakeBroker:
         shaped = variant in METADATA_VARIANTS or variant in FETCH_CORRUPTIONS
         shaped = shaped or variant in PRODUCE_VARIANTS or variant in COORDINATOR_VARIANTS
         shaped = shaped or variant in GROUP_VARIANTS or variant in LIST_OFFSETS_VARIANTS
+        shaped = shaped or variant in OFFSET_FETCH_VARIANTS
         if variant in ERROR_ANSWERS:
             code = {
                 "retriable_error": RETRIABLE_ERROR_CODES.get(api_key, -1),
@@ -604,8 +611,12 @@ class FakeBroker:
             OffsetFetchResponseTopic(
                 name=t.name,
                 partitions=[
-                    OffsetFetchResponsePartition(partition_index=p, committed_offset=-1)
+                    OffsetFetchResponsePartition(
+                        partition_index=p,
+                        committed_offset=-5 if variant == "offset_fetch_negative_offset" else -1,
+                    )
                     for p in t.partition_indexes
+                    if variant != "offset_fetch_partition_missing"
                 ],
             )
             for t in (req.topics or [])

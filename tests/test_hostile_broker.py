@@ -54,6 +54,7 @@ from hostile_broker import (  # noqa: E402
     GROUP_VARIANTS,
     LIST_OFFSETS_VARIANTS,
     METADATA_VARIANTS,
+    OFFSET_FETCH_VARIANTS,
     OPERATION_FOR_API,
     PRODUCE_VARIANTS,
     RETRY_BACKOFF_S,
@@ -355,6 +356,16 @@ def test_list_offsets_answer_variant(probes: ProbeRunner, variant: str, operatio
         assert report["error"] is not None, report
 
 
+@pytest.mark.parametrize("variant", OFFSET_FETCH_VARIANTS)
+@pytest.mark.parametrize("operation", ["committed", "group"])
+def test_offset_fetch_answer_variant(probes: ProbeRunner, variant: str, operation: str) -> None:
+    """As Java's: a partition the answer leaves out, or with an offset below 0, has no
+    committed offset (committed() gives None; the group member resets and reads)."""
+    name = f"OffsetFetch-{variant}-{operation}"
+    report = probes.result(name)
+    check(report, name, ApiKey.OFFSET_FETCH, must_succeed=True)
+
+
 # -- produce answers that do not account for what was sent ------------------------------------
 
 
@@ -541,6 +552,10 @@ def probe_spec(
         variant, operation = params["variant"], params["operation"]
         spec = {"api": int(ApiKey.LIST_OFFSETS), "misbehaviour": variant, "operation": operation}
         return f"ListOffsets-{variant}-{operation}", spec
+    if test_name == "test_offset_fetch_answer_variant":
+        variant, operation = params["variant"], params["operation"]
+        spec = {"api": int(ApiKey.OFFSET_FETCH), "misbehaviour": variant, "operation": operation}
+        return f"OffsetFetch-{variant}-{operation}", spec
     if test_name == "test_produce_answer_variant":
         spec = {"api": int(ApiKey.PRODUCE), "misbehaviour": params["variant"]}
         return f"Produce-{params['variant']}", {**spec, "operation": "produce"}
