@@ -205,8 +205,14 @@ class ClusterClient:
             if t is not None
         ]
         tasks += self.connections.connecting_tasks() + list(self._tasks)
-        for task in tasks:
-            task.cancel()
+        # Cancelled until each has ended: on Python 3.11 asyncio.wait_for swallows a
+        # cancellation that arrives as the awaited call finishes (a refused connect, say), and
+        # the bootstrap's rounds then went on, so close() never returned.
+        pending = set(tasks)
+        while pending:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=0.05)
         await asyncio.gather(*tasks, return_exceptions=True)
         self.connections.close_all()
 

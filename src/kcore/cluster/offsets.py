@@ -126,6 +126,13 @@ async def list_offsets(
                 continue
             got, errors = outcome
             results.update(got)
+            for tp in by_leader[node]:
+                if tp not in got and tp not in errors:
+                    # Asked again, as Java does: a partition the answer left out has no
+                    # outcome yet (it was dropped from the result, silently).
+                    again[tp] = KcoreTimeoutError(
+                        f"node {node}'s ListOffsets answer left out {tp.topic}-{tp.partition}"
+                    )
             for tp, err in errors.items():
                 if err.retriable:
                     again[tp] = err

@@ -455,9 +455,19 @@ class BrokerConnection:
         version = self.version_for(ApiKey.SASL_AUTHENTICATE)
         token: bytes | None = mechanism.initial_response()
         while token is not None:
-            response = await self._call(
-                SaslAuthenticateRequest(auth_bytes=token), version, auth=True
-            )
+            try:
+                response = await self._call(
+                    SaslAuthenticateRequest(auth_bytes=token), version, auth=True
+                )
+            except BrokerConnectionError as exc:
+                # The stage that failed is the login, whatever broke the connection; as a
+                # connection failure it is retried (transient), not taken for a rejection.
+                raise BrokerConnectionError(
+                    self.address,
+                    "authentication",
+                    f"SASL {name}: {exc.reason}",
+                    transient=True,
+                ) from None
             token = None  # PLAIN's token holds the password: keep it out of traceback frames
             if response.error_code != ErrorCode.NONE:
                 err = error_for_code(response.error_code)

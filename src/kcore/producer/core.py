@@ -522,8 +522,10 @@ class ProducerCore:
         try:
             return await asyncio.wait_for(coro, limit)
         except asyncio.TimeoutError:
+            retrying = self.transactions.retrying if self.transactions is not None else None
+            last = f" (last: {retrying})" if retrying else ""
             raise KcoreTimeoutError(
-                f"{call} did not finish within {limit:g}s; call it again to go on"
+                f"{call} did not finish within {limit:g}s{last}; call it again to go on"
             ) from None
 
     async def init_transactions(self, timeout: float | None) -> None:

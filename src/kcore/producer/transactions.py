@@ -149,6 +149,9 @@ class TransactionManager:
         self._txn_link = CoordinatorLink(cluster, self.transactional_id, TRANSACTION)
         self._group_links: dict[str, CoordinatorLink] = {}  # TxnOffsetCommit under v2
         self._add_task: asyncio.Task[None] | None = None
+        # Why the latest coordinator request is being retried (None once one went through):
+        # what a transactional call that runs out of time names.
+        self.retrying: str | None = None
 
     def _new_producer(self, producer_id: int, epoch: int) -> None:
         """A producer id and epoch from the transaction coordinator (InitProducerId, or EndTxn
@@ -191,7 +194,8 @@ class TransactionManager:
                 and not machine.added
             ):
                 pause = CONCURRENT_TXN_BACKOFF_S  # the previous transaction is finishing
-            raise _Again("backoff", refind=False, pause_s=pause)
+            names = ", ".join(sorted({e.name for e in others if e is not None}))
+            raise _Again(names, refind=False, pause_s=pause)
         picked = next((c for c in codes if c != ErrorCode.OPERATION_NOT_ATTEMPTED), codes[0])
         err = exceptions[picked]
         assert err is not None
@@ -251,11 +255,12 @@ class TransactionManager:
 
         def before_retry(again: BaseException) -> None:
             assert isinstance(again, _Again)
+            self.retrying = f"{call}: {again.why}"
             if again.refind:
                 self._link(group).mark_dead(again.why)
             log.debug("%s: retrying (%s)", call, "refind" if again.refind else "backoff")
 
-        return await retry(
+        response = await retry(
             call,
             attempt,
             deadline=Deadline(math.inf),  # (the caller's timeout bounds it)
@@ -265,6 +270,8 @@ class TransactionManager:
             pause_for=lambda again: getattr(again, "pause_s", None),
             bound_attempts=False,  # each request keeps request.timeout.ms
         )
+        self.retrying = None
+        return response
 
     async def _init_producer_id(self, bump: bool) -> None:
         identity = self.identity
