@@ -21,8 +21,7 @@ Families: frame misbehaviours per API; error codes that persist; a transactional
 InitProducerId; Metadata with odd brokers; odd coordinators; corrupt record batches; Produce
 answers that leave records out; group answers with noise for consumer-protocol bytes; settings
 a peer then exposes (bad bootstrap names, a long client.id, 2,000 dead addresses); TLS and
-SASL peers. Probes of bugs whose fixes are on another branch are strict xfails naming the
-class of bug, so that the merge shows them flipping.
+SASL peers. A probe of a bug not fixed yet is a strict xfail naming the class of bug.
 
 The probes of the selected tests all start when the first of them needs its result, eight
 child processes at a time (they mostly wait on timeouts); each test then checks its own.
@@ -153,35 +152,11 @@ FRAME_APIS = {
 # APIs every answer misbehaves.
 ANSWER_FIRST = {ApiKey.METADATA: 1}
 
-# Known failures, fixed on another branch: probe id -> the class of bug.
-HOSTS = "host names that do not encode (idna UnicodeError)"
-PORTS = "ports outside 0-65535 in Metadata (OverflowError)"
-NODE_IDS = "node ids above 2^30 taken for coordinator connection ids (broker_id)"
-BATCHES = "corrupt batch lengths in Fetch taken for partial batches (re-fetch loop)"
-KNOWN: dict[str, str] = {
-    "Metadata-host_label_too_long": HOSTS,
-    "Metadata-host_empty_label": HOSTS,
-    "Metadata-port_negative": PORTS,
-    "Metadata-port_above_65535": PORTS,
-    "Metadata-node_id_int32_max": NODE_IDS,
-    "Metadata-node_id_above_2_30": NODE_IDS,
-    "Fetch-batch_length_negative": BATCHES,
-    "Fetch-batch_length_past_end": BATCHES,
-    "FindCoordinator-coordinator_host_label_too_long": HOSTS,
-    "FindCoordinator-coordinator_port_above_65535": PORTS,
-    "FindCoordinator-coordinator_port_negative": PORTS,
-    "FindCoordinator-coordinator_node_id_above_2_30": NODE_IDS,
-    "FindCoordinator-coordinator_node_id_int32_max": NODE_IDS,
-    "bootstrap-host-empty-label": HOSTS,
-    "bootstrap-host-label-too-long": HOSTS,
-}
-
 
 def _marks(probe_id: str) -> list[Any]:
-    reason = KNOWN.get(probe_id)
-    if reason is None:
-        return []
-    return [pytest.mark.xfail(strict=True, reason=f"fixed on hostile-fixes: {reason}")]
+    """Marks of a probe: none today (every class these probes found is fixed); the place to
+    put a strict xfail naming the class of bug of a probe that fails."""
+    return []
 
 
 FRAME_PROBES = [
@@ -276,17 +251,7 @@ def test_corrupt_record_batch(probes: ProbeRunner, corruption: str) -> None:
     )
 
 
-CORRUPTIONS_RAISED_TODAY = [
-    c for c in FETCH_CORRUPTIONS if c not in ("batch_length_negative", "batch_length_past_end")
-]
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="fixed on hostile-fixes: corrupt batches in Fetch "
-    "(CorruptRecordError naming topic, partition and offset)",
-)
-@pytest.mark.parametrize("corruption", CORRUPTIONS_RAISED_TODAY)
+@pytest.mark.parametrize("corruption", FETCH_CORRUPTIONS)
 def test_a_corrupt_batch_error_names_the_partition_and_offset(
     probes: ProbeRunner, corruption: str
 ) -> None:
@@ -403,7 +368,6 @@ def test_a_bad_bootstrap_host_name_is_a_bootstrap_error(probes: ProbeRunner, pro
     assert report["error"]["type"].endswith("BootstrapError"), report
 
 
-@pytest.mark.xfail(strict=True, reason="fixed on hostile-fixes: client.id too long")
 def test_a_client_id_too_long_is_a_config_error(probes: ProbeRunner) -> None:
     report = probes.result("client-id-too-long")
     check(report, "client-id-too-long", None)
@@ -418,13 +382,11 @@ def test_dead_bootstrap_servers_end_in_a_bootstrap_error(probes: ProbeRunner) ->
     assert report["error"]["type"].endswith("BootstrapError"), report["error"]
 
 
-@pytest.mark.xfail(strict=True, reason="fixed on hostile-fixes: huge BootstrapError message")
 def test_a_bootstrap_error_about_many_addresses_stays_readable(probes: ProbeRunner) -> None:
     report = probes.result("bootstrap-2000-dead-addresses")
     assert report["error"]["length"] <= 10_000, report["error"]["length"]
 
 
-@pytest.mark.xfail(strict=True, reason="fixed on hostile-fixes: TLS hint on frame size errors")
 def test_a_bad_frame_size_at_api_versions_does_not_blame_tls(probes: ProbeRunner) -> None:
     """A size of -1 is no TLS record (those start 0x15 0x03 or 0x16 0x03)."""
     report = probes.result("ApiVersions-size_minus_one")
