@@ -1322,6 +1322,8 @@ PROTOCOL_STRING_KEYS = (
     "transactional.id",
 )
 PROTOCOL_STRING_MAX_BYTES = 32767
+# Settings that go on the wire as UTF-8 inside other bytes (SASL's): they must encode.
+WIRE_TEXT_KEYS = ("sasl.username", "sasl.password")
 
 
 def _check_common(cfg: ClientConfig, v: dict[str, Any], user: dict[str, Any]) -> None:
@@ -1341,6 +1343,13 @@ def _check_common(cfg: ClientConfig, v: dict[str, Any], user: dict[str, Any]) ->
                 f"is {size} bytes in UTF-8; a Kafka protocol string holds at most "
                 f"{PROTOCOL_STRING_MAX_BYTES}",
             )
+    for key in WIRE_TEXT_KEYS:
+        text = v.get(key)
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:  # the value itself is never echoed (a secret)
+                raise ConfigError(key, f"is not valid text for the wire ({exc.reason})") from None
     # Java: reconnect.backoff.ms set alone also becomes the max (no exponential growth).
     if "reconnect.backoff.ms" in user and "reconnect.backoff.max.ms" not in user:
         v["reconnect.backoff.max.ms"] = v["reconnect.backoff.ms"]
