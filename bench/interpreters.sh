@@ -3,8 +3,6 @@
 # fresh virtual environment of its own with that interpreter's wheel from wheels/dist/ (built
 # first when missing) and the peers the benchmark compares against. One JSON per interpreter in
 # OUT (default bench/interpreters/), then bench/report.py puts their goal rows side by side.
-# Cython and setuptools: the benchmark compiles its floor of decode to records
-# (bench/_record_floor.pyx, with pyximport).
 #   bash bench/interpreters.sh [OUT [PYTEST_ARGS...]]     e.g. bench/interpreters -k "encode"
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,8 +15,9 @@ ls "$dist"/kcore-*.whl >/dev/null 2>&1 || bash "$root/wheels/build.sh" "$dist"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-peers=(pytest pytest-benchmark Cython setuptools numpy "pyarrow>=14" crc32c google-crc32c "kafka-python>=2.2"
-  "aiokafka>=0.11" python-snappy lz4 zstandard xxhash)
+# The benchmark's peers (tests/codec-peers.txt, shared with tests/test_wheels.py), its plugin,
+# and what compiles its floor row.
+extra=(-r "$root/tests/codec-peers.txt" pytest-benchmark Cython setuptools)
 results=()
 while read -r version where; do
   if [ "$where" = missing ]; then
@@ -29,7 +28,7 @@ while read -r version where; do
   wheel=$(echo "$dist"/kcore-*-"$tag"-"$tag"-*.whl)
   [ -f "$wheel" ] || { echo "bench: no $tag wheel in $dist (run wheels/build.sh)" >&2; exit 1; }
   "$where" -m venv "$work/$tag"
-  "$work/$tag/bin/python" -m pip install -q --disable-pip-version-check "$wheel" "${peers[@]}"
+  "$work/$tag/bin/python" -m pip install -q --disable-pip-version-check "$wheel" "${extra[@]}"
   echo "bench: CPython $version" >&2
   # From the root, not src/: the venv's installed wheel is what gets measured.
   (cd "$root" && env -u PYTHONPATH "$work/$tag/bin/python" -m pytest -q -p no:cacheprovider \

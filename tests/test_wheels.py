@@ -17,7 +17,7 @@ import warnings
 import zipfile
 
 import pytest
-from conftest import ROOT, KcoreDist, build_interpreters
+from conftest import ROOT, KcoreDist, build_interpreters, clean_env
 
 pytestmark = pytest.mark.slow
 
@@ -29,30 +29,9 @@ if MISSING:
     )
 
 # What the codec tests import besides kcore: the peers they compare against (oracles only).
-CODEC_TEST_DEPS = [
-    "pytest>=8",
-    "pytest-timeout",
-    "hypothesis",
-    "numpy",
-    "pyarrow>=14",
-    "crc32c",
-    "google-crc32c",
-    "kafka-python>=2.2",
-    "aiokafka>=0.11",
-    "python-snappy",
-    "lz4",
-    "zstandard",
-    "xxhash",
-]
+# Besides pytest and the peers the codec tests compare against (tests/codec-peers.txt).
+CODEC_TEST_DEPS = ["-r", str(ROOT / "tests" / "codec-peers.txt"), "pytest-timeout", "hypothesis"]
 CODEC_TESTS = ["tests/test_codec_basics.py", "tests/test_codec_compat.py"]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without what would lead a child to this source tree's kcore
-    or this virtual environment's packages."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    env.update(extra)
-    return env
 
 
 def test_every_interpreter_found_has_a_wheel(kcore_dist: KcoreDist) -> None:
