@@ -3,6 +3,7 @@ plugin)."""
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
@@ -10,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import venv
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,57 @@ def unreachable_cluster():
         yield cluster
 
 
+def kcoreless_venv(
+    env_dir: Path, base_python: Path, linked: tuple[str, ...], pins: tuple[str, ...] = ()
+) -> Path:
+    """A virtual environment of ``base_python`` at ``env_dir`` with neither kcore nor cramjam:
+    the packages ``linked`` symlinked from this interpreter's site-packages (pure Python ones,
+    or compiled ones when it is this interpreter), ``pins`` installed by pip. Its python."""
+    subprocess.run(
+        [str(base_python), "-m", "venv", *([] if pins else ["--without-pip"]), str(env_dir)],
+        check=True,
+    )
+    python = env_dir / "bin" / "python"
+    env = clean_env()
+    if pins:
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins],
+            check=True,
+            env=env,
+        )
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout.strip()
+    )
+    import pyspark
+
+    ours = Path(pyspark.__file__).parent.parent
+    for name in linked:
+        if name == "numpy.libs" and not (ours / name).exists():
+            continue  # numpy's bundled libraries: only some wheels have them
+        (site / name).symlink_to(ours / name)
+    version = subprocess.run(
+        [str(base_python), "-c", "import sys; print(sys.version_info[:2])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    check = (
+        "import sys, pyspark, pyarrow, numpy\n"
+        f"assert sys.version_info[:2] == {version}\n"
+        "for m in ('kcore', 'cramjam'):\n"
+        "    try:\n        __import__(m)\n    except ImportError:\n        pass\n"
+        "    else:\n        raise SystemExit(m + ' is importable')"
+    )
+    subprocess.run([str(python), "-c", check], check=True, env=env)
+    return python
+
+
 @pytest.fixture(scope="session")
 def bare_python(tmp_path_factory) -> Path:
     """A virtual environment's python with what Spark's Python workers need for kcore's data
@@ -51,30 +102,12 @@ def bare_python(tmp_path_factory) -> Path:
     import numpy
     import pyspark
 
-    env_dir = tmp_path_factory.mktemp("bare-venv")
-    venv.EnvBuilder(with_pip=False).create(env_dir)
-    python = env_dir / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+    assert Path(numpy.__file__).parent.parent == Path(pyspark.__file__).parent.parent
+    return kcoreless_venv(
+        tmp_path_factory.mktemp("bare-venv"),
+        Path(sys.executable),
+        ("pyspark", "py4j", "pyarrow", "numpy", "numpy.libs"),
     )
-    ours = Path(pyspark.__file__).parent.parent
-    for name in ("pyspark", "py4j", "pyarrow", "numpy", "numpy.libs"):
-        if name == "numpy.libs" and not (ours / name).exists():
-            continue  # numpy's bundled libraries: only some wheels have them
-        (site / name).symlink_to(ours / name)
-    assert Path(numpy.__file__).parent == ours / "numpy"
-    check = "import pyspark, pyarrow, numpy\nfor m in ('kcore', 'cramjam'):\n" + (
-        "    try:\n        __import__(m)\n    except ImportError:\n        pass\n"
-        "    else:\n        raise SystemExit(m + ' is importable')"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYSPARK"))}
-    subprocess.run([str(python), "-c", check], check=True, env=env)
-    return python
 
 
 @pytest.fixture(scope="session")
@@ -85,39 +118,13 @@ def other_bare_python(tmp_path_factory) -> Path:
     them for that interpreter (from pip's cache or the index)."""
     import numpy
     import pyarrow
-    import pyspark
 
-    env_dir = tmp_path_factory.mktemp("other-bare-venv")
-    subprocess.run([str(cpython(OTHER_PYTHON)), "-m", "venv", str(env_dir)], check=True)
-    python = env_dir / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYSPARK"))}
-    pins = [f"pyarrow=={pyarrow.__version__}", f"numpy=={numpy.__version__}"]
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *pins],
-        check=True,
-        env=env,
+    return kcoreless_venv(
+        tmp_path_factory.mktemp("other-bare-venv"),
+        cpython(OTHER_PYTHON),
+        ("pyspark", "py4j"),
+        pins=(f"pyarrow=={pyarrow.__version__}", f"numpy=={numpy.__version__}"),
     )
-    site = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            check=True,
-            capture_output=True,
-            text=True,
-            env=env,
-        ).stdout.strip()
-    )
-    ours = Path(pyspark.__file__).parent.parent
-    for name in ("pyspark", "py4j"):
-        (site / name).symlink_to(ours / name)
-    check = (
-        "import sys, pyspark, pyarrow, numpy\n"
-        f"assert sys.version_info[:2] == {tuple(int(x) for x in OTHER_PYTHON.split('.'))}\n"
-        "for m in ('kcore', 'cramjam'):\n"
-        "    try:\n        __import__(m)\n    except ImportError:\n        pass\n"
-        "    else:\n        raise SystemExit(m + ' is importable')"
-    )
-    subprocess.run([str(python), "-c", check], check=True, env=env)
-    return python
 
 
 @pytest.fixture(scope="session")
@@ -272,6 +279,7 @@ class KcoreDist:
     log: str
 
 
+@functools.cache
 def build_interpreters() -> tuple[dict[str, Path], list[str]]:
     """The CPythons wheels/build.sh builds for, as it finds them (version → path), and those
     it does not find."""

@@ -287,10 +287,17 @@ spark.stop()
 )
 
 
-def test_py_files_bundle_only(
-    spark_cluster, kafka_cluster, bootstrap, bare_python, spark_bundle, tmp_path
-):
-    # Neither the driver's Python nor the executors' has kcore: only the bundle brings it.
+def run_py_files_app(
+    spark_cluster: SparkCluster,
+    kafka_cluster: Any,
+    bootstrap: str,
+    python: Path,
+    bundle: Path,
+    tmp_path: Path,
+) -> list[str]:
+    """PY_FILES_APP with its driver and executors on ``python`` (which has no kcore) and
+    ``bundle`` on ``--py-files``, checked: only the bundle shipped, the records round trip,
+    every probe ran kcore from the bundle. The probes' raw reports."""
     topic = new_topic(kafka_cluster, partitions=2)
     cache = tmp_path / "cache"
     out = submit(
@@ -299,19 +306,28 @@ def test_py_files_bundle_only(
         tmp_path,
         bootstrap,
         topic,
-        executor_python=bare_python,
-        driver_python=bare_python,
-        py_files=[spark_bundle],
+        executor_python=python,
+        driver_python=python,
+        py_files=[bundle],
         conf={"spark.executorEnv.KCORE_BUNDLE_CACHE": str(cache)},
         env={"KCORE_BUNDLE_CACHE": str(cache)},
     )
     [shipped] = out["FILES"]
-    assert shipped.endswith("/" + spark_bundle.name)  # what --py-files added, and only that
+    assert shipped.endswith("/" + bundle.name)  # what --py-files added, and only that
     assert out["VALUES"] == list(range(500))
     probes = out["PROBES"]
     assert len(probes["rdd"]) == 2 and len(probes["source"]) == 1
-    for raw in probes["rdd"] + probes["source"] + [probes["driver"]]:
-        check_executor_probe(raw, cache, spark_bundle.name, bare_python)
+    reports = probes["rdd"] + probes["source"] + [probes["driver"]]
+    for raw in reports:
+        check_executor_probe(raw, cache, bundle.name, python)
+    return reports
+
+
+def test_py_files_bundle_only(
+    spark_cluster, kafka_cluster, bootstrap, bare_python, spark_bundle, tmp_path
+):
+    # Neither the driver's Python nor the executors' has kcore: only the bundle brings it.
+    run_py_files_app(spark_cluster, kafka_cluster, bootstrap, bare_python, spark_bundle, tmp_path)
 
 
 def test_executor_python_of_another_version_is_refused(spark_cluster, tmp_path):
@@ -333,24 +349,9 @@ def test_another_interpreter_runs_the_one_bundle_for_all(
     # version on both sides), neither with kcore nor cramjam, gets kcore from the bundle that
     # wheels/build.sh made for every interpreter it found: the loader picks that interpreter's
     # compiled modules and cramjam out of it.
-    topic = new_topic(kafka_cluster, partitions=2)
-    cache = tmp_path / "cache"
-    out = submit(
-        spark_cluster,
-        PY_FILES_APP,
-        tmp_path,
-        bootstrap,
-        topic,
-        executor_python=other_bare_python,
-        driver_python=other_bare_python,
-        py_files=[kcore_dist.bundle],
-        conf={"spark.executorEnv.KCORE_BUNDLE_CACHE": str(cache)},
-        env={"KCORE_BUNDLE_CACHE": str(cache)},
+    reports = run_py_files_app(
+        spark_cluster, kafka_cluster, bootstrap, other_bare_python, kcore_dist.bundle, tmp_path
     )
-    assert out["VALUES"] == list(range(500))
-    probes = out["PROBES"]
-    assert len(probes["rdd"]) == 2 and len(probes["source"]) == 1
-    tag = "cp" + OTHER_PYTHON.replace(".", "")
-    for raw in probes["rdd"] + probes["source"] + [probes["driver"]]:
-        check_executor_probe(raw, cache, kcore_dist.bundle.name, other_bare_python)
-        assert f".cpython-{tag[2:]}-" in json.loads(raw)["codec"]
+    tag = OTHER_PYTHON.replace(".", "")
+    for raw in reports:
+        assert f".cpython-{tag}-" in json.loads(raw)["codec"]
