@@ -1,6 +1,7 @@
 """A real Apache Kafka cluster for tests, started from the official jars (KRaft, no Docker).
 
-``KafkaCluster`` runs one or more combined broker+controller nodes on 127.0.0.1;
+``KafkaCluster`` runs one or more combined broker+controller nodes on 127.0.0.1 (or, with
+``isolated_network=True``, each in a network namespace of its own, so tests can cut one off);
 ``ExternalCluster`` wraps an existing cluster (``KCORE_BOOTSTRAP``) and ``DockerKafkaCluster``
 (``kcore.testing.docker``) one started by testcontainers. The pytest plugin
 (``kcore.testing.pytest_plugin``) provides the fixtures ``kafka_cluster`` and ``kafka_cluster3``.
@@ -17,6 +18,7 @@ from .cluster import (
     KafkaCluster,
     KafkaNode,
     Listener,
+    NetworkFault,
 )
 from .docker import DockerKafkaCluster
 from .errors import (
@@ -27,6 +29,7 @@ from .errors import (
     KafkaToolError,
 )
 from .jars import java_executable, kafka_libs
+from .network import NetworkHost, NetworkSetupError, TestNetwork
 from .security import (
     CertifiedKey,
     LocalPKI,
@@ -56,8 +59,12 @@ __all__ = [
     "KafkaToolError",
     "Listener",
     "LocalPKI",
+    "NetworkFault",
+    "NetworkHost",
+    "NetworkSetupError",
     "PKIError",
     "SparkCluster",
+    "TestNetwork",
     "java_client_properties",
     "java_executable",
     "kafka_libs",

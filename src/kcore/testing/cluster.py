@@ -35,6 +35,7 @@ from typing import Any
 
 from . import _cds, _process, jars
 from .errors import ClusterControlError, ClusterError, ClusterStartError, KafkaToolError
+from .network import NetworkHost, TestNetwork
 
 log = logging.getLogger("kcore.testing")
 
@@ -49,6 +50,7 @@ __all__ = [
     "KafkaCluster",
     "KafkaNode",
     "Listener",
+    "NetworkFault",
 ]
 
 READY_LINE = b"Kafka Server started"
@@ -141,10 +143,11 @@ class KafkaNode:
 
     node_id: int
     dir: Path
-    ports: dict[str, int]  # listener name -> port on 127.0.0.1
+    ports: dict[str, int]  # listener name -> port on ``host``
     advertised_hosts: dict[str, str]  # listener name -> advertised host (non-controller ones)
     process: subprocess.Popen[bytes] | None = None
-    host: str = HOST
+    host: str = HOST  # where every listener binds: 127.0.0.1, or its namespace's address
+    network_host: NetworkHost | None = None  # its namespace, with isolated_network=True
 
     @property
     def port(self) -> int:
@@ -153,7 +156,7 @@ class KafkaNode:
 
     @property
     def address(self) -> str:
-        """``127.0.0.1:port`` of the client listener (where it really listens)."""
+        """``host:port`` of the client listener (where it really listens)."""
         return f"{self.host}:{self.port}"
 
     @property
@@ -254,6 +257,42 @@ def _add_scram_args(users: Mapping[str, Mapping[str, str]]) -> list[str]:
     return args
 
 
+class NetworkFault:
+    """A partition or throttle in force; leaving its ``with`` block (or :meth:`undo`) heals
+    it. Undoing twice, or after the cluster stopped, does nothing."""
+
+    def __init__(self, undo: Callable[[], None], description: str) -> None:
+        self._undo: Callable[[], None] | None = undo
+        self.description = description
+
+    def __repr__(self) -> str:
+        state = "healed" if self._undo is None else "in force"
+        return f"<NetworkFault {self.description} {state}>"
+
+    def undo(self) -> None:
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo()
+
+    def __enter__(self) -> NetworkFault:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.undo()
+
+
+def _first_id(targets: Sequence[int | NetworkHost]) -> int | str:
+    if not targets:
+        return "(none given)"
+    first = targets[0]
+    return first if isinstance(first, int) else first.name
+
+
 def _tool_main(tool: str) -> str:
     return KAFKA_TOOLS.get(tool.removesuffix(".sh"), tool)
 
@@ -334,7 +373,28 @@ class BaseCluster:
     def log_tail(self, node_id: int, lines: int = 50) -> str:
         raise self._cannot("read the log of node", node_id)
 
-    def _cannot(self, what: str, node_id: int) -> ClusterControlError:
+    # -- network faults (KafkaCluster(isolated_network=True)) ------------------------------------
+    def partition(self, *targets: int | NetworkHost) -> NetworkFault:
+        """Cut the given nodes (ids) or client hosts off the network now; heal on leaving the
+        returned context manager (or with :meth:`heal`)."""
+        raise self._cannot("partition node", _first_id(targets))
+
+    def throttle(self, *targets: int | NetworkHost, rate: str = "1mbit") -> NetworkFault:
+        """Rate-limit the given nodes' or client hosts' traffic both ways (``tc`` units)."""
+        raise self._cannot("throttle node", _first_id(targets))
+
+    def heal(self, *targets: int | NetworkHost) -> None:
+        """Undo partitions and throttles of the given targets; of every one without arguments."""
+        return None
+
+    def client_host(self, name: str) -> NetworkHost:
+        """A host of the cluster's network of its own, for a client process that a test cuts
+        off alone: run it with ``host.command(argv)``, cut it with ``partition(host)``."""
+        raise ClusterControlError(
+            f"{type(self).__name__} has no test network to add host {name!r} to"
+        )
+
+    def _cannot(self, what: str, node_id: int | str) -> ClusterControlError:
         return ClusterControlError(f"{type(self).__name__} cannot {what} {node_id}")
 
     # -- Kafka's own CLI tools ------------------------------------------------------------------
@@ -463,6 +523,11 @@ class KafkaCluster(BaseCluster):
     (fetched with Maven once, see :mod:`kcore.testing.jars`).
 
     :param brokers: number of nodes (ids 1..n); all are voters of the KRaft quorum.
+    :param isolated_network: run each node in a network namespace of its own on a bridge the
+        cluster creates (:mod:`kcore.testing.network`; Linux, root), listening on its own
+        address instead of 127.0.0.1, so that :meth:`partition` can cut a node off from
+        clients and the other nodes alike (and :meth:`throttle` slow it) while it runs. The
+        network goes when the cluster stops.
     :param advertised_host: host the *client* listener advertises instead of 127.0.0.1
         (replication and the quorum keep using 127.0.0.1); clients then get a wrong address.
     :param broker_config: extra/overriding broker properties, or a callable ``node_id -> dict``.
@@ -496,6 +561,7 @@ class KafkaCluster(BaseCluster):
         work_dir: str | os.PathLike[str] | None = None,
         kafka_version: str | None = None,
         keep_logs: bool | None = None,
+        isolated_network: bool = False,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"brokers must be at least 1, not {brokers}")
@@ -533,6 +599,8 @@ class KafkaCluster(BaseCluster):
         self._cds_training: Path | None = None
         self._failed = False
         self._started = False
+        self.isolated_network = isolated_network
+        self._network: TestNetwork | None = None
 
     def __repr__(self) -> str:
         state = "running" if self._started else "stopped"
@@ -571,7 +639,7 @@ class KafkaCluster(BaseCluster):
         if not self._nodes:
             raise ClusterControlError("the cluster has not been started")
         try:
-            return ",".join(f"{HOST}:{n.ports[listener]}" for n in self._nodes)
+            return ",".join(f"{n.host}:{n.ports[listener]}" for n in self._nodes)
         except KeyError:
             raise ClusterControlError(
                 f"no listener {listener!r}; listeners: {list(self._nodes[0].ports)}"
@@ -639,12 +707,12 @@ class KafkaCluster(BaseCluster):
         protocols[CONTROLLER_LISTENER] = "PLAINTEXT"
         protocols.update({x.name: x.security_protocol for x in self.listeners})
         advertised = [name for name in names if name != CONTROLLER_LISTENER]
-        voters = ",".join(f"{n.node_id}@{HOST}:{n.ports[CONTROLLER_LISTENER]}" for n in nodes)
+        voters = ",".join(f"{n.node_id}@{n.host}:{n.ports[CONTROLLER_LISTENER]}" for n in nodes)
         props: dict[str, PropertyValue] = {
             "process.roles": "broker,controller",
             "node.id": node.node_id,
             "controller.quorum.voters": voters,
-            "listeners": ",".join(f"{name}://{HOST}:{node.ports[name]}" for name in names),
+            "listeners": ",".join(f"{name}://{node.host}:{node.ports[name]}" for name in names),
             "advertised.listeners": ",".join(
                 f"{name}://{node.advertised_hosts[name]}:{node.ports[name]}" for name in advertised
             ),
@@ -680,6 +748,8 @@ class KafkaCluster(BaseCluster):
         _process.register(self)
         self._started = True
         try:
+            if self.isolated_network:
+                self._network = TestNetwork().create()
             for attempt in (1, 2):
                 try:
                     self._start_once(time.monotonic() + self.startup_timeout)
@@ -720,18 +790,22 @@ class KafkaCluster(BaseCluster):
         names = [CLIENT_LISTENER, INTERNAL_LISTENER, CONTROLLER_LISTENER]
         names += [x.name for x in self.listeners]
         ports = iter(_process.reserve_ports(self.brokers * len(names)))
-        adv = {x.name: x.advertised_host or HOST for x in self.listeners}
-        adv[CLIENT_LISTENER] = self.advertised_host or HOST
-        adv[INTERNAL_LISTENER] = HOST
-        nodes = [
-            KafkaNode(
+        nodes = []
+        for i in range(1, self.brokers + 1):
+            where = self._network_host(f"node{i}") if self._network is not None else None
+            host = where.address if where is not None else HOST
+            adv = {x.name: x.advertised_host or host for x in self.listeners}
+            adv[CLIENT_LISTENER] = self.advertised_host or host
+            adv[INTERNAL_LISTENER] = host
+            node = KafkaNode(
                 node_id=i,
                 dir=self._work_dir / f"node{i}",
                 ports={name: next(ports) for name in names},
-                advertised_hosts=dict(adv),
+                advertised_hosts=adv,
+                host=host,
+                network_host=where,
             )
-            for i in range(1, self.brokers + 1)
-        ]
+            nodes.append(node)
         self._nodes = nodes
         self.cluster_id = _random_cluster_id()
         for node in nodes:
@@ -783,10 +857,18 @@ class KafkaCluster(BaseCluster):
             cmd.append("--standalone")
         return cmd
 
+    def _network_host(self, name: str) -> NetworkHost:
+        """The network's host ``name``, made on first use (a start retried after a port clash
+        keeps the hosts it made)."""
+        assert self._network is not None
+        if any(h.name == name for h in self._network.hosts):
+            return self._network.host(name)
+        return self._network.add_host(name)
+
     def _broker_cmd(self, node: KafkaNode) -> list[str]:
         assert self._java and self._libs and self._work_dir
         heap = [f"-Xmx{self.heap}"] if self.heap else []
-        return [
+        cmd = [
             self._java,
             *heap,
             *_BROKER_JVM_ARGS,
@@ -798,6 +880,7 @@ class KafkaCluster(BaseCluster):
             "kafka.Kafka",
             str(node.properties_path),
         ]
+        return node.network_host.command(cmd) if node.network_host is not None else cmd
 
     def _popen_logged(self, cmd: list[str], log_path: Path, short: bool) -> subprocess.Popen[bytes]:
         with open(log_path, "ab") as out:
@@ -903,6 +986,62 @@ class KafkaCluster(BaseCluster):
         limit = self.startup_timeout if timeout is None else timeout
         self._wait_ready({node_id: offset}, time.monotonic() + limit)
 
+    # -- network faults -------------------------------------------------------------------------
+    @property
+    def network(self) -> TestNetwork:
+        """The cluster's test network (``isolated_network=True``, while it runs)."""
+        if self._network is None:
+            why = "is not running" if self.isolated_network else "has isolated_network=False"
+            raise ClusterControlError(f"this cluster {why}: it has no test network")
+        return self._network
+
+    def _targets(self, targets: Sequence[int | NetworkHost]) -> list[NetworkHost]:
+        if not targets:
+            raise ValueError("name at least one node id or client host")
+        network = self.network
+        out = []
+        for target in targets:
+            if isinstance(target, NetworkHost):
+                out.append(network.host(target.name))
+            else:
+                where = self.node(target).network_host
+                assert where is not None
+                out.append(where)
+        return out
+
+    def partition(self, *targets: int | NetworkHost) -> NetworkFault:
+        hosts = self._targets(targets)
+        for host in hosts:
+            self.network.cut(host)
+        names = ", ".join(h.name for h in hosts)
+        log.info("partitioned %s from the test network", names)
+        return NetworkFault(lambda: self.heal(*targets), f"partition of {names}")
+
+    def throttle(self, *targets: int | NetworkHost, rate: str = "1mbit") -> NetworkFault:
+        hosts = self._targets(targets)
+        for host in hosts:
+            self.network.throttle(host, rate)
+        names = ", ".join(h.name for h in hosts)
+        return NetworkFault(lambda: self.heal(*targets), f"throttle of {names} to {rate}")
+
+    def heal(self, *targets: int | NetworkHost) -> None:
+        if self._network is None:  # stopped: the network went with it
+            return
+        if not targets:
+            self._network.heal()
+            return
+        for host in self._targets(targets):
+            if self._network.is_cut(host):
+                self._network.restore(host)
+            self._network.unthrottle(host)
+        log.info("healed %s", ", ".join(h.name for h in self._targets(targets)))
+
+    def client_host(self, name: str) -> NetworkHost:
+        network = self.network
+        if any(h.name == name for h in network.hosts):
+            return network.host(name)
+        return network.add_host(name)
+
     # -- stop -----------------------------------------------------------------------------------
     def mark_failed(self) -> None:
         self._failed = True
@@ -932,7 +1071,13 @@ class KafkaCluster(BaseCluster):
             _process.kill(p)
         self._started = False
         _process.unregister(self)
+        self._close_network()
         self._cleanup()
+
+    def _close_network(self) -> None:
+        network, self._network = self._network, None
+        if network is not None:
+            network.close()
 
     def _kill_all(self) -> None:
         for node in self._nodes:
@@ -941,6 +1086,7 @@ class KafkaCluster(BaseCluster):
 
     def _atexit_kill(self) -> None:
         self._kill_all()
+        self._close_network()
         if self._work_dir is not None:
             print(
                 f"kcore.testing: killed Kafka cluster left running at exit; logs kept in "
@@ -1031,7 +1177,7 @@ class ExternalCluster(BaseCluster):
         with AdminClient({"bootstrap.servers": self._bootstrap}) as admin:
             return list(admin.describe_cluster(timeout=30).brokers)
 
-    def _cannot(self, what: str, node_id: int) -> ClusterControlError:
+    def _cannot(self, what: str, node_id: int | str) -> ClusterControlError:
         return ClusterControlError(
             f"cannot {what} {node_id}: {self._bootstrap} is an external cluster "
             "(KCORE_BOOTSTRAP), which kcore.testing does not control. Run this test without "

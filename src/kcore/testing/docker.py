@@ -141,7 +141,7 @@ class DockerKafkaCluster(BaseCluster):
         self._check_node(node_id)
         return _container_logs(self._require(), lines)
 
-    def _cannot(self, what: str, node_id: int) -> ClusterControlError:
+    def _cannot(self, what: str, node_id: int | str) -> ClusterControlError:
         return ClusterControlError(
             f"cannot {what} {node_id} of a Docker Kafka cluster (KCORE_TEST_BROKER=docker); "
             "unset KCORE_TEST_BROKER to run brokers kcore.testing can control."

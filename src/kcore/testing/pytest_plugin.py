@@ -2,6 +2,11 @@
 
 * ``kafka_cluster`` — one node, session scope; ``kafka_cluster3`` — three nodes, session scope.
   Each starts on first use, under pytest's ``tmp_path_factory`` (logs stay there after the run).
+* ``kafka_cluster3_isolated`` — three nodes, each in a network namespace of its own
+  (``isolated_network=True``), so tests can ``partition()`` and ``throttle()`` nodes and client
+  hosts; session scope; after each test the network is healed. It needs root (or
+  CAP_NET_ADMIN) and iproute2 and is always a local cluster (KCORE_BOOTSTRAP and
+  KCORE_TEST_BROKER do not apply): without them its tests error, never skip.
 * ``KCORE_BOOTSTRAP=host:port`` — both fixtures are that existing cluster (ExternalCluster).
 * ``KCORE_TEST_BROKER=docker`` — started with testcontainers (DockerKafkaCluster, one node).
 * A cluster that cannot start makes the tests that use it error; they are never skipped.
@@ -30,7 +35,7 @@ if TYPE_CHECKING:
     from kcore.testing.cluster import BaseCluster
     from kcore.testing.spark_cluster import SparkCluster
 
-CLUSTER_FIXTURES = ("kafka_cluster", "kafka_cluster3")
+CLUSTER_FIXTURES = ("kafka_cluster", "kafka_cluster3", "kafka_cluster3_isolated")
 LOG_TAIL_LINES = 30
 
 _clusters: list[BaseCluster] = []  # every cluster a fixture started this session
@@ -70,11 +75,13 @@ def make_cluster(brokers: int, tmp_path_factory: pytest.TempPathFactory) -> Base
     return KafkaCluster(brokers, work_dir=work_dir, keep_logs=True)
 
 
-def _session_cluster(brokers: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def _session_cluster(
+    brokers: int, tmp_path_factory: pytest.TempPathFactory, cluster: BaseCluster | None = None
+) -> Iterator[Any]:
     from kcore.testing.cluster import ExternalCluster
     from kcore.testing.errors import ClusterStartError
 
-    cluster = make_cluster(brokers, tmp_path_factory)
+    cluster = cluster or make_cluster(brokers, tmp_path_factory)
     cluster.start()  # a failure errors every test that uses the fixture (pytest caches it)
     if isinstance(cluster, ExternalCluster) and brokers > 1:
         # Someone else's cluster may be smaller than the fixture promises: its tests would
@@ -103,6 +110,17 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A three-node Kafka cluster (KRaft, every node a voter) shared by the whole session."""
     yield from _session_cluster(3, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster3_isolated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A three-node Kafka cluster whose nodes each run in a network namespace of their own on
+    a bridge it creates, so that tests can cut nodes (and client hosts) off; session scope."""
+    from kcore.testing.cluster import KafkaCluster
+
+    work_dir = tmp_path_factory.mktemp("kafka3-isolated-", numbered=True)
+    cluster = KafkaCluster(3, work_dir=work_dir, keep_logs=True, isolated_network=True)
+    yield from _session_cluster(3, tmp_path_factory, cluster)
 
 
 @pytest.fixture(scope="session")
@@ -166,9 +184,10 @@ def _spark_clusters_of(item: pytest.Item) -> list[SparkCluster]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """After a test that stopped or killed nodes of a session cluster, they are started again:
-    the next tests get the whole cluster (a test that failed between kill and restart would
-    otherwise leave it short of a node for the rest of the session)."""
+    """After a test that stopped or killed nodes of a session cluster, they are started again
+    and its network (if it has one) is healed: the next tests get the whole cluster (a test
+    that failed between kill and restart would otherwise leave it short of a node for the rest
+    of the session)."""
     yield
     if nextitem is None:  # the session's clusters are being stopped
         return
@@ -182,6 +201,12 @@ def _heal(cluster: BaseCluster) -> None:
 
     if not getattr(cluster, "_started", False):
         return  # stopped as a whole (cluster.stop()), or not one kcore.testing runs
+    try:
+        cluster.heal()
+    except ClusterError as exc:
+        import warnings
+
+        warnings.warn(f"kcore.testing: could not heal the test network: {exc}", stacklevel=1)
     try:
         down = [n for n in cluster.node_ids if not cluster.is_running(n)]
     except ClusterError:  # a cluster kcore.testing does not run (KCORE_BOOTSTRAP, docker)
