@@ -391,8 +391,9 @@ def test_a_bootstrap_answer_listing_only_impossible_addresses_is_skipped():
 @pytest.mark.parametrize("node_id", [0, 1, 2**30 + 1, 2**31 - 1, -1, -(2**31)])
 def test_coordinator_connection_keys_never_equal_a_node_id(node_id):
     from kcore.cluster.client import broker_id, coordinator_connection_id
+    from kcore.cluster.metadata import BrokerInfo
 
-    key = coordinator_connection_id(node_id)
+    key = coordinator_connection_id(BrokerInfo(node_id, "127.0.0.1", 9092))
     assert broker_id(key) == node_id
     assert broker_id(node_id) == node_id  # a node id leads to itself, however large
     for other in (node_id, 2**31 - 1 - node_id, -node_id):
@@ -419,7 +420,9 @@ def test_a_broker_with_any_int32_node_id_is_connected_to(node_id):
                 md = await client.ready(20)
                 assert md.leader_for("t", 0).node_id == node_id
                 plain = await client.connection(node_id)
-                coordinator = await client.connection(coordinator_connection_id(node_id))
+                coordinator = await client.connection(
+                    coordinator_connection_id(md.brokers[node_id])
+                )
                 assert plain is not coordinator
                 assert plain.node_id == coordinator.node_id == node_id
                 assert plain.is_ready and coordinator.is_ready
@@ -427,6 +430,60 @@ def test_a_broker_with_any_int32_node_id_is_connected_to(node_id):
                 await client.close()
 
         run(main())
+
+
+@pytest.mark.timeout(60)
+def test_a_coordinator_the_metadata_does_not_list_is_dialled_where_find_coordinator_says():
+    """As Java's client: the coordinator connection goes to FindCoordinator's host and port,
+    whether or not the metadata lists that node (yet)."""
+    from kcore.cluster.client import coordinator_connection_id
+    from kcore.cluster.metadata import BrokerInfo
+
+    with FakeBroker({}) as broker:
+        broker.handlers[ApiKey.METADATA] = metadata_answer([(1, "127.0.0.1", broker.port)])
+
+        async def main():
+            client = ClusterClient({"bootstrap.servers": broker.address})
+            await client.start()
+            try:
+                md = await client.ready(20)
+                assert 77 not in md.brokers
+                key = coordinator_connection_id(BrokerInfo(77, "127.0.0.1", broker.port))
+                conn = await client.connection(key)
+                assert conn.is_ready and conn.node_id == 77
+                assert await client.connection(key) is conn  # kept, as any other
+            finally:
+                await client.close()
+
+        run(main())
+
+
+@pytest.mark.parametrize(
+    "host, port, why",
+    [
+        ("a" * 64 + ".example.com", 9092, "longer than 63"),
+        ("127.0.0.1", 70000, "outside 0-65535"),
+        ("127.0.0.1", -1, "outside 0-65535"),
+        ("", 9092, "empty"),
+    ],
+)
+def test_a_coordinator_at_an_impossible_address_is_a_connection_error(host, port, why):
+    """FindCoordinator's address is checked as a Metadata one is: a BrokerConnectionError
+    naming the problem (the coordinator is then looked up again), never a raw exception."""
+    from kcore.cluster.client import coordinator_connection_id
+    from kcore.cluster.metadata import BrokerInfo
+
+    async def main():
+        client = ClusterClient({"bootstrap.servers": "127.0.0.1:1"})
+        try:
+            key = coordinator_connection_id(BrokerInfo(2, host, port))
+            with pytest.raises(BrokerConnectionError, match="FindCoordinator named") as info:
+                await client.connection(key)
+            assert why in str(info.value) and info.value.stage == "connect"
+        finally:
+            await client.close()
+
+    run(main())
 
 
 # -- 4. corrupt record batches in a Fetch answer ------------------------------------------------

@@ -261,13 +261,8 @@ def test_a_corrupt_batch_error_names_the_partition_and_offset(
 
 # -- odd coordinators ---------------------------------------------------------------------------
 
-# Not fixed here: connections are made to the brokers Metadata lists, so a coordinator it does
-# not (yet) list is never dialled; Java dials FindCoordinator's host:port. The fix belongs in
-# cluster/connections.py next to broker_id(), which the node-id fix changes.
-COORDINATOR_NOT_LISTED = (
-    "a coordinator missing from Metadata is never connected to "
-    "(Java connects to FindCoordinator's host:port)"
-)
+# As Java's client: a coordinator is dialled where FindCoordinator says, listed in Metadata
+# or not; an address that cannot be dialled is a connection error, and it is looked up again.
 WORKING_COORDINATORS = {
     "coordinator_node_id_above_2_30",
     "coordinator_node_id_int32_max",
@@ -276,14 +271,9 @@ WORKING_COORDINATORS = {
 }
 
 
-def _coordinator_marks(variant: str) -> list[Any]:
-    if variant == "coordinator_node_id_unknown":
-        return [pytest.mark.xfail(strict=True, reason=COORDINATOR_NOT_LISTED)]
-    return _marks(f"FindCoordinator-{variant}")
-
-
 @pytest.mark.parametrize(
-    "variant", [pytest.param(v, marks=_coordinator_marks(v)) for v in COORDINATOR_VARIANTS]
+    "variant",
+    [pytest.param(v, marks=_marks(f"FindCoordinator-{v}")) for v in COORDINATOR_VARIANTS],
 )
 def test_coordinator_variant(probes: ProbeRunner, variant: str) -> None:
     """FindCoordinator names an odd coordinator (listed in Metadata too, as a real cluster
