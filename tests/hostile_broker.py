@@ -6,8 +6,9 @@ headers and bodies with kcore's generated request classes and writes answers wit
 response classes (ApiVersions, Metadata naming itself as the only broker and the leader of one
 topic, FindCoordinator, InitProducerId, Produce, Fetch of real record batches, ListOffsets and
 the classic group APIs). For one API it can misbehave instead (:data:`FRAME_MISBEHAVIOURS`,
-:data:`METADATA_VARIANTS`, :data:`FETCH_CORRUPTIONS`); only the misbehaving bytes are made by
-hand. It counts the requests of every API, so that a probe can bound a retry storm.
+:data:`METADATA_VARIANTS`, :data:`FETCH_CORRUPTIONS`, :data:`FETCH_NO_PROGRESS`, ...); only
+the misbehaving bytes are made by hand. It counts the requests of every API, so that a probe
+can bound a retry storm.
 
 Run as a script, this module is one probe's child process: it reads the probe's spec (JSON)
 from stdin, starts a broker, runs one client operation against it and prints a JSON report as
@@ -75,6 +76,11 @@ FETCH_CORRUPTIONS = (
     "batch_codec_unknown",  # compression codec 7 in the attributes
     "batch_record_count_lies",  # a million records announced, five there
     "batch_record_cut_short",  # the last record's bytes end early (the batch length agrees)
+)
+# Fetch answers that make no progress: whole, valid batches that all end before the fetch
+# offset (a broker answers from the batch holding the offset on).
+FETCH_NO_PROGRESS = (
+    "batches_below_fetch_offset",  # past the end of the log, the whole log (offsets 0-4) again
 )
 
 # FindCoordinator answers naming an odd coordinator (node id, host, port).
@@ -204,9 +210,10 @@ class FakeBroker:
 
     ``api``/``misbehaviour``: requests of that API key get the misbehaviour (one of
     :data:`FRAME_MISBEHAVIOURS`, or for Metadata one of :data:`METADATA_VARIANTS`, for Fetch
-    one of :data:`FETCH_CORRUPTIONS`) once ``answer_first`` of them were answered correctly.
-    ``requests`` counts requests per API key (misbehaved on or not), ``connections`` the
-    connections accepted. ``tls``: (certificate, key) PEM files to serve TLS with.
+    one of :data:`FETCH_CORRUPTIONS` or :data:`FETCH_NO_PROGRESS`) once ``answer_first`` of
+    them were answered correctly. ``requests`` counts requests per API key (misbehaved on or
+    not), ``connections`` the connections accepted. ``tls``: (certificate, key) PEM files to
+    serve TLS with.
     """
 
     def __init__(
@@ -297,6 +304,7 @@ class FakeBroker:
         ) and self.misbehaviour is not None
         variant = self.misbehaviour if misbehave else None
         shaped = variant in METADATA_VARIANTS or variant in FETCH_CORRUPTIONS
+        shaped = shaped or variant in FETCH_NO_PROGRESS
         shaped = shaped or variant in PRODUCE_VARIANTS or variant in COORDINATOR_VARIANTS
         shaped = shaped or variant in GROUP_VARIANTS or variant in LIST_OFFSETS_VARIANTS
         shaped = shaped or variant in OFFSET_FETCH_VARIANTS
@@ -512,7 +520,12 @@ class FakeBroker:
             for part in topic.partitions:
                 records = b""
                 if part.fetch_offset < RECORDS_IN_LOG:
-                    records = self._log if variant is None else _corrupt(self._log, variant)
+                    records = self._log
+                    if variant in FETCH_CORRUPTIONS:
+                        records = _corrupt(self._log, variant)
+                    empty = False
+                elif variant in FETCH_NO_PROGRESS:
+                    records = self._log  # every batch of it ends before the fetch offset
                     empty = False
                 parts.append(
                     PartitionData(

@@ -1,7 +1,8 @@
 """Bad input from a peer or a config ends in a kcore error naming it (or a retry like any
 unreachable broker's), never a raw Python exception or a silent loop: host names the IDNA rules
-reject, ports outside 0-65535, node ids anywhere in int32, corrupt record batches in a Fetch
-answer, over-long client ids.
+reject, ports outside 0-65535, node ids anywhere in int32, coordinators Metadata does not
+list, corrupt record batches in a Fetch answer and answers that make no progress, over-long
+client ids.
 
 The peer is a tiny fake broker: a TCP server on 127.0.0.1 built from kcore's own generated
 protocol classes, answering ApiVersions correctly and then what each test scripts."""
@@ -391,8 +392,9 @@ def test_a_bootstrap_answer_listing_only_impossible_addresses_is_skipped():
 @pytest.mark.parametrize("node_id", [0, 1, 2**30 + 1, 2**31 - 1, -1, -(2**31)])
 def test_coordinator_connection_keys_never_equal_a_node_id(node_id):
     from kcore.cluster.client import broker_id, coordinator_connection_id
+    from kcore.cluster.metadata import BrokerInfo
 
-    key = coordinator_connection_id(node_id)
+    key = coordinator_connection_id(BrokerInfo(node_id, "127.0.0.1", 9092))
     assert broker_id(key) == node_id
     assert broker_id(node_id) == node_id  # a node id leads to itself, however large
     for other in (node_id, 2**31 - 1 - node_id, -node_id):
@@ -419,7 +421,9 @@ def test_a_broker_with_any_int32_node_id_is_connected_to(node_id):
                 md = await client.ready(20)
                 assert md.leader_for("t", 0).node_id == node_id
                 plain = await client.connection(node_id)
-                coordinator = await client.connection(coordinator_connection_id(node_id))
+                coordinator = await client.connection(
+                    coordinator_connection_id(md.brokers[node_id])
+                )
                 assert plain is not coordinator
                 assert plain.node_id == coordinator.node_id == node_id
                 assert plain.is_ready and coordinator.is_ready
@@ -427,6 +431,60 @@ def test_a_broker_with_any_int32_node_id_is_connected_to(node_id):
                 await client.close()
 
         run(main())
+
+
+@pytest.mark.timeout(60)
+def test_a_coordinator_the_metadata_does_not_list_is_dialled_where_find_coordinator_says():
+    """As Java's client: the coordinator connection goes to FindCoordinator's host and port,
+    whether or not the metadata lists that node (yet)."""
+    from kcore.cluster.client import coordinator_connection_id
+    from kcore.cluster.metadata import BrokerInfo
+
+    with FakeBroker({}) as broker:
+        broker.handlers[ApiKey.METADATA] = metadata_answer([(1, "127.0.0.1", broker.port)])
+
+        async def main():
+            client = ClusterClient({"bootstrap.servers": broker.address})
+            await client.start()
+            try:
+                md = await client.ready(20)
+                assert 77 not in md.brokers
+                key = coordinator_connection_id(BrokerInfo(77, "127.0.0.1", broker.port))
+                conn = await client.connection(key)
+                assert conn.is_ready and conn.node_id == 77
+                assert await client.connection(key) is conn  # kept, as any other
+            finally:
+                await client.close()
+
+        run(main())
+
+
+@pytest.mark.parametrize(
+    "host, port, why",
+    [
+        ("a" * 64 + ".example.com", 9092, "longer than 63"),
+        ("127.0.0.1", 70000, "outside 0-65535"),
+        ("127.0.0.1", -1, "outside 0-65535"),
+        ("", 9092, "empty"),
+    ],
+)
+def test_a_coordinator_at_an_impossible_address_is_a_connection_error(host, port, why):
+    """FindCoordinator's address is checked as a Metadata one is: a BrokerConnectionError
+    naming the problem (the coordinator is then looked up again), never a raw exception."""
+    from kcore.cluster.client import coordinator_connection_id
+    from kcore.cluster.metadata import BrokerInfo
+
+    async def main():
+        client = ClusterClient({"bootstrap.servers": "127.0.0.1:1"})
+        try:
+            key = coordinator_connection_id(BrokerInfo(2, host, port))
+            with pytest.raises(BrokerConnectionError, match="FindCoordinator named") as info:
+                await client.connection(key)
+            assert why in str(info.value) and info.value.stage == "connect"
+        finally:
+            await client.close()
+
+    run(main())
 
 
 # -- 4. corrupt record batches in a Fetch answer ------------------------------------------------
@@ -575,6 +633,78 @@ def test_whole_batches_before_a_corrupt_one_are_kept():
     assert isinstance(errors[0], CorruptRecordError) and "offset 8" in str(errors[0])
 
 
+def compacted(base: int, n: int, last: int) -> bytes:
+    """A batch of ``n`` records from ``base`` whose header says it ends at ``last``, as
+    compaction leaves one whose last records were removed (its CRC made right again)."""
+    from kcore.codec import crc32c
+
+    data = bytearray(batch(base, n))
+    struct.pack_into(">i", data, 23, last - base)  # lastOffsetDelta
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def test_answers_with_only_batches_before_the_offset_back_off_then_stop_the_partition():
+    """Batches that all end before the fetch offset (5): nothing to hand out, nothing to move
+    past. Fetched again after a growing backoff, never at once; the third such answer in a
+    row is a CorruptRecordError, and so is each one after it."""
+    from kcore.consumer.fetcher import NO_PROGRESS_ANSWERS
+    from kcore.errors import CorruptRecordError
+
+    f = fetcher()
+    st = f.positions.require(TP)
+    for n in range(1, NO_PROGRESS_ANSWERS):
+        answer(f, batch(0, 3) + batch(3, 2))
+        assert queued(f) == ([], [])
+        assert st.errors == n and st.retry_at > 0 and st.fetch_position is None
+    answer(f, batch(0, 3) + batch(3, 2))
+    data, errors = queued(f)
+    assert data == []
+    (error,) = errors
+    assert isinstance(error, CorruptRecordError)
+    assert str(error) == (
+        f"t-0: failed to make progress fetching offset 5: the broker answered "
+        f"{NO_PROGRESS_ANSWERS} times in a row with only record batches that end before it "
+        "(the last at offset 4)"
+    )
+    answer(f, batch(0, 3))
+    assert len(queued(f)[1]) == 1 and st.errors == NO_PROGRESS_ANSWERS + 1  # (one at a time)
+
+
+def test_an_answer_that_makes_progress_starts_the_count_again():
+    from kcore.consumer.fetcher import NO_PROGRESS_ANSWERS
+
+    f = fetcher()
+    st = f.positions.require(TP)
+    for _ in range(NO_PROGRESS_ANSWERS - 1):
+        answer(f, batch(0, 3))
+    answer(f, batch(0, 3) + batch(5, 2))  # a batch before the offset, then one at it
+    data, errors = queued(f)
+    assert errors == [] and len(data) == 1 and st.fetch_position == 7
+    assert st.errors == 0 and st.behind_answers == 0
+    f.drop_queued(TP)
+    for _ in range(NO_PROGRESS_ANSWERS - 1):
+        answer(f, batch(0, 3))
+    assert queued(f) == ([], [])
+    st.seek(5)  # a seek gives the offset a new try too
+    for _ in range(NO_PROGRESS_ANSWERS - 1):
+        answer(f, batch(0, 3))
+    assert queued(f) == ([], [])
+
+
+@pytest.mark.parametrize("last", [5, 9])
+def test_a_compacted_batch_ending_at_or_past_the_offset_is_progress(last):
+    """A batch whose records compaction removed from its end still ends at its last offset:
+    the fetch moves past it (as Java's next fetch offset, the batch's last offset + 1), with
+    no backoff and no error."""
+    f = fetcher()
+    answer(f, compacted(0, 3, last))
+    data, errors = queued(f)
+    assert errors == [] and len(data) == 1
+    st = f.positions.require(TP)
+    assert st.fetch_position == last + 1 and st.errors == 0 and st.retry_at == 0.0
+
+
 def fetch_answer(batches: list[tuple[int, bytes]]) -> Handler:
     """Fetch answers from ``batches`` ((first offset, bytes), in order): as a broker, from the
     batch holding the fetch offset on."""
@@ -631,6 +761,52 @@ def test_poll_raises_a_corrupt_batch_naming_topic_partition_and_offset(corrupt_l
             assert str(error).startswith("t-0: ") and "offset 5" in str(error)
             # Before: ~2,500 Fetch requests a second. Now a handful, then backoffs.
             assert broker.count(ApiKey.FETCH) < 40
+
+
+@pytest.mark.timeout(60)
+def test_poll_moves_past_a_compacted_batch_whose_records_end_before_the_position():
+    """Compaction removed offsets 7-9 from the batch holding the position (8): poll moves on
+    to the next batch without a backoff, as a real broker's log requires."""
+    records = [(0, batch(0, 5)), (5, compacted(5, 2, 9)), (10, batch(10, 2))]
+    with FakeBroker({ApiKey.FETCH: fetch_answer(records)}) as broker:
+        broker.handlers[ApiKey.METADATA] = metadata_answer(
+            [(1, "127.0.0.1", broker.port)], {"t": 1}
+        )
+        with Consumer({"bootstrap.servers": broker.address, "fetch.max.wait.ms": 100}) as c:
+            c.assign([TP])
+            c.seek(TP, 8)
+            got: list[Any] = []
+            for _ in range(40):
+                got += c.poll(0.25)
+                if got:
+                    break
+            assert [r.offset for r in got] == [10, 11]
+            assert c.position(TP) == 12
+
+
+@pytest.mark.timeout(60)
+def test_poll_raises_when_every_answer_ends_before_the_position():
+    """A peer that answers a fetch at 50 with the batch 0-9, again and again: poll raises
+    CorruptRecordError naming the partition and the offset, after a few fetches spaced by
+    the backoff (before: a silent loop of Fetch requests)."""
+    from kcore.errors import CorruptRecordError
+
+    def only_the_first_batch(request: Any, version: int) -> Any:
+        return fetch_answer([(0, batch(0, 10))])(request, version)
+
+    with FakeBroker({ApiKey.FETCH: only_the_first_batch}) as broker:
+        broker.handlers[ApiKey.METADATA] = metadata_answer(
+            [(1, "127.0.0.1", broker.port)], {"t": 1}
+        )
+        with Consumer({"bootstrap.servers": broker.address, "fetch.max.wait.ms": 100}) as c:
+            c.assign([TP])
+            c.seek(TP, 50)
+            with pytest.raises(CorruptRecordError) as info:
+                for _ in range(40):
+                    assert c.poll(0.25) == []
+            assert str(info.value).startswith("t-0: failed to make progress fetching offset 50")
+            assert c.position(TP) == 50
+            assert broker.count(ApiKey.FETCH) < 10
 
 
 @pytest.mark.timeout(60)

@@ -18,10 +18,11 @@ probe instead of stopping the suite. What a probe asserts:
   starts.
 
 Families: frame misbehaviours per API; error codes that persist; a transactional producer's
-InitProducerId; Metadata with odd brokers; odd coordinators; corrupt record batches; Produce
-answers that leave records out; group answers with noise for consumer-protocol bytes; settings
-a peer then exposes (bad bootstrap names, a long client.id, 2,000 dead addresses); TLS and
-SASL peers. A probe of a bug not fixed yet is a strict xfail naming the class of bug.
+InitProducerId; Metadata with odd brokers; odd coordinators; corrupt record batches; Fetch
+answers that make no progress; Produce answers that leave records out; group answers with
+noise for consumer-protocol bytes; settings a peer then exposes (bad bootstrap names, a long
+client.id, 2,000 dead addresses); TLS and SASL peers. A probe of a bug not fixed yet is a
+strict xfail naming the class of bug.
 
 The probes of the selected tests all start when the first of them needs its result, eight
 child processes at a time (they mostly wait on timeouts); each test then checks its own.
@@ -49,6 +50,7 @@ from hostile_broker import (  # noqa: E402
     COORDINATOR_VARIANTS,
     ERROR_ANSWERS,
     FETCH_CORRUPTIONS,
+    FETCH_NO_PROGRESS,
     FRAME_MISBEHAVIOURS,
     GROUP_VARIANTS,
     LIST_OFFSETS_VARIANTS,
@@ -259,15 +261,31 @@ def test_a_corrupt_batch_error_names_the_partition_and_offset(
     assert "hostile" in error["message"] and "offset" in error["message"], error["message"]
 
 
+# -- fetch answers that make no progress ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "variant", [pytest.param(v, marks=_marks(f"Fetch-{v}")) for v in FETCH_NO_PROGRESS]
+)
+def test_fetch_answer_without_progress(probes: ProbeRunner, variant: str) -> None:
+    """Answers holding only batches that end before the fetch offset: fetched again after a
+    backoff (never at once, in a loop), then a CorruptRecordError from poll naming the
+    partition and the offset."""
+    name = f"Fetch-{variant}"
+    report = probes.result(name)
+    check(report, name, ApiKey.FETCH)
+    error = report["error"]
+    assert error is not None and error["corrupt_record"], (
+        f"probe {name}: the answers without progress were not reported\n"
+        f"{json.dumps(report, indent=1)}"
+    )
+    assert "hostile-0" in error["message"] and "offset 5" in error["message"], error["message"]
+
+
 # -- odd coordinators ---------------------------------------------------------------------------
 
-# Not fixed here: connections are made to the brokers Metadata lists, so a coordinator it does
-# not (yet) list is never dialled; Java dials FindCoordinator's host:port. The fix belongs in
-# cluster/connections.py next to broker_id(), which the node-id fix changes.
-COORDINATOR_NOT_LISTED = (
-    "a coordinator missing from Metadata is never connected to "
-    "(Java connects to FindCoordinator's host:port)"
-)
+# As Java's client: a coordinator is dialled where FindCoordinator says, listed in Metadata
+# or not; an address that cannot be dialled is a connection error, and it is looked up again.
 WORKING_COORDINATORS = {
     "coordinator_node_id_above_2_30",
     "coordinator_node_id_int32_max",
@@ -276,14 +294,9 @@ WORKING_COORDINATORS = {
 }
 
 
-def _coordinator_marks(variant: str) -> list[Any]:
-    if variant == "coordinator_node_id_unknown":
-        return [pytest.mark.xfail(strict=True, reason=COORDINATOR_NOT_LISTED)]
-    return _marks(f"FindCoordinator-{variant}")
-
-
 @pytest.mark.parametrize(
-    "variant", [pytest.param(v, marks=_coordinator_marks(v)) for v in COORDINATOR_VARIANTS]
+    "variant",
+    [pytest.param(v, marks=_marks(f"FindCoordinator-{v}")) for v in COORDINATOR_VARIANTS],
 )
 def test_coordinator_variant(probes: ProbeRunner, variant: str) -> None:
     """FindCoordinator names an odd coordinator (listed in Metadata too, as a real cluster
@@ -527,6 +540,9 @@ def probe_spec(
     ):
         spec = {"api": int(ApiKey.FETCH), "misbehaviour": params["corruption"]}
         return f"Fetch-{params['corruption']}", {**spec, "operation": "fetch"}
+    if test_name == "test_fetch_answer_without_progress":
+        spec = {"api": int(ApiKey.FETCH), "misbehaviour": params["variant"]}
+        return f"Fetch-{params['variant']}", {**spec, "operation": "fetch"}
     return None
 
 

@@ -585,7 +585,8 @@ class ClusterClient:
     async def find_coordinator(
         self, key: str, key_type: int = 0, timeout: float | None = None
     ) -> BrokerInfo:
-        """The coordinator broker of group ``key`` (``key_type`` 0) or transactional id (1),
+        """The coordinator broker of group ``key`` (``key_type`` 0) or transactional id (1), at
+        the address the answer names (:func:`coordinator_connection_id` keys its connection),
         retrying while the broker says it is not available yet (e.g. ``__consumer_offsets``
         being created) until ``timeout`` (default ``default.api.timeout.ms``)."""
         timeout = self._default_timeout() if timeout is None else timeout
@@ -623,7 +624,9 @@ class ClusterClient:
             err = error_for_code(code)
             assert err is not None
             raise err.with_message(f"coordinator of {key!r}: {message or err.message}")
-        return self.cache.current.brokers.get(node_id) or BrokerInfo(node_id, host, port)
+        # Where FindCoordinator says, as Java's client: a coordinator the metadata does not
+        # list (yet) is still reached (its connection checks the address when it dials).
+        return BrokerInfo(node_id, host, port)
 
     # -- background upkeep ------------------------------------------------------------------------
 

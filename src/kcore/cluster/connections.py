@@ -17,8 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from kcore.cluster.metadata import MetadataCache
+from kcore.cluster.metadata import BrokerInfo, MetadataCache
 from kcore.errors import BrokerConnectionError, KafkaError
+from kcore.network.address import address_problem, format_address
 from kcore.network.backoff import ExponentialBackoff
 from kcore.network.connection import BrokerConnection, ConnectionSettings
 
@@ -35,28 +36,38 @@ log = logging.getLogger("kcore.cluster")
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorKey:
-    """The key of the connection to broker ``node_id`` kept for its coordinator role.
+    """The key of the connection to broker ``node_id`` kept for its coordinator role, at the
+    address FindCoordinator named (``host``, ``port``).
 
     A coordinator gets a connection of its own, as in the Java client: on the shared one, a
     JoinGroup or heartbeat would wait behind a fetch that the broker holds for up to
     fetch.max.wait.ms, since a broker answers one request per connection at a time. A key of
     its own type, not an int: node ids are any int32 (negative for bootstrap entries), so no
-    arithmetic on them can make a key that no node id equals."""
+    arithmetic on them can make a key that no node id equals. It carries the address because
+    the coordinator is dialled where FindCoordinator says, as Java does: the metadata need not
+    list it (yet)."""
 
     node_id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return format_address(self.host, self.port)
 
     def __str__(self) -> str:
-        return f"{self.node_id} (coordinator connection)"
+        return f"{self.node_id} at {self.address} (coordinator connection)"
 
 
 # A connection's key in the pool: a broker's node id, or a coordinator connection's key.
 ConnectionKey = int | CoordinatorKey
 
 
-def coordinator_connection_id(node_id: int) -> CoordinatorKey:
-    """The key under which ``ClusterClient`` keeps the coordinator connection to ``node_id``;
-    pass it wherever a node id goes (``send``, ``connection``, ``version_for``)."""
-    return CoordinatorKey(node_id)
+def coordinator_connection_id(coordinator: BrokerInfo) -> CoordinatorKey:
+    """The key under which ``ClusterClient`` keeps the connection to ``coordinator`` (as
+    FindCoordinator named it); pass it wherever a node id goes (``send``, ``connection``,
+    ``version_for``)."""
+    return CoordinatorKey(coordinator.node_id, coordinator.host, coordinator.port)
 
 
 def broker_id(connection_id: ConnectionKey) -> int:
@@ -126,18 +137,36 @@ class ConnectionPool:
     def _connect_done(self, node_id: ConnectionKey, _task: asyncio.Task[BrokerConnection]) -> None:
         self._connecting.pop(node_id, None)
 
-    async def _open(self, node_id: ConnectionKey) -> BrokerConnection:
+    def _dial_target(self, node_id: ConnectionKey) -> BrokerInfo:
+        """Where the connection of ``node_id`` goes: a coordinator's to the address
+        FindCoordinator named, a broker's to the one the metadata lists. Raises
+        ``BrokerConnectionError`` when there is none that can be dialled (an address no DNS
+        answer could make valid is never handed to the network layer)."""
+        if isinstance(node_id, CoordinatorKey):
+            problem = address_problem(node_id.host, node_id.port)
+            if problem is not None:
+                # (a metadata refresh cannot mend it: the caller finds the coordinator again)
+                raise BrokerConnectionError(
+                    f"node {node_id.node_id} (coordinator connection)",
+                    "connect",
+                    f"FindCoordinator named an address that cannot be dialled: {problem}",
+                )
+            return BrokerInfo(node_id.node_id, node_id.host, node_id.port)
         md = self.cache.current
-        broker = md.brokers.get(broker_id(node_id))
+        broker = md.brokers.get(node_id)
         if broker is None:
             self.cache.request_update()
-            problem = md.unusable_brokers.get(broker_id(node_id))
+            problem = md.unusable_brokers.get(node_id)
             reason = "the broker is not in the cluster metadata"
             if problem is not None:
                 reason = (
                     f"the cluster metadata lists it at an address that cannot be dialled: {problem}"
                 )
             raise BrokerConnectionError(f"node {node_id}", "connect", reason)
+        return broker
+
+    async def _open(self, node_id: ConnectionKey) -> BrokerConnection:
+        broker = self._dial_target(node_id)
         state = self._nodes.setdefault(node_id, NodeState())
         wait = state.retry_at - time.monotonic()
         if wait > 0:

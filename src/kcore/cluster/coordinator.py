@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from kcore.cluster.client import ClusterClient, coordinator_connection_id
+from kcore.cluster.metadata import BrokerInfo
 from kcore.errors import BrokerConnectionError, ErrorCode, KcoreTimeoutError, error_name
 from kcore.network.connection import BrokerConnection
 
@@ -28,31 +29,39 @@ class CoordinatorLink:
         self.cluster = cluster
         self.key = key
         self.key_type = key_type
-        self.node_id: int | None = None
-        self._lookup: asyncio.Task[int] | None = None
+        # The coordinator as the last FindCoordinator answer named it (None: look it up).
+        self.coordinator: BrokerInfo | None = None
+        self._lookup: asyncio.Task[BrokerInfo] | None = None
 
     def __repr__(self) -> str:
         kind = "group" if self.key_type == GROUP else "transactional id"
         return f"coordinator of {kind} {self.key!r} (node {self.node_id})"
 
+    @property
+    def node_id(self) -> int | None:
+        return self.coordinator.node_id if self.coordinator is not None else None
+
     async def node(self, timeout: float | None = None) -> int:
         """The coordinator's node id, looked up once for all the callers waiting on it."""
-        if self.node_id is not None:
-            return self.node_id
+        return (await self._coordinator(timeout)).node_id
+
+    async def _coordinator(self, timeout: float | None = None) -> BrokerInfo:
+        if self.coordinator is not None:
+            return self.coordinator
         if self._lookup is None or self._lookup.done():
             self._lookup = asyncio.get_running_loop().create_task(self._find(timeout))
         return await asyncio.shield(self._lookup)
 
-    async def _find(self, timeout: float | None) -> int:
+    async def _find(self, timeout: float | None) -> BrokerInfo:
         broker = await self.cluster.find_coordinator(self.key, self.key_type, timeout)
-        self.node_id = broker.node_id
-        log.debug("%r found", self)
-        return broker.node_id
+        self.coordinator = broker
+        log.debug("%r found at %s", self, broker.address)
+        return broker
 
     def mark_dead(self, why: str) -> None:
-        if self.node_id is not None:
+        if self.coordinator is not None:
             log.info("%r lost: %s", self, why)
-        self.node_id = None
+        self.coordinator = None
 
     def handle_error(self, code: int) -> bool:
         """Whether ``code`` is a coordinator error that a retry recovers from (re-discovering
@@ -72,7 +81,7 @@ class CoordinatorLink:
     ) -> Any:
         """One request to the coordinator. A connection failure forgets the coordinator (it is
         looked up again next time) and is raised."""
-        conn_id = coordinator_connection_id(await self.node())
+        conn_id = coordinator_connection_id(await self._coordinator())
         try:
             if version is None:
                 version = await self.cluster.version_for(conn_id, request.API_KEY, **limits)
@@ -95,9 +104,9 @@ class CoordinatorLink:
 
     async def connection(self) -> BrokerConnection:
         """The coordinator's own connection (not the one fetches and produces use)."""
-        node = await self.node()
+        coordinator = await self._coordinator()
         try:
-            return await self.cluster.connection(coordinator_connection_id(node))
+            return await self.cluster.connection(coordinator_connection_id(coordinator))
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
             self.mark_dead(str(exc))
             raise

@@ -69,6 +69,12 @@ BATCH_HEADER = 12  # base offset (8) and length (4): the same in magic 0, 1 and 
 MIN_BATCH_LENGTH = 14
 MAX_INT32 = 2**31 - 1
 PREFETCH_RESPONSES = 3  # per partition, queued ahead of poll
+# Answers in a row holding only record batches that end before the fetch offset, after which
+# each such answer stops the partition with CorruptRecordError. A broker answers from the batch
+# that holds the offset, so one never sends such an answer; a peer that keeps doing so would
+# have the consumer fetch the same offset again and again. The first ones are retried after
+# the fetch-error backoff (in case a peer's glitch passes), never at once.
+NO_PROGRESS_ANSWERS = 3
 
 log = logging.getLogger("kcore.consumer")
 
@@ -505,6 +511,13 @@ class Fetcher:
                         return
                     st.batch_bytes = 0
                     st.partial_at = -1
+                    if end <= offset:
+                        # Whole batches, all before the offset: nothing to hand out and no
+                        # offset to move past (a compacted batch still ends at its last
+                        # offset, at or past the fetch offset: that is progress).
+                        self._no_progress(tp, st, offset, end)
+                        return
+                    st.behind_at, st.behind_answers = -1, 0
                     if complete < len(records):
                         # What follows the whole batches (one cut short, or a corrupt length)
                         # is fetched again from ``end``: not for the decoder to trip on.
@@ -598,6 +611,35 @@ class Fetcher:
             self._back_off(st)
         st.partial_at = offset
         st.batch_bytes = declared  # asked for whole next time
+
+    def _no_progress(self, tp: TopicPartition, st: PartitionState, offset: int, end: int) -> None:
+        """An answer at ``offset`` whose whole batches all end before it, the last at ``end``
+        - 1 (positions locked). Java's consumer skips such batches and fetches again at once;
+        here the partition is fetched again only after the fetch-error backoff, and from the
+        NO_PROGRESS_ANSWERS-th such answer in a row on, each one stops the partition with
+        ``CorruptRecordError`` for poll (until an answer makes progress or the caller seeks):
+        never a silent loop of Fetch requests."""
+        name = f"{tp.topic}-{tp.partition}"
+        if st.behind_at != offset:
+            st.behind_at, st.behind_answers = offset, 0
+        st.behind_answers += 1
+        if st.behind_answers >= NO_PROGRESS_ANSWERS:
+            problem = (
+                f"failed to make progress fetching offset {offset}: the broker answered "
+                f"{st.behind_answers} times in a row with only record batches that end before "
+                f"it (the last at offset {end - 1})"
+            )
+            log.warning("%s: %s", name, problem)
+            self._queue_partition_error(tp, CorruptRecordError(f"{name}: {problem}"))
+        else:
+            log.debug(
+                "%s: the answer at offset %s held only batches ending before it (the last at "
+                "%s); backing off",
+                name,
+                offset,
+                end - 1,
+            )
+        self._back_off(st)
 
     def _partition_failed(
         self, tp: TopicPartition, st: PartitionState, offset: int, code: int

@@ -40,6 +40,11 @@ class PartitionState:
     # The fetch offset of the last answer that held only part of a batch (-1: none since the
     # last whole one): the same again, when the whole batch could have come, is an error.
     partial_at: int = -1
+    # The fetch offset of the last answer whose whole batches all ended before it (-1: none
+    # since one that made progress), and how many such answers came in a row: a few are
+    # retried after a backoff, then each is an error (the fetcher's NO_PROGRESS_ANSWERS).
+    behind_at: int = -1
+    behind_answers: int = 0
     served: int = 0  # when it last had data queued (fetch order: longest waiting first)
     # With a group.id (assigned by hand or by the group): start from the group's committed
     # offset, if any, before auto.offset.reset (as Java does).
@@ -60,6 +65,7 @@ class PartitionState:
         self.position, self.reset_to = position, reset_to
         self.offset_epoch = self.leader_epoch = -1
         self.validating = None
+        self.behind_at, self.behind_answers = -1, 0  # a seek gives a stuck offset a new try
 
     def unvalidated(self, current_leader_epoch: int) -> bool:
         """Whether the position must be checked under the leader of ``current_leader_epoch``
