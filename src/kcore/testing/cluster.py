@@ -277,12 +277,7 @@ class NetworkFault:
     def __enter__(self) -> NetworkFault:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.undo()
 
 

@@ -33,7 +33,6 @@ import subprocess
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 
 from .errors import ClusterError
 
@@ -162,12 +161,7 @@ class TestNetwork:
     def __enter__(self) -> TestNetwork:
         return self.create()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
