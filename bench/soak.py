@@ -301,6 +301,44 @@ def read_sink(bootstrap: str, capacity: int) -> np.ndarray:
     return out
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The tables for docs/soak.md."""
+    rows = [
+        ("records sent (accepted by send)", result["sent"]),
+        ("refused by send", result["send_refused"]),
+        ("acknowledged", result["acked"]),
+        ("delivery failures", result["delivery_failures"]),
+        ("acknowledged twice", result["acked_twice"]),
+        ("read by the group (distinct)", result["group_read_distinct"]),
+        ("**lost** (acknowledged, never read)", result["group_lost"]),
+        ("read twice", result["group_read_twice"]),
+        ("processed, then their commit failed (may be read again)",
+         result["group_uncommitted_windows"]),
+        ("group commit failures / poll errors",
+         f"{result['group_commit_failures']} / {result['group_poll_errors']}"),
+        ("transactional output, distinct (read_committed)", result["eos_output_distinct"]),
+        ("**missing** from the output", result["eos_output_missing"]),
+        ("**twice** in the output", result["eos_output_twice"]),
+        ("transactions committed / aborted / client restarts",
+         f"{result['eos_transactions']} / {result['eos_aborts']} / {result['eos_restarts']}"),
+    ]  # fmt: skip
+    out = ["| | |", "|---|---:|"] + [f"| {k} | {v:,} |" if isinstance(v, int) else
+                                      f"| {k} | {v} |" for k, v in rows]  # fmt: skip
+    out += ["", "| minute | RSS MiB | sent | acknowledged | read by the group | transactions |",
+            "|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    out += [
+        f"| {s['minute']} | {s['rss_mib']} | {s['sent']:,} | {s['acked']:,} | {s['read']:,} | "
+        f"{s['transactions']:,} |"
+        for s in result["samples"]
+    ]
+    out += ["", "| at | fault | node | seconds | outcome |", "|---|---|---:|---:|---|"]
+    out += [
+        f"| {f['at']} | {f['kind']} | {f['node']} | {f['seconds']} | {f['outcome']} |"
+        for f in result["faults"]
+    ]
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--minutes", type=float, default=20)
@@ -308,7 +346,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=2000, help="records per second produced")
     ap.add_argument("--seed", type=int, default=26)
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--markdown", help="write the tables for docs/soak.md here")
+    ap.add_argument("--from-json", help="only render --markdown from an earlier run's --json")
     args = ap.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            rendered = markdown(json.load(f))
+        if args.markdown:
+            with open(args.markdown, "w") as out:
+                out.write(rendered)
+        else:
+            print(rendered)
+        return 0
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
     )
@@ -404,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(result))
     print(json.dumps({k: v for k, v in result.items() if k not in ("samples",)}, indent=1))
     ok = (
         lost == 0
