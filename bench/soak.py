@@ -157,6 +157,7 @@ class Transformer(threading.Thread):
         self.committed = 0
         self.aborted = 0
         self.restarts = 0
+        self.restart_reasons: list[str] = []
         self.stopping = threading.Event()
 
     def _clients(self) -> tuple[kcore.Consumer, kcore.Producer]:
@@ -188,32 +189,38 @@ class Transformer(threading.Thread):
                 producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
                 producer.commit_transaction()
                 self.committed += 1
-            except TransactionStateError as exc:
-                if exc.abortable:
-                    self._abort(consumer, producer, exc)
-                else:  # fenced or fatal: start over with new clients, as an application would
+            except KcoreError as exc:
+                # An abortable failure: abort, and read again from what the group committed.
+                # A fatal one (fenced, INVALID_TXN_STATE, ...: the abort fails too): new
+                # clients, as an application does; the new producer's init_transactions ends
+                # whatever the old one left open.
+                if not self._abort(consumer, producer, exc):
                     log.warning("transformer: %r; new clients", exc)
                     self.restarts += 1
+                    self.restart_reasons.append(repr(exc)[:300])
                     for closing in (producer, consumer):
                         try:
                             closing.close()
                         except KcoreError:
                             pass
                     consumer, producer = self._clients()
-            except KcoreError as exc:
-                self._abort(consumer, producer, exc)
         producer.close()
         consumer.close()
 
-    def _abort(self, consumer: kcore.Consumer, producer: kcore.Producer, exc: Exception) -> None:
+    def _abort(self, consumer: kcore.Consumer, producer: kcore.Producer, exc: Exception) -> bool:
+        """Abort and rewind; False when that fails too (the producer failed for good)."""
+        if isinstance(exc, TransactionStateError) and not exc.abortable:
+            return False
         log.info("transformer: abort after %r", exc)
-        self.aborted += 1
         try:
             producer.abort_transaction()
             for tp, offset in consumer.committed(consumer.assignment()).items():
                 consumer.seek(tp, offset or 0)
         except KcoreError as again:
             log.info("transformer: abort/rewind failed too: %r", again)
+            return False
+        self.aborted += 1
+        return True
 
 
 class Faults(threading.Thread):
@@ -324,11 +331,11 @@ def markdown(result: dict[str, Any]) -> str:
     ]  # fmt: skip
     out = ["| | |", "|---|---:|"] + [f"| {k} | {v:,} |" if isinstance(v, int) else
                                       f"| {k} | {v} |" for k, v in rows]  # fmt: skip
-    out += ["", "| minute | RSS MiB | sent | acknowledged | read by the group | transactions |",
-            "|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    out += ["", "| minute | RSS MiB | sent | acknowledged | read by the group | transactions "
+            "(aborted, restarts) |", "|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     out += [
         f"| {s['minute']} | {s['rss_mib']} | {s['sent']:,} | {s['acked']:,} | {s['read']:,} | "
-        f"{s['transactions']:,} |"
+        f"{s['transactions']:,} ({s.get('aborts', 0)}, {s.get('restarts', 0)}) |"
         for s in result["samples"]
     ]
     out += ["", "| at | fault | node | seconds | outcome |", "|---|---|---:|---:|---|"]
@@ -386,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
             samples.append(
                 {"minute": minute, "rss_mib": round(rss_mib(), 1),
                  "sent": producer.sent, "acked": int(producer.acked.sum()),
-                 "read": int(np.count_nonzero(read)), "transactions": transformer.committed}
+                 "read": int(np.count_nonzero(read)), "transactions": transformer.committed,
+                 "aborts": transformer.aborted, "restarts": transformer.restarts}
             )  # fmt: skip
             print(json.dumps(samples[-1]), file=sys.stderr, flush=True)
 
@@ -444,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         "eos_transactions": transformer.committed,
         "eos_aborts": transformer.aborted,
         "eos_restarts": transformer.restarts,
+        "eos_restart_reasons": transformer.restart_reasons,
         "faults": faults.done,
         "samples": samples,
     }

@@ -9,6 +9,8 @@ running) for longer than the clients' request timeout, then healed.
   twice except those it processed after its last successful commit.
 * A consume-transform-produce application whose transaction coordinator is cut off: the
   output holds every input record exactly once.
+* Offsets sent to a transaction while the group coordinator is cut off: the call times out,
+  the request goes on, and the commit carries them.
 
 The harness needs root (or CAP_NET_ADMIN) and iproute2; without them these tests error.
 """
@@ -32,6 +34,7 @@ from eos_app import GroupProgress, Processor, read_committed_kcore
 
 import kcore
 from kcore.admin import NewTopic
+from kcore.errors import KcoreTimeoutError
 
 pytestmark = pytest.mark.slow
 
@@ -446,3 +449,41 @@ def test_consume_transform_produce_is_exactly_once_while_its_coordinator_is_cut_
     got = read_committed_kcore(bootstrap, sink, partitions, n)
     assert len(got) == n, f"read {len(got)} committed records, {len(set(got))} distinct"
     assert sorted(got) == sorted(b"%d!" % i for i in range(n))
+
+
+# -- 4. offsets sent to a transaction while the group coordinator is cut off -----------------------
+
+
+def test_offsets_whose_send_timed_out_still_commit_with_the_transaction(kafka_cluster3_isolated):
+    """send_offsets_to_transaction times out while the group's coordinator is cut off; the
+    request goes on (as Java keeps it queued), and commit_transaction waits for it: the
+    transaction never commits without the offsets the caller handed over."""
+    cluster = kafka_cluster3_isolated
+    bootstrap = cluster.bootstrap_servers
+    source, sink, group = unique("offs-in"), unique("offs-out"), unique("offs")
+    for t in (source, sink):
+        create_topic(bootstrap, t, 1)
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.alter_consumer_group_offsets(group, {(source, 0): 0})  # the group exists
+        coordinator = admin.describe_consumer_groups([group])[group].coordinator
+        producer = kcore.Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": unique("offs"),
+                "request.timeout.ms": REQUEST_TIMEOUT_MS,
+            }
+        )
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(sink, b"output")
+            with cluster.partition(coordinator):
+                with pytest.raises(KcoreTimeoutError):
+                    producer.send_offsets_to_transaction({(source, 0): 42}, group, timeout=1)
+                time.sleep(CUT_SECONDS)  # the request times out; the coordinator moves
+            producer.commit_transaction(120)
+        finally:
+            producer.close()
+        # require_stable: once the transaction's markers are written
+        committed = admin.list_consumer_group_offsets(group, require_stable=True, timeout=60)
+        assert committed == {kcore.TopicPartition(source, 0): 42}

@@ -574,9 +574,9 @@ class ProducerCore:
             wanted[TopicPartition(*tp)] = offset
         if not wanted:
             return
-        await self._bounded(
-            "send_offsets_to_transaction", requests.send_offsets(wanted, group), timeout
-        )
+        # A timeout leaves the request going; commit_transaction waits for it.
+        queued = requests.queue_offsets(wanted, group)
+        await self._bounded("send_offsets_to_transaction", asyncio.shield(queued), timeout)
 
     async def commit_transaction(self, timeout: float | None) -> None:
         """Flush (every record of the transaction delivered), then EndTxn(commit). A record

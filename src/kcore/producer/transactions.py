@@ -149,6 +149,10 @@ class TransactionManager:
         self._txn_link = CoordinatorLink(cluster, self.transactional_id, TRANSACTION)
         self._group_links: dict[str, CoordinatorLink] = {}  # TxnOffsetCommit under v2
         self._add_task: asyncio.Task[None] | None = None
+        # The latest send_offsets of this transaction, as a task of its own: a caller's
+        # timeout does not stop it (Java keeps the request queued), and EndTxn(commit) waits
+        # for it, so a commit never goes out without offsets the caller handed over.
+        self._offsets_task: asyncio.Task[None] | None = None
         # Why the latest coordinator request is being retried (None once one went through):
         # what a transactional call that runs out of time names.
         self.retrying: str | None = None
@@ -171,7 +175,15 @@ class TransactionManager:
             if code in FATAL_CODES:
                 err = exceptions[code]
                 assert err is not None
-                err = err.with_message(f"{call}: {err.message}")
+                hint = ""
+                if code == ErrorCode.INVALID_TXN_STATE and call == "EndTxn(commit)" and machine.v2:
+                    # A v2 coordinator answers so a commit of a transaction it already aborted
+                    # on its own (KAFKA-20785; later brokers answer PRODUCER_FENCED).
+                    hint = (
+                        " (most likely the coordinator aborted the transaction after "
+                        "transaction.timeout.ms while this commit was being retried)"
+                    )
+                err = err.with_message(f"{call}: {err.message}{hint}")
                 machine.fatal(err)
                 raise machine.fatal_error()
         if any(c in REFIND_CODES for c in codes):
@@ -376,6 +388,24 @@ class TransactionManager:
         )
         self.machine.partitions_added(tps)
 
+    def queue_offsets(
+        self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata
+    ) -> asyncio.Task[None]:
+        """:meth:`send_offsets` as a task that runs after the one queued before it and goes on
+        when its caller stops waiting (await it through ``asyncio.shield``)."""
+        self.machine.check_in_transaction("send_offsets_to_transaction")
+        before = self._offsets_task
+
+        async def in_order() -> None:
+            if before is not None and not before.done():
+                await asyncio.wait([before])  # its failure is its own caller's to see
+            await self.send_offsets(offsets, group)
+
+        task = asyncio.get_running_loop().create_task(in_order())
+        task.add_done_callback(_retrieved)
+        self._offsets_task = task
+        return task
+
     async def send_offsets(
         self, offsets: Mapping[TopicPartition, int], group: ConsumerGroupMetadata
     ) -> None:
@@ -446,6 +476,15 @@ class TransactionManager:
         machine = self.machine
         identity = self.identity
         bumped = False
+        offsets, self._offsets_task = self._offsets_task, None
+        if offsets is not None and not offsets.done() and not commit:
+            offsets.cancel()  # the transaction's offsets go with it
+        elif offsets is not None and commit:
+            try:
+                await asyncio.shield(offsets)  # raises what failed it: no commit without them
+            except BaseException:
+                self._offsets_task = offsets  # a commit called again waits again
+                raise
         # INVALID_PRODUCER_ID_MAPPING: the coordinator has no transaction to end (as Java:
         # straight to the epoch bump, which aborts whatever is left).
         lost = (
@@ -491,3 +530,10 @@ class TransactionManager:
                 raise machine.fatal_error()
             await self._init_producer_id(bump=True)
         machine.complete()
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """Mark a queued send_offsets' failure as seen: its caller (or the commit) raised it, or
+    stopped waiting on purpose."""
+    if not task.cancelled():
+        task.exception()
