@@ -310,6 +310,7 @@ class ClusterClient:
             deadline,
             self.reconnect_backoff,
             on_failure,
+            self.connections.bootstrap_counters,
         )
         self.cache.update(response, all_topics=self.all_topics or topics is None)
         self._check_top_level_error(response)

@@ -83,7 +83,7 @@ def broker_id(connection_id: ConnectionKey) -> int:
 class ConnectionView:
     """One connection key's statistics as the pool sees them now (read-only)."""
 
-    key: ConnectionKey
+    key: ConnectionKey | None  # None: a bootstrap server's connection
     host: str
     port: int
     counters: ConnectionCounters
@@ -128,6 +128,8 @@ class ConnectionPool:
         # Per connection key, over reconnects; None when statistics are off.
         self._counters: dict[ConnectionKey, ConnectionCounters] | None = {} if count else None
         self._addresses: dict[ConnectionKey, tuple[str, int]] = {}
+        # The bootstrap servers' connections (closed once asked), by (host, port).
+        self._bootstrap: dict[tuple[str, int], ConnectionCounters] = {}
 
     def ready_count(self) -> int:
         return sum(1 for c in list(self._conns.values()) if c.is_ready)
@@ -291,6 +293,15 @@ class ConnectionPool:
             conn.close()
         self._conns.clear()
 
+    def bootstrap_counters(self, host: str, port: int) -> ConnectionCounters | None:
+        """The counters of the bootstrap server at ``host:port`` (None: statistics are off)."""
+        if self._counters is None:
+            return None
+        counters = self._bootstrap.get((host, port))
+        if counters is None:
+            counters = self._bootstrap[(host, port)] = ConnectionCounters()
+        return counters
+
     def statistics(self) -> list[ConnectionView]:
         """Every connection key dialled so far, with its counters (empty when statistics are
         off). On the event loop."""
@@ -302,6 +313,8 @@ class ConnectionPool:
             host, port = self._addresses[key]
             in_flight = conn.in_flight if conn is not None else 0
             out.append(ConnectionView(key, host, port, counters, in_flight))
+        for (host, port), counters in self._bootstrap.items():
+            out.append(ConnectionView(None, host, port, counters, 0))
         return out
 
     def connecting_tasks(self) -> list[asyncio.Task[BrokerConnection]]:

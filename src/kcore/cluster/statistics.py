@@ -50,11 +50,14 @@ def _instance_name(client_id: str, role: str) -> str:
 
 def broker_statistics(pool: ConnectionPool, now: float) -> dict[str, dict[str, Any]]:
     """The ``brokers`` object: one entry per connection key dialled so far, by
-    ``host:port/nodeid`` (a coordinator connection: ``host:port/coordinator-<nodeid>``)."""
+    ``host:port/nodeid`` (a coordinator connection: ``host:port/coordinator-<nodeid>``; a
+    bootstrap server: ``host:port/bootstrap``)."""
     out: dict[str, dict[str, Any]] = {}
     for view in pool.statistics():
         address = f"{view.host}:{view.port}"
-        if isinstance(view.key, CoordinatorKey):
+        if view.key is None:  # (librdkafka names its bootstrap entries so too)
+            node_id, source, name = -1, "configured", f"{address}/bootstrap"
+        elif isinstance(view.key, CoordinatorKey):
             node_id, source = view.key.node_id, "logical"
             name = f"{address}/coordinator-{node_id}"
         else:

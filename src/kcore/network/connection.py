@@ -676,6 +676,8 @@ class BrokerConnection:
 
     def _lost(self, exc: Exception | None) -> None:
         if self._closed_error is None:
+            if self.counters is not None and self._ready:
+                self.counters.disconnects += 1  # (the peer's or the network's doing only)
             reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc or "")
             self._fail(
                 BrokerConnectionError(
@@ -697,8 +699,6 @@ class BrokerConnection:
 
     def _fail(self, error: BaseException) -> None:
         if self.counters is not None:
-            if self._ready:
-                self.counters.disconnects += 1
             self.counters.set_state("DOWN")
         self._closed_error = error
         self._ready = False
