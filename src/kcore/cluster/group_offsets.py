@@ -62,6 +62,11 @@ class GroupOffsets:
         # (the statistics' committed_offset). Only kept while statistics are on: None.
         self.known_committed: dict[TopicPartition, int] | None = None
 
+    def keep_committed(self) -> None:
+        """Keep the committed offsets seen from now on (statistics on)."""
+        if self.known_committed is None:
+            self.known_committed = {}
+
     def committed_offset(self, tp: TopicPartition) -> int | None:
         """``tp``'s committed offset as this client last committed or fetched it."""
         known = self.known_committed

@@ -36,7 +36,7 @@ class ConsumerStatistics:
         self.group = group
         self.offsets: GroupOffsets | None = group.offsets if group is not None else None
         if self.offsets is not None:
-            self.offsets.known_committed = {}  # the group's offsets keep them from now on
+            self.offsets.keep_committed()
         self.read_committed = read_committed
 
     def __call__(self, document: dict[str, Any]) -> None:

@@ -130,6 +130,11 @@ class Sender:
     def wakeup(self) -> None:
         self._wakeup.set()
 
+    def count_deliveries(self) -> None:
+        """Keep :attr:`delivered` from now on (statistics on)."""
+        if self.delivered is None:
+            self.delivered = {}
+
     def in_flight_records(self) -> tuple[int, int]:
         """Records sent and not answered yet, and their bytes (the statistics' msg_cnt counts
         them with those waiting in the accumulator, as librdkafka's does)."""

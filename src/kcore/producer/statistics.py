@@ -47,7 +47,7 @@ class ProducerStatistics:
         self.identity = identity
         self.txn = txn
         self.created = time.monotonic()
-        sender.delivered = {}  # the sender counts deliveries from now on
+        sender.count_deliveries()
 
     def __call__(self, document: dict[str, Any]) -> None:
         queued = self.accumulator.queued()
