@@ -18,7 +18,9 @@ from confluent_kafka import Producer as ConfluentProducer
 
 import kcore
 from kcore.admin import NewTopic
+from kcore.consumer.core import ConsumerCore
 from kcore.metrics import WindowStats
+from kcore.producer.core import ProducerCore
 
 INTERVAL_MS = 100
 WAIT_S = 30.0
@@ -98,6 +100,22 @@ def test_window_stats_cover_one_interval():
     )  # fmt: skip
     assert (taken["p50"], taken["p90"], taken["p99"], taken["p99_99"]) == (50, 90, 99, 100)
     assert window.take()["cnt"] == 0  # the next interval starts empty
+
+
+def test_nothing_is_counted_with_statistics_off():
+    """The default (0): no reporter, and none of the statistics' counters is kept, so the
+    request, delivery and commit paths do not pay for them."""
+    producer = ProducerCore({"bootstrap.servers": "127.0.0.1:9092"})
+    assert producer.cluster.statistics is None and producer.sender.delivered is None
+    assert producer.cluster.connections.statistics() == []
+    assert producer.cluster.connections.bootstrap_counters("127.0.0.1", 9092) is None
+    consumer = ConsumerCore({"bootstrap.servers": "127.0.0.1:9092", "group.id": "g"})
+    assert consumer.cluster.statistics is None
+    assert consumer.group is not None and consumer.group.offsets.known_committed is None
+    on = ProducerCore(
+        {"bootstrap.servers": "127.0.0.1:9092", "statistics.interval.ms": 1000, "stats_cb": print}
+    )
+    assert on.cluster.statistics is not None and on.sender.delivered == {}
 
 
 # -- the producer ----------------------------------------------------------------------------------
