@@ -439,6 +439,7 @@ def test_the_document_has_librdkafkas_shape(kafka_cluster):
     ours = {"group.id": group + "-kcore", "auto.offset.reset": "earliest"}
     with kcore.Consumer(_stats(bs, sink, **ours)) as consumer:
         consumer.subscribe([topic])
+        _poll_until(lambda: len(consumer.assignment()) == 1, consumer)
         _poll_until(lambda: consumer.position((topic, 0), 30) >= 1, consumer)
         consumer.commit()
         our_consumer = sink.wait_for(
