@@ -1120,6 +1120,9 @@ LIBRDKAFKA_KEYS = {
     "enable.sasl.oauthbearer.unsecure.jwt",
     "sasl.oauthbearer.method",
     "sasl.oauthbearer.extensions",
+    # librdkafka's statistics (docs/observability.md)
+    "statistics.interval.ms",
+    "stats_cb",
 }
 JAVA_TYPES = {
     "INT": "int",
@@ -1392,3 +1395,35 @@ def test_configs_are_accepted_and_refused_as_java_does(
             ):
                 problems.append(f"{role} {case}: {key}={value}, Java {theirs[key]}")
     assert not problems, "\n".join(problems)
+
+
+# -- statistics.interval.ms and stats_cb (librdkafka's keys) --------------------------------------
+
+
+@pytest.mark.parametrize("role", ["producer", "consumer", "admin"])
+def test_statistics_keys_on_every_client(role: str) -> None:
+    def stats_cb(document: str) -> None:
+        pass
+
+    settings = {**BOOT, "statistics.interval.ms": "1000", "stats_cb": stats_cb}
+    cfg = ClientConfig(settings, role=role)  # type: ignore[arg-type]
+    assert cfg["statistics.interval.ms"] == 1000 and cfg["stats_cb"] is stats_cb
+    off = ClientConfig(BOOT, role=role)  # type: ignore[arg-type]
+    assert off["statistics.interval.ms"] == 0 and off["stats_cb"] is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "key", "text"),
+    [
+        ({"statistics.interval.ms": -1, "stats_cb": print}, "statistics.interval.ms", ">= 0"),
+        ({"statistics.interval.ms": "often", "stats_cb": print}, "statistics.interval.ms", "int"),
+        ({"statistics.interval.ms": True, "stats_cb": print}, "statistics.interval.ms", "int"),
+        ({"statistics.interval.ms": 1000, "stats_cb": 42}, "stats_cb", "callable"),
+        ({"statistics.interval.ms": 1000, "stats_cb": "my.module.cb"}, "stats_cb", "callable"),
+        ({"statistics.interval.ms": 1000}, "statistics.interval.ms", "needs stats_cb"),
+    ],
+)
+def test_statistics_keys_refused(settings: dict[str, Any], key: str, text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        ClientConfig({**BOOT, **settings}, role="producer")
+    assert info.value.key == key and text in info.value.message

@@ -425,6 +425,11 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "The window of metrics()' rates, averages and maximums (kept for num.samples)."),
     ConfigDef("metrics.num.samples", "int", 2, Range(1), _ALL,
               "How many metrics sample windows are kept."),
+    ConfigDef("statistics.interval.ms", "int", 0, _GE0, _ALL,
+              "librdkafka's: call stats_cb with the statistics JSON this often; 0: never."),
+    ConfigDef("stats_cb", "callable", None, None, _ALL,
+              "librdkafka's (confluent-kafka's key): callable(json_str) given the statistics "
+              "every statistics.interval.ms, on a thread of its own (docs/observability.md)."),
     ConfigDef("metrics.recording.level", "string", "INFO",
               _one_of("INFO", "DEBUG", "TRACE"), _ALL,
               "Accepted as Java's; kcore records the same metrics at every level."),
@@ -1350,6 +1355,10 @@ def _check_common(cfg: ClientConfig, v: dict[str, Any], user: dict[str, Any]) ->
                 text.encode("utf-8")
             except UnicodeEncodeError as exc:  # the value itself is never echoed (a secret)
                 raise ConfigError(key, f"is not valid text for the wire ({exc.reason})") from None
+    if v["statistics.interval.ms"] > 0 and v["stats_cb"] is None:
+        raise ConfigError(
+            "statistics.interval.ms", "needs stats_cb, the callable the statistics are given to"
+        )
     # Java: reconnect.backoff.ms set alone also becomes the max (no exponential growth).
     if "reconnect.backoff.ms" in user and "reconnect.backoff.max.ms" not in user:
         v["reconnect.backoff.max.ms"] = v["reconnect.backoff.ms"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from kcore.config import default_of
 
-__all__ = ["ClientMetrics", "Sensor"]
+__all__ = ["ClientMetrics", "ConnectionCounters", "Sensor", "WindowStats"]
 
 # The statistics a sensor reports, each as "<sensor name>-<stat>".
 TOTAL, RATE, AVG, MAX = "total", "rate", "avg", "max"
@@ -142,6 +142,12 @@ class ClientMetrics:
             sensor = self._sensors.get(name)
             return float(sensor.count) if sensor is not None else 0.0
 
+    def total(self, name: str) -> float:
+        """The sum of the values ``name`` has recorded since the start (its ``-total``)."""
+        with self._lock:
+            sensor = self._sensors.get(name)
+            return sensor.total if sensor is not None else 0.0
+
     def rate_of(self, name: str) -> float:
         """Values recorded per second over the windows (Java's Rate of a SampledStat count)."""
         now = time.monotonic()
@@ -165,3 +171,92 @@ class ClientMetrics:
             except Exception:  # noqa: BLE001 - a gauge of a closing client: not there now
                 out[name] = math.nan
         return dict(sorted(out.items()))
+
+
+# -- statistics (statistics.interval.ms, stats_cb) ------------------------------------------------
+
+# The percentiles of a window's values, as librdkafka's window stats name them.
+_PERCENTILES = (("p50", 50.0), ("p75", 75.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0),
+                ("p99_99", 99.99))  # fmt: skip
+
+
+class WindowStats:
+    """Values recorded since the statistics were last taken (librdkafka's window stats: each
+    emitted document covers one statistics interval). Recorded and taken on one thread (the
+    client's event loop): no lock."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self) -> None:
+        self._values: list[int] = []
+
+    def record(self, value: int) -> None:
+        self._values.append(value)
+
+    def take(self) -> dict[str, int]:
+        """min, max, avg, sum, cnt and percentiles (nearest rank) of the window's values, all
+        0 for an empty window (as librdkafka's); the next window starts empty."""
+        values, self._values = sorted(self._values), []
+        count = len(values)
+        if not count:
+            return {"min": 0, "max": 0, "avg": 0, "sum": 0, "cnt": 0} | {
+                name: 0 for name, _ in _PERCENTILES
+            }
+        total = sum(values)
+        out = {
+            "min": values[0],
+            "max": values[-1],
+            "avg": total // count,
+            "sum": total,
+            "cnt": count,
+        }
+        for name, pct in _PERCENTILES:
+            out[name] = values[min(count - 1, max(0, math.ceil(pct / 100 * count) - 1))]
+        return out
+
+
+class ConnectionCounters:
+    """What one broker connection key did over the client's life, across reconnects (the
+    statistics' ``brokers`` entries). Kept only while statistics are on; recorded by the
+    connection on the client's event loop, read there too."""
+
+    __slots__ = (
+        "state",
+        "state_since",
+        "tx",
+        "txbytes",
+        "txerrs",
+        "req_timeouts",
+        "rx",
+        "rxbytes",
+        "rxerrs",
+        "connects",
+        "disconnects",
+        "requests",
+        "rtt_us",
+        "throttle_ms",
+    )
+
+    def __init__(self) -> None:
+        self.state = "INIT"  # librdkafka's broker states: INIT, CONNECT, UP, DOWN
+        self.state_since = time.monotonic()
+        self.tx = self.txbytes = self.txerrs = self.req_timeouts = 0
+        self.rx = self.rxbytes = self.rxerrs = 0
+        self.connects = self.disconnects = 0
+        self.requests: dict[str, int] = {}  # requests sent, by API name
+        self.rtt_us = WindowStats()
+        self.throttle_ms = WindowStats()
+
+    def set_state(self, state: str) -> None:
+        if state != self.state:
+            self.state, self.state_since = state, time.monotonic()
+
+    def sent(self, api_name: str, size: int) -> None:
+        self.tx += 1
+        self.txbytes += size
+        self.requests[api_name] = self.requests.get(api_name, 0) + 1
+
+    def answered(self, rtt_s: float, throttle_ms: int) -> None:
+        self.rx += 1
+        self.rtt_us.record(int(rtt_s * 1_000_000))
+        self.throttle_ms.record(throttle_ms)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kcore.errors import BootstrapError, BrokerConnectionError, KafkaError, KcoreTimeoutError
+from kcore.metrics import ConnectionCounters
 from kcore.network.address import address_problem, canonical_names, format_address, parse_address
 from kcore.network.backoff import ExponentialBackoff
 from kcore.network.connection import BrokerConnection, ConnectionSettings
@@ -57,12 +58,14 @@ async def first_metadata_answer(
     deadline: Deadline | None,
     backoff: ExponentialBackoff,
     on_failure: Callable[[str, str], None] | None = None,
+    counters_for: Callable[[str, int], ConnectionCounters | None] | None = None,
 ) -> tuple[str, Any]:
     """(address, Metadata response) of the first bootstrap server that answers with a broker
     list. Each connection is closed once asked: the client reconnects by node id.
     ``deadline`` None: rounds go on until one answers, or a failure waiting cannot fix (a
     client's background bootstrap, which the caller cancels on close); ``on_failure(address,
-    reason)`` hears of each failed try as it happens."""
+    reason)`` hears of each failed try as it happens; ``counters_for(host, port)`` gives the
+    statistics' counters of a bootstrap server's connections."""
     pacing = RetryPacing(deadline, backoff)
     timeout = math.inf if deadline is None else deadline.timeout
     attempts: list[tuple[str, str]] = []
@@ -80,7 +83,8 @@ async def first_metadata_answer(
             remaining = math.inf if deadline is None else deadline.remaining()
             if remaining <= 0:
                 break
-            conn = BrokerConnection(host, port, settings)
+            counters = counters_for(host, port) if counters_for is not None else None
+            conn = BrokerConnection(host, port, settings, counters=counters)
             try:
                 # (no deadline: the connection's own setup timeout bounds the try)
                 await asyncio.wait_for(conn.open(), None if deadline is None else remaining)

@@ -26,6 +26,7 @@ from kcore.cluster.connections import (
 )
 from kcore.cluster.metadata import BrokerInfo, ClusterMetadata, MetadataCache
 from kcore.cluster.settings import connection_settings
+from kcore.cluster.statistics import StatisticsReporter
 from kcore.cluster.topics import TrackedTopics
 from kcore.config import ClientConfig
 from kcore.errors import (
@@ -106,7 +107,21 @@ class ClusterClient:
             self.reconnect_backoff,
             setup_timeout_max_s=config.seconds("socket.connection.setup.timeout.max.ms"),
             idle_timeout_s=config.seconds("connections.max.idle.ms"),
+            count=int(config["statistics.interval.ms"]) > 0,
         )
+        # librdkafka's statistics (statistics.interval.ms > 0; the config requires stats_cb
+        # then); None when off, and then nothing is counted for them anywhere.
+        self.statistics: StatisticsReporter | None = None
+        if int(config["statistics.interval.ms"]) > 0:
+            self.statistics = StatisticsReporter(
+                role=config.role,
+                client_id=self.settings.client_id,
+                interval_s=int(config["statistics.interval.ms"]) / 1000,
+                callback=config["stats_cb"],
+                pool=self.connections,
+                cache=self.cache,
+                metrics=self.metrics,
+            )
         self.metrics.gauge("connection-count", self.connections.ready_count)
         self._refresh_task: asyncio.Task[ClusterMetadata] | None = None
         self._maintainer: asyncio.Task[None] | None = None
@@ -150,6 +165,8 @@ class ClusterClient:
 
             self.cache.on_request = wake_maintainer
             self._maintainer = loop.create_task(self._maintain(wanted))
+        if self.statistics is not None:
+            self.statistics.start()
 
     async def ready(self, timeout: float | None = None) -> ClusterMetadata:
         """The cluster's metadata once the first bootstrap has succeeded, waiting for it up to
@@ -199,6 +216,8 @@ class ClusterClient:
 
     async def close(self) -> None:
         self._closed = True
+        if self.statistics is not None:
+            await self.statistics.stop()
         tasks: list[asyncio.Task[Any]] = [
             t
             for t in (self._maintainer, self._refresh_task, self._first_bootstrap)
@@ -291,6 +310,7 @@ class ClusterClient:
             deadline,
             self.reconnect_backoff,
             on_failure,
+            self.connections.bootstrap_counters,
         )
         self.cache.update(response, all_topics=self.all_topics or topics is None)
         self._check_top_level_error(response)

@@ -19,12 +19,14 @@ from functools import partial
 
 from kcore.cluster.metadata import BrokerInfo, MetadataCache
 from kcore.errors import BrokerConnectionError, KafkaError
+from kcore.metrics import ConnectionCounters
 from kcore.network.address import address_problem, format_address
 from kcore.network.backoff import ExponentialBackoff
 from kcore.network.connection import BrokerConnection, ConnectionSettings
 
 __all__ = [
     "ConnectionKey",
+    "ConnectionView",
     "ConnectionPool",
     "CoordinatorKey",
     "broker_id",
@@ -77,6 +79,17 @@ def broker_id(connection_id: ConnectionKey) -> int:
     return connection_id
 
 
+@dataclass(frozen=True)
+class ConnectionView:
+    """One connection key's statistics as the pool sees them now (read-only)."""
+
+    key: ConnectionKey | None  # None: a bootstrap server's connection
+    host: str
+    port: int
+    counters: ConnectionCounters
+    in_flight: int  # requests sent and not answered yet, on the current connection
+
+
 class NodeState:
     """Reconnect bookkeeping for one broker."""
 
@@ -101,7 +114,9 @@ class ConnectionPool:
         *,
         setup_timeout_max_s: float,
         idle_timeout_s: float,
+        count: bool = False,
     ) -> None:
+        """``count``: keep :class:`ConnectionCounters` per connection key (statistics on)."""
         self.settings = settings
         self.cache = cache
         self.reconnect_backoff = reconnect_backoff
@@ -110,6 +125,11 @@ class ConnectionPool:
         self._conns: dict[ConnectionKey, BrokerConnection] = {}
         self._connecting: dict[ConnectionKey, asyncio.Task[BrokerConnection]] = {}
         self._nodes: dict[ConnectionKey, NodeState] = {}
+        # Per connection key, over reconnects; None when statistics are off.
+        self._counters: dict[ConnectionKey, ConnectionCounters] | None = {} if count else None
+        self._addresses: dict[ConnectionKey, tuple[str, int]] = {}
+        # The bootstrap servers' connections (closed once asked), by (host, port).
+        self._bootstrap: dict[tuple[str, int], ConnectionCounters] = {}
 
     def ready_count(self) -> int:
         return sum(1 for c in list(self._conns.values()) if c.is_ready)
@@ -174,15 +194,24 @@ class ConnectionPool:
         old = self._conns.pop(node_id, None)
         if old is not None:
             old.close()
+        counters = None
+        if self._counters is not None:
+            counters = self._counters.get(node_id)
+            if counters is None:
+                counters = self._counters[node_id] = ConnectionCounters()
+            self._addresses[node_id] = (broker.host, broker.port)
         conn = BrokerConnection(
             broker.host,
             broker.port,
             self._settings_for(state.connect_failures),
             node_id=broker.node_id,
+            counters=counters,
         )
         try:
             await conn.open()
         except (BrokerConnectionError, KafkaError) as exc:
+            if counters is not None:
+                counters.set_state("DOWN")
             state.failures += 1
             # As Java's: only failed connection attempts lengthen the next setup timeout (an
             # established connection that broke, or rejected credentials, do not).
@@ -263,6 +292,30 @@ class ConnectionPool:
         for conn in self._conns.values():
             conn.close()
         self._conns.clear()
+
+    def bootstrap_counters(self, host: str, port: int) -> ConnectionCounters | None:
+        """The counters of the bootstrap server at ``host:port`` (None: statistics are off)."""
+        if self._counters is None:
+            return None
+        counters = self._bootstrap.get((host, port))
+        if counters is None:
+            counters = self._bootstrap[(host, port)] = ConnectionCounters()
+        return counters
+
+    def statistics(self) -> list[ConnectionView]:
+        """Every connection key dialled so far, with its counters (empty when statistics are
+        off). On the event loop."""
+        if self._counters is None:
+            return []
+        out = []
+        for key, counters in self._counters.items():
+            conn = self._conns.get(key)
+            host, port = self._addresses[key]
+            in_flight = conn.in_flight if conn is not None else 0
+            out.append(ConnectionView(key, host, port, counters, in_flight))
+        for (host, port), counters in self._bootstrap.items():
+            out.append(ConnectionView(None, host, port, counters, 0))
+        return out
 
     def connecting_tasks(self) -> list[asyncio.Task[BrokerConnection]]:
         return list(self._connecting.values())

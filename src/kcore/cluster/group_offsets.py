@@ -58,6 +58,19 @@ class GroupOffsets:
     def __init__(self, link: CoordinatorLink, group_id: str) -> None:
         self.link = link
         self.group_id = group_id
+        # The committed offset of each partition as last committed or fetched by this client
+        # (the statistics' committed_offset). Only kept while statistics are on: None.
+        self.known_committed: dict[TopicPartition, int] | None = None
+
+    def keep_committed(self) -> None:
+        """Keep the committed offsets seen from now on (statistics on)."""
+        if self.known_committed is None:
+            self.known_committed = {}
+
+    def committed_offset(self, tp: TopicPartition) -> int | None:
+        """``tp``'s committed offset as this client last committed or fetched it."""
+        known = self.known_committed
+        return None if known is None else known.get(tp)
 
     async def commit(
         self,
@@ -111,6 +124,8 @@ class GroupOffsets:
                 # Java's consumer-coordinator-metrics: a commit and how long it took.
                 elapsed_ms = (time.monotonic() - started) * 1000
                 self.link.cluster.metrics.record("commit-latency", elapsed_ms)
+                if self.known_committed is not None:
+                    self.known_committed.update(offsets)
                 return
             code = next(iter(codes))
             if ErrorCode.REBALANCE_IN_PROGRESS in codes:
@@ -190,6 +205,8 @@ class GroupOffsets:
                         (offset, p.committed_leader_epoch) if offset >= 0 else None
                     )
             if not codes:
+                if self.known_committed is not None:
+                    self.known_committed.update((tp, c[0]) for tp, c in out.items() if c)
                 return out if tps is None else {tp: out.get(tp) for tp in tps}
             code = next(iter(codes))
             # UNSTABLE_OFFSET_COMMIT: a transaction holding offsets for it is still open.

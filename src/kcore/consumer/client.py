@@ -234,8 +234,9 @@ class Consumer(ProcessLocal):
     def metrics(self) -> dict[str, float]:
         """The consumer's metrics by their Java names (``records-consumed-rate``,
         ``records-lag-max``, ``fetch-latency-avg``, ``commit-latency-avg``, ...): see
-        :mod:`kcore.metrics`."""
-        return self._core.cluster.metrics.snapshot()
+        :mod:`kcore.metrics`), and each assigned partition's lag as
+        ``records-lag{topic=<topic>,partition=<n>}``."""
+        return self._core.metrics()
 
     def current_lag(self, partition: TopicPartition | tuple[str, int]) -> int | None:
         """How many records ``partition`` is behind its high watermark (read_committed: its
@@ -456,7 +457,7 @@ class AsyncConsumer:
 
     def metrics(self) -> dict[str, float]:
         """As :meth:`Consumer.metrics`."""
-        return self._core.cluster.metrics.snapshot()
+        return self._core.metrics()
 
     def current_lag(self, partition: TopicPartition | tuple[str, int]) -> int | None:
         """As :meth:`Consumer.current_lag`."""

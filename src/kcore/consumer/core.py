@@ -24,6 +24,7 @@ from kcore.consumer.fetch_buffer import FetchBuffer
 from kcore.consumer.fetcher import Fetcher
 from kcore.consumer.group import GroupCoordinator, Listener
 from kcore.consumer.positions import PartitionState, Positions
+from kcore.consumer.statistics import ConsumerStatistics
 from kcore.errors import KcoreError, NoOffsetForPartitionError
 from kcore.network.retry import Deadline
 from kcore.types import ListOffsetsResult, TopicPartition
@@ -118,6 +119,16 @@ class ConsumerCore:
         self.closed = False
         self._closing: asyncio.Future[None] | None = None
         _declare_metrics(self)
+        if self.cluster.statistics is not None:
+            self.cluster.statistics.add_section(
+                ConsumerStatistics(
+                    self.positions,
+                    self.cluster.cache,
+                    self.cluster.metrics,
+                    self.group,
+                    read_committed=cfg["isolation.level"] == "read_committed",
+                )
+            )
 
     async def wait_until_ready(self, timeout: float | None) -> None:
         """Until the first bootstrap has succeeded, up to ``timeout`` (default
@@ -309,6 +320,17 @@ class ConsumerCore:
 
     def current_lag(self, tp: TopicPartition) -> int | None:
         return self.positions.lag(tp)
+
+    def metrics(self) -> dict[str, float]:
+        """The client's metrics, with each assigned partition's ``records-lag`` (Java's
+        consumer-fetch-manager-metrics with topic and partition tags), named
+        ``records-lag{topic=<topic>,partition=<n>}``, where its lag is known."""
+        out = self.cluster.metrics.snapshot()
+        for view in self.positions.offsets():
+            lag = view.lag
+            if lag is not None:
+                out[f"records-lag{{topic={view.tp.topic},partition={view.tp.partition}}}"] = lag
+        return out
 
     async def edge_offsets(
         self, partitions: Iterable[TopicPartition | tuple[str, int]], which: str, timeout: float

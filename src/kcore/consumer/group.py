@@ -103,6 +103,13 @@ class GroupCoordinator:
         self._pending_commits: set[Any] = set()
         self._authorization_checked = -1  # the metadata answer last checked for denied topics
         self._poll_timeout = 0.0  # how long this poll may wait for a join
+        # Rebalances seen (each assignment handed to this member, each revocation or loss of
+        # partitions), the last when and why: the statistics' cgrp. Written by the poll's
+        # steps, read by the statistics (plain values: a read sees one or the other).
+        self.rebalances = 0
+        self.rebalanced_at: float | None = None
+        self.rebalance_reason = ""
+        self._join_reason = ""
 
     # -- subscription (any thread) ----------------------------------------------------------------
 
@@ -186,9 +193,15 @@ class GroupCoordinator:
             self.next_auto_commit = time.monotonic() + self.auto_commit_interval_s
             self._commit_in_background(self.assignment.positions_to_commit(self.assignment.owned()))
 
+    def _rebalanced(self, reason: str) -> None:
+        self.rebalances += 1
+        self.rebalanced_at = time.monotonic()
+        self.rebalance_reason = reason
+
     def _lost_step(self) -> Step:
         owned = sorted(self.assignment.owned())
         if owned:
+            self._rebalanced("partitions lost: the group dropped this member")
             # As Java: partitions lost get on_lost (falling back to on_revoke), and no commit.
             fn = self.on_lost or self.on_revoke
             if fn is not None:
@@ -200,6 +213,7 @@ class GroupCoordinator:
     ) -> Step:
         if not partitions:
             return
+        self._rebalanced(self._join_reason or "partitions revoked")
         if self.auto_commit:
             try:
                 yield _bounded(
@@ -217,6 +231,7 @@ class GroupCoordinator:
         # As Java: the partitions are this member's at once; the fetcher looks up their
         # committed offsets (then auto.offset.reset), retrying on errors. Fetching them here
         # first lost the partitions for good when that lookup failed (the join was done).
+        self._rebalanced(self._join_reason or "partitions assigned")
         self.assignment.add_partitions(partitions)
         if self.on_assign is not None:
             yield from self._listener(self.on_assign, partitions, "on_assign")
@@ -263,6 +278,8 @@ class GroupCoordinator:
         if member.rejoin_reason is None and member.joined and not pending:
             return
         owned = self.assignment.owned()
+        if not pending:
+            self._join_reason = member.rejoin_reason or "joining the group"
         if not member.cooperative:
             yield from self._revoke_step(sorted(owned))  # eager: give everything up first
             owned = set()
@@ -299,10 +316,31 @@ class GroupCoordinator:
         if target == owned and member.owned == owned:
             return
         epoch = member.epoch
+        self._join_reason = "the group coordinator sent a new assignment"
         yield from self._revoke_step(sorted(owned - target))
         yield from self._assign_step(sorted(target - owned))
         if member.epoch == epoch and member.target is target:
             member.acknowledge(target)
+
+    def statistics(self) -> dict[str, Any]:
+        """The statistics' ``cgrp`` object (librdkafka's names; rebalance_age in ms)."""
+        member = self.member
+        if isinstance(member, ClassicGroupMember):
+            join_state = (
+                "steady" if member.joined else "wait-join" if member.join_pending else "init"
+            )
+        else:
+            join_state = "steady" if member.running and member.target is not None else "init"
+        out: dict[str, Any] = {
+            "state": "up" if self.link.node_id is not None else "wait-coord",
+            "join_state": join_state,
+            "rebalance_cnt": self.rebalances,
+            "rebalance_reason": self.rebalance_reason,
+            "assignment_size": len(self.assignment.owned()),
+        }
+        if self.rebalanced_at is not None:
+            out["rebalance_age"] = int((time.monotonic() - self.rebalanced_at) * 1000)
+        return out
 
     # -- commits ----------------------------------------------------------------------------------
 

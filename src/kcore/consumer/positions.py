@@ -15,13 +15,32 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kcore.consumer.fetch_buffer import FetchedData
 from kcore.consumer.validation import ValidationAsk
 from kcore.errors import KcoreError
 from kcore.types import TopicPartition
 
-__all__ = ["PartitionState", "Positions"]
+__all__ = ["OffsetsView", "PartitionState", "Positions"]
+
+
+class OffsetsView(NamedTuple):
+    """A partition's offsets at one moment (what :meth:`Positions.offsets` reads)."""
+
+    tp: TopicPartition
+    position: int | None  # the next offset poll hands out (None: being looked up)
+    next_fetch: int | None  # where the next fetch starts
+    high_watermark: int  # as the last fetch saw it (-1: not yet)
+    lag_end: int  # the high watermark, read_committed the last stable offset (-1: not yet)
+    queued_bytes: int  # fetched and waiting for poll
+
+    @property
+    def lag(self) -> int | None:
+        """records-lag: how far the position is behind ``lag_end``; None when not known."""
+        if self.lag_end < 0 or self.position is None:
+            return None
+        return max(0, self.lag_end - self.position)
 
 
 @dataclass
@@ -164,6 +183,22 @@ class Positions:
             if st is None or st.lag_end < 0 or st.position is None:
                 return None
             return max(0, st.lag_end - st.position)
+
+    def offsets(self) -> list[OffsetsView]:
+        """Each assigned partition's offsets as they are now (statistics, per-partition
+        metrics), read together."""
+        with self._lock:
+            return [
+                OffsetsView(
+                    tp,
+                    st.position,
+                    st.fetch_position if st.fetch_position is not None else st.position,
+                    st.high_watermark,
+                    st.lag_end,
+                    st.queued_bytes,
+                )
+                for tp, st in self._states.items()
+            ]
 
     # -- changing -------------------------------------------------------------------------------
 

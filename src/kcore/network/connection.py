@@ -33,7 +33,7 @@ from kcore.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from kcore.metrics import ClientMetrics
+from kcore.metrics import ClientMetrics, ConnectionCounters
 from kcore.network.address import address_problem, format_address, resolve
 from kcore.protocol import ApiKey, KafkaProtocol, broker_versions, choose_version
 from kcore.protocol.messages import (
@@ -172,7 +172,13 @@ class BrokerConnection:
     Not thread-safe: use it from the event loop that opened it."""
 
     def __init__(
-        self, host: str, port: int, settings: ConnectionSettings, *, node_id: int | None = None
+        self,
+        host: str,
+        port: int,
+        settings: ConnectionSettings,
+        *,
+        node_id: int | None = None,
+        counters: ConnectionCounters | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -207,6 +213,9 @@ class BrokerConnection:
         # refreshes its metadata, as Java's does on every disconnect (a broker gone, or
         # leadership moving with it), even with no request in flight to fail.
         self.on_lost: Callable[[], None] | None = None
+        # The statistics' counters of this connection's key (None: statistics are off, and
+        # nothing is counted here).
+        self.counters = counters
 
     def __repr__(self) -> str:
         node = f"node {self.node_id} at " if self.node_id is not None else ""
@@ -233,6 +242,10 @@ class BrokerConnection:
         ``SaslAuthenticationFailedError`` for rejected credentials (or a token that could not
         be got)."""
         await self._prepare_sasl()
+        counters = self.counters
+        if counters is not None:
+            counters.connects += 1  # (librdkafka's: every attempt, failed ones too)
+            counters.set_state("CONNECT")
         problem = address_problem(self.host, self.port)
         if problem is not None:  # (as an unknown host: Java's client logs it and goes on)
             raise BrokerConnectionError(self.address, "dns", f"cannot be dialled: {problem}")
@@ -278,6 +291,8 @@ class BrokerConnection:
             self.close(KcoreError("connection setup failed"))
             raise
         self._ready = True
+        if counters is not None:
+            counters.set_state("UP")
         return self
 
     async def _connect(self, ip: str, port: int) -> None:
@@ -589,7 +604,10 @@ class BrokerConnection:
         while throttle and (delay := self._throttled_until - time.monotonic()) > 0:
             await asyncio.sleep(delay)
         stream = self._stream
+        counters = self.counters
         if stream is None or stream.transport is None or self._closed_error is not None:
+            if counters is not None:
+                counters.txerrs += 1
             raise self._down_error()
         correlation_id, segments = self._proto.send_request_segments(
             request, version, expect_response=expect_response
@@ -598,11 +616,13 @@ class BrokerConnection:
         if correlation_id in self._proto._in_flight:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters[correlation_id] = waiter
-        self.last_active = time.monotonic()
+        sent_at = self.last_active = time.monotonic()
         metrics = self.settings.metrics
         if metrics is not None:
             metrics.record("request")
             metrics.record("outgoing-byte", sum(len(s) for s in segments))
+        if counters is not None:
+            counters.sent(APIS[request.API_KEY].name, sum(len(s) for s in segments))
         stream.send(segments)
         del segments  # sent or buffered: not kept while the answer is awaited
         await stream.drain()
@@ -615,6 +635,8 @@ class BrokerConnection:
             self._proto.forget(correlation_id)
             self._waiters.pop(correlation_id, None)
             api = APIS[request.API_KEY].name
+            if counters is not None:
+                counters.req_timeouts += 1
             error = KcoreTimeoutError(
                 f"{self.address}: no response to {api} within {limit:g}s "
                 "(request.timeout.ms); the connection is closed"
@@ -622,6 +644,8 @@ class BrokerConnection:
             self.close(error)
             raise error from None
         throttle_ms = getattr(body, "throttle_time_ms", 0) or 0
+        if counters is not None:
+            counters.answered(time.monotonic() - sent_at, throttle_ms)
         if throttle_ms > 0:
             self._throttled_until = max(
                 self._throttled_until, time.monotonic() + throttle_ms / 1000
@@ -636,9 +660,13 @@ class BrokerConnection:
             self._head += data[: 4 - len(self._head)]
         if self.settings.metrics is not None:
             self.settings.metrics.record("incoming-byte", len(data))
+        if self.counters is not None:
+            self.counters.rxbytes += len(data)
         try:
             responses = self._proto.receive_data(data)
         except ProtocolError as exc:
+            if self.counters is not None:
+                self.counters.rxerrs += 1
             self.close(exc)
             return
         for response in responses:
@@ -648,6 +676,8 @@ class BrokerConnection:
 
     def _lost(self, exc: Exception | None) -> None:
         if self._closed_error is None:
+            if self.counters is not None and self._ready:
+                self.counters.disconnects += 1  # (the peer's or the network's doing only)
             reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc or "")
             self._fail(
                 BrokerConnectionError(
@@ -668,6 +698,8 @@ class BrokerConnection:
         )
 
     def _fail(self, error: BaseException) -> None:
+        if self.counters is not None:
+            self.counters.set_state("DOWN")
         self._closed_error = error
         self._ready = False
         waiters, self._waiters = self._waiters, {}

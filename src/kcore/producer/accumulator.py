@@ -445,6 +445,20 @@ class RecordAccumulator:
         else:
             self._in_flight.pop(tp, None)
 
+    def queued(self) -> dict[TopicPartition, tuple[int, int]]:
+        """Per partition, the records waiting here (not sent yet) and their bytes as built so
+        far (uncompressed, record framing included): the statistics' msgq_cnt/msgq_bytes."""
+        with self._cond:
+            out = {}
+            for tp, queue in self._queues.items():
+                batches = [b for b in queue if not b.in_flight]
+                if batches:
+                    out[tp] = (
+                        sum(b.records for b in batches),
+                        sum(b.builder.size_in_bytes for b in batches),
+                    )
+            return out
+
     def has_topic(self, topic: str) -> bool:
         """Whether records of ``topic`` wait here or are in flight."""
         with self._cond:

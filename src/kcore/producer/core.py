@@ -37,6 +37,7 @@ from kcore.producer.columns import ColumnAppender
 from kcore.producer.idempotence import IdempotenceState
 from kcore.producer.results import BatchResult, DeliveryFuture, RecordMetadata, SendBatchResult
 from kcore.producer.sender import Sender
+from kcore.producer.statistics import ProducerStatistics
 from kcore.producer.transactions import TransactionManager
 from kcore.producer.txn_state import TransactionStateMachine, TxnState
 from kcore.types import ConsumerGroupMetadata, TopicPartition
@@ -123,6 +124,17 @@ class ProducerCore:
                 self.transactions.ensure_adding if self.transactions is not None else None
             ),
         )
+        if self.cluster.statistics is not None:
+            self.cluster.statistics.add_section(
+                ProducerStatistics(
+                    self.accumulator,
+                    self.sender,
+                    self.cluster.cache,
+                    buffer_memory=int(cfg["buffer.memory"]),
+                    identity=self.identity if self.idempotent or self.txn else None,
+                    txn=self.txn,
+                )
+            )
         self._fast_path = (
             self.key_serializer is None
             and self.value_serializer is None

@@ -11,6 +11,7 @@ on the producer's event loop only.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 from kcore.types import TopicPartition
@@ -21,11 +22,24 @@ SEQUENCE_MASK = 0x7FFFFFFF  # sequences are int32 and wrap to 0, as Java's
 
 
 class IdempotenceState:
-    __slots__ = ("_broken", "_in_flight", "_next", "_written", "epoch", "producer_id")
+    __slots__ = (
+        "_broken",
+        "_in_flight",
+        "_next",
+        "_written",
+        "assignments",
+        "assigned_at",
+        "epoch",
+        "producer_id",
+    )
 
     def __init__(self) -> None:
         self.producer_id = -1
         self.epoch = -1
+        # How many producer ids or epochs were taken, the last when (time.monotonic(); None:
+        # none yet): the statistics' epoch_cnt and idemp_stateage.
+        self.assignments = 0
+        self.assigned_at: float | None = None
         self._next: dict[TopicPartition, int] = defaultdict(int)
         # Batches in flight per partition: creation order -> (producer id, epoch) of their
         # sequence.
@@ -49,6 +63,8 @@ class IdempotenceState:
         partition has a batch of it written yet."""
         self.producer_id = producer_id
         self.epoch = epoch
+        self.assignments += 1
+        self.assigned_at = time.monotonic()
         self._next.clear()
         self._written.clear()
 

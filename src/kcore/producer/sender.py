@@ -123,9 +123,23 @@ class Sender:
         self.txn = txn
         self.transactional_id = txn.transactional_id if txn is not None else None
         self.register_partitions = register_partitions
+        # Per partition, the records delivered and their batches' bytes (uncompressed, record
+        # framing included), for the statistics; None while statistics are off.
+        self.delivered: dict[TopicPartition, list[int]] | None = None
 
     def wakeup(self) -> None:
         self._wakeup.set()
+
+    def count_deliveries(self) -> None:
+        """Keep :attr:`delivered` from now on (statistics on)."""
+        if self.delivered is None:
+            self.delivered = {}
+
+    def in_flight_records(self) -> tuple[int, int]:
+        """Records sent and not answered yet, and their bytes (the statistics' msg_cnt counts
+        them with those waiting in the accumulator, as librdkafka's does)."""
+        sent = list(self._sent)
+        return sum(b.records for b in sent), sum(b.builder.size_in_bytes for b in sent)
 
     # -- producer id ------------------------------------------------------------------------------
 
@@ -690,6 +704,12 @@ class Sender:
         self._fail(batch, exc)
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        if self.delivered is not None:
+            counts = self.delivered.get(batch.tp)
+            if counts is None:
+                counts = self.delivered[batch.tp] = [0, 0]
+            counts[0] += batch.records
+            counts[1] += batch.builder.size_in_bytes
         self._land(batch)
         self.identity.written(batch.tp, batch.producer)
         self.acc.done(batch)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -88,6 +89,7 @@ class TransactionStateMachine:
         self.transactional_id = transactional_id
         self.on_state = on_state
         self.state = TxnState.UNINITIALIZED
+        self.state_since = time.monotonic()  # when ``state`` was entered (statistics)
         self.last_error: BaseException | None = None
         self.version = 1  # the transaction protocol: 1, or 2 (KIP-890), chosen at init
         # The Produce versions the protocol allows (``version_for`` limits), chosen at init.
@@ -121,6 +123,7 @@ class TransactionStateMachine:
         elif target is not TxnState.ABORTING:
             self.last_error = None
         if self.state is not target:
+            self.state_since = time.monotonic()
             log.debug(
                 "transactional id %s: %s -> %s",
                 self.transactional_id,
