@@ -43,15 +43,13 @@ from kcore.cluster.otlp import CUMULATIVE, DELTA, MetricPoint, encode_metrics_da
 from kcore.codec import COMPRESSION_CODECS, compress
 from kcore.errors import ErrorCode
 from kcore.network.backoff import ExponentialBackoff
-from kcore.protocol.messages.get_telemetry_subscriptions_request import (
+from kcore.protocol.messages import (
     GetTelemetrySubscriptionsRequest,
-)
-from kcore.protocol.messages.get_telemetry_subscriptions_response import (
     GetTelemetrySubscriptionsResponse,
+    PushTelemetryRequest,
+    PushTelemetryResponse,
 )
-from kcore.protocol.messages.push_telemetry_request import PushTelemetryRequest
-from kcore.protocol.messages.push_telemetry_response import PushTelemetryResponse
-from kcore.protocol.types import ZERO_UUID
+from kcore.protocol.types import ZERO_UUID, Message
 
 __all__ = [
     "ClientTelemetry",
@@ -224,7 +222,7 @@ class ClientTelemetry:
 
     def next_request(
         self, now: float, wall_ns: int, read_metrics: Callable[[], Mapping[str, float]]
-    ) -> GetTelemetrySubscriptionsRequest | PushTelemetryRequest | None:
+    ) -> Message | None:
         """The request due at ``now`` (None: none is). ``read_metrics`` is called only for a
         push: the client's metrics by their kcore names."""
         if self.due > now and self.phase is not TelemetryPhase.TERMINATING_PUSH_NEEDED:
@@ -306,7 +304,8 @@ class ClientTelemetry:
         self.phase = TelemetryPhase.TERMINATED
         return False
 
-    def _on_subscription(self, r: GetTelemetrySubscriptionsResponse, now: float) -> None:
+    def _on_subscription(self, r: Any, now: float) -> None:
+        """``r``: a GetTelemetrySubscriptionsResponse."""
         if self.phase is not TelemetryPhase.SUBSCRIPTION_IN_PROGRESS:
             return  # closed meanwhile
         if r.error_code != ErrorCode.NONE:
@@ -334,7 +333,8 @@ class ClientTelemetry:
             self.due = now + sub.push_interval_s * self._rng(*FIRST_PUSH_JITTER)
         self._subscribed_before = True
 
-    def _on_push(self, r: PushTelemetryResponse, now: float) -> None:
+    def _on_push(self, r: Any, now: float) -> None:
+        """``r``: a PushTelemetryResponse."""
         if self.phase is TelemetryPhase.TERMINATING_PUSH_IN_PROGRESS:
             self.phase = TelemetryPhase.TERMINATED
             if r.error_code == ErrorCode.NONE:

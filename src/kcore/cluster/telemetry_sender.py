@@ -126,6 +126,7 @@ class TelemetrySender:
         request = state.next_request(time.monotonic(), time.time_ns(), metrics.snapshot)
         if request is None:
             return
+        assert request.API_KEY is not None
         try:
             response = await self.cluster.send(node, request, versions[request.API_KEY])
         except (BrokerConnectionError, KcoreError) as exc:
