@@ -208,6 +208,22 @@ def test_consumer_and_async_producer_push(telemetry_cluster):
     assert all(n.startswith(PRODUCER) for x in got for n in x.names)
 
 
+def test_admin_client_pushes_when_enabled(telemetry_cluster):
+    cluster = telemetry_cluster
+    cid = new_client_id("admin")
+    subscribe(cluster, cid, "org.apache.kafka.admin.client.", cid)
+    config = {
+        "bootstrap.servers": cluster.bootstrap_servers,
+        "client.id": cid,
+        "enable.metrics.push": "true",  # off by default for the admin client, as Java's
+    }
+    with kcore.AdminClient(config) as admin:
+        admin.list_topics()
+        wait_for(cluster, cid, lambda p: len(p) >= 1, "an admin push")
+    got = wait_for(cluster, cid, lambda p: p[-1].terminating, "a terminating push")
+    assert "org.apache.kafka.admin.client.request.total" in got[0].names
+
+
 def test_disabled_or_unsubscribed_clients_push_nothing(telemetry_cluster):
     """Three producers side by side: one pushing (the control, to know pushes happen), one
     with enable.metrics.push=false under a subscription that matches it, and one that no
