@@ -424,7 +424,7 @@ def test_no_answer_backs_off_and_asks_for_the_subscription_again():
 
 def test_unsupported_broker_ends_telemetry_quietly():
     t = new_telemetry()
-    t.unsupported()
+    t.stop()
     assert t.finished and t.wait_s(0.0) is None and not t.close(0.0)
 
 

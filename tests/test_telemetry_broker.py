@@ -17,6 +17,10 @@ import pytest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 import kcore
+from kcore.cluster.client import ClusterClient
+from kcore.cluster.telemetry_sender import TelemetrySender
+from kcore.config import ClientConfig
+from kcore.protocol.types import ZERO_UUID
 from kcore.testing import jars
 from kcore.testing.cluster import KafkaCluster
 
@@ -242,3 +246,22 @@ def test_disabled_or_unsubscribed_clients_push_nothing(telemetry_cluster):
     wait_for(cluster, control, lambda p: p[-1].terminating, "the control's terminating push")
     assert pushes(cluster, disabled) == []
     assert pushes(cluster, unmatched) == []
+
+
+def test_broker_without_a_receiver_is_not_asked(kafka_cluster):
+    """The shared cluster has no telemetry receiver, so its ApiVersions lacks the telemetry
+    APIs: the client stops at once, never having asked for a subscription."""
+    config = ClientConfig({"bootstrap.servers": kafka_cluster.bootstrap_servers}, role="producer")
+
+    async def run() -> None:
+        async with ClusterClient(config) as cluster:
+            sender = TelemetrySender(cluster, "producer", config)
+            sender.start()
+            deadline = time.monotonic() + WAIT_S
+            while not sender.state.finished:
+                assert time.monotonic() < deadline, sender.state.phase
+                await asyncio.sleep(0.05)
+            assert sender.state.instance_id == ZERO_UUID and sender.state.subscription is None
+            await sender.close()
+
+    asyncio.run(run())

@@ -282,8 +282,9 @@ class ClientTelemetry:
         self.phase = TelemetryPhase.SUBSCRIPTION_NEEDED
         self.due = now + wait
 
-    def unsupported(self) -> None:
-        """The broker has no telemetry APIs (no telemetry receiver): nothing to do, ever."""
+    def stop(self) -> None:
+        """Nothing more to do, ever: the broker has no telemetry APIs (no telemetry receiver),
+        or the cluster cannot be reached in a way waiting cannot fix."""
         self.phase = TelemetryPhase.TERMINATED
 
     def close(self, now: float) -> bool:

@@ -18,7 +18,8 @@ from typing import Any
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.telemetry import ClientTelemetry, resource_attributes
-from kcore.errors import BrokerConnectionError, KcoreError, UnsupportedVersionError
+from kcore.errors import KcoreError, UnsupportedVersionError
+from kcore.network.retry import is_retriable
 from kcore.protocol import ApiKey
 
 __all__ = ["TelemetrySender"]
@@ -69,7 +70,9 @@ class TelemetrySender:
 
     async def _run(self) -> None:
         try:
-            await self._wait_for_cluster()
+            if not await self._wait_for_cluster():
+                self.state.stop()
+                return
             while True:
                 wait = self.state.wait_s(time.monotonic())
                 if wait is None:
@@ -82,14 +85,17 @@ class TelemetrySender:
         except Exception:  # a bug here must not touch the client: telemetry stops
             log.exception("client telemetry stopped unexpectedly")
 
-    async def _wait_for_cluster(self) -> None:
+    async def _wait_for_cluster(self) -> bool:
+        """Until the first bootstrap succeeds (True), or fails in a way waiting cannot fix
+        (False: TLS trust, credentials; the client's calls raise it)."""
         pause = 0
         while True:
             try:
                 await self.cluster.ready()
-                return
+                return True
             except KcoreError as exc:
-                # Its callers see the bootstrap failure; telemetry waits for a later success.
+                if not is_retriable(exc):
+                    return False
                 log.debug("telemetry waits for the cluster: %s", exc)
                 await asyncio.sleep(self.cluster.retry_backoff.backoff_s(pause))
                 pause += 1
@@ -120,7 +126,7 @@ class TelemetrySender:
             }
         except UnsupportedVersionError:
             log.debug("broker %s has no client telemetry receiver: not pushing metrics", node)
-            state.unsupported()
+            state.stop()
             return
         metrics = self.cluster.metrics
         request = state.next_request(time.monotonic(), time.time_ns(), metrics.snapshot)
@@ -129,7 +135,7 @@ class TelemetrySender:
         assert request.API_KEY is not None
         try:
             response = await self.cluster.send(node, request, versions[request.API_KEY])
-        except (BrokerConnectionError, KcoreError) as exc:
+        except KcoreError as exc:
             self._node = None
             state.on_no_answer(time.monotonic(), str(exc))
             return
