@@ -26,6 +26,11 @@ __all__ = ["TelemetrySender"]
 
 log = logging.getLogger("kcore.telemetry")
 
+# The longest close() waits for the terminating push: to a live broker it takes milliseconds,
+# and a broker that does not answer must not hold up a close (a blocking consumer's gives its
+# whole closing 15 s, the group's leave up to 8 of them).
+TERMINATING_PUSH_BOUND_S = 5.0
+
 
 class TelemetrySender:
     """Pushes ``cluster``'s metrics as a ``kind`` client ("producer", "consumer", "admin")
@@ -52,7 +57,8 @@ class TelemetrySender:
 
     async def close(self, timeout: float | None = None) -> None:
         """Stop, after one terminating push when there is a subscription with metrics (bounded
-        by ``timeout`` and ``request.timeout.ms``); never raises for a failed push."""
+        by ``timeout``, ``request.timeout.ms`` and ``TERMINATING_PUSH_BOUND_S``); never raises
+        for a failed push."""
         task, self._task = self._task, None
         if task is None:
             return
@@ -60,7 +66,9 @@ class TelemetrySender:
         await asyncio.gather(task, return_exceptions=True)
         if not self.state.close(time.monotonic()):
             return
-        bound = self.request_timeout_s if timeout is None else min(timeout, self.request_timeout_s)
+        bound = min(self.request_timeout_s, TERMINATING_PUSH_BOUND_S)
+        if timeout is not None:
+            bound = min(bound, timeout)
         try:
             await asyncio.wait_for(self._exchange(), max(bound, 0.0))
         except (asyncio.TimeoutError, KcoreError) as exc:
