@@ -138,7 +138,7 @@ def test_producer_pushes_subscribed_metrics_and_a_terminating_push(telemetry_clu
     got = wait_for(cluster, cid, lambda p: any(x.terminating for x in p), "a terminating push")
     assert [x.terminating for x in got].count(True) == 1 and got[-1].terminating
     assert len({x.instance_id for x in got}) == 1  # one client instance id, the broker's
-    assert all(x.content_type == "application/x-protobuf" for x in got)
+    assert all(x.content_type == "OTLP" for x in got)  # the broker's name for MetricsData
     assert got[0].resource == {"transactional_id": cid}
     for push in got:
         assert push.names and all(n.startswith(PRODUCER) for n in push.names), push.names

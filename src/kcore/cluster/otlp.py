@@ -18,7 +18,6 @@ from dataclasses import dataclass
 __all__ = [
     "CUMULATIVE",
     "DELTA",
-    "CONTENT_TYPE",
     "MetricPoint",
     "encode_metrics_data",
 ]
@@ -26,9 +25,6 @@ __all__ = [
 # AggregationTemporality (metrics.proto).
 DELTA = 1
 CUMULATIVE = 2
-
-# What the broker tells its telemetry receiver the payload is.
-CONTENT_TYPE = "application/x-protobuf"
 
 # Wire types.
 _VARINT, _FIXED64, _LEN = 0, 1, 2
