@@ -430,6 +430,11 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("stats_cb", "callable", None, None, _ALL,
               "librdkafka's (confluent-kafka's key): callable(json_str) given the statistics "
               "every statistics.interval.ms, on a thread of its own (docs/observability.md)."),
+    ConfigDef("enable.metrics.push", "bool", True, None, _ALL,
+              "Push the client's metrics to the cluster when a client-metrics subscription "
+              "asks for them (KIP-714; brokers without a telemetry receiver are not asked). "
+              "Off by default for the admin client, as Java's.",
+              role_defaults=(("admin", False),)),
     ConfigDef("metrics.recording.level", "string", "INFO",
               _one_of("INFO", "DEBUG", "TRACE"), _ALL,
               "Accepted as Java's; kcore records the same metrics at every level."),
@@ -707,7 +712,6 @@ _UNSUPPORTED_JAVA_KEYS: tuple[tuple[str, str], ...] = (
     ("sasl.login.", "JAAS login classes are Java-only; credentials come from sasl.jaas.config"),
     ("sasl.client.callback.handler.class", "Java callback handlers are not supported"),
     ("metric.reporters", "Java metric reporters are not supported: read metrics()"),
-    ("enable.metrics.push", "client telemetry (KIP-714) is not supported"),
     ("interceptor.classes", "Java interceptors are not supported"),
     ("config.providers", "Java config providers are not supported"),
     ("security.providers", "Java security providers are not supported"),

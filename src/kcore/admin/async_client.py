@@ -34,6 +34,7 @@ from kcore.admin.types import (
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import BrokerInfo, ClusterMetadata, PartitionInfo
 from kcore.cluster.offsets import ISOLATION_LEVELS, list_offsets
+from kcore.cluster.telemetry_sender import TelemetrySender
 from kcore.config import ClientConfig
 from kcore.errors import (
     BrokerConnectionError,
@@ -116,11 +117,18 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
         self.config = cluster.config if cluster is not None else _admin_config(config)
         self.cluster = cluster if cluster is not None else ClusterClient(self.config)
         self.default_timeout = self.config.seconds("default.api.timeout.ms")
+        # KIP-714 pushes, as Java's admin client: only for a cluster connection of its own (a
+        # shared one belongs to the client that made it).
+        self.telemetry = (
+            TelemetrySender(self.cluster, "admin", self.config) if cluster is None else None
+        )
 
     async def start(self) -> AsyncAdminClient:
         """Start bootstrapping in the background and return at once (as Java's
         ``Admin.create``); each call waits for the cluster within its own timeout."""
         await self.cluster.start()
+        if self.telemetry is not None:
+            self.telemetry.start()
         return self
 
     async def wait_until_ready(self, timeout: float | None = None) -> None:
@@ -133,6 +141,8 @@ class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
         await self.cluster.ready(self._timeout(timeout))
 
     async def close(self) -> None:
+        if self.telemetry is not None:
+            await self.telemetry.close()
         await self.cluster.close()
 
     async def __aenter__(self) -> AsyncAdminClient:

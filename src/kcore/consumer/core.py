@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.offsets import list_offsets
+from kcore.cluster.telemetry_sender import TelemetrySender
 from kcore.config import ClientConfig
 from kcore.consumer.collector import ConsumerRecord, FetchCollector
 from kcore.consumer.fetch_buffer import FetchBuffer
@@ -129,6 +130,8 @@ class ConsumerCore:
                     read_committed=cfg["isolation.level"] == "read_committed",
                 )
             )
+        # KIP-714: the metrics a client-metrics subscription asks for, pushed on a timer.
+        self.telemetry = TelemetrySender(self.cluster, "consumer", cfg)
 
     async def wait_until_ready(self, timeout: float | None) -> None:
         """Until the first bootstrap has succeeded, up to ``timeout`` (default
@@ -146,6 +149,7 @@ class ConsumerCore:
             await self.cluster.close()
             raise
         self._fetch_task = self.loop.create_task(self.fetcher.run())
+        self.telemetry.start()
         if self.group is not None:
             self.group.loop = self.loop
 
@@ -169,6 +173,7 @@ class ConsumerCore:
         if self._fetch_task is not None:
             self._fetch_task.cancel()
             await asyncio.gather(self._fetch_task, return_exceptions=True)
+        await self.telemetry.close()
         await self.cluster.close()
 
     def wake(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from kcore._codec import record_size_upper_bound
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import ClusterMetadata
+from kcore.cluster.telemetry_sender import TelemetrySender
 from kcore.codec import partition_for_key
 from kcore.config import ClientConfig
 from kcore.errors import (
@@ -79,6 +80,8 @@ class ProducerCore:
         self.cluster.topic_idle_s = int(cfg["metadata.max.idle.ms"]) / 1000
         self.cluster.topic_in_use = self.accumulator.has_topic
         _declare_metrics(self.cluster.metrics, self.accumulator)
+        # KIP-714: the metrics a client-metrics subscription asks for, pushed on a timer.
+        self.telemetry = TelemetrySender(self.cluster, "producer", cfg)
         self._closing: asyncio.Future[None] | None = None
         self._flushing: asyncio.Future[None] | None = None  # close()'s flush
         self._forced = False  # a later close()'s deadline passed: fail what is left
@@ -183,6 +186,7 @@ class ProducerCore:
         expire at delivery.timeout.ms); send waits for the cluster up to max.block.ms."""
         self.loop = asyncio.get_running_loop()
         await self.cluster.start()
+        self.telemetry.start()
         if self.idempotent and self.txn is None:  # (transactions: at init_transactions)
             self.sender.fetch_producer_id()
         self._sender_task = self.loop.create_task(self.sender.run())
@@ -339,6 +343,7 @@ class ProducerCore:
         # Anything still not done is failed, never dropped silently.
         for result in self.accumulator.pending_results():
             result.fail(KcoreError("the producer closed before the record was delivered"))
+        await self.telemetry.close(deadline.remaining())
         await self.cluster.close()
 
     # -- sending (any thread) ---------------------------------------------------------------------

@@ -532,6 +532,8 @@ class KafkaCluster(BaseCluster):
         listeners' ``scram_users``.
     :param heap: ``-Xmx`` of each node JVM (None: the JVM default).
     :param jvm_args: extra arguments for each node JVM.
+    :param extra_classpath: jars or class directories put on each broker's classpath after
+        Kafka's own (a broker plugin: a metrics reporter, an authorizer, ...).
     :param startup_timeout: seconds for every node to log ``Kafka Server started``.
     :param shutdown_timeout: seconds a node gets to shut down on SIGTERM before SIGKILL.
     :param work_dir: where node dirs go (default: a new temp dir, removed on clean stop).
@@ -551,6 +553,7 @@ class KafkaCluster(BaseCluster):
         scram_users: Mapping[str, Mapping[str, str]] | None = None,
         heap: str | None = "512m",
         jvm_args: Sequence[str] = (),
+        extra_classpath: Sequence[str | os.PathLike[str]] = (),
         startup_timeout: float = 120.0,
         shutdown_timeout: float = 30.0,
         work_dir: str | os.PathLike[str] | None = None,
@@ -577,6 +580,7 @@ class KafkaCluster(BaseCluster):
         )
         self.heap = heap
         self.jvm_args = tuple(jvm_args)
+        self.extra_classpath = tuple(os.fspath(p) for p in extra_classpath)
         self.startup_timeout = startup_timeout
         self.shutdown_timeout = shutdown_timeout
         self.kafka_version = kafka_version or jars.versions.kafka_version()
@@ -871,11 +875,19 @@ class KafkaCluster(BaseCluster):
             *self.jvm_args,
             f"-Dlog4j2.configurationFile={self._work_dir / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={node.dir}",
-            *_cds.classpath_args(self._libs),
+            *self._classpath_args(),
             "kafka.Kafka",
             str(node.properties_path),
         ]
         return node.network_host.command(cmd) if node.network_host is not None else cmd
+
+    def _classpath_args(self) -> list[str]:
+        assert self._libs
+        if not self.extra_classpath:
+            return _cds.classpath_args(self._libs)
+        # Appended after Kafka's jars: the CDS archive stays usable (the JVM allows a classpath
+        # that extends the one the archive was made with).
+        return ["-cp", os.pathsep.join([_cds.classpath(self._libs), *self.extra_classpath])]
 
     def _popen_logged(self, cmd: list[str], log_path: Path, short: bool) -> subprocess.Popen[bytes]:
         with open(log_path, "ab") as out:
