@@ -177,11 +177,11 @@ class TransactionManager:
                 assert err is not None
                 hint = ""
                 if code == ErrorCode.INVALID_TXN_STATE and call == "EndTxn(commit)" and machine.v2:
-                    # A v2 coordinator answers so a commit of a transaction it already aborted
-                    # on its own (KAFKA-20785; later brokers answer PRODUCER_FENCED).
+                    # (from the coordinator found anew, see _request): it aborted the
+                    # transaction on its own (KAFKA-20785; later brokers answer PRODUCER_FENCED)
                     hint = (
-                        " (most likely the coordinator aborted the transaction after "
-                        "transaction.timeout.ms while this commit was being retried)"
+                        " (the coordinator has no such open transaction: most likely it aborted "
+                        "it after transaction.timeout.ms while this commit was being retried)"
                     )
                 err = err.with_message(f"{call}: {err.message}{hint}")
                 machine.fatal(err)
@@ -244,8 +244,14 @@ class TransactionManager:
         connections look the coordinator up again; COORDINATOR_LOAD_IN_PROGRESS and
         CONCURRENT_TRANSACTIONS back off and retry on the same one. Runs until it succeeds,
         fails, or its caller's timeout cancels it; ``alive()`` false stops it."""
+        # A former coordinator back from a network partition can answer EndTxn from its stale
+        # state (INVALID_TXN_STATE: it never saw the transaction's partitions) before it learns
+        # it was replaced. So that answer is first taken to the coordinator looked up anew,
+        # once: EndTxn is idempotent there, and the same answer from it is final.
+        recheck_invalid_state = api_key == ApiKey.END_TXN
 
         async def attempt() -> Any:
+            nonlocal recheck_invalid_state
             if alive is not None and not alive():
                 raise KcoreError(f"{call}: no longer needed")
             link = self._link(group)
@@ -262,7 +268,11 @@ class TransactionManager:
                     self._classify(call, [exc.code])  # raises
                     raise
                 raise _Again(str(exc), refind=True) from exc
-            self._classify(call, codes(response))
+            answered = list(codes(response))
+            if recheck_invalid_state and ErrorCode.INVALID_TXN_STATE in answered:
+                recheck_invalid_state = False
+                raise _Again("INVALID_TXN_STATE; asking the coordinator found anew", refind=True)
+            self._classify(call, answered)
             return response
 
         def before_retry(again: BaseException) -> None:
