@@ -202,6 +202,9 @@ def test_rate_limit_and_delay_as_the_jvm_source():
         ({"minOffsetsPerTrigger": "20", "maxOffsetsPerTrigger": "10"}, True, "minOffsetsPer"),
         ({"maxTriggerDelay": "5 fortnights"}, True, "maxTriggerDelay"),
         ({"startingOffsetsByTimestampStrategy": "maybe"}, True, "ByTimestampStrategy"),
+        # A batch read has no progress to commit: refused rather than doing nothing.
+        ({"commitOffsetsToGroup": "lag-report"}, False, "commitOffsetsToGroup"),
+        ({"commitOffsetsToGroup": "  "}, True, "commitOffsetsToGroup"),
     ],
 )
 def test_bad_options_raise_config_error_naming_the_option(changes, streaming, option):
@@ -235,6 +238,10 @@ def test_options_are_case_insensitive_with_jvm_defaults():
     upper = parse_read_options({**BASE, "kafka.isolation.level": "READ_COMMITTED"}, streaming=False)
     assert upper.isolation_level == "read_committed"
     assert upper.consumer_config()["isolation.level"] == "read_committed"
+    # Off unless asked for; the group id as given, around spaces left out.
+    assert stream.commit_offsets_to_group is None
+    lag = parse_read_options({**BASE, "COMMITOFFSETSTOGROUP": " lag-report "}, streaming=True)
+    assert lag.commit_offsets_to_group == "lag-report"
 
 
 def test_group_id_and_group_id_prefix_are_ignored_with_a_warning(caplog):
