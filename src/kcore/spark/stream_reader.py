@@ -99,6 +99,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger_ms = 0
         self._initial: PartitionOffsets | None = None  # what initialOffset() returned
         self._group_offsets: PartitionOffsets = {}  # last committed to commitOffsetsToGroup
+        self._group_failure: str | None = None  # why the last commit failed, if it did
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -197,17 +198,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         group = self.opts.commit_offsets_to_group
         if group is None or not done or done == self._group_offsets:
             return
+        # Tried once per offsets, whatever the outcome: an idle query asks for the next batch
+        # every few milliseconds, and would otherwise retry (and warn) as often.
+        self._group_offsets = done
         try:
             self.resolver.commit_group_offsets(group, done)
         except KcoreError as exc:
-            log.warning(
+            # The same failure again (the group still has members) is logged at debug level.
+            said, self._group_failure = self._group_failure, str(exc)
+            log.log(
+                logging.DEBUG if said == str(exc) else logging.WARNING,
                 "commitOffsetsToGroup: could not commit the query's offsets to group %r (the "
                 "query goes on; its progress is in its checkpoint): %s",
                 group,
                 exc,
             )
             return
-        self._group_offsets = done
+        self._group_failure = None
 
     def stop(self) -> None:
         if self._resolver is not None:
