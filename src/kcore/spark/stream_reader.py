@@ -134,9 +134,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = offsets_from_dict(start)
         # Spark asks for the next batch from where the last one ended only once that batch is
-        # in its commit log, but calls commit() for it only when it plans another batch with
-        # data: an idle query (or Trigger.AvailableNow's last batch) would never report its
-        # last batch. So ``start`` is committed too, unless it is the query's initial offset
+        # in its commit log, but calls commit() for it only when it plans another batch: an
+        # idle query (or Trigger.AvailableNow's last batch) would never report its last
+        # batch. So ``start`` is committed too, unless it is the query's initial offset
         # (no batch has completed yet).
         if begin != self._initial:
             self._commit_to_group(begin)
