@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import IO
 
+import pytest
 from conftest import UNREACHABLE_HOST, read_records
 
 from kcore.admin import TopicPartition
@@ -433,3 +434,47 @@ def test_groups_watch_of_a_group_that_does_not_exist_fails(kafka_cluster, capsys
     watch = ["groups", "-b", bootstrap, "-g", "no-such-group-w", "--watch", "0.1", "--count", "2"]
     assert main(watch) == 1
     assert "kcore groups: no-such-group-w: no such group" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_groups_watch_goes_on_through_a_broker_outage(kafka_cluster):
+    """The broker stops under a watch: each refresh that fails is said on stderr and the watch
+    goes on (backing off); once the broker is back it shows the group again."""
+    import kcore as kc
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = f"cli-watch-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, partitions=1)
+    with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.alter_consumer_group_offsets(group, {(topic, 0): 0})
+    timeouts = ["-X", "request.timeout.ms=2000", "-X", "default.api.timeout.ms=3000"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kcore", "groups", "-b", bootstrap, "-g", group, "--json",
+         "--watch", "0.2", *timeouts],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = lines_of(proc.stdout), lines_of(proc.stderr)
+    (node,) = kafka_cluster.node_ids
+    try:
+        assert json.loads(out.get(timeout=60))["group_id"] == group
+        kafka_cluster.stop_broker(node)
+        deadline = time.monotonic() + 60
+        while f"{group}: refresh failed:" not in err.get(timeout=60):
+            assert time.monotonic() < deadline, "no failed refresh was said"
+        kafka_cluster.start_broker(node)
+        while not out.empty():  # the refreshes from before the outage
+            out.get()
+        assert json.loads(out.get(timeout=120))["group_id"] == group
+    finally:
+        if not kafka_cluster.is_running(node):
+            kafka_cluster.start_broker(node)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    assert proc.returncode == 0
+    said = []
+    while not err.empty():
+        said.append(err.get())
+    assert not any("Traceback" in line for line in said), said

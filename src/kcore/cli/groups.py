@@ -180,22 +180,26 @@ def watch_groups(
                 try:
                     out, errors = _describe_all(admin, group_ids)
                 except KcoreError as exc:
-                    failures += 1
-                    print(f"kcore groups: {timestamp}: refresh failed: {exc}", file=sys.stderr)
-                    continue
-                if errors and not described:
-                    _say_errors(errors)
+                    out, errors = [], dict.fromkeys(group_ids, exc)
+                missing = {g: e for g, e in errors.items() if isinstance(e, GroupIdNotFoundError)}
+                if missing and not described:
+                    _say_errors(missing)
                     return 1
-                described, failures = True, 0
+                if len(errors) > len(missing):  # the cluster did not answer for some groups
+                    failures += 1
+                else:
+                    described, failures = True, 0
                 if as_json:
                     text = "\n".join(_watch_line(g, timestamp) for g in out)
                 else:
                     title = f"Every {interval_s:g}s: {', '.join(group_ids)}  {timestamp}"
                     tables = "\n\n".join(_render(g) for g in out)
-                    text = f"{_CLEAR_SCREEN if tty else '--- '}{title}\n{tables}"
+                    text = f"{_CLEAR_SCREEN if tty else '--- '}{title}\n{tables}".rstrip()
                 if text:
                     print(text, flush=True)
-                _say_errors(errors)
+                for group_id, error in errors.items():
+                    what = "no such group" if group_id in missing else f"refresh failed: {error}"
+                    print(f"kcore groups: {timestamp}: {group_id}: {what}", file=sys.stderr)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a watch is meant to end
     finally:
