@@ -1,17 +1,21 @@
 """The ``kcore`` command line against real brokers: ``metadata`` (checked against Kafka's own
-``kafka-topics --describe``), ``produce`` and ``consume``, and ``doctor`` on healthy and broken
-set-ups."""
+``kafka-topics --describe``), ``produce`` and ``consume``, ``groups`` (and its ``--watch``),
+and ``doctor`` on healthy and broken set-ups."""
 
 from __future__ import annotations
 
 import json
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from typing import IO
 
+import pytest
 from conftest import UNREACHABLE_HOST, read_records
 
 from kcore.admin import TopicPartition
@@ -22,6 +26,18 @@ def kcore(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "kcore", *args], capture_output=True, text=True, timeout=timeout
     )
+
+
+def lines_of(stream: IO[str]) -> queue.Queue[str]:
+    """The lines a running process writes to ``stream``, as they come (read by a thread)."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
 
 
 def java_describe(cluster, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
@@ -347,3 +363,118 @@ def test_groups_lists_and_describes_with_lag(kafka_cluster, capsys):
         assert "CURRENT-OFFSET" in text and "lag-reader" in text
     assert main(["groups", "-b", bootstrap, "-g", "no-such-group-x"]) == 1
     assert "no such group" in capsys.readouterr().err
+
+
+def test_groups_watch_follows_the_lag_until_ctrl_c(kafka_cluster):
+    """``kcore groups -g G --watch``: with ``--count`` and ``--json`` that many JSON lines with
+    the lag; as text (not a terminal) a time line per refresh; run without a count, the lag
+    it shows falls when the group consumes, and Ctrl-C ends it with status 0."""
+    import kcore as kc
+    from kcore.admin import NewTopic
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = f"cli-watch-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, 2, 1)])
+        with kc.Producer({"bootstrap.servers": bootstrap}) as p:
+            for i in range(10):
+                p.send(topic, b"%d" % i, partition=i % 2)
+            p.flush(30)
+        # A backlog: partition 0 behind by 2, partition 1 by 0.
+        admin.alter_consumer_group_offsets(group, {(topic, 0): 3, (topic, 1): 5})
+
+    watch = ["groups", "-b", bootstrap, "-g", group, "--watch", "0.2"]
+    res = kcore(*watch, "--count", "3", "--json")
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(lines) == 3
+    for line in lines:
+        assert (line["group_id"], line["state"], line["total_lag"]) == (group, "Empty", 2)
+        assert [(r["partition"], r["current_offset"], r["log_end_offset"], r["lag"])
+                for r in line["partitions"]] == [(0, 3, 5, 2), (1, 5, 5, 0)]  # fmt: skip
+    assert [line["timestamp"] for line in lines] == sorted(line["timestamp"] for line in lines)
+
+    text = kcore(*watch, "--count", "2")
+    assert text.returncode == 0, text.stderr
+    assert [line.startswith(f"--- Every 0.2s: {group}  ") for line in text.stdout.splitlines()
+            if line.startswith("---")] == [True, True]  # fmt: skip
+    assert text.stdout.count("CURRENT-OFFSET") == 2 and "\x1b[" not in text.stdout
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kcore", *watch, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines_out = lines_of(proc.stdout)
+    try:
+        assert json.loads(lines_out.get(timeout=60))["total_lag"] == 2
+        config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+        }
+        with kc.Consumer(config) as c:  # the group reads its backlog and commits
+            c.subscribe([topic])
+            assert len(read_records(c, 2, 60)) == 2
+            c.commit()
+        deadline = time.monotonic() + 60
+        while json.loads(lines_out.get(timeout=60))["total_lag"] != 0:
+            assert time.monotonic() < deadline, "the watch never showed the lag gone"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_groups_watch_of_a_group_that_does_not_exist_fails(kafka_cluster, capsys):
+    bootstrap = kafka_cluster.bootstrap_servers
+    watch = ["groups", "-b", bootstrap, "-g", "no-such-group-w", "--watch", "0.1", "--count", "2"]
+    assert main(watch) == 1
+    assert "kcore groups: no-such-group-w: no such group" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_groups_watch_goes_on_through_a_broker_outage(kafka_cluster):
+    """The broker stops under a watch: each refresh that fails is said on stderr and the watch
+    goes on (backing off); once the broker is back it shows the group again."""
+    import kcore as kc
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = f"cli-watch-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    kafka_cluster.create_topic(topic, partitions=1)
+    with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.alter_consumer_group_offsets(group, {(topic, 0): 0})
+    timeouts = ["-X", "request.timeout.ms=2000", "-X", "default.api.timeout.ms=3000"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kcore", "groups", "-b", bootstrap, "-g", group, "--json",
+         "--watch", "0.2", *timeouts],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = lines_of(proc.stdout), lines_of(proc.stderr)
+    (node,) = kafka_cluster.node_ids
+    try:
+        assert json.loads(out.get(timeout=60))["group_id"] == group
+        kafka_cluster.stop_broker(node)
+        deadline = time.monotonic() + 60
+        while f"{group}: refresh failed:" not in err.get(timeout=60):
+            assert time.monotonic() < deadline, "no failed refresh was said"
+        kafka_cluster.start_broker(node)
+        while not out.empty():  # the refreshes from before the outage
+            out.get()
+        assert json.loads(out.get(timeout=120))["group_id"] == group
+    finally:
+        if not kafka_cluster.is_running(node):
+            kafka_cluster.start_broker(node)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    assert proc.returncode == 0
+    said = []
+    while not err.empty():
+        said.append(err.get())
+    assert not any("Traceback" in line for line in said), said

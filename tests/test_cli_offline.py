@@ -142,6 +142,26 @@ def test_sigterm_ends_a_command_as_ctrl_c_does():
     assert b"Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--watch", "0"], "--watch: must be a positive number of seconds, got '0'"),
+        (["--watch", "-1"], "--watch: must be a positive number of seconds"),
+        (["--watch", "soon"], "--watch: must be a positive number of seconds, got 'soon'"),
+        (["--watch", "2", "--count", "0"], "--count: must be a positive integer, got '0'"),
+        (["--count", "3"], "--count goes with --watch"),
+    ],
+)
+def test_groups_watch_arguments_are_checked_before_connecting(args, said, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["groups", "-b", "127.0.0.1:1", "-g", "g", *args])
+    assert info.value.code == 2
+    assert said in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["groups", "-b", "127.0.0.1:1", "--watch"])
+    assert "--watch needs the groups to watch (-g GROUP)" in capsys.readouterr().err
+
+
 def test_acls_remove_without_a_resource_is_refused_before_connecting(capsys):
     # Port 1 refuses connections: a refusal that needed the cluster would say so instead.
     assert main(["acls", "remove", "-b", "127.0.0.1:1", "--principal", "User:bob"]) == 1

@@ -202,6 +202,9 @@ def test_rate_limit_and_delay_as_the_jvm_source():
         ({"minOffsetsPerTrigger": "20", "maxOffsetsPerTrigger": "10"}, True, "minOffsetsPer"),
         ({"maxTriggerDelay": "5 fortnights"}, True, "maxTriggerDelay"),
         ({"startingOffsetsByTimestampStrategy": "maybe"}, True, "ByTimestampStrategy"),
+        # A batch read has no progress to commit: refused rather than doing nothing.
+        ({"commitOffsetsToGroup": "lag-report"}, False, "commitOffsetsToGroup"),
+        ({"commitOffsetsToGroup": "  "}, True, "commitOffsetsToGroup"),
     ],
 )
 def test_bad_options_raise_config_error_naming_the_option(changes, streaming, option):
@@ -235,6 +238,10 @@ def test_options_are_case_insensitive_with_jvm_defaults():
     upper = parse_read_options({**BASE, "kafka.isolation.level": "READ_COMMITTED"}, streaming=False)
     assert upper.isolation_level == "read_committed"
     assert upper.consumer_config()["isolation.level"] == "read_committed"
+    # Off unless asked for; the group id as given, around spaces left out.
+    assert stream.commit_offsets_to_group is None
+    lag = parse_read_options({**BASE, "COMMITOFFSETSTOGROUP": " lag-report "}, streaming=True)
+    assert lag.commit_offsets_to_group == "lag-report"
 
 
 def test_group_id_and_group_id_prefix_are_ignored_with_a_warning(caplog):
@@ -926,3 +933,172 @@ def test_stream_offsets_and_admission_control_on_the_driver(admin, bootstrap, sa
         assert reader.partitions(end, end) == []
     finally:
         reader.stop()
+
+
+# -- commitOffsetsToGroup ------------------------------------------------------------------------
+
+
+def start_available_now(spark, bootstrap: str, checkpoint: str, sink, **options: str):
+    reader = spark.readStream.format("kcore").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return (
+        reader.load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def kafka_tool_lag(kafka_cluster, group: str) -> dict[tuple[str, int], tuple[str, str, str]]:
+    """(topic, partition) -> (CURRENT-OFFSET, LOG-END-OFFSET, LAG) as Kafka's own
+    kafka-consumer-groups --describe prints them."""
+    out = kafka_cluster.run_tool(
+        "kafka-consumer-groups",
+        "--bootstrap-server",
+        kafka_cluster.bootstrap_servers,
+        "--describe",
+        "--group",
+        group,
+        check=True,
+    ).stdout
+    rows = {}
+    for line in out.splitlines():
+        cells = line.split()
+        if len(cells) >= 6 and cells[0] == group and cells[2].isdigit():
+            rows[(cells[1], int(cells[2]))] = (cells[3], cells[4], cells[5])
+    return rows
+
+
+@pytest.mark.slow
+def test_stream_commits_its_progress_to_a_group(
+    kafka_cluster, spark, admin, bootstrap, tmp_path, capsys
+):
+    """With commitOffsetsToGroup, lag tools see the query: after a Trigger.AvailableNow query
+    of several batches the group's offsets are the ends of the partitions, with lag 0 in
+    Kafka's kafka-consumer-groups and in kcore groups."""
+    from kcore.cli import main
+
+    topic, group = new_topic(admin, 3, "lag"), f"spark-lag-{uuid.uuid4().hex[:8]}"
+    produce(
+        bootstrap, [{"topic": topic, "value": b"%d" % i, "partition": i % 3} for i in range(30)]
+    )
+    sink = Collector()
+    run_available_now(
+        spark,
+        bootstrap,
+        os.fspath(tmp_path / "checkpoint"),
+        sink,
+        subscribe=topic,
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="12",
+        commitOffsetsToGroup=group,
+    )
+    assert len(sink.rows()) == 30 and len([b for b in sink.batches if b[1]]) >= 3
+    ends = {TopicPartition(topic, p): 10 for p in range(3)}
+    assert admin.list_consumer_group_offsets(group) == ends
+    assert kafka_tool_lag(kafka_cluster, group) == {(topic, p): ("10", "10", "0") for p in range(3)}
+    capsys.readouterr()
+    assert main(["groups", "-b", bootstrap, "-g", group, "--json"]) == 0
+    (described,) = json.loads(capsys.readouterr().out)
+    assert described["state"] == "Empty"  # committed to, never joined
+    assert [(r["partition"], r["lag"]) for r in described["partitions"]] == [(0, 0), (1, 0), (2, 0)]
+
+
+class FailingSink(Collector):
+    """A foreachBatch sink that fails on one batch: Spark does not record it as done."""
+
+    def __init__(self, failing_batch: int) -> None:
+        super().__init__()
+        self.failing_batch = failing_batch
+
+    def __call__(self, df, batch_id: int) -> None:
+        if batch_id == self.failing_batch:
+            raise RuntimeError(f"the sink is down for batch {batch_id}")
+        super().__call__(df, batch_id)
+
+
+@pytest.mark.slow
+def test_the_group_gets_only_batches_spark_has_recorded_as_done(spark, admin, bootstrap, tmp_path):
+    """A query whose sink fails on its second batch: the group holds the end of the first
+    batch, never the failed one's; restarted from its checkpoint, the query reruns the batch
+    and the group reaches the end."""
+    topic, group = new_topic(admin, 2, "lagfail"), f"spark-lag-{uuid.uuid4().hex[:8]}"
+    produce(
+        bootstrap, [{"topic": topic, "value": b"%d" % i, "partition": i % 2} for i in range(40)]
+    )
+    checkpoint = os.fspath(tmp_path / "checkpoint")
+    options = {
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "10",
+        "commitOffsetsToGroup": group,
+    }
+    sink = FailingSink(failing_batch=1)
+    query = start_available_now(spark, bootstrap, checkpoint, sink, **options)
+    with pytest.raises(Exception, match="the sink is down for batch 1"):
+        query.awaitTermination(120)
+    (first,) = [rows for batch_id, rows in sink.batches if batch_id == 0]
+    first_end = {}
+    for t, p, offset, _ in first:
+        first_end[TopicPartition(t, p)] = max(first_end.get(TopicPartition(t, p), 0), offset + 1)
+    assert sum(first_end.values()) == 10
+    assert admin.list_consumer_group_offsets(group) == first_end
+
+    rest = Collector()
+    run_available_now(spark, bootstrap, checkpoint, rest, **options)
+    assert len(first) + len(rest.rows()) == 40
+    assert admin.list_consumer_group_offsets(group) == {
+        TopicPartition(topic, 0): 20,
+        TopicPartition(topic, 1): 20,
+    }
+
+
+@pytest.mark.slow
+def test_a_group_with_active_members_gets_a_warning_and_the_query_goes_on(
+    spark, admin, bootstrap, tmp_path, caplog
+):
+    """Someone really consumes with the group id: the broker refuses commits from outside the
+    group. The reader warns naming the group; the query reads everything and the group keeps
+    its member's offsets."""
+    from conftest import read_records
+
+    from kcore.consumer.client import Consumer
+
+    topic, group = new_topic(admin, 1, "lagbusy"), f"spark-lag-{uuid.uuid4().hex[:8]}"
+    produce(bootstrap, [{"topic": topic, "value": b"%d" % i, "partition": 0} for i in range(6)])
+    member_config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "commitOffsetsToGroup": group,
+    }
+    with Consumer(member_config) as member:
+        member.subscribe([topic])
+        assert len(read_records(member, 6, 60)) == 6  # joined, and read
+        member.commit({(topic, 0): 2})
+        # The driver's calls as Spark makes them: the commit is refused, with a warning.
+        reader = KafkaStreamReader(options, read_schema(options))
+        try:
+            start = reader.initialOffset()
+            end = reader.latestOffset(start, reader.getDefaultReadLimit())
+            with caplog.at_level(logging.WARNING, logger="kcore.spark"):
+                reader.commit(end)
+        finally:
+            reader.stop()
+        assert f"commitOffsetsToGroup: could not commit the query's offsets to group '{group}'" in (
+            caplog.text
+        )
+        # And a real query: it ends normally with every record.
+        sink = Collector()
+        del options["kafka.bootstrap.servers"]
+        run_available_now(spark, bootstrap, os.fspath(tmp_path / "checkpoint"), sink, **options)
+        assert len(sink.rows()) == 6
+        assert admin.list_consumer_group_offsets(group) == {TopicPartition(topic, 0): 2}

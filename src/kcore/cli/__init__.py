@@ -99,6 +99,35 @@ def _add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="log what the client does")
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Combinations argparse cannot check itself: an error (exit status 2) as argparse's."""
+    if args.command == "groups":
+        if args.count is not None and args.watch is None:
+            parser.error("groups: --count goes with --watch")
+        if args.watch is not None and not args.group:
+            parser.error("groups: --watch needs the groups to watch (-g GROUP)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kcore", description="kcore: a Kafka client")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -158,6 +187,18 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_argument(
         "-g", "--group", action="append", default=[], help="describe this group (repeatable)"
     )
+    groups.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="describe the groups again every SECONDS (default 2) until Ctrl-C; with --json, "
+        "one JSON line per group and refresh",
+    )
+    groups.add_argument(
+        "--count", type=_positive_int, metavar="N", help="with --watch: stop after N refreshes"
+    )
     acls = sub.add_parser("acls", help="list, add or remove ACLs (as kafka-acls)")
     _add_connection_args(acls)
     from kcore.cli.acls import add_acls_args
@@ -172,7 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_args(parser, args)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -222,8 +265,10 @@ def _run(args: argparse.Namespace) -> int:
             args.json,
         )
     if args.command == "groups":
-        from kcore.cli.groups import run_groups
+        from kcore.cli.groups import run_groups, watch_groups
 
+        if args.watch is not None:
+            return watch_groups(config, args.group, args.json, args.watch, args.count)
         return run_groups(config, args.group, args.json)
     if args.command == "acls":
         from kcore.cli.acls import run_acls

@@ -1,19 +1,25 @@
 """``kcore groups``: the cluster's consumer groups, and for the groups named their state,
 members and per-partition lag (what Kafka's ``kafka-consumer-groups --list`` and
-``--describe`` show)."""
+``--describe`` show), once or every few seconds (``--watch``)."""
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from kcore.admin.types import AdminOperationError
 from kcore.errors import GroupIdNotFoundError, KcoreError
 from kcore.types import TopicPartition
 
-__all__ = ["group_lag_rows", "run_groups"]
+__all__ = ["group_lag_rows", "run_groups", "watch_groups"]
+
+# How long a watch waits at most after refreshes that failed (it doubles the interval).
+MAX_BACKOFF_S = 30.0
+_CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
 
 def group_lag_rows(
@@ -98,17 +104,104 @@ def run_groups(config: Mapping[str, Any], group_ids: list[str], as_json: bool) -
             for g in [] if as_json else listed:
                 print(f"{g.group_id}  {g.type or '-'}  {g.state or '-'}  {g.protocol_type or '-'}")
             return 0
-        try:
-            descriptions = admin.describe_consumer_groups(group_ids)
-            errors: dict[Any, KcoreError] = {}
-        except AdminOperationError as exc:
-            descriptions, errors = dict(exc.results or {}), dict(exc.errors)
-        out = [_describe(admin, g, descriptions[g]) for g in group_ids if g in descriptions]
+        out, errors = _describe_all(admin, group_ids)
     if as_json:
         print(json.dumps(out, indent=2))
     else:
         print("\n\n".join(_render(g) for g in out))
+    _say_errors(errors)
+    return 1 if errors else 0
+
+
+def _describe_all(
+    admin: Any, group_ids: list[str]
+) -> tuple[list[dict[str, Any]], dict[Any, KcoreError]]:
+    """The groups described (in ``group_ids``' order), and the errors of those that could not
+    be (a group that does not exist: ``GroupIdNotFoundError``)."""
+    try:
+        descriptions = admin.describe_consumer_groups(group_ids)
+        errors: dict[Any, KcoreError] = {}
+    except AdminOperationError as exc:
+        descriptions, errors = dict(exc.results or {}), dict(exc.errors)
+    return [_describe(admin, g, descriptions[g]) for g in group_ids if g in descriptions], errors
+
+
+def _say_errors(errors: Mapping[Any, KcoreError]) -> None:
     for group_id, error in errors.items():
         what = "no such group" if isinstance(error, GroupIdNotFoundError) else str(error)
         print(f"kcore groups: {group_id}: {what}", file=sys.stderr)
-    return 1 if errors else 0
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _watch_line(group: dict[str, Any], timestamp: str) -> str:
+    """One refresh of one group as a JSON line: the ``--json`` object with the time and the
+    total lag (of the partitions that have a lag)."""
+    total = sum(row["lag"] for row in group["partitions"] if row["lag"] is not None)
+    return json.dumps({"timestamp": timestamp, **group, "total_lag": total})
+
+
+def watch_groups(
+    config: Mapping[str, Any],
+    group_ids: list[str],
+    as_json: bool,
+    interval_s: float,
+    count: int | None = None,
+) -> int:
+    """Describe the groups every ``interval_s`` seconds, ``count`` times (None: until Ctrl-C
+    or SIGTERM, which end the watch with status 0: it has no other end). With ``as_json``
+    each refresh prints a JSON line per group; else the tables, after clearing the screen
+    when stdout is a terminal, or after a time line when it is not (a log, a pipe).
+
+    A group that does not exist (at the first refresh that gets an answer), or a cluster
+    unreachable at the start, ends it with status 1, as without ``--watch``. Later failures
+    (a broker down, a group deleted) are said on stderr and the watch goes on, waiting
+    longer after each failure in a row (up to :data:`MAX_BACKOFF_S`)."""
+    from kcore.admin.client import AdminClient
+    from kcore.cli import SOFT_STOPS
+
+    stop = threading.Event()  # SIGTERM: the watch ends between refreshes
+    SOFT_STOPS.append(stop)
+    tty = not as_json and sys.stdout.isatty()
+    try:
+        with AdminClient(config) as admin:
+            admin.wait_until_ready()  # fail fast: the cluster unreachable is said at once
+            refreshes = failures = 0
+            described = False  # until a refresh succeeds, a missing group is an error
+            while count is None or refreshes < count:
+                if refreshes:
+                    wait = interval_s * 2 ** min(failures, 16)
+                    if stop.wait(min(wait, max(MAX_BACKOFF_S, interval_s))):
+                        break
+                refreshes += 1
+                timestamp = _now()
+                try:
+                    out, errors = _describe_all(admin, group_ids)
+                except KcoreError as exc:
+                    out, errors = [], dict.fromkeys(group_ids, exc)
+                missing = {g: e for g, e in errors.items() if isinstance(e, GroupIdNotFoundError)}
+                if missing and not described:
+                    _say_errors(missing)
+                    return 1
+                if len(errors) > len(missing):  # the cluster did not answer for some groups
+                    failures += 1
+                else:
+                    described, failures = True, 0
+                if as_json:
+                    text = "\n".join(_watch_line(g, timestamp) for g in out)
+                else:
+                    title = f"Every {interval_s:g}s: {', '.join(group_ids)}  {timestamp}"
+                    tables = "\n\n".join(_render(g) for g in out)
+                    text = f"{_CLEAR_SCREEN if tty else '--- '}{title}\n{tables}".rstrip()
+                if text:
+                    print(text, flush=True)
+                for group_id, error in errors.items():
+                    what = "no such group" if group_id in missing else f"refresh failed: {error}"
+                    print(f"kcore groups: {timestamp}: {group_id}: {what}", file=sys.stderr)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a watch is meant to end
+    finally:
+        SOFT_STOPS.remove(stop)
+    return 0

@@ -120,6 +120,9 @@ class ReadOptions:
     fetch_offset_num_retries: int = 3
     fetch_offset_retry_interval_ms: int = 1000
     no_match_strategy: Literal["error", "latest"] = "error"
+    # Streaming only: the consumer group each completed micro-batch's end offsets are committed
+    # to, for lag tools (the group is committed to from outside, never joined).
+    commit_offsets_to_group: str | None = None
 
     def admin_config(self) -> dict[str, str]:
         """The kafka.* settings an admin client takes (the consumer-only ones left out, where
@@ -297,6 +300,23 @@ def _kafka_params(opts: Mapping[str, str]) -> dict[str, str]:
     return params
 
 
+def _commit_group(opts: Mapping[str, str], streaming: bool) -> str | None:
+    """``commitOffsetsToGroup``: a group id, for streaming reads only (a batch read has no
+    progress to commit, so the option there would silently do nothing)."""
+    raw = opts.get("commitoffsetstogroup")
+    if raw is None:
+        return None
+    if not streaming:
+        raise ConfigError(
+            "commitOffsetsToGroup",
+            "only for streaming queries: a batch read keeps no progress to commit to a group",
+        )
+    group = raw.strip()
+    if not group:
+        raise ConfigError("commitOffsetsToGroup", f"must be a consumer group id, got {raw!r}")
+    return group
+
+
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Check ``options`` as the JVM source does for a batch or a streaming read."""
     opts = _lower(options)
@@ -333,6 +353,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         raise ConfigError(
             "startingOffsetsByTimestampStrategy", f"must be error or latest, got {strategy_name!r}"
         )
+    commit_group = _commit_group(opts, streaming)
     poll_timeout = _int(opts, "kafkaConsumer.pollTimeoutMs", positive=True)
     retries = _int(opts, "fetchOffset.numRetries", positive=True)
     interval = _int(opts, "fetchOffset.retryIntervalMs")
@@ -354,6 +375,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         fetch_offset_num_retries=retries if retries is not None else 3,
         fetch_offset_retry_interval_ms=interval if interval is not None else 1000,
         no_match_strategy="latest" if strategy_name == "latest" else "error",
+        commit_offsets_to_group=commit_group,
     )
 
 

@@ -133,6 +133,16 @@ class OffsetResolver:
             tps &= set(strategy.partitions)
         return tps
 
+    # -- a consumer group's offsets ----------------------------------------------------------
+
+    def commit_group_offsets(self, group_id: str, offsets: PartitionOffsets) -> None:
+        """Commit ``offsets`` (next offset to read per partition) to ``group_id`` from outside
+        the group, with the driver's admin client. Not retried: the caller judges a failure
+        (a group with active members refuses it)."""
+        wanted: dict[TopicPartition | tuple[str, int], int] = {}  # (invariant keys)
+        wanted.update(offsets.items())
+        self._client().alter_consumer_group_offsets(group_id, wanted)
+
     # -- offsets ----------------------------------------------------------------------------
 
     def _list(self, specs: Mapping[TopicPartition, str | int]) -> PartitionOffsets:

@@ -10,6 +10,7 @@ between batches) and :meth:`read` on executors, with a pickled copy of the reade
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from kcore.errors import KcoreError
+
 from .admission import delay_batch, rate_limit
 from .offsets import OffsetRange, PartitionOffsets, offsets_from_dict, offsets_to_dict, split_ranges
 from .options import ReadOptions, check_schema, parse_read_options
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["KafkaStreamReader", "plan_stream_batch"]
+
+log = logging.getLogger("kcore.spark")
 
 
 def _names(tps: Any) -> str:
@@ -92,6 +97,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = False
         self._target: PartitionOffsets | None = None  # Trigger.AvailableNow's end
         self._last_trigger_ms = 0
+        self._initial: PartitionOffsets | None = None  # what initialOffset() returned
+        self._group_offsets: PartitionOffsets = {}  # last committed to commitOffsetsToGroup
+        self._group_failure: str | None = None  # why the last commit failed, if it did
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -108,6 +116,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         starting = self.resolver.resolve(self.opts.starting, is_starting=True)
+        self._initial = starting
         return offsets_to_dict(starting)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -124,6 +133,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = offsets_from_dict(start)
+        # Spark asks for the next batch from where the last one ended only once that batch is
+        # in its commit log, but calls commit() for it only when it plans another batch: an
+        # idle query (or Trigger.AvailableNow's last batch) would never report its last
+        # batch. So ``start`` is committed too, unless it is the query's initial offset
+        # (no batch has completed yet).
+        if begin != self._initial:
+            self._commit_to_group(begin)
         if self._available_now:
             if self._target is None:  # what exists now is all this query will read
                 self._target = self.resolver.fetch_latest(begin)
@@ -171,7 +187,34 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [KafkaInputPartition.of(r) for r in ranges]
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: the offsets live in Spark's checkpoint, not in Kafka."""
+        """Spark has recorded every batch up to ``end`` as done. The query's offsets live in
+        its checkpoint; with ``commitOffsetsToGroup`` they are also committed to the group."""
+        self._commit_to_group(offsets_from_dict(end))
+
+    def _commit_to_group(self, done: PartitionOffsets) -> None:
+        """Commit ``done`` (the end of batches Spark has recorded as complete) to the
+        ``commitOffsetsToGroup`` group. A failure (the group has active members, the broker
+        refuses) is a warning: the group is a report for lag tools, the query goes on."""
+        group = self.opts.commit_offsets_to_group
+        if group is None or not done or done == self._group_offsets:
+            return
+        # Tried once per offsets, whatever the outcome: an idle query asks for the next batch
+        # every few milliseconds, and would otherwise retry (and warn) as often.
+        self._group_offsets = done
+        try:
+            self.resolver.commit_group_offsets(group, done)
+        except KcoreError as exc:
+            # The same failure again (the group still has members) is logged at debug level.
+            said, self._group_failure = self._group_failure, str(exc)
+            log.log(
+                logging.DEBUG if said == str(exc) else logging.WARNING,
+                "commitOffsetsToGroup: could not commit the query's offsets to group %r (the "
+                "query goes on; its progress is in its checkpoint): %s",
+                group,
+                exc,
+            )
+            return
+        self._group_failure = None
 
     def stop(self) -> None:
         if self._resolver is not None:
