@@ -317,21 +317,30 @@ def test_sigterm_flushes_and_reports_what_produce_took(kafka_cluster):
     assert f"produced 3 of 3 records to {topic}".encode() in err and b"interrupted" in err
 
 
-def test_groups_lists_and_describes_with_lag(kafka_cluster, capsys):
-    """``kcore groups``: the list, then a live group's state, member and per-partition lag (as
-    kafka-consumer-groups --describe), and a group that does not exist (exit status 1)."""
-
+def ten_records_on_two_partitions(bootstrap: str, prefix: str) -> tuple[str, str]:
+    """A new two-partition topic holding records 0-9 (even ones on partition 0), and a new
+    group id: ``(topic, group)``."""
     import kcore as kc
     from kcore.admin import NewTopic
 
-    bootstrap = kafka_cluster.bootstrap_servers
-    topic, group = f"cli-groups-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    topic, group = f"{prefix}-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
         admin.create_topics([NewTopic(topic, 2, 1)])
     with kc.Producer({"bootstrap.servers": bootstrap}) as p:
         for i in range(10):
             p.send(topic, b"%d" % i, partition=i % 2)
         p.flush(30)
+    return topic, group
+
+
+def test_groups_lists_and_describes_with_lag(kafka_cluster, capsys):
+    """``kcore groups``: the list, then a live group's state, member and per-partition lag (as
+    kafka-consumer-groups --describe), and a group that does not exist (exit status 1)."""
+
+    import kcore as kc
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = ten_records_on_two_partitions(bootstrap, "cli-groups")
     config = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -370,16 +379,10 @@ def test_groups_watch_follows_the_lag_until_ctrl_c(kafka_cluster):
     the lag; as text (not a terminal) a time line per refresh; run without a count, the lag
     it shows falls when the group consumes, and Ctrl-C ends it with status 0."""
     import kcore as kc
-    from kcore.admin import NewTopic
 
     bootstrap = kafka_cluster.bootstrap_servers
-    topic, group = f"cli-watch-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    topic, group = ten_records_on_two_partitions(bootstrap, "cli-watch")
     with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
-        admin.create_topics([NewTopic(topic, 2, 1)])
-        with kc.Producer({"bootstrap.servers": bootstrap}) as p:
-            for i in range(10):
-                p.send(topic, b"%d" % i, partition=i % 2)
-            p.flush(30)
         # A backlog: partition 0 behind by 2, partition 1 by 0.
         admin.alter_consumer_group_offsets(group, {(topic, 0): 3, (topic, 1): 5})
 
