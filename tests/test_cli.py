@@ -317,6 +317,13 @@ def test_sigterm_flushes_and_reports_what_produce_took(kafka_cluster):
     assert f"produced 3 of 3 records to {topic}".encode() in err and b"interrupted" in err
 
 
+def ctrl_c_reaches_it() -> None:
+    """(In the child, before exec.) SIGINT back to its default: a test run started in the
+    background by a non-interactive shell (as CI may be) ignores SIGINT, and its children
+    inherit that, so Python in them would never raise KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def ten_records_on_two_partitions(bootstrap: str, prefix: str) -> tuple[str, str]:
     """A new two-partition topic holding records 0-9 (even ones on partition 0), and a new
     group id: ``(topic, group)``."""
@@ -408,6 +415,7 @@ def test_groups_watch_follows_the_lag_until_ctrl_c(kafka_cluster):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )
     assert proc.stdout is not None
     lines_out = lines_of(proc.stdout)
@@ -457,6 +465,7 @@ def test_groups_watch_goes_on_through_a_broker_outage(kafka_cluster):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )  # fmt: skip
     assert proc.stdout is not None and proc.stderr is not None
     out, err = lines_of(proc.stdout), lines_of(proc.stderr)
