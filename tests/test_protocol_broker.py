@@ -11,7 +11,7 @@ import pytest
 
 import kcore
 from kcore.codec import RecordBatchBuilder, decode_batches
-from kcore.errors import UnsupportedVersionError
+from kcore.errors import ErrorCode, UnsupportedVersionError
 from kcore.network.address import parse_address
 from kcore.network.blocking import BlockingBrokerConnection as BrokerConnection
 from kcore.protocol import APIS
@@ -158,20 +158,28 @@ def test_produce_then_fetch_returns_the_records(kafka_cluster):
         sent = [(b"k%d" % i, b"v" * i, 1_700_000_000_000 + i) for i in range(100)]
         for key, value, ts in sent:
             builder.append(key, value, ts, [("h", key)])
-        produced = conn.request(
-            ProduceRequest(
-                acks=-1,
-                timeout_ms=10_000,
-                topic_data=[
-                    TopicProduceData(
-                        name=name,
-                        topic_id=topic.topic_id,
-                        partition_data=[PartitionProduceData(index=0, records=builder.build())],
-                    )
-                ],
+        batch = builder.build()
+        # Metadata can name the leader a moment before that broker acts as one: until then a
+        # Produce gets NOT_LEADER_OR_FOLLOWER (a client retries it; so does this test).
+        deadline = time.monotonic() + 30
+        while True:
+            produced = conn.request(
+                ProduceRequest(
+                    acks=-1,
+                    timeout_ms=10_000,
+                    topic_data=[
+                        TopicProduceData(
+                            name=name,
+                            topic_id=topic.topic_id,
+                            partition_data=[PartitionProduceData(index=0, records=batch)],
+                        )
+                    ],
+                )
             )
-        )
-        [pr] = produced.responses[0].partition_responses
+            [pr] = produced.responses[0].partition_responses
+            if pr.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert (pr.error_code, pr.base_offset) == (0, 0)
 
         fetched = conn.request(
