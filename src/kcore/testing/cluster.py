@@ -1034,14 +1034,10 @@ class KafkaCluster(BaseCluster):
     def heal(self, *targets: int | NetworkHost) -> None:
         if self._network is None:  # stopped: the network went with it
             return
-        if not targets:
-            self._network.heal()
-            return
-        for host in self._targets(targets):
-            if self._network.is_cut(host):
-                self._network.restore(host)
-            self._network.unthrottle(host)
-        log.info("healed %s", ", ".join(h.name for h in self._targets(targets)))
+        hosts = self._targets(targets) if targets else []
+        self._network.heal(*hosts)
+        if hosts:
+            log.info("healed %s", ", ".join(h.name for h in hosts))
 
     def client_host(self, name: str) -> NetworkHost:
         network = self.network

@@ -270,11 +270,13 @@ class TestNetwork:
                 _run(["tc", *where, "qdisc", "del", "dev", dev, "root"], check=False)
             self._throttled.discard(host.name)
 
-    def heal(self) -> None:
-        """Restore every cut host and lift every throttle."""
-        for name in list(self._cut):
+    def heal(self, *hosts: NetworkHost) -> None:
+        """Restore the given hosts (every host, without arguments) where they are cut and lift
+        their throttles."""
+        names = {h.name for h in hosts} if hosts else set(self._hosts)
+        for name in sorted(names & self._cut):
             self.restore(self._hosts[name])
-        for name in list(self._throttled):
+        for name in sorted(names & self._throttled):
             self.unthrottle(self._hosts[name])
 
     # -- teardown -------------------------------------------------------------------------------
