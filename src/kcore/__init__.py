@@ -12,6 +12,7 @@ from ._version import __version__ as __version__  # noqa: E402
 
 if TYPE_CHECKING:
     from kcore.admin import AdminClient, AsyncAdminClient, NewTopic
+    from kcore.cluster.otel import trace_context
     from kcore.consumer import AsyncConsumer, Consumer, ConsumerRecord
     from kcore.producer import AsyncProducer, Producer, RecordMetadata
     from kcore.types import ConsumerGroupMetadata, TopicPartition
@@ -29,6 +30,7 @@ _LAZY = {
     "Consumer": "kcore.consumer",
     "AsyncConsumer": "kcore.consumer",
     "ConsumerRecord": "kcore.consumer",
+    "trace_context": "kcore.cluster.otel",
 }
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "RecordMetadata",
     "TopicPartition",
     "__version__",
+    "trace_context",
 ]
 
 

@@ -18,6 +18,7 @@ table.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import ipaddress
 import logging
 import re
@@ -52,7 +53,7 @@ __all__ = [
 Role = Literal["admin", "producer", "consumer", "common"]
 # "common" is not a client: it takes only the keys every client has (for shared layers).
 ROLES: tuple[str, ...] = ("admin", "producer", "consumer")
-ConfigType = Literal["int", "long", "double", "bool", "string", "list", "callable"]
+ConfigType = Literal["int", "long", "double", "bool", "string", "list", "callable", "object"]
 
 HIDDEN = "[hidden]"
 # kcore's own key (every role): other roles' keys are refused, not logged and ignored.
@@ -352,6 +353,21 @@ class EndpointIdentification:
         return 'https (verify the broker host name) or "" (do not)'
 
 
+@dataclass(frozen=True)
+class HasMethod:
+    """A Python object with a method of this name (an OpenTelemetry provider, say)."""
+
+    method: str
+
+    def __call__(self, value: Any) -> Any:
+        if not callable(getattr(value, self.method, None)):
+            raise _Invalid()
+        return value
+
+    def describe(self) -> str:
+        return f"with a {self.method}() method"
+
+
 # -- the key table ----------------------------------------------------------------------------
 
 
@@ -390,6 +406,8 @@ class ConfigDef:
             return f"a comma-separated list of {v}" if v else "a comma-separated list"
         if self.type == "callable":
             return "a Python callable or None"
+        if self.type == "object":
+            return f"a Python object {v}" if v else "a Python object"
         return v or "a string"
 
 
@@ -399,6 +417,7 @@ _PRODUCER = frozenset({"producer"})
 _CONSUMER = frozenset({"consumer"})
 _ADMIN_CONSUMER = frozenset({"admin", "consumer"})
 _ADMIN_PRODUCER = frozenset({"admin", "producer"})
+_PRODUCER_CONSUMER = frozenset({"producer", "consumer"})
 _GE0 = Range(0)
 _GE_MINUS1 = Range(-1)
 _ASSIGNORS = "org.apache.kafka.clients.consumer."
@@ -435,6 +454,17 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "asks for them (KIP-714; brokers without a telemetry receiver are not asked). "
               "Off by default for the admin client, as Java's.",
               role_defaults=(("admin", False),)),
+    ConfigDef("otel.metrics.enable", "bool", False, None, _PRODUCER_CONSUMER,
+              "kcore's own (the kcore[otel] extra): record OpenTelemetry metrics, the "
+              "messaging semantic conventions' and the Java metric set (docs/observability.md)."),
+    ConfigDef("otel.traces.enable", "bool", False, None, _PRODUCER_CONSUMER,
+              "kcore's own (the kcore[otel] extra): a span per send and per poll, with W3C "
+              "trace context in record headers (docs/observability.md)."),
+    ConfigDef("otel.meter.provider", "object", None, HasMethod("get_meter"), _PRODUCER_CONSUMER,
+              "kcore's own: the OpenTelemetry MeterProvider to use; None: the global one."),
+    ConfigDef("otel.tracer.provider", "object", None, HasMethod("get_tracer"),
+              _PRODUCER_CONSUMER,
+              "kcore's own: the OpenTelemetry TracerProvider to use; None: the global one."),
     ConfigDef("metrics.recording.level", "string", "INFO",
               _one_of("INFO", "DEBUG", "TRACE"), _ALL,
               "Accepted as Java's; kcore records the same metrics at every level."),
@@ -810,6 +840,10 @@ def _parse_value(d: ConfigDef, value: Any) -> Any:
         if not all(isinstance(i, str) for i in items):
             raise _Invalid()
         parsed = tuple(i.strip() for i in items if i.strip())
+    elif d.type == "object":
+        if value is None or isinstance(value, str):
+            raise _Invalid()
+        parsed = value
     else:  # callable
         if isinstance(value, str):
             raise _Invalid("a Python callable or None (Java class names are not supported)")
@@ -1359,6 +1393,11 @@ def _check_common(cfg: ClientConfig, v: dict[str, Any], user: dict[str, Any]) ->
                 text.encode("utf-8")
             except UnicodeEncodeError as exc:  # the value itself is never echoed (a secret)
                 raise ConfigError(key, f"is not valid text for the wire ({exc.reason})") from None
+    for key in ("otel.metrics.enable", "otel.traces.enable"):
+        if v.get(key) and importlib.util.find_spec("opentelemetry") is None:
+            raise ConfigError(
+                key, "needs the OpenTelemetry API: pip install 'kcore[otel]' (opentelemetry-api)"
+            )
     if v["statistics.interval.ms"] > 0 and v["stats_cb"] is None:
         raise ConfigError(
             "statistics.interval.ms", "needs stats_cb, the callable the statistics are given to"

@@ -51,6 +51,9 @@ class FetchCollector:
         self.check_crcs = check_crcs
         self.wake = wake  # wakes the fetcher: a partition's read-ahead was used up or dropped
         self.last_poll: float | None = None  # when a poll last returned (time.monotonic())
+        # Told how many records of a partition each poll handed out (topic, partition,
+        # records): OpenTelemetry metrics; None while they are off.
+        self.on_taken: Callable[[str, int, int], None] | None = None
 
     def _next_data(self, have_records: bool = False) -> FetchedData | None:
         """The first queued data whose partition is not paused and still at the position the
@@ -151,6 +154,8 @@ class FetchCollector:
                 if n:
                     out.extend(recs[data.taken : data.taken + n])
                     data.taken += n
+                    if self.on_taken is not None:
+                        self.on_taken(data.tp.topic, data.tp.partition, n)
                     st.took(data, recs[data.taken - 1].offset + 1)
                 if data.taken >= len(recs):
                     self._finish(data, st)
@@ -202,6 +207,8 @@ class FetchCollector:
                     batches.append(_with_topic(part, data.tp))
                     data.taken += n
                     left -= n
+                    if self.on_taken is not None:
+                        self.on_taken(data.tp.topic, data.tp.partition, n)
                     st.took(data, part.column("offset")[n - 1].as_py() + 1)
                 if data.taken >= rb.num_rows:
                     self._finish(data, st)

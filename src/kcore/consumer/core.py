@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.offsets import list_offsets
+from kcore.cluster.otel import ClientOTel
 from kcore.cluster.telemetry_sender import TelemetrySender
 from kcore.config import ClientConfig
 from kcore.consumer.collector import ConsumerRecord, FetchCollector
@@ -26,6 +27,7 @@ from kcore.consumer.fetcher import Fetcher
 from kcore.consumer.group import GroupCoordinator, Listener
 from kcore.consumer.positions import PartitionState, Positions
 from kcore.consumer.statistics import ConsumerStatistics
+from kcore.consumer.tracing import observe_poll
 from kcore.errors import KcoreError, NoOffsetForPartitionError
 from kcore.network.retry import Deadline
 from kcore.types import ListOffsetsResult, TopicPartition
@@ -132,6 +134,20 @@ class ConsumerCore:
             )
         # KIP-714: the metrics a client-metrics subscription asks for, pushed on a timer.
         self.telemetry = TelemetrySender(self.cluster, "consumer", cfg)
+        # OpenTelemetry (otel.metrics.enable / otel.traces.enable): None while both are off.
+        self.otel: ClientOTel | None = None
+        if cfg["otel.metrics.enable"] or cfg["otel.traces.enable"]:
+            self.otel = ClientOTel(
+                "consumer",
+                cfg,
+                client_id=self.cluster.settings.client_id,
+                read_metrics=self.metrics,
+                cluster_id=lambda: self.cluster.cache.current.cluster_id,
+                group_id=cfg["group.id"],
+                tagged_names=("records-lag",),
+            )
+            if self.otel.metrics_on:
+                self.collector.on_taken = self.otel.records_taken
 
     async def wait_until_ready(self, timeout: float | None) -> None:
         """Until the first bootstrap has succeeded, up to ``timeout`` (default
@@ -150,6 +166,8 @@ class ConsumerCore:
             raise
         self._fetch_task = self.loop.create_task(self.fetcher.run())
         self.telemetry.start()
+        if self.otel is not None:
+            self.otel.start()
         if self.group is not None:
             self.group.loop = self.loop
 
@@ -388,11 +406,18 @@ class ConsumerCore:
         so that the group's step runs often (a rebalance, auto-commit)."""
         self.check_can_poll()
         deadline = Deadline(timeout)
+        otel = self.otel
+        if otel is not None:
+            started, started_ns = time.monotonic(), time.time_ns()
         while True:
             yield RunGroupStep(deadline.remaining())
             result = take()
             left = deadline.remaining()
-            if got_some(result) or left <= 0:
+            if got_some(result):
+                if otel is not None:
+                    observe_poll(otel, result, started, started_ns)
+                return result
+            if left <= 0:
                 return result
             yield AwaitData(min(left, 0.1) if self.group else left)
 

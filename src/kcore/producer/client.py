@@ -33,8 +33,9 @@ class Producer(ProcessLocal):
         self._process_local(config)
         self._core = ProducerCore(config)
         self._core.send_path.slow = partial(self._core.slow_send, self._counts)
-        # The compiled path is the method itself: no Python frame per record.
-        self.send = self._core.send_path.send  # type: ignore[method-assign]
+        # The compiled path is the method itself: no Python frame per record (unless a span
+        # is made per record: otel.traces.enable).
+        self.send = self._core.send  # type: ignore[method-assign]
         self._loop = start_on_loop_thread("kcore-producer", self._core.start)
 
     @property
@@ -238,7 +239,7 @@ class AsyncProducer:
     ) -> DeliveryFuture:
         self._check_loop()
         await self._counts(topic, partition)  # the metadata, fetched on first use
-        send = self._core.send_path.send
+        send = self._core.send
         try:
             return send(topic, value, key, partition, timestamp_ms, headers, on_delivery)
         except MemoryShortage as shortage:  # nothing was queued: again, where it may wait

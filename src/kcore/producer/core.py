@@ -15,6 +15,7 @@ from typing import Any
 from kcore._codec import record_size_upper_bound
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import ClusterMetadata
+from kcore.cluster.otel import ClientOTel
 from kcore.cluster.telemetry_sender import TelemetrySender
 from kcore.codec import partition_for_key
 from kcore.config import ClientConfig
@@ -39,6 +40,7 @@ from kcore.producer.idempotence import IdempotenceState
 from kcore.producer.results import BatchResult, DeliveryFuture, RecordMetadata, SendBatchResult
 from kcore.producer.sender import Sender
 from kcore.producer.statistics import ProducerStatistics
+from kcore.producer.tracing import traced_send, traced_send_batch
 from kcore.producer.transactions import TransactionManager
 from kcore.producer.txn_state import TransactionStateMachine, TxnState
 from kcore.types import ConsumerGroupMetadata, TopicPartition
@@ -173,6 +175,22 @@ class ProducerCore:
             wake_sender=self.wake_sender,
             let_sender_start=self._let_sender_start,
         )
+        # OpenTelemetry (otel.metrics.enable / otel.traces.enable): None while both are off.
+        self.otel: ClientOTel | None = None
+        # What Producer.send is: the compiled path, or it inside a span (otel.traces.enable).
+        self.send: Callable[..., DeliveryFuture] = self.send_path.send
+        if cfg["otel.metrics.enable"] or cfg["otel.traces.enable"]:
+            self.otel = ClientOTel(
+                "producer",
+                cfg,
+                client_id=self.cluster.settings.client_id,
+                read_metrics=self.cluster.metrics.snapshot,
+                cluster_id=lambda: self.cluster.cache.current.cluster_id,
+            )
+            if self.otel.metrics_on:
+                self.sender.on_batch_done = self.otel.batch_done
+            if self.otel.traces_on:
+                self.send = traced_send(self.otel, self.send_path.send)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._counts_memo: tuple[Any, dict[str, tuple[int, list[int]]]] = (None, {})
         self._sender_task: asyncio.Task[None] | None = None
@@ -187,6 +205,8 @@ class ProducerCore:
         self.loop = asyncio.get_running_loop()
         await self.cluster.start()
         self.telemetry.start()
+        if self.otel is not None:
+            self.otel.start()
         if self.idempotent and self.txn is None:  # (transactions: at init_transactions)
             self.sender.fetch_producer_id()
         self._sender_task = self.loop.create_task(self.sender.run())
@@ -663,6 +683,16 @@ class ProducerCore:
         partitions with a leader)."""
         if self.txn is not None:
             self.txn.check_can_send()
+        if self.otel is not None and self.otel.traces_on:
+            return traced_send_batch(
+                self.otel,
+                topic,
+                len(values),
+                headers,
+                lambda traced: self.columns.append(
+                    topic, values, keys, partition, timestamp_ms, counts, traced
+                ),
+            )
         return self.columns.append(topic, values, keys, partition, timestamp_ms, counts, headers)
 
     def _append_chunk(

@@ -225,6 +225,25 @@ class SendBatchResult:
                 out += [(partition, base, n) for base, n in r.segments()]
         return out
 
+    def add_done_callback(self, callback: Callable[[BaseException | None], Any]) -> None:
+        """Call ``callback(error)`` once every batch is done (on the thread that finished the
+        last): None if all were delivered, else the first batch's error."""
+        parts = [r for _, _, r in self._parts]
+        left = [len(parts)]
+        lock = threading.Lock()
+
+        def one_done(_: BatchResult) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                callback(next((r.error for r in parts if r.error is not None), None))
+
+        if not parts:
+            callback(None)
+        for r in parts:
+            r.add_callback(one_done)
+
     def __await__(self) -> Generator[Any, None, list[tuple[int, int, int]]]:
         """``await result`` (AsyncProducer): ``result()`` without blocking the event loop."""
         import asyncio

@@ -126,6 +126,11 @@ class Sender:
         # Per partition, the records delivered and their batches' bytes (uncompressed, record
         # framing included), for the statistics; None while statistics are off.
         self.delivered: dict[TopicPartition, list[int]] | None = None
+        # Told of every batch answered or failed (its partition, records, when it was
+        # created, error): OpenTelemetry metrics; None while they are off.
+        self.on_batch_done: (
+            Callable[[TopicPartition, int, float, BaseException | None], None] | None
+        ) = None
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -710,6 +715,8 @@ class Sender:
                 counts = self.delivered[batch.tp] = [0, 0]
             counts[0] += batch.records
             counts[1] += batch.builder.size_in_bytes
+        if self.on_batch_done is not None:
+            self.on_batch_done(batch.tp, batch.records, batch.created, None)
         self._land(batch)
         self.identity.written(batch.tp, batch.producer)
         self.acc.done(batch)
@@ -725,6 +732,8 @@ class Sender:
         self._land(batch)
         self.acc.done(batch)
         self.metrics.record("record-error", batch.records)
+        if self.on_batch_done is not None:
+            self.on_batch_done(batch.tp, batch.records, batch.created, exc)
         batch.result.fail(exc, record_errors)
         if self.txn is not None:
             # The transaction fails with it (no epoch bump in flight; abort bumps if needed).
@@ -752,6 +761,8 @@ class Sender:
         self._land(batch)
         self.acc.done(batch)
         self.metrics.record("record-error", batch.records)
+        if self.on_batch_done is not None:
+            self.on_batch_done(batch.tp, batch.records, batch.created, exc)
         batch.result.fail(exc)
         if self.txn is not None:
             self.txn.batch_dropped(self._numbered(batch))

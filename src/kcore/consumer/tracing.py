@@ -1,0 +1,39 @@
+"""What a poll that returned records tells OpenTelemetry (kcore.cluster.otel): its duration,
+and with ``otel.traces.enable`` its CONSUMER span linked to each record's sender span."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kcore.cluster.otel import ClientOTel
+
+__all__ = ["observe_poll"]
+
+
+def observe_poll(otel: ClientOTel, result: Any, started: float, started_ns: int) -> None:
+    """``result``: a poll's records (a list) or Arrow batch, not empty; ``started``: the poll's
+    call, as time.monotonic() and time.time_ns()."""
+    headers: Iterable[Sequence[tuple[str, Any]] | None]
+    if isinstance(result, list):
+        topics = sorted({r.topic for r in result})
+        count = len(result)
+        headers = (r.headers for r in result)
+    else:
+        topics = sorted(result.column("topic").unique().to_pylist())
+        count = result.num_rows
+        headers = (
+            _arrow_rows(result.column("headers").to_pylist())
+            if "headers" in result.schema.names
+            else ()
+        )
+    if otel.metrics_on:
+        otel.poll_done(started, topics[0] if len(topics) == 1 else None)
+    if otel.traces_on:
+        otel.poll_span(started_ns, topics, count, headers)
+
+
+def _arrow_rows(rows: list[Any]) -> Iterable[list[tuple[str, Any]]]:
+    """The Arrow headers column's rows (lists of ``{key:, value:}``) as ``(key, value)`` pairs."""
+    for row in rows:
+        yield [(h["key"], h["value"]) for h in row] if row else []
