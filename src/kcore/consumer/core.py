@@ -27,6 +27,7 @@ from kcore.consumer.group import GroupCoordinator, Listener
 from kcore.consumer.positions import PartitionState, Positions
 from kcore.consumer.statistics import ConsumerStatistics
 from kcore.errors import KcoreError, NoOffsetForPartitionError
+from kcore.metrics import metric_key
 from kcore.network.retry import Deadline
 from kcore.types import ListOffsetsResult, TopicPartition
 
@@ -130,8 +131,9 @@ class ConsumerCore:
                     read_committed=cfg["isolation.level"] == "read_committed",
                 )
             )
-        # KIP-714: the metrics a client-metrics subscription asks for, pushed on a timer.
-        self.telemetry = TelemetrySender(self.cluster, "consumer", cfg)
+        # KIP-714: the metrics a client-metrics subscription asks for, pushed on a timer; those
+        # of metrics(), so the per-partition lag goes too (a point per partition).
+        self.telemetry = TelemetrySender(self.cluster, "consumer", cfg, read_metrics=self.metrics)
 
     async def wait_until_ready(self, timeout: float | None) -> None:
         """Until the first bootstrap has succeeded, up to ``timeout`` (default
@@ -334,7 +336,8 @@ class ConsumerCore:
         for view in self.positions.offsets():
             lag = view.lag
             if lag is not None:
-                out[f"records-lag{{topic={view.tp.topic},partition={view.tp.partition}}}"] = lag
+                tags = {"topic": view.tp.topic, "partition": str(view.tp.partition)}
+                out[metric_key("records-lag", tags)] = lag
         return out
 
     async def edge_offsets(
