@@ -27,8 +27,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 import kcore
 import kcore.errors
 from kcore.admin import NewTopic
-from kcore.cluster.otel import split_metric_key
 from kcore.errors import ConfigError, MessageTooLargeError
+from kcore.metrics import split_metric_key
 
 N = 300
 PARTITIONS = 3
@@ -401,11 +401,3 @@ def test_config_is_checked():
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert "kcore[otel]" in out.stdout, out.stderr
-
-
-def test_split_metric_key():
-    assert split_metric_key("records-lag{topic=t,partition=3}") == (
-        "records-lag",
-        {"topic": "t", "partition": "3"},
-    )
-    assert split_metric_key("record-send-rate") == ("record-send-rate", {})

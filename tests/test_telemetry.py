@@ -12,11 +12,13 @@ from kcore.cluster.telemetry import (
     ClientTelemetry,
     TelemetryPhase,
     resource_attributes,
+    telemetry_attributes,
     telemetry_name,
 )
 from kcore.codec import COMPRESSION_CODECS, decompress
 from kcore.config import ClientConfig
-from kcore.errors import ErrorCode
+from kcore.errors import ErrorCode, KcoreError
+from kcore.metrics import metric_key, split_metric_key
 from kcore.network.backoff import ExponentialBackoff
 from kcore.protocol import ApiKey
 from kcore.protocol.messages import (
@@ -110,6 +112,66 @@ def test_encoder_matches_the_reference_encoding():
     assert ours == ref.SerializeToString()
 
 
+def attributes_of(dp) -> dict[str, str]:
+    assert all(kv.value.WhichOneof("value") == "string_value" for kv in dp.attributes)
+    return {kv.key: kv.value.string_value for kv in dp.attributes}
+
+
+def test_points_of_one_name_are_one_metric_with_attributes():
+    lag = "org.apache.kafka.consumer.fetch.manager.records.lag"
+    points = [
+        MetricPoint(lag, 5.0, START_NS, attributes={"topic": "orders", "partition": "0"}),
+        MetricPoint("org.apache.kafka.consumer.other", 1.0, START_NS),
+        MetricPoint(lag, 0.0, START_NS, attributes={"topic": "orders", "partition": "1"}),
+        MetricPoint(lag, 7.0, START_NS, attributes={"topic": "audit", "partition": "0"}),
+    ]
+    metrics = by_name(decode(encode_metrics_data({}, points)))
+    assert list(metrics) == [lag, "org.apache.kafka.consumer.other"]  # first appearance order
+    got = [(attributes_of(dp), dp.as_double) for dp in metrics[lag].gauge.data_points]
+    assert got == [
+        ({"topic": "orders", "partition": "0"}, 5.0),
+        ({"topic": "orders", "partition": "1"}, 0.0),
+        ({"topic": "audit", "partition": "0"}, 7.0),
+    ]
+    (dp,) = metrics["org.apache.kafka.consumer.other"].gauge.data_points
+    assert not dp.attributes
+
+
+def test_attributes_match_the_reference_encoding():
+    """Byte for byte what the protobuf library writes: a sum of two points with attributes
+    (one of them an empty string) and a gauge."""
+    tags = [{"topic": "t", "partition": "0"}, {"topic": "", "partition": "1"}]
+    points = [
+        MetricPoint("s", float(i), START_NS, START_NS - 1, DELTA, t) for i, t in enumerate(tags)
+    ]
+    ours = encode_metrics_data(
+        {"group_id": "g"}, [*points, MetricPoint("g", 3.0, START_NS, attributes=tags[0])]
+    )
+    ref = metrics_pb2.MetricsData()
+    rm = ref.resource_metrics.add()
+    kv = rm.resource.attributes.add()
+    kv.key, kv.value.string_value = "group_id", "g"
+    sm = rm.scope_metrics.add()
+    m = sm.metrics.add()
+    m.name = "s"
+    for i, t in enumerate(tags):
+        dp = m.sum.data_points.add()
+        dp.start_time_unix_nano, dp.time_unix_nano, dp.as_double = START_NS - 1, START_NS, i
+        for key, value in t.items():
+            kv = dp.attributes.add()
+            kv.key, kv.value.string_value = key, value
+    m.sum.aggregation_temporality = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
+    m.sum.is_monotonic = True
+    g = sm.metrics.add()
+    g.name = "g"
+    dp = g.gauge.data_points.add()
+    dp.time_unix_nano, dp.as_double = START_NS, 3.0
+    for key, value in tags[0].items():
+        kv = dp.attributes.add()
+        kv.key, kv.value.string_value = key, value
+    assert ours == ref.SerializeToString()
+
+
 def test_empty_payload_decodes():
     data = decode(encode_metrics_data({}, []))
     (rm,) = data.resource_metrics
@@ -148,6 +210,38 @@ def test_empty_payload_decodes():
 )
 def test_telemetry_names_follow_javas_naming(kind, name, expected):
     assert telemetry_name(kind, name) == expected
+
+
+@pytest.mark.parametrize(
+    "key, name, tags",
+    [
+        ("records-lag-max", "records-lag-max", {}),
+        (
+            "records-lag{topic=orders.eu_1-x,partition=12}",
+            "records-lag",
+            {"topic": "orders.eu_1-x", "partition": "12"},
+        ),
+        ("m{a=}", "m", {"a": ""}),
+    ],
+)
+def test_metric_keys_split_into_name_and_tags(key, name, tags):
+    assert split_metric_key(key) == (name, tags)
+    assert metric_key(name, tags) == key
+
+
+@pytest.mark.parametrize(
+    "key", ["{a=1}", "m{a=1", "m}", "m{a}", "m{=1}", "m{a=1,a=2}", "m{a=b=c}", "m{a={b}}"]
+)
+def test_malformed_metric_keys_are_a_kcore_error(key):
+    with pytest.raises(KcoreError, match="metric key"):
+        split_metric_key(key)
+
+
+def test_tags_become_attributes_as_javas_do():
+    assert telemetry_attributes({"topic": "Orders-1", "client-ID": "c"}) == {
+        "topic": "Orders-1",
+        "client_id": "c",
+    }
 
 
 def test_resource_attributes():
@@ -475,3 +569,74 @@ def test_payload_over_max_bytes_is_cut_to_fit():
 def test_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="kind"):
         new_telemetry("streams")
+
+
+# -- per-partition metrics ------------------------------------------------------------------------
+
+LAG = "org.apache.kafka.consumer.fetch.manager.records.lag"
+
+
+def lag_key(topic: str, partition: int) -> str:
+    return f"records-lag{{topic={topic},partition={partition}}}"
+
+
+CONSUMER_METRICS = {
+    "records-lag-max": 9.0,
+    lag_key("orders", 0): 9.0,
+    lag_key("orders", 1): 0.0,
+    lag_key("audit", 0): 4.0,
+    "fetch-total": 3.0,
+}
+
+
+def test_a_subscription_to_records_lag_gets_one_metric_with_a_point_per_partition():
+    t = new_telemetry("consumer")
+    subscribed(t, metrics=[LAG])
+    metrics = payload_of(push(t, 1.0, START_NS, CONSUMER_METRICS))
+    # the prefix matches records.lag and records.lag.max, not fetch.total
+    assert sorted(metrics) == [LAG, LAG + ".max"]
+    lag = metrics[LAG]
+    assert lag.WhichOneof("data") == "gauge"
+    got = {
+        (a["topic"], int(a["partition"])): dp.as_double
+        for dp in lag.gauge.data_points
+        for a in [attributes_of(dp)]
+    }
+    assert got == {("orders", 0): 9.0, ("orders", 1): 0.0, ("audit", 0): 4.0}
+    assert all(dp.time_unix_nano == START_NS for dp in lag.gauge.data_points)
+    (dp,) = metrics[LAG + ".max"].gauge.data_points
+    assert dp.as_double == 9.0 and not dp.attributes
+
+
+def test_subscription_prefixes_match_the_name_not_the_tags():
+    t = new_telemetry("consumer")
+    subscribed(t, metrics=[LAG + "{", "org.apache.kafka.consumer.fetch.manager.records.lag.orders"])
+    assert payload_of(push(t, 1.0, START_NS, CONSUMER_METRICS)) == {}
+
+
+def test_delta_sums_of_tagged_keys_are_kept_apart():
+    """A per-partition sum: each partition's delta is against its own last value."""
+    name = "org.apache.kafka.consumer.fetch.manager.records.consumed.total"
+    a, b = (
+        "records-consumed-total{topic=t,partition=0}",
+        "records-consumed-total{topic=t,partition=1}",
+    )
+    t = new_telemetry("consumer")
+    subscribed(t, metrics=[name], delta=True)
+    payload_of(push(t, 1.0, START_NS + 100, {a: 10.0, b: 100.0}))
+    t.on_response(PushTelemetryResponse(), 1.0)
+    second = payload_of(push(t, 2.0, START_NS + 200, {a: 13.0, b: 150.0}))
+    total = second[name].sum
+    assert total.aggregation_temporality == metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
+    got = {attributes_of(dp)["partition"]: dp.as_double for dp in total.data_points}
+    assert got == {"0": 3.0, "1": 50.0}
+    assert {dp.start_time_unix_nano for dp in total.data_points} == {START_NS + 100}
+    # a partition that was not in the last push starts from the client's start
+    t.on_response(PushTelemetryResponse(), 2.0)
+    c = "records-consumed-total{topic=t,partition=2}"
+    third = payload_of(push(t, 3.0, START_NS + 300, {a: 13.0, b: 150.0, c: 5.0}))
+    got = {
+        attributes_of(dp)["partition"]: (dp.as_double, dp.start_time_unix_nano)
+        for dp in third[name].sum.data_points
+    }
+    assert got == {"0": (0.0, START_NS + 200), "1": (0.0, START_NS + 200), "2": (5.0, START_NS)}

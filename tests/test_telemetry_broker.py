@@ -39,8 +39,10 @@ class Push:
     terminating: bool
     content_type: str
     client_id: str
-    names: list[str]
+    names: list[str]  # one per Metric, in the payload's order
     resource: dict[str, str]
+    # each Metric's data points: (attributes, value)
+    points: dict[str, list[tuple[dict[str, str], float]]]
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +79,20 @@ def pushes(cluster, client_id: str) -> list[Push]:
             continue
         md = metrics_pb2.MetricsData()
         md.ParseFromString(base64.b64decode(data))
-        names, resource = [], {}
+        names, resource, points = [], {}, {}
         for rm in md.resource_metrics:
             resource.update({kv.key: kv.value.string_value for kv in rm.resource.attributes})
             for sm in rm.scope_metrics:
-                names += [m.name for m in sm.metrics]
-        out.append(Push(instance, terminating == "true", content_type, cid, names, resource))
+                for m in sm.metrics:
+                    names.append(m.name)
+                    data = getattr(m, m.WhichOneof("data"))
+                    points[m.name] = [
+                        ({kv.key: kv.value.string_value for kv in dp.attributes}, dp.as_double)
+                        for dp in data.data_points
+                    ]
+        out.append(
+            Push(instance, terminating == "true", content_type, cid, names, resource, points)
+        )
     return out
 
 
@@ -210,6 +220,54 @@ def test_consumer_and_async_producer_push(telemetry_cluster):
     asyncio.run(run())
     got = wait_for(cluster, async_cid, lambda p: p[-1].terminating, "a terminating push")
     assert all(n.startswith(PRODUCER) for x in got for n in x.names)
+
+
+def test_consumer_pushes_each_partitions_lag_with_topic_and_partition(telemetry_cluster):
+    """A known backlog: 100 records in partition 0 and 30 in partition 1, the consumer at 40
+    and 25 (it never polls, so its positions stay there while the fetcher learns the high
+    watermarks). Its pushes carry records.lag as one metric with a point per partition,
+    the topic and partition as attributes, the lag as metrics() has it."""
+    cluster = telemetry_cluster
+    cid = new_client_id("lag")
+    topic = f"{cid}-topic"
+    cluster.create_topic(topic, partitions=2)
+    with kcore.Producer(producer_config(cluster, f"{cid}-producer")) as producer:
+        for partition, count in ((0, 100), (1, 30)):
+            for i in range(count):
+                producer.send(topic, b"v%d" % i, partition=partition)
+        producer.flush(30)
+    lag = CONSUMER + "fetch.manager.records.lag"
+    subscribe(cluster, cid, lag, cid)
+    config = {"bootstrap.servers": cluster.bootstrap_servers, "client.id": cid}
+    expected = {(topic, 0): 60.0, (topic, 1): 5.0}
+
+    def lag_points(push: Push) -> dict[tuple[str, int], float]:
+        return {(a["topic"], int(a["partition"])): v for a, v in push.points.get(lag, [])}
+
+    with kcore.Consumer(config) as consumer:
+        consumer.assign([(topic, 0), (topic, 1)])
+        consumer.seek((topic, 0), 40)
+        consumer.seek((topic, 1), 25)
+        deadline = time.monotonic() + WAIT_S
+        while any(consumer.current_lag(tp) is None for tp in expected):
+            assert time.monotonic() < deadline, "the lag never became known"
+            time.sleep(0.1)
+        metrics = consumer.metrics()
+        from_metrics = {
+            (topic, p): metrics[f"records-lag{{topic={topic},partition={p}}}"] for p in (0, 1)
+        }
+        assert from_metrics == expected
+        got = wait_for(
+            cluster, cid, lambda p: any(lag_points(x) == expected for x in p), "lag points"
+        )
+    got = wait_for(cluster, cid, lambda p: any(x.terminating for x in p), "a terminating push")
+    with_lag = [x for x in got if lag in x.points]
+    assert with_lag and lag_points(with_lag[-1]) == expected  # the terminating push's too
+    for push in with_lag:
+        assert push.names.count(lag) == 1, push.names  # one metric, a point per partition
+        assert all(set(a) == {"topic", "partition"} for a, _ in push.points[lag])
+        assert set(lag_points(push)) <= set(expected)
+        assert all(n.startswith(lag) for n in push.names), push.names
 
 
 def test_admin_client_pushes_when_enabled(telemetry_cluster):

@@ -7,6 +7,9 @@ started, and a rate divides by at least ``num.samples - 1`` whole windows (so it
 client's first 30 s, as Java's does). An average or maximum with nothing recorded in its
 windows is NaN. Recording happens per request or per batch, never per record, under a lock
 (the network thread and the caller's both record).
+
+A metric with tags (Java's per-partition ``records-lag``) has its tags in its key, as
+``name{tag=value,...}`` (:func:`metric_key`); :func:`split_metric_key` reads one back.
 """
 
 from __future__ import annotations
@@ -18,11 +21,49 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kcore.config import default_of
+from kcore.errors import KcoreError
 
-__all__ = ["ClientMetrics", "ConnectionCounters", "Sensor", "WindowStats"]
+__all__ = [
+    "ClientMetrics",
+    "ConnectionCounters",
+    "Sensor",
+    "WindowStats",
+    "metric_key",
+    "split_metric_key",
+]
 
 # The statistics a sensor reports, each as "<sensor name>-<stat>".
 TOTAL, RATE, AVG, MAX = "total", "rate", "avg", "max"
+
+
+def metric_key(name: str, tags: Mapping[str, str]) -> str:
+    """The key of metric ``name`` with ``tags`` (``records-lag{topic=orders,partition=0}``),
+    the tags in the order given; just ``name`` without tags."""
+    if not tags:
+        return name
+    return name + "{" + ",".join(f"{k}={v}" for k, v in tags.items()) + "}"
+
+
+def split_metric_key(key: str) -> tuple[str, dict[str, str]]:
+    """A metric key's name and tags: ``records-lag{topic=orders,partition=0}`` is
+    ``("records-lag", {"topic": "orders", "partition": "0"})``, ``records-lag-max`` is
+    ``("records-lag-max", {})``. Tag values cannot hold ``,`` ``=`` ``{`` ``}`` (topic names,
+    the only tag values with user text, cannot); a key that breaks that is a KcoreError."""
+    brace = key.find("{")
+    if brace < 0:
+        if "}" in key:
+            raise KcoreError(f"metric key {key!r}: '}}' without '{{'")
+        return key, {}
+    if not key.endswith("}") or brace == 0:
+        raise KcoreError(f"metric key {key!r} is not name{{tag=value,...}}")
+    tags: dict[str, str] = {}
+    body = key[brace + 1 : -1]
+    for pair in body.split(",") if body else ():
+        tag, eq, value = pair.partition("=")
+        if not eq or not tag or any(c in pair for c in "{}") or "=" in value or tag in tags:
+            raise KcoreError(f"metric key {key!r}: tag {pair!r} is not one tag=value")
+        tags[tag] = value
+    return key[:brace], tags
 
 
 class Sensor:

@@ -24,16 +24,16 @@ default); a record's earlier context headers are replaced, not duplicated.
 from __future__ import annotations
 
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kcore._version import __version__
+from kcore.metrics import split_metric_key
 from kcore.types import TopicPartition
 
-__all__ = ["ClientOTel", "split_metric_key", "trace_context"]
+__all__ = ["ClientOTel", "trace_context"]
 
 SYSTEM = "kafka"
 SCOPE = "kcore"
@@ -44,22 +44,6 @@ INSTRUMENT_REFRESH_S = 5.0
 # How long one reading of metrics() serves the observable instruments (one collection reads
 # every instrument in turn; this keeps it to one reading).
 SNAPSHOT_TTL_S = 1.0
-
-_KEY_TAGS = re.compile(r"^([^{]+)\{(.*)\}$")
-
-
-def split_metric_key(key: str) -> tuple[str, dict[str, str]]:
-    """A ``metrics()`` key as its metric name and tags:
-    ``records-lag{topic=t,partition=0}`` -> (``records-lag``, {topic: t, partition: 0})."""
-    m = _KEY_TAGS.match(key)
-    if m is None:
-        return key, {}
-    tags = {}
-    for pair in m.group(2).split(","):
-        name, _, value = pair.partition("=")
-        if name:
-            tags[name] = value
-    return m.group(1), tags
 
 
 class _HeaderCarrier:

@@ -42,6 +42,7 @@ from typing import Any
 from kcore.cluster.otlp import CUMULATIVE, DELTA, MetricPoint, encode_metrics_data
 from kcore.codec import COMPRESSION_CODECS, compress
 from kcore.errors import ErrorCode
+from kcore.metrics import split_metric_key
 from kcore.network.backoff import ExponentialBackoff
 from kcore.protocol.messages import (
     GetTelemetrySubscriptionsRequest,
@@ -56,6 +57,7 @@ __all__ = [
     "Subscription",
     "TelemetryPhase",
     "resource_attributes",
+    "telemetry_attributes",
     "telemetry_name",
 ]
 
@@ -92,8 +94,9 @@ _STAT_SUFFIXES = ("-total", "-rate", "-avg", "-max")
 
 
 def telemetry_name(kind: str, name: str) -> str:
-    """The name Java's client pushes metric ``name`` of a ``kind`` client under (e.g.
-    ``record-send-rate`` of a producer: ``org.apache.kafka.producer.record.send.rate``)."""
+    """The name Java's client pushes metric ``name`` (a name, without tags) of a ``kind``
+    client under (e.g. ``record-send-rate`` of a producer:
+    ``org.apache.kafka.producer.record.send.rate``)."""
     group = _CLIENT_GROUP[kind]
     if kind == "consumer":
         base = name
@@ -104,6 +107,12 @@ def telemetry_name(kind: str, name: str) -> str:
         group = _CONSUMER_GROUPS.get(base, _CONSUMER_GROUPS.get(name, group))
     group = group.removesuffix("-metrics")
     return f"{DOMAIN}.{group}.{name}".lower().replace("-", ".")
+
+
+def telemetry_attributes(tags: Mapping[str, str]) -> dict[str, str]:
+    """The data point attributes of a metric's tags: each tag's name in lower case with dashes
+    as underscores, its value as it is (Java's TelemetryMetricNamingConvention)."""
+    return {tag.lower().replace("-", "_"): value for tag, value in tags.items()}
 
 
 def resource_attributes(kind: str, config: Mapping[str, Any]) -> dict[str, str]:
@@ -199,7 +208,8 @@ class ClientTelemetry:
         self._start_ns = start_ns
         self._rng = rng
         self._subscribed_before = False
-        # name -> (value, time) of each sum at the last push: a delta push sends the change
+        # metric key (tags and all: one per partition) -> (value, time) of each sum at the
+        # last push: a delta push sends the change
         self._last_sums: dict[str, tuple[float, int]] = {}
         self._warned_too_large = False
 
@@ -371,29 +381,37 @@ class ClientTelemetry:
     def _points(
         self, sub: Subscription, metrics: Mapping[str, float], wall_ns: int
     ) -> list[tuple[str, MetricPoint]]:
-        """(kcore name, point) of each subscribed metric with a value."""
+        """(metric key, point) of each subscribed metric with a value. A tagged key
+        (``records-lag{topic=t,partition=0}``) is pushed under its name's telemetry name (the
+        one a subscription's prefixes match) with its tags as the point's attributes."""
         points = []
-        for name, value in metrics.items():
+        for key, value in metrics.items():
             if not math.isfinite(value):
                 continue  # nothing recorded in the windows (NaN): not sent (sparse metrics)
+            name, tags = split_metric_key(key)
             full = telemetry_name(self.kind, name)
             if not sub.wants(full):
                 continue
+            attributes = telemetry_attributes(tags)
             if not name.endswith("-total"):
-                point = MetricPoint(full, value, wall_ns)
+                point = MetricPoint(full, value, wall_ns, attributes=attributes)
             elif sub.delta:
-                last_value, last_ns = self._last_sums.get(name, (0.0, self._start_ns))
-                point = MetricPoint(full, value - last_value, wall_ns, last_ns, DELTA)
+                last_value, last_ns = self._last_sums.get(key, (0.0, self._start_ns))
+                point = MetricPoint(
+                    full, value - last_value, wall_ns, last_ns, DELTA, attributes=attributes
+                )
             else:
-                point = MetricPoint(full, value, wall_ns, self._start_ns, CUMULATIVE)
-            points.append((name, point))
+                point = MetricPoint(
+                    full, value, wall_ns, self._start_ns, CUMULATIVE, attributes=attributes
+                )
+            points.append((key, point))
         return points
 
     def _payload(
         self, sub: Subscription, metrics: Mapping[str, float], wall_ns: int
     ) -> bytes | None:
-        """The compressed MetricsData of the subscribed metrics, cut (halving the metrics) until
-        it fits the broker's telemetry max bytes; None if not even one metric fits. The sums
+        """The compressed MetricsData of the subscribed metrics, cut (halving the points) until
+        it fits the broker's telemetry max bytes; None if not even one point fits. The sums
         sent are the base of the next delta (as Java's: whether or not the push succeeds)."""
         points = self._points(sub, metrics, wall_ns)
         while True:
@@ -405,7 +423,7 @@ class ClientTelemetry:
             if not self._warned_too_large:
                 self._warned_too_large = True
                 log.warning(
-                    "client telemetry: %d metrics take %d bytes, over the broker's %d; "
+                    "client telemetry: %d metric points take %d bytes, over the broker's %d; "
                     "sending fewer",
                     len(points),
                     len(payload),
@@ -414,9 +432,9 @@ class ClientTelemetry:
             if len(points) <= 1:
                 return None
             points = points[: len(points) // 2]
-        for name, point in points:
+        for key, point in points:
             if point.temporality is not None:
-                self._last_sums[name] = (metrics[name], wall_ns)
+                self._last_sums[key] = (metrics[key], wall_ns)
         return payload
 
 

@@ -4,8 +4,9 @@ sleeps until the next request is due, so the send and fetch paths never do telem
 
 The requests go to one broker, kept while it answers (KIP-714: the least loaded one; another
 after a failure). A broker whose ApiVersions lacks the telemetry APIs (it has no telemetry
-receiver) ends the telemetry, quietly. The metrics are read through the client's metrics
-registry (``ClientMetrics.snapshot``, the same values ``metrics()`` returns).
+receiver) ends the telemetry, quietly. The metrics are those the client's ``metrics()``
+returns: its metrics registry (``ClientMetrics.snapshot``) unless the client hands over a
+reader of its own (the consumer's adds each partition's lag, a tagged key per partition).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kcore.cluster.client import ClusterClient
@@ -34,10 +35,20 @@ TERMINATING_PUSH_BOUND_S = 5.0
 
 class TelemetrySender:
     """Pushes ``cluster``'s metrics as a ``kind`` client ("producer", "consumer", "admin")
-    when ``enable.metrics.push`` is on in ``config``."""
+    when ``enable.metrics.push`` is on in ``config``. ``read_metrics``: the client's metrics
+    by key (tagged keys as :func:`kcore.metrics.metric_key` writes them), called on the
+    client's event loop at each push; by default ``cluster.metrics.snapshot``."""
 
-    def __init__(self, cluster: ClusterClient, kind: str, config: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        kind: str,
+        config: Mapping[str, Any],
+        *,
+        read_metrics: Callable[[], Mapping[str, float]] | None = None,
+    ) -> None:
         self.cluster = cluster
+        self.read_metrics = read_metrics if read_metrics is not None else cluster.metrics.snapshot
         self.enabled = bool(config.get("enable.metrics.push", True))
         self.state = ClientTelemetry(
             kind,
@@ -136,8 +147,7 @@ class TelemetrySender:
             log.debug("broker %s has no client telemetry receiver: not pushing metrics", node)
             state.stop()
             return
-        metrics = self.cluster.metrics
-        request = state.next_request(time.monotonic(), time.time_ns(), metrics.snapshot)
+        request = state.next_request(time.monotonic(), time.time_ns(), self.read_metrics)
         if request is None:
             return
         assert request.API_KEY is not None

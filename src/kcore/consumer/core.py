@@ -29,6 +29,7 @@ from kcore.consumer.positions import PartitionState, Positions
 from kcore.consumer.statistics import ConsumerStatistics
 from kcore.consumer.tracing import observe_poll
 from kcore.errors import KcoreError, NoOffsetForPartitionError
+from kcore.metrics import metric_key
 from kcore.network.retry import Deadline
 from kcore.types import ListOffsetsResult, TopicPartition
 
@@ -132,8 +133,9 @@ class ConsumerCore:
                     read_committed=cfg["isolation.level"] == "read_committed",
                 )
             )
-        # KIP-714: the metrics a client-metrics subscription asks for, pushed on a timer.
-        self.telemetry = TelemetrySender(self.cluster, "consumer", cfg)
+        # KIP-714: the metrics a client-metrics subscription asks for, pushed on a timer; those
+        # of metrics(), so the per-partition lag goes too (a point per partition).
+        self.telemetry = TelemetrySender(self.cluster, "consumer", cfg, read_metrics=self.metrics)
         # OpenTelemetry (otel.metrics.enable / otel.traces.enable): None while both are off.
         self.otel: ClientOTel | None = None
         if cfg["otel.metrics.enable"] or cfg["otel.traces.enable"]:
@@ -352,7 +354,8 @@ class ConsumerCore:
         for view in self.positions.offsets():
             lag = view.lag
             if lag is not None:
-                out[f"records-lag{{topic={view.tp.topic},partition={view.tp.partition}}}"] = lag
+                tags = {"topic": view.tp.topic, "partition": str(view.tp.partition)}
+                out[metric_key("records-lag", tags)] = lag
         return out
 
     async def edge_offsets(
