@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -281,8 +281,17 @@ def test_send_batch_is_one_span_and_arrow_polls_link_to_it(kafka_cluster):
     topic = _topic(bs)
     otel = Telemetry()
     config = otel.config(bs, **{"otel.metrics.enable": False})
+    # Half the records come from upstream with a context of their own (as records a Spark job
+    # passes on do): the batch span links to it, and the records carry the batch span's.
+    with otel.tracers.get_tracer("app").start_as_current_span("upstream") as upstream:
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+    upstream_headers = [{"key": k, "value": v.encode()} for k, v in carrier.items()]
     headers = pa.array(
-        [[{"key": "h", "value": b"%d" % i}] for i in range(N)],
+        [
+            [{"key": "h", "value": b"%d" % i}] + (upstream_headers if i % 2 else [])
+            for i in range(N)
+        ],
         pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
     )
     with kcore.Producer(config) as producer:
@@ -291,6 +300,7 @@ def test_send_batch_is_one_span_and_arrow_polls_link_to_it(kafka_cluster):
         assert sum(n for _, _, n in result.result(10)) == N
     (span,) = otel.finished(SpanKind.PRODUCER)
     assert span.attributes["messaging.batch.message_count"] == N
+    assert [link.context.span_id for link in span.links] == [upstream.get_span_context().span_id]
     assert span.status.status_code != StatusCode.ERROR
 
     batches = _consume(config, topic, N, arrow=True)
@@ -299,6 +309,7 @@ def test_send_batch_is_one_span_and_arrow_polls_link_to_it(kafka_cluster):
     for row in rows:
         pairs = [(h["key"], h["value"]) for h in row]
         assert [k for k, _ in pairs].count("h") == 1
+        assert [k for k, _ in pairs].count("traceparent") == 1
         context = trace.get_current_span(kcore.trace_context(pairs)).get_span_context()
         assert context.span_id == span.context.span_id
     polls = otel.finished(SpanKind.CONSUMER)

@@ -128,6 +128,50 @@ def test_key_value_headers_partition_columns(spark, bootstrap):
     )
 
 
+def test_a_trace_goes_on_through_a_spark_job_with_headers(spark, bootstrap):
+    """A record sent inside a span (otel.traces.enable), read by the kcore source with
+    includeHeaders and written on by the kcore sink with its headers column: the record that
+    arrives downstream still names its sender's span (trace context in the headers)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    tracers = TracerProvider()
+    tracers.add_span_processor(SimpleSpanProcessor(exporter))
+    source, sink = new_topic(bootstrap), new_topic(bootstrap)
+    config = {
+        "bootstrap.servers": bootstrap,
+        "otel.traces.enable": True,
+        "otel.tracer.provider": tracers,
+    }
+    with kcore.Producer(config) as producer:
+        for i in range(30):
+            producer.send(source, b"v%d" % i, headers=[("n", b"%d" % i)])
+        producer.flush(30)
+    sent = {s.context.span_id: s for s in exporter.get_finished_spans()}
+    assert len(sent) == 30
+
+    df = (
+        spark.read.format("kcore")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("includeHeaders", "true")
+        .load()
+        .select("key", "value", "headers")
+    )
+    writer(df, bootstrap, topic=sink).mode("append").save()
+
+    got = read_topic(bootstrap, sink, 3, 30)
+    assert len(got) == 30
+    for record in got:
+        span_id = trace.get_current_span(kcore.trace_context(record)).get_span_context().span_id
+        span = sent[span_id]  # the sender's span, through Spark
+        assert ("n", record.value[1:]) in record.headers
+        assert span.attributes["messaging.destination.name"] == source
+
+
 def test_columnar_path_partitioner_and_timestamps(spark, bootstrap):
     topic = new_topic(bootstrap)
     schema = StructType(

@@ -254,9 +254,17 @@ class ClientOTel:
 
     # -- traces -----------------------------------------------------------------------------------
 
-    def send_span(self, topic: str, count: int = 1) -> tuple[Any, list[tuple[str, bytes]]]:
+    def send_span(
+        self,
+        topic: str,
+        count: int = 1,
+        upstream: Iterable[Sequence[tuple[str, Any]] | None] = (),
+    ) -> tuple[Any, list[tuple[str, bytes]]]:
         """A started PRODUCER span for a send of ``count`` records to ``topic`` (a child of
-        the caller's current span), and the headers that carry its context."""
+        the caller's current span), and the headers that carry its context. ``upstream``: the
+        records' own headers; a context they carry already (records passed on, as a Spark job
+        reading one topic and writing another does) becomes a link of the span, so the trace
+        goes on through it."""
         attrs: dict[str, Any] = {
             "messaging.system": SYSTEM,
             "messaging.operation.name": "send",
@@ -270,11 +278,31 @@ class ClientOTel:
         if cluster_id:
             attrs["messaging.kafka.cluster.id"] = cluster_id
         span = self.tracer.start_span(
-            f"send {topic}", kind=self._trace.SpanKind.PRODUCER, attributes=attrs
+            f"send {topic}",
+            kind=self._trace.SpanKind.PRODUCER,
+            attributes=attrs,
+            links=self._links(upstream),
         )
         carrier: dict[str, str] = {}
         self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
         return span, [(k, v.encode()) for k, v in carrier.items()]
+
+    def _links(self, headers: Iterable[Sequence[tuple[str, Any]] | None]) -> list[Any]:
+        """A link to each distinct valid context the headers carry."""
+        from opentelemetry import propagate
+
+        links = []
+        seen = set()
+        for h in headers:
+            if not h or not any(k in self._context_keys for k, _ in h):
+                continue
+            ctx = self._trace.get_current_span(
+                propagate.extract(h, getter=_HEADERS)
+            ).get_span_context()
+            if ctx.is_valid and (ctx.trace_id, ctx.span_id) not in seen:
+                seen.add((ctx.trace_id, ctx.span_id))
+                links.append(self._trace.Link(ctx))
+        return links
 
     def with_context(
         self, headers: Iterable[tuple[str, Any]] | None, context: list[tuple[str, bytes]]
@@ -308,19 +336,7 @@ class ClientOTel:
         """A CONSUMER span for a poll that returned ``count`` records: from the poll's call to
         now, linked to the sender span each record's headers name (the SDK keeps up to its
         link limit)."""
-        from opentelemetry import propagate
-
-        links = []
-        seen = set()
-        for h in headers:
-            if not h:
-                continue
-            ctx = self._trace.get_current_span(
-                propagate.extract(h, getter=_HEADERS)
-            ).get_span_context()
-            if ctx.is_valid and (ctx.trace_id, ctx.span_id) not in seen:
-                seen.add((ctx.trace_id, ctx.span_id))
-                links.append(self._trace.Link(ctx))
+        links = self._links(headers)
         attrs: dict[str, Any] = {
             "messaging.system": SYSTEM,
             "messaging.operation.name": "poll",

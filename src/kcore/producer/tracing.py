@@ -5,7 +5,8 @@ Rules kept: the span starts before the record is queued (a child of the caller's
 and ends when its delivery is known, with the partition and offset or the error; its context
 goes into the record's headers, replacing context headers the record already had. A
 ``send_batch`` call is one span with ``messaging.batch.message_count``, and every record of
-it carries that span's context."""
+it carries that span's context; contexts the records carried already become the span's links
+(a Spark job passing records on keeps the trace going through its batch span)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def traced_send(otel: ClientOTel, send: Send) -> Send:
         headers: Sequence[tuple[str, Any]] | None = None,
         on_delivery: Callable[[BaseException | None, Any], Any] | None = None,
     ) -> Any:
-        span, context = otel.send_span(topic)
+        span, context = otel.send_span(topic, 1, (headers,) if headers else ())
 
         def delivered(error: BaseException | None, metadata: Any) -> Any:
             if metadata is not None:
@@ -68,12 +69,19 @@ def traced_send_batch(
 ) -> SendBatchResult:
     """``append(headers)`` (one send_batch call of ``n`` records) inside one PRODUCER span,
     every record's headers carrying its context."""
-    span, context = otel.send_span(topic, n)
-    if headers is None:
+    rows = (
+        None
+        if headers is None
+        else [
+            _pairs(row)
+            for row in (headers.to_pylist() if hasattr(headers, "to_pylist") else headers)
+        ]
+    )
+    span, context = otel.send_span(topic, n, rows or ())
+    if rows is None:
         with_context: list[Any] = [context] * n
     else:
-        rows = headers.to_pylist() if hasattr(headers, "to_pylist") else list(headers)
-        with_context = [otel.with_context(_pairs(row), context) for row in rows]
+        with_context = [otel.with_context(row, context) for row in rows]
     try:
         result = append(with_context)
     except BaseException as exc:
