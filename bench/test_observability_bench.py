@@ -14,6 +14,10 @@ spell of the shared machine lands on every variant alike. Each round:
   producer with traces on (so every record carries a ``traceparent`` header and a consumer with
   traces on links every record: the worst case), assigned all partitions, no group.
 
+The send table has one more row: the SDK alone making N spans like the send spans (started,
+context injected, attributes set, ended) with no client, which bounds what "otel traces" can
+cost any client that makes a span per record.
+
 Producers and consumers are created and connected outside the timed part. The table gives
 each variant's median wall time, its ratio to "off" in the same run (above 1.00: slower) and
 the process CPU time (every thread: the caller's, the network thread, the SDK's). Timings are
@@ -34,6 +38,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from opentelemetry import propagate, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
@@ -53,6 +58,7 @@ ROUNDS = int(os.environ.get("KCORE_BENCH_OBS_ROUNDS", "5"))
 VALUE_SIZE = 100
 PARTITIONS = 6
 VARIANTS = ("off", "stats", "otel metrics", "otel traces", "all")
+SDK_FLOOR = "SDK spans alone (no client)"
 TIMEOUT_S = 120.0
 
 
@@ -127,14 +133,40 @@ def setup(kafka_cluster: Any) -> Iterator[tuple[str, Telemetry, str, list[bytes]
 
 
 def _alternate(
-    rounds: int, run: Callable[[str], tuple[float, float]]
+    rounds: int, run: Callable[[str], tuple[float, float]], variants: tuple[str, ...] = VARIANTS
 ) -> dict[str, list[tuple[float, float]]]:
     """Every variant once a round, in turn: (wall s, CPU s) of each."""
-    out: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
+    out: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
     for _ in range(rounds):
-        for variant in VARIANTS:
+        for variant in variants:
             out[variant].append(run(variant))
     return out
+
+
+def _sdk_spans_alone(telemetry: Telemetry) -> tuple[float, float]:
+    """The SDK's own part of "otel traces" on the send loop: N PRODUCER spans with a send
+    span's attributes, each started, injected into a carrier, given a partition and offset and
+    ended, with no client (what any client pays for a span per record)."""
+    tracer = telemetry.tracers.get_tracer("floor")
+    attrs = {
+        "messaging.system": "kafka",
+        "messaging.operation.name": "send",
+        "messaging.operation.type": "send",
+        "messaging.destination.name": "t",
+        "messaging.client.id": "c",
+        "messaging.kafka.cluster.id": "x",
+    }
+
+    def run() -> None:
+        for i in range(N):
+            span = tracer.start_span("send t", kind=trace.SpanKind.PRODUCER, attributes=attrs)
+            propagate.inject({}, context=trace.set_span_in_context(span))
+            span.set_attributes(
+                {"messaging.destination.partition.id": "0", "messaging.kafka.offset": i}
+            )
+            span.end()
+
+    return _timed(run)
 
 
 def _table(title: str, times: dict[str, list[tuple[float, float]]]) -> str:
@@ -172,6 +204,8 @@ def test_send_overhead(benchmark: Any, setup: tuple[str, Telemetry, str, list[by
     bootstrap, telemetry, _, values = setup
 
     def one(variant: str) -> tuple[float, float]:
+        if variant == SDK_FLOOR:
+            return _sdk_spans_alone(telemetry)
         topic = f"obs-send-{uuid.uuid4().hex[:6]}"
         with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
             admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
@@ -193,7 +227,11 @@ def test_send_overhead(benchmark: Any, setup: tuple[str, Telemetry, str, list[by
         return measured
 
     times: dict[str, list[tuple[float, float]]] = {}
-    benchmark.pedantic(lambda: times.update(_alternate(ROUNDS, one)), rounds=1, iterations=1)
+    benchmark.pedantic(
+        lambda: times.update(_alternate(ROUNDS, one, (*VARIANTS, SDK_FLOOR))),
+        rounds=1,
+        iterations=1,
+    )
     _report(benchmark, "send loop, batch.size 16384, linger.ms 5, acks all", times)
 
 

@@ -276,6 +276,24 @@ def test_a_trace_crosses_producer_kafka_and_consumer(kafka_cluster):
         assert poll.start_time <= poll.end_time
 
 
+def test_a_poll_span_links_up_to_the_link_limit(kafka_cluster):
+    bs = kafka_cluster.bootstrap_servers
+    topic = _topic(bs, 1)
+    otel = Telemetry()
+    with kcore.Producer(otel.config(bs, **{"otel.metrics.enable": False})) as producer:
+        for i in range(N):
+            producer.send(topic, b"v%d" % i)
+        producer.flush(30)
+    config = otel.config(bs, **{"otel.metrics.enable": False, "max.poll.records": 1000})
+    _consume(config, topic, N)
+    polls = otel.finished(SpanKind.CONSUMER)
+    assert sum(p.attributes["messaging.batch.message_count"] for p in polls) == N
+    # Every record has a context of its own: each poll links min(its records, 128) of them.
+    for poll in polls:
+        assert len(poll.links) == min(128, poll.attributes["messaging.batch.message_count"])
+    assert any(len(p.links) == 128 for p in polls)
+
+
 def test_send_batch_is_one_span_and_arrow_polls_link_to_it(kafka_cluster):
     bs = kafka_cluster.bootstrap_servers
     topic = _topic(bs)

@@ -24,6 +24,7 @@ default); a record's earlier context headers are replaced, not duplicated.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,6 +45,8 @@ INSTRUMENT_REFRESH_S = 5.0
 # How long one reading of metrics() serves the observable instruments (one collection reads
 # every instrument in turn; this keeps it to one reading).
 SNAPSHOT_TTL_S = 1.0
+# The OpenTelemetry SDK's default span link limit.
+DEFAULT_MAX_LINKS = 128
 
 
 class _HeaderCarrier:
@@ -61,6 +64,13 @@ class _HeaderCarrier:
 
 
 _HEADERS: Any = _HeaderCarrier()
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return max(0, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
 
 
 def _text(value: Any) -> str:
@@ -103,6 +113,7 @@ class ClientOTel:
         self.metrics_on = bool(config.get("otel.metrics.enable"))
         self.traces_on = bool(config.get("otel.traces.enable"))
         self._attrs: dict[tuple[str, int, str | None], dict[str, Any]] = {}
+        self._send_attrs: dict[str, dict[str, Any]] = {}  # a one-record send span's, by topic
         self._lock = threading.Lock()
         self._instrumented: set[str] = set()
         self._next_refresh = 0.0
@@ -137,6 +148,8 @@ class ClientOTel:
             self._trace = trace
             self._propagator = propagate.get_global_textmap()
             self._context_keys = frozenset(self._propagator.fields)
+            # The SDK's span link limit (OTEL_SPAN_LINK_COUNT_LIMIT, default 128).
+            self.max_links = _env_int("OTEL_SPAN_LINK_COUNT_LIMIT", DEFAULT_MAX_LINKS)
 
     # -- attributes -------------------------------------------------------------------------------
 
@@ -162,7 +175,7 @@ class ClientOTel:
                 attrs["messaging.kafka.cluster.id"] = cluster_id
             if error is not None:
                 attrs["error.type"] = error
-            if cluster_id or len(self._attrs) < 10_000:  # not cached before the cluster id
+            if cluster_id:  # kept once complete: until metadata names the cluster, made anew
                 self._attrs[key] = attrs
         return attrs
 
@@ -265,18 +278,22 @@ class ClientOTel:
         records' own headers; a context they carry already (records passed on, as a Spark job
         reading one topic and writing another does) becomes a link of the span, so the trace
         goes on through it."""
-        attrs: dict[str, Any] = {
-            "messaging.system": SYSTEM,
-            "messaging.operation.name": "send",
-            "messaging.operation.type": "send",
-            "messaging.destination.name": topic,
-            "messaging.client.id": self.client_id,
-        }
-        if count != 1:
-            attrs["messaging.batch.message_count"] = count
-        cluster_id = self._cluster_id()
-        if cluster_id:
-            attrs["messaging.kafka.cluster.id"] = cluster_id
+        attrs = self._send_attrs.get(topic) if count == 1 else None
+        if attrs is None:
+            attrs = {
+                "messaging.system": SYSTEM,
+                "messaging.operation.name": "send",
+                "messaging.operation.type": "send",
+                "messaging.destination.name": topic,
+                "messaging.client.id": self.client_id,
+            }
+            cluster_id = self._cluster_id()
+            if cluster_id:
+                attrs["messaging.kafka.cluster.id"] = cluster_id
+            if count != 1:
+                attrs["messaging.batch.message_count"] = count
+            elif cluster_id:  # kept once complete (the SDK copies what a span is given)
+                self._send_attrs[topic] = attrs
         span = self.tracer.start_span(
             f"send {topic}",
             kind=self._trace.SpanKind.PRODUCER,
@@ -288,12 +305,15 @@ class ClientOTel:
         return span, [(k, v.encode()) for k, v in carrier.items()]
 
     def _links(self, headers: Iterable[Sequence[tuple[str, Any]] | None]) -> list[Any]:
-        """A link to each distinct valid context the headers carry."""
+        """A link to each distinct valid context the headers carry, up to the span link limit
+        (the SDK would drop the rest: they are not extracted at all)."""
         from opentelemetry import propagate
 
-        links = []
+        links: list[Any] = []
         seen = set()
         for h in headers:
+            if len(links) >= self.max_links:
+                break
             if not h or not any(k in self._context_keys for k, _ in h):
                 continue
             ctx = self._trace.get_current_span(
@@ -319,11 +339,15 @@ class ClientOTel:
             span.set_attribute("error.type", type(error).__name__)
             span.record_exception(error)
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(error)))
-        else:
-            if partition >= 0:
-                span.set_attribute("messaging.destination.partition.id", str(partition))
-            if offset >= 0:
-                span.set_attribute("messaging.kafka.offset", offset)
+        elif offset >= 0:
+            span.set_attributes(
+                {
+                    "messaging.destination.partition.id": str(partition),
+                    "messaging.kafka.offset": offset,
+                }
+            )
+        elif partition >= 0:
+            span.set_attribute("messaging.destination.partition.id", str(partition))
         span.end()
 
     def poll_span(
@@ -334,8 +358,8 @@ class ClientOTel:
         headers: Iterable[Sequence[tuple[str, Any]] | None],
     ) -> None:
         """A CONSUMER span for a poll that returned ``count`` records: from the poll's call to
-        now, linked to the sender span each record's headers name (the SDK keeps up to its
-        link limit)."""
+        now, linked to the sender span each record's headers name (distinct ones, up to the
+        span link limit; the records past it are not read)."""
         links = self._links(headers)
         attrs: dict[str, Any] = {
             "messaging.system": SYSTEM,

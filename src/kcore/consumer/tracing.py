@@ -23,8 +23,8 @@ def observe_poll(otel: ClientOTel, result: Any, started: float, started_ns: int)
         topics = sorted(result.column("topic").unique().to_pylist())
         count = result.num_rows
         headers = (
-            _arrow_rows(result.column("headers").to_pylist())
-            if "headers" in result.schema.names
+            _arrow_rows(result.column("headers"))
+            if otel.traces_on and "headers" in result.schema.names
             else ()
         )
     if otel.metrics_on:
@@ -33,7 +33,12 @@ def observe_poll(otel: ClientOTel, result: Any, started: float, started_ns: int)
         otel.poll_span(started_ns, topics, count, headers)
 
 
-def _arrow_rows(rows: list[Any]) -> Iterable[list[tuple[str, Any]]]:
-    """The Arrow headers column's rows (lists of ``{key:, value:}``) as ``(key, value)`` pairs."""
-    for row in rows:
-        yield [(h["key"], h["value"]) for h in row] if row else []
+ARROW_ROWS_AT_ONCE = 256
+
+
+def _arrow_rows(column: Any) -> Iterable[list[tuple[str, Any]]]:
+    """The Arrow headers column's rows (lists of ``{key:, value:}``) as ``(key, value)`` pairs,
+    converted a slice at a time: the poll span stops reading at its link limit."""
+    for start in range(0, len(column), ARROW_ROWS_AT_ONCE):
+        for row in column.slice(start, ARROW_ROWS_AT_ONCE).to_pylist():
+            yield [(h["key"], h["value"]) for h in row] if row else []
