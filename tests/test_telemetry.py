@@ -3,6 +3,7 @@ opentelemetry-proto package), the metric names, and the sans-IO state machine an
 tests/test_telemetry_broker.py runs it against a broker with a telemetry receiver."""
 
 import uuid
+from typing import Any
 
 import pytest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
@@ -90,15 +91,21 @@ def test_encoder_output_decodes_with_opentelemetry_proto():
     assert dp.as_double == -1.25e300 and dp.time_unix_nano == 2**64 - 1
 
 
-def test_encoder_matches_the_reference_encoding():
-    """Byte for byte what the protobuf library writes for the same message."""
-    point = MetricPoint("a.b", 2.0, START_NS, START_NS - 5, DELTA)
-    ours = encode_metrics_data({"group_id": "g"}, [point, MetricPoint("c", 1.0, START_NS)])
+def reference_with_group_id() -> tuple[Any, Any]:
+    """The protobuf library's MetricsData with resource attribute group_id=g, and its one
+    ScopeMetrics for the test to fill."""
     ref = metrics_pb2.MetricsData()
     rm = ref.resource_metrics.add()
     kv = rm.resource.attributes.add()
     kv.key, kv.value.string_value = "group_id", "g"
-    sm = rm.scope_metrics.add()
+    return ref, rm.scope_metrics.add()
+
+
+def test_encoder_matches_the_reference_encoding():
+    """Byte for byte what the protobuf library writes for the same message."""
+    point = MetricPoint("a.b", 2.0, START_NS, START_NS - 5, DELTA)
+    ours = encode_metrics_data({"group_id": "g"}, [point, MetricPoint("c", 1.0, START_NS)])
+    ref, sm = reference_with_group_id()
     m = sm.metrics.add()
     m.name = "a.b"
     m.sum.aggregation_temporality = metrics_pb2.AGGREGATION_TEMPORALITY_DELTA
@@ -147,11 +154,7 @@ def test_attributes_match_the_reference_encoding():
     ours = encode_metrics_data(
         {"group_id": "g"}, [*points, MetricPoint("g", 3.0, START_NS, attributes=tags[0])]
     )
-    ref = metrics_pb2.MetricsData()
-    rm = ref.resource_metrics.add()
-    kv = rm.resource.attributes.add()
-    kv.key, kv.value.string_value = "group_id", "g"
-    sm = rm.scope_metrics.add()
+    ref, sm = reference_with_group_id()
     m = sm.metrics.add()
     m.name = "s"
     for i, t in enumerate(tags):
