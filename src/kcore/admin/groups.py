@@ -121,8 +121,9 @@ class GroupOperations(AdminClientPart):
         *,
         timeout: float | None,
     ) -> list[L]:
-        """ListGroups on every broker, with the type and state filters where the broker takes
-        them (v5 / v4) and applied here too (an older broker lists every group)."""
+        """ListGroups on every broker, with the type filter where the broker takes it (v5),
+        applied here too (an older broker lists every group), as is the state filter (names
+        compared without case, which brokers' own filter does not promise)."""
         type_names = None if types is None else sorted({t.lower() for t in types})
         state_names = None if states is None else sorted({s.lower() for s in states})
         await self.cluster.ready(self._timeout(timeout))
@@ -144,8 +145,6 @@ class GroupOperations(AdminClientPart):
             async def attempt() -> list[L]:
                 version = await self.cluster.version_for(node, ApiKey.LIST_GROUPS)
                 request = ListGroupsRequest()
-                if state_names is not None and version >= 4:
-                    request.states_filter = list(state_names)
                 if type_names is not None and version >= 5:
                     request.types_filter = list(type_names)
                 response = await self.cluster.send(node, request, version)
