@@ -5,11 +5,7 @@ are Kafka's own console share consumer (a JVM per member), and Kafka's own
 from __future__ import annotations
 
 import asyncio
-import queue
 import re
-import signal
-import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -27,7 +23,6 @@ from kcore.admin import (
     TopicPartition,
 )
 from kcore.errors import GroupIdNotFoundError, KcoreError, NonEmptyGroupError
-from kcore.testing import jars
 
 WAIT_S = 90.0  # bound on waiting for the broker to show what a member did
 
@@ -45,87 +40,6 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> An
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what} (last: {value!r})"
         time.sleep(0.3)
-
-
-class ShareMember:
-    """A member of a share group: Kafka's ConsoleShareConsumer in a JVM of its own, each record
-    it prints one line (it acknowledges each record it printed, as it polls again). ``stop``
-    ends it with SIGTERM: its shutdown hook closes the consumer, which leaves the group."""
-
-    MAIN = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
-
-    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
-        libs = jars.kafka_libs()
-        self.proc = subprocess.Popen(
-            [
-                jars.java_executable(),
-                "-Xmx192m",
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",
-                f"-Dlog4j2.configurationFile={jars.tools_log4j2_config()}",
-                "-cp",
-                str(libs / "*"),
-                self.MAIN,
-                "--bootstrap-server",
-                bootstrap,
-                "--topic",
-                topic,
-                "--group",
-                group,
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.records: queue.Queue[str] = queue.Queue()
-        assert self.proc.stdout is not None
-        stdout = self.proc.stdout
-
-        def read() -> None:
-            for line in stdout:
-                self.records.put(line.rstrip("\n"))
-
-        threading.Thread(target=read, daemon=True).start()
-        self.read: list[str] = []
-
-    def wait_for_records(self, n: int) -> list[str]:
-        """The first ``n`` records it printed, waiting for them."""
-        deadline = time.monotonic() + WAIT_S
-        while len(self.read) < n:
-            left = deadline - time.monotonic()
-            assert left > 0 and self.proc.poll() is None, (
-                f"the share consumer printed {len(self.read)} of {n} records "
-                f"(exit status {self.proc.poll()})"
-            )
-            try:
-                self.read.append(self.records.get(timeout=min(left, 1.0)))
-            except queue.Empty:
-                continue
-        return self.read[:n]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
-@pytest.fixture
-def members():
-    started: list[ShareMember] = []
-
-    def start(bootstrap: str, topic: str, group: str) -> ShareMember:
-        member = ShareMember(bootstrap, topic, group)
-        started.append(member)
-        return member
-
-    yield start
-    for member in started:
-        member.stop()
 
 
 def share_topic(admin: kc.AdminClient, bootstrap: str, partitions: int, per_partition: int):
@@ -177,7 +91,7 @@ def total_lag(admin: kc.AdminClient, group: str) -> int | None:
     return None if not lags or None in lags else sum(lags)  # type: ignore[arg-type]
 
 
-def test_share_group_listed_described_and_its_offsets_and_lag(kafka_cluster, members):
+def test_share_group_listed_described_and_its_offsets_and_lag(kafka_cluster, share_members):
     """A share group with one member that read 7 of the 10 records: it is listed (type share,
     Stable) and described (its member, assigned both partitions); its start offsets and lag
     (KIP-1226) agree with kafka-share-groups; with the member gone the group is Empty and a
@@ -185,7 +99,7 @@ def test_share_group_listed_described_and_its_offsets_and_lag(kafka_cluster, mem
     bootstrap = kafka_cluster.bootstrap_servers
     with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
         topic, group = share_topic(admin, bootstrap, partitions=2, per_partition=5)
-        member = members(bootstrap, topic, group)
+        member = share_members(bootstrap, topic, group)
         member.wait_for_records(10)
 
         listed = {g.group_id: g for g in admin.list_share_groups()}
@@ -240,7 +154,7 @@ def test_share_group_listed_described_and_its_offsets_and_lag(kafka_cluster, mem
     asyncio.run(with_async_client())
 
 
-def test_alter_share_group_offsets_only_while_empty(kafka_cluster, members):
+def test_alter_share_group_offsets_only_while_empty(kafka_cluster, share_members):
     """Altering the start offsets of a group with an active member fails with a clear
     NonEmptyGroupError (and so does deleting the group); once the member left, the start
     offsets move (as describe and kafka-share-groups show) and a new member reads from
@@ -248,7 +162,7 @@ def test_alter_share_group_offsets_only_while_empty(kafka_cluster, members):
     bootstrap = kafka_cluster.bootstrap_servers
     with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
         topic, group = share_topic(admin, bootstrap, partitions=2, per_partition=5)
-        member = members(bootstrap, topic, group)
+        member = share_members(bootstrap, topic, group)
         member.wait_for_records(10)
         with pytest.raises(NonEmptyGroupError, match="has active members"):
             admin.alter_share_group_offsets(group, {(topic, 0): 1})
@@ -269,21 +183,21 @@ def test_alter_share_group_offsets_only_while_empty(kafka_cluster, members):
         # What is left to read: offsets 2-4 of partition 0 and offset 4 of partition 1.
         wait_for(lambda: total_lag(admin, group) == 4, "the lag of the records after the reset")
 
-        again = members(bootstrap, topic, group)
+        again = share_members(bootstrap, topic, group)
         assert sorted(again.wait_for_records(4)) == ["0-2", "0-3", "0-4", "1-4"]
 
         with pytest.raises(KcoreError, match="must be 0 or more"):
             admin.alter_share_group_offsets(group, {(topic, 0): -1})
 
 
-def test_delete_share_group_offsets_and_the_group(kafka_cluster, members):
+def test_delete_share_group_offsets_and_the_group(kafka_cluster, share_members):
     """Deleting the group's offsets of a topic removes its state of every partition of it;
     deleting the group removes it (it is no longer listed, and describing it says it does
     not exist)."""
     bootstrap = kafka_cluster.bootstrap_servers
     with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
         topic, group = share_topic(admin, bootstrap, partitions=2, per_partition=3)
-        member = members(bootstrap, topic, group)
+        member = share_members(bootstrap, topic, group)
         member.wait_for_records(6)
         wait_for(lambda: total_lag(admin, group) == 0, "the lag to fall to 0")
         member.stop()
