@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
-    from kcore.admin.groups import GroupListing
-
 __all__ = ["AdminClientPart"]
 
 
@@ -26,14 +24,6 @@ class AdminClientPart:
         def _server_timeout_ms(self, deadline: float) -> int: ...
 
         def _timeout(self, timeout: float | None) -> float: ...
-
-        async def list_groups(
-            self,
-            *,
-            types: Iterable[str] | None = None,
-            states: Iterable[str] | None = None,
-            timeout: float | None = None,
-        ) -> list[GroupListing]: ...
 
         async def _delete_groups(
             self, what: str, group_ids: Iterable[str], timeout: float | None

@@ -162,6 +162,16 @@ class ShareGroupOperations(AdminClientPart):
                 )
             raise _group_error(group_id, code, message)
 
+    if TYPE_CHECKING:  # GroupOperations', a base of AsyncAdminClient beside this one
+
+        async def list_groups(
+            self,
+            *,
+            types: Iterable[str] | None = None,
+            states: Iterable[str] | None = None,
+            timeout: float | None = None,
+        ) -> list[GroupListing]: ...
+
     def _link(self, group_id: str) -> CoordinatorLink:
         return CoordinatorLink(self.cluster, group_id, GROUP)
 
