@@ -156,9 +156,9 @@ def test_share_group_listed_described_and_its_offsets_and_lag(kafka_cluster, sha
 
 def test_alter_share_group_offsets_only_while_empty(kafka_cluster, share_members):
     """Altering the start offsets of a group with an active member fails with a clear
-    NonEmptyGroupError (and so does deleting the group); once the member left, the start
-    offsets move (as describe and kafka-share-groups show) and a new member reads from
-    there: exactly the records from the new start offsets."""
+    NonEmptyGroupError (and so do deleting its offsets and the group); once the member left,
+    the start offsets move (as describe and kafka-share-groups show) and a new member reads
+    from there: exactly the records from the new start offsets."""
     bootstrap = kafka_cluster.bootstrap_servers
     with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
         topic, group = share_topic(admin, bootstrap, partitions=2, per_partition=5)
@@ -169,6 +169,8 @@ def test_alter_share_group_offsets_only_while_empty(kafka_cluster, share_members
         with pytest.raises(AdminOperationError) as deleting:
             admin.delete_share_groups([group])
         assert isinstance(deleting.value.errors[group], NonEmptyGroupError)
+        with pytest.raises(NonEmptyGroupError, match="has active members"):
+            admin.delete_share_group_offsets(group, [topic])
         assert group in {g.group_id for g in admin.list_share_groups()}
 
         member.stop()
