@@ -7,9 +7,12 @@ import functools
 import importlib.metadata
 import json
 import os
+import queue
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +21,7 @@ import pytest
 
 import kcore
 from kcore import _bundle_loader
-from kcore.testing import KafkaCluster
+from kcore.testing import KafkaCluster, jars
 
 ROOT = Path(__file__).resolve().parents[1]
 # The interpreters of the multi-interpreter Spark bundle the tests build from the documented
@@ -373,3 +376,88 @@ def multi_bundle(tmp_path_factory, kcore_wheels, cramjam_wheels) -> Path:
         cmd += ["--cramjam-wheel", str(cramjam_wheels[python])]
     res = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return Path(res.stdout.strip())
+
+
+# How long a share group member may take to print the records it was given.
+SHARE_WAIT_S = 90.0
+
+
+class ShareMember:
+    """A member of a share group: Kafka's ConsoleShareConsumer in a JVM of its own, each record
+    it prints one line (it acknowledges each record it printed, as it polls again). ``stop``
+    ends it with SIGTERM: its shutdown hook closes the consumer, which leaves the group."""
+
+    MAIN = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        libs = jars.kafka_libs()
+        self.proc = subprocess.Popen(
+            [
+                jars.java_executable(),
+                "-Xmx192m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                f"-Dlog4j2.configurationFile={jars.tools_log4j2_config()}",
+                "-cp",
+                str(libs / "*"),
+                self.MAIN,
+                "--bootstrap-server",
+                bootstrap,
+                "--topic",
+                topic,
+                "--group",
+                group,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.records: queue.Queue[str] = queue.Queue()
+        assert self.proc.stdout is not None
+        stdout = self.proc.stdout
+
+        def read() -> None:
+            for line in stdout:
+                self.records.put(line.rstrip("\n"))
+
+        threading.Thread(target=read, daemon=True).start()
+        self.read: list[str] = []
+
+    def wait_for_records(self, n: int) -> list[str]:
+        """The first ``n`` records it printed, waiting for them."""
+        deadline = time.monotonic() + SHARE_WAIT_S
+        while len(self.read) < n:
+            left = deadline - time.monotonic()
+            assert left > 0 and self.proc.poll() is None, (
+                f"the share consumer printed {len(self.read)} of {n} records "
+                f"(exit status {self.proc.poll()})"
+            )
+            try:
+                self.read.append(self.records.get(timeout=min(left, 1.0)))
+            except queue.Empty:
+                continue
+        return self.read[:n]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def share_members():
+    started: list[ShareMember] = []
+
+    def start(bootstrap: str, topic: str, group: str) -> ShareMember:
+        member = ShareMember(bootstrap, topic, group)
+        started.append(member)
+        return member
+
+    yield start
+    for member in started:
+        member.stop()

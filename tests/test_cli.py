@@ -381,6 +381,53 @@ def test_groups_lists_and_describes_with_lag(kafka_cluster, capsys):
     assert "no such group" in capsys.readouterr().err
 
 
+def test_groups_lists_and_describes_a_share_group(kafka_cluster, share_members, capsys):
+    """``kcore groups`` lists a share group with its type; ``-g`` describes it as
+    kafka-share-groups does: its member and assignment, each partition's start offset and lag
+    (as the admin client has them), in text, ``--json`` and ``--watch``."""
+    import kcore as kc
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, group = ten_records_on_two_partitions(bootstrap, "cli-share")
+    with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.alter_configs({("group", group): {"share.auto.offset.reset": "earliest"}})
+        member = share_members(bootstrap, topic, group)
+        member.wait_for_records(10)
+        deadline = time.monotonic() + 60
+        while True:  # every record acknowledged: nothing left to deliver
+            offsets = admin.list_share_group_offsets(group)
+            if len(offsets) == 2 and all(o is not None and o.lag == 0 for o in offsets.values()):
+                break
+            assert time.monotonic() < deadline, f"the lag never fell to 0: {offsets}"
+            time.sleep(0.3)
+
+    capsys.readouterr()
+    assert main(["groups", "-b", bootstrap]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith(group)]
+    assert line.split() == [group, "share", "Stable", "share"]
+    assert main(["groups", "-b", bootstrap, "-g", group, "--json"]) == 0
+    (described,) = json.loads(capsys.readouterr().out)
+    assert (described["type"], described["state"], described["members"]) == ("share", "Stable", 1)
+    (m,) = described["member_details"]
+    assert m["client_id"] == "console-share-consumer"
+    assert m["assignment"] == [f"{topic}-0", f"{topic}-1"]
+    assert [
+        (r["topic"], r["partition"], r["start_offset"], r["lag"], r["member_ids"])
+        for r in described["partitions"]
+    ] == [
+        (tp.topic, tp.partition, info.start_offset, 0, [m["member_id"]])
+        for tp, info in offsets.items()
+    ]
+    assert main(["groups", "-b", bootstrap, "-g", group]) == 0
+    text = capsys.readouterr().out
+    assert f"Group {group} (share): Stable, 1 member(s)" in text
+    assert "START-OFFSET" in text and "console-share-consumer" in text
+    watch = ["groups", "-b", bootstrap, "-g", group, "--watch", "0.1", "--count", "2", "--json"]
+    assert main(watch) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(x["type"], x["total_lag"]) for x in lines] == [("share", 0), ("share", 0)]
+
+
 def test_groups_watch_follows_the_lag_until_ctrl_c(kafka_cluster):
     """``kcore groups -g G --watch``: with ``--count`` and ``--json`` that many JSON lines with
     the lag; as text (not a terminal) a time line per refresh; run without a count, the lag

@@ -11,13 +11,18 @@ from .acls import (
 from .async_client import AsyncAdminClient
 from .client import AdminClient
 from .describe_groups import ConsumerGroupDescription, MemberDescription
-from .groups import ConsumerGroupListing
+from .groups import ConsumerGroupListing, GroupListing
 from .scram import (
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialDeletion,
     UserScramCredentialsDescription,
     UserScramCredentialUpsertion,
+)
+from .share_groups import (
+    ShareGroupDescription,
+    ShareMemberDescription,
+    SharePartitionOffsetInfo,
 )
 from .types import (
     AdminOperationError,
@@ -46,6 +51,7 @@ __all__ = [
     "ConsumerGroupDescription",
     "ConsumerGroupListing",
     "ConsumerGroupMetadata",
+    "GroupListing",
     "ListOffsetsResult",
     "MemberDescription",
     "NewTopic",
@@ -54,6 +60,9 @@ __all__ = [
     "ResourceType",
     "ScramCredentialInfo",
     "ScramMechanism",
+    "ShareGroupDescription",
+    "ShareMemberDescription",
+    "SharePartitionOffsetInfo",
     "TopicDescription",
     "TopicPartition",
     "UserScramCredentialDeletion",

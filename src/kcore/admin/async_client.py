@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from kcore.admin.acls import AclOperations
 from kcore.admin.groups import GroupOperations
 from kcore.admin.scram import ScramOperations
+from kcore.admin.share_groups import ShareGroupOperations
 from kcore.admin.types import (
     CONFIG_SOURCES,
     RESOURCE_NAMES,
@@ -107,7 +108,7 @@ def _admin_config(config: Mapping[str, Any]) -> ClientConfig:
     return config if isinstance(config, ClientConfig) else ClientConfig(config, role="admin")
 
 
-class AsyncAdminClient(GroupOperations, AclOperations, ScramOperations):
+class AsyncAdminClient(GroupOperations, ShareGroupOperations, AclOperations, ScramOperations):
     """``await AsyncAdminClient(config).start()``, or ``async with``. ``config`` uses the Java
     client's names (``bootstrap.servers``, ``request.timeout.ms``, ``security.protocol``...)."""
 

@@ -13,12 +13,13 @@ from typing import Any
 from kcore.admin.acls import AclBinding, AclBindingFilter
 from kcore.admin.async_client import AsyncAdminClient
 from kcore.admin.describe_groups import ConsumerGroupDescription
-from kcore.admin.groups import ConsumerGroupListing
+from kcore.admin.groups import ConsumerGroupListing, GroupListing
 from kcore.admin.scram import (
     UserScramCredentialDeletion,
     UserScramCredentialsDescription,
     UserScramCredentialUpsertion,
 )
+from kcore.admin.share_groups import ShareGroupDescription, SharePartitionOffsetInfo
 from kcore.admin.types import (
     ClusterDescription,
     ConfigEntry,
@@ -212,6 +213,20 @@ class AdminClient(ProcessLocal):
 
     # -- kcore.admin.groups.GroupOperations --------------------------------------------------------
 
+    def list_groups(
+        self,
+        *,
+        types: Iterable[str] | None = None,
+        states: Iterable[str] | None = None,
+        timeout: float | None = None,
+    ) -> list[GroupListing]:
+        """The groups of every type (or of ``types``: ``"classic"``, ``"consumer"``,
+        ``"share"``, ``"streams"``) in any state (or in ``states``: ``"Stable"``, ``"Empty"``,
+        ...), as Java's ``listGroups``. Every broker is asked (each coordinates some groups). A
+        broker that does not answer in time fails the call with ``AdminOperationError`` naming
+        it, ``results`` holding the groups the others listed."""
+        return self._loop.run(self._async.list_groups(types=types, states=states, timeout=timeout))
+
     def list_consumer_groups(self, *, timeout: float | None = None) -> list[ConsumerGroupListing]:
         """Every broker is asked (each coordinates some groups), as Java's. A broker that does
         not answer in time fails the call with ``AdminOperationError`` naming it, ``results``
@@ -288,6 +303,73 @@ class AdminClient(ProcessLocal):
         returns each partition's new low watermark (its first offset). Asked of each
         partition's leader; a leader that moved is found again."""
         return self._loop.run(self._async.delete_records(before, timeout=timeout))
+
+    # -- kcore.admin.share_groups.ShareGroupOperations ---------------------------------------------
+
+    def list_share_groups(
+        self, *, states: Iterable[str] | None = None, timeout: float | None = None
+    ) -> list[GroupListing]:
+        """The share groups (in ``states``: ``"Empty"``, ``"Stable"``, ...; default any), as
+        Java's ``listGroups`` for ``GroupType.SHARE``: every broker is asked. A broker that
+        does not answer in time fails the call with ``AdminOperationError`` naming it,
+        ``results`` holding the groups the others listed."""
+        return self._loop.run(self._async.list_share_groups(states=states, timeout=timeout))
+
+    def describe_share_groups(
+        self, group_ids: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, ShareGroupDescription]:
+        """Each share group's state, epochs and members with their assignments, by group id.
+        A group that fails fails alone: ``AdminOperationError`` names it, ``results`` holding
+        the others. One that does not exist, or is not a share group, fails with
+        ``GroupIdNotFoundError`` (the broker's message says which)."""
+        return self._loop.run(self._async.describe_share_groups(group_ids, timeout=timeout))
+
+    def list_share_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, SharePartitionOffsetInfo | None]:
+        """The group's share-partition start offsets and lags: of ``partitions`` (None where
+        the group has no start offset for one), or of every partition it has one for (none of
+        a group that does not exist). A partition the broker could not answer for fails alone
+        in ``AdminOperationError``, ``results`` holding the others."""
+        return self._loop.run(
+            self._async.list_share_group_offsets(group_id, partitions, timeout=timeout)
+        )
+
+    def alter_share_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition | tuple[str, int], int],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Set the share-partition start offset of each partition (the next record the group
+        delivers), as Java's: the broker takes it only while the group has no active member
+        (``NonEmptyGroupError`` otherwise: stop its share consumers first). A group that does
+        not exist is made, as Kafka does. A partition that failed (one that does not exist)
+        fails alone in ``AdminOperationError``."""
+        self._loop.run(self._async.alter_share_group_offsets(group_id, offsets, timeout=timeout))
+
+    def delete_share_group_offsets(
+        self, group_id: str, topics: Iterable[str], *, timeout: float | None = None
+    ) -> None:
+        """Delete the group's share-partition state of every partition of ``topics`` (what
+        ``kafka-share-groups --delete-offsets`` does): the group no longer consumes them from
+        where it was. The broker takes it only while the group has no active member
+        (``NonEmptyGroupError``). A topic that failed fails alone in ``AdminOperationError``."""
+        self._loop.run(self._async.delete_share_group_offsets(group_id, topics, timeout=timeout))
+
+    def delete_share_groups(
+        self, group_ids: Iterable[str], *, timeout: float | None = None
+    ) -> None:
+        """Delete each share group (its share-partition state too), at its coordinator, as
+        Java's (DeleteGroups: the broker does not check the group's type). A group that has
+        members (NON_EMPTY_GROUP) or does not exist (GROUP_ID_NOT_FOUND) fails alone:
+        ``AdminOperationError`` names it."""
+        self._loop.run(self._async.delete_share_groups(group_ids, timeout=timeout))
 
     # -- kcore.admin.acls.AclOperations ------------------------------------------------------------
 

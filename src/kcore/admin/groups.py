@@ -1,9 +1,10 @@
-"""The admin client's consumer-group and record operations, as Java's Admin names them:
-``list_consumer_groups`` (ListGroups on every broker), ``describe_consumer_groups`` (at each
-group's coordinator, see describe_groups.py), ``list_consumer_group_offsets`` and
-``alter_consumer_group_offsets`` (OffsetFetch / OffsetCommit from outside any membership, at
-the group's coordinator), ``delete_consumer_groups`` (DeleteGroups) and ``delete_records``
-(DeleteRecords, at each partition's leader)."""
+"""The admin client's group and record operations, as Java's Admin names them:
+``list_groups`` (of any type) and ``list_consumer_groups`` (ListGroups on every broker),
+``describe_consumer_groups`` (at each group's coordinator, see describe_groups.py),
+``list_consumer_group_offsets`` and ``alter_consumer_group_offsets`` (OffsetFetch /
+OffsetCommit from outside any membership, at the group's coordinator),
+``delete_consumer_groups`` (DeleteGroups) and ``delete_records`` (DeleteRecords, at each
+partition's leader). Share groups' operations are in share_groups.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kcore.admin.client_part import AdminClientPart
 from kcore.admin.describe_groups import ConsumerGroupDescription, describe_group
@@ -46,19 +47,31 @@ from kcore.protocol.messages.offset_delete_request import (
 if TYPE_CHECKING:
     from kcore.cluster.client import ClusterClient
 
-__all__ = ["ConsumerGroupListing", "GroupOperations"]
+__all__ = ["ConsumerGroupListing", "GroupListing", "GroupOperations"]
+
+L = TypeVar("L", bound="GroupListing")
 
 
 @dataclass(frozen=True)
-class ConsumerGroupListing:
-    """A group a broker coordinates. ``protocol_type`` is ``"consumer"`` for consumer groups
-    and ``""`` for a group that only stores offsets; ``state`` (Stable, Empty, ...) and
-    ``type`` (classic, consumer) come from brokers that report them (Kafka 2.6+ / 3.8+)."""
+class GroupListing:
+    """A group a broker coordinates. ``protocol_type`` is ``"consumer"`` for consumer groups,
+    ``"share"`` for share groups and ``""`` for a group that only stores offsets; ``state``
+    (Stable, Empty, ...) and ``type`` (classic, consumer, share, streams) come from brokers
+    that report them (Kafka 2.6+ / 3.8+)."""
 
     group_id: str
     protocol_type: str
     state: str | None = None
     type: str | None = None
+
+
+@dataclass(frozen=True)
+class ConsumerGroupListing(GroupListing):
+    """What ``list_consumer_groups`` returns (a :class:`GroupListing`)."""
+
+
+# A group's protocol type by its type, for brokers before ListGroups v5 (no type filter).
+PROTOCOL_TYPES = {"classic": "consumer", "consumer": "consumer", "share": "share"}
 
 
 class GroupOperations(AdminClientPart):
@@ -75,37 +88,84 @@ class GroupOperations(AdminClientPart):
         """When a call given ``timeout`` (default ``default.api.timeout.ms``) ends."""
         return time.monotonic() + self._timeout(timeout)
 
+    async def list_groups(
+        self,
+        *,
+        types: Iterable[str] | None = None,
+        states: Iterable[str] | None = None,
+        timeout: float | None = None,
+    ) -> list[GroupListing]:
+        """The groups of every type (or of ``types``: ``"classic"``, ``"consumer"``,
+        ``"share"``, ``"streams"``) in any state (or in ``states``: ``"Stable"``, ``"Empty"``,
+        ...), as Java's ``listGroups``. Every broker is asked (each coordinates some groups). A
+        broker that does not answer in time fails the call with ``AdminOperationError`` naming
+        it, ``results`` holding the groups the others listed."""
+        return await self._list_groups("list_groups", GroupListing, types, states, timeout=timeout)
+
     async def list_consumer_groups(
         self, *, timeout: float | None = None
     ) -> list[ConsumerGroupListing]:
         """Every broker is asked (each coordinates some groups), as Java's. A broker that does
         not answer in time fails the call with ``AdminOperationError`` naming it, ``results``
         holding the groups the others listed."""
+        return await self._list_groups(
+            "list_consumer_groups", ConsumerGroupListing, None, None, timeout=timeout
+        )
+
+    async def _list_groups(
+        self,
+        what: str,
+        listing: type[L],
+        types: Iterable[str] | None,
+        states: Iterable[str] | None,
+        *,
+        timeout: float | None,
+    ) -> list[L]:
+        """ListGroups on every broker, with the type filter where the broker takes it (v5),
+        applied here too (an older broker lists every group), as is the state filter (names
+        compared without case, which brokers' own filter does not promise)."""
+        type_names = None if types is None else sorted({t.lower() for t in types})
+        state_names = None if states is None else sorted({s.lower() for s in states})
         await self.cluster.ready(self._timeout(timeout))
         await self.cluster.refresh_metadata()
         brokers = list(self.cluster.metadata.brokers)
 
-        async def one(node: int) -> list[ConsumerGroupListing]:
-            async def attempt() -> list[ConsumerGroupListing]:
+        def wanted(g: Any) -> bool:
+            state = getattr(g, "group_state", "") or ""
+            kind = getattr(g, "group_type", "") or ""
+            if state_names is not None and state and state.lower() not in state_names:
+                return False
+            if type_names is None:
+                return True
+            if kind:
+                return kind.lower() in type_names
+            return g.protocol_type in {PROTOCOL_TYPES.get(t) for t in type_names}
+
+        async def one(node: int) -> list[L]:
+            async def attempt() -> list[L]:
                 version = await self.cluster.version_for(node, ApiKey.LIST_GROUPS)
-                response = await self.cluster.send(node, ListGroupsRequest(), version)
+                request = ListGroupsRequest()
+                if type_names is not None and version >= 5:
+                    request.types_filter = list(type_names)
+                response = await self.cluster.send(node, request, version)
                 err = error_for_code(response.error_code)
                 if err is not None:
                     raise err.with_message(f"node {node}: {err.message}")
                 return [
-                    ConsumerGroupListing(
+                    listing(
                         g.group_id,
                         g.protocol_type,
                         getattr(g, "group_state", None) or None,
                         getattr(g, "group_type", None) or None,
                     )
                     for g in response.groups
+                    if wanted(g)
                 ]
 
-            return await self._retrying(f"list_consumer_groups (node {node})", attempt, timeout)
+            return await self._retrying(f"{what} (node {node})", attempt, timeout)
 
         outcomes = await asyncio.gather(*(one(n) for n in brokers), return_exceptions=True)
-        groups: list[ConsumerGroupListing] = []
+        groups: list[L] = []
         errors: dict[Any, KcoreError] = {}
         for node, outcome in zip(brokers, outcomes, strict=True):
             if isinstance(outcome, KcoreError):
@@ -116,7 +176,7 @@ class GroupOperations(AdminClientPart):
                 groups.extend(outcome)
         groups.sort(key=lambda g: g.group_id)
         if errors:
-            raise AdminOperationError("list_consumer_groups", errors, groups)
+            raise AdminOperationError(what, errors, groups)
         return groups
 
     async def describe_consumer_groups(
@@ -182,6 +242,13 @@ class GroupOperations(AdminClientPart):
         """Delete each group (its committed offsets too), at its coordinator. A group that
         has members (NON_EMPTY_GROUP) or does not exist (GROUP_ID_NOT_FOUND) fails alone:
         ``AdminOperationError`` names it."""
+        await self._delete_groups("delete_consumer_groups", group_ids, timeout)
+
+    async def _delete_groups(
+        self, what: str, group_ids: Iterable[str], timeout: float | None
+    ) -> None:
+        """DeleteGroups of each group at its coordinator (the broker deletes a group of any
+        type); the groups that failed raise ``AdminOperationError`` named ``what``."""
         ids = list(dict.fromkeys(group_ids))
         errors: dict[Any, KcoreError] = {}
 
@@ -207,7 +274,7 @@ class GroupOperations(AdminClientPart):
 
         await asyncio.gather(*(one(g) for g in ids))
         if errors:
-            raise AdminOperationError("delete_consumer_groups", errors)
+            raise AdminOperationError(what, errors)
 
     async def delete_consumer_group_offsets(
         self,

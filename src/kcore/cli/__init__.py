@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-K", dest="key_separator", metavar="SEP", help="print key SEP value per record"
     )
     groups = sub.add_parser(
-        "groups", help="list consumer groups, or describe some: state, members and lag"
+        "groups",
+        help="list consumer and share groups, or describe some: state, members and lag",
     )
     _add_connection_args(groups)
     groups.add_argument(

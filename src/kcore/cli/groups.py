@@ -1,6 +1,8 @@
-"""``kcore groups``: the cluster's consumer groups, and for the groups named their state,
-members and per-partition lag (what Kafka's ``kafka-consumer-groups --list`` and
-``--describe`` show), once or every few seconds (``--watch``)."""
+"""``kcore groups``: the cluster's groups (consumer and share groups, with their type), and
+for the groups named their state, members and per-partition lag (what Kafka's
+``kafka-consumer-groups --list`` and ``--describe`` show; for a share group what
+``kafka-share-groups --describe`` shows: each partition's start offset and lag, and the
+members with their assignments), once or every few seconds (``--watch``)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from kcore.admin.types import AdminOperationError
 from kcore.errors import GroupIdNotFoundError, KcoreError
 from kcore.types import TopicPartition
 
-__all__ = ["group_lag_rows", "run_groups", "watch_groups"]
+__all__ = ["group_lag_rows", "run_groups", "share_group_rows", "watch_groups"]
 
 # How long a watch waits at most after refreshes that failed (it doubles the interval).
 MAX_BACKOFF_S = 30.0
@@ -74,7 +76,90 @@ def _describe(admin: Any, group_id: str, description: Any) -> dict[str, Any]:
     }
 
 
+def share_group_rows(
+    description: Any, offsets: Mapping[TopicPartition, Any]
+) -> list[dict[str, Any]]:
+    """One row per partition the share group has a start offset for or a member is assigned,
+    sorted: its start offset and lag (None where the broker has none) and the members
+    assigned it (several members of a share group may fetch from one partition)."""
+    members: dict[TopicPartition, list[str]] = {}
+    for member in description.members:
+        for tp in member.assignment:
+            members.setdefault(tp, []).append(member.member_id)
+    rows = []
+    for tp in sorted(set(offsets) | set(members)):
+        info = offsets.get(tp)
+        rows.append(
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "start_offset": None if info is None else info.start_offset,
+                "lag": None if info is None else info.lag,
+                "member_ids": sorted(members.get(tp, [])),
+            }
+        )
+    return rows
+
+
+def _describe_share(admin: Any, group_id: str, description: Any) -> dict[str, Any]:
+    try:
+        offsets = admin.list_share_group_offsets(group_id)
+    except AdminOperationError as exc:  # a deleted topic, say: its rows show no offset
+        offsets = exc.results or {}
+    return {
+        "group_id": group_id,
+        "type": "share",
+        "state": description.state,
+        "partition_assignor": description.partition_assignor,
+        "coordinator": description.coordinator,
+        "group_epoch": description.group_epoch,
+        "members": len(description.members),
+        "member_details": [
+            {
+                "member_id": m.member_id,
+                "host": m.host,
+                "client_id": m.client_id,
+                "member_epoch": m.member_epoch,
+                "assignment": [f"{tp.topic}-{tp.partition}" for tp in sorted(m.assignment)],
+            }
+            for m in sorted(description.members, key=lambda m: m.member_id)
+        ],
+        "partitions": share_group_rows(description, offsets),
+    }
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    table = [header, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ",".join(value) or "-"
+    return str(value)
+
+
+def _render_share(group: dict[str, Any]) -> str:
+    lines = [
+        f"Group {group['group_id']} (share): {group['state']}, {group['members']} member(s), "
+        f"group epoch {group['group_epoch']}, assignor {group['partition_assignor'] or '-'}, "
+        f"coordinator {group['coordinator']}"
+    ]
+    header = ("TOPIC", "PARTITION", "START-OFFSET", "LAG", "MEMBER-IDS")
+    lines += _table(header, [tuple(_cell(v) for v in r.values()) for r in group["partitions"]])
+    if group["member_details"]:
+        header = ("MEMBER-ID", "HOST", "CLIENT-ID", "MEMBER-EPOCH", "ASSIGNMENT")
+        rows = [tuple(_cell(v) for v in m.values()) for m in group["member_details"]]
+        lines += ["", *_table(header, rows)]
+    return "\n".join(lines)
+
+
 def _render(group: dict[str, Any]) -> str:
+    if group["type"] == "share":
+        return _render_share(group)
     lines = [
         f"Group {group['group_id']} ({group['type']}): {group['state']}, "
         f"{group['members']} member(s), assignor {group['partition_assignor'] or '-'}, "
@@ -82,11 +167,7 @@ def _render(group: dict[str, Any]) -> str:
     ]
     header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
               "HOST", "CLIENT-ID")  # fmt: skip
-    table = [header] + [
-        tuple("-" if v is None else str(v) for v in row.values()) for row in group["partitions"]
-    ]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    lines += _table(header, [tuple(_cell(v) for v in r.values()) for r in group["partitions"]])
     return "\n".join(lines)
 
 
@@ -98,7 +179,7 @@ def run_groups(config: Mapping[str, Any], group_ids: list[str], as_json: bool) -
     with AdminClient(config) as admin:
         admin.wait_until_ready()  # fail fast: the cluster unreachable is said at once
         if not group_ids:
-            listed = admin.list_consumer_groups()
+            listed = admin.list_groups()
             if as_json:
                 print(json.dumps([vars(g) for g in listed], indent=2))
             for g in [] if as_json else listed:
@@ -117,13 +198,29 @@ def _describe_all(
     admin: Any, group_ids: list[str]
 ) -> tuple[list[dict[str, Any]], dict[Any, KcoreError]]:
     """The groups described (in ``group_ids``' order), and the errors of those that could not
-    be (a group that does not exist: ``GroupIdNotFoundError``)."""
+    be (a group that does not exist: ``GroupIdNotFoundError``). A group the broker says is
+    not a consumer group (``GroupIdNotFoundError`` too) is described as a share group."""
     try:
         descriptions = admin.describe_consumer_groups(group_ids)
         errors: dict[Any, KcoreError] = {}
     except AdminOperationError as exc:
         descriptions, errors = dict(exc.results or {}), dict(exc.errors)
-    return [_describe(admin, g, descriptions[g]) for g in group_ids if g in descriptions], errors
+    maybe_share = [g for g, e in errors.items() if isinstance(e, GroupIdNotFoundError)]
+    shares: dict[str, Any] = {}
+    if maybe_share:
+        try:
+            shares = admin.describe_share_groups(maybe_share)
+        except AdminOperationError as exc:  # one that is neither keeps the first error
+            shares = dict(exc.results or {})
+        for g in shares:
+            del errors[g]
+    out = []
+    for g in group_ids:
+        if g in descriptions:
+            out.append(_describe(admin, g, descriptions[g]))
+        elif g in shares:
+            out.append(_describe_share(admin, g, shares[g]))
+    return out, errors
 
 
 def _say_errors(errors: Mapping[Any, KcoreError]) -> None:
