@@ -130,7 +130,12 @@ cdef class DeliveryFuture:
     cdef readonly int32_t partition
     cdef readonly int64_t timestamp
     cdef readonly object _loop     # the AsyncProducer's loop; None for the sync Producer's
-    cdef list _callbacks           # (fn, context) of a loop's future, until they are run
+    # A loop's future: its done callbacks until they run, the first one inline (most futures
+    # have one: the task or gather waiting for it), so registering allocates nothing.
+    cdef object _fn0
+    cdef object _context0
+    cdef list _more_callbacks      # (fn, context) after the first
+    cdef bint _watching            # registered with its batch (BatchResult.watch)
     cdef bint _blocking            # asyncio's _asyncio_future_blocking (a loop's future)
     cdef bint _cancelled
     cdef object _cancel_message
@@ -209,22 +214,30 @@ cdef class DeliveryFuture:
         if self.done():
             _call_soon(loop, _run_one, (fn, context, self))
             return
-        if self._callbacks is not None:
-            self._callbacks.append((fn, context))
-            return
-        self._callbacks = [(fn, context)]
-        b, index = self._located()
-        if not b.watch(loop, _future_done, self, index):  # done meanwhile (another thread)
-            _call_soon(loop, _future_done, self)
+        if self._fn0 is None:
+            self._fn0 = fn
+            self._context0 = context
+        elif self._more_callbacks is None:
+            self._more_callbacks = [(fn, context)]
+        else:
+            self._more_callbacks.append((fn, context))
+        if not self._watching:
+            self._watching = True
+            b, index = self._located()
+            if not b.watch(loop, self, index):  # done meanwhile (on another thread)
+                _call_soon(loop, _future_done, self)
 
     def remove_done_callback(self, fn):
         """A loop's future: as an asyncio future's (how many were removed). A sync Producer's
         callbacks cannot be removed: 0."""
-        if not self._callbacks:
-            return 0
-        kept = [entry for entry in self._callbacks if entry[0] != fn]
-        removed = len(self._callbacks) - len(kept)
-        self._callbacks[:] = kept
+        removed = 0
+        if self._fn0 is not None and self._fn0 == fn:
+            self._fn0 = self._context0 = None
+            removed = 1
+        if self._more_callbacks:
+            kept = [entry for entry in self._more_callbacks if entry[0] != fn]
+            removed += len(self._more_callbacks) - len(kept)
+            self._more_callbacks[:] = kept
         return removed
 
     def cancel(self, msg=None):
@@ -235,7 +248,7 @@ cdef class DeliveryFuture:
             return False
         self._cancelled = True
         self._cancel_message = msg
-        if self._callbacks:
+        if self._fn0 is not None or self._more_callbacks:
             _call_soon(self._loop, _future_done, self)
         return True
 
@@ -245,9 +258,20 @@ cdef class DeliveryFuture:
         return _asyncio.CancelledError(self._cancel_message)
 
     cdef _run_callbacks(self):
-        callbacks, self._callbacks = self._callbacks, None
-        for fn, context in callbacks or ():
+        fn, context, more = self._fn0, self._context0, self._more_callbacks
+        self._fn0 = self._context0 = self._more_callbacks = None
+        if fn is not None:
             _run_one((fn, context, self))
+        for fn, context in more or ():
+            _run_one((fn, context, self))
+
+    def _loop_done(self):
+        """(BatchResult's hand-over, on the loop) The record is done: run the callbacks."""
+        self._run_callbacks()
+
+    def _record_result(self):
+        """(BatchResult.split) The result that answers for the record now, and its index."""
+        return self._located()
 
     def get_loop(self):
         """The loop this future belongs to (an AsyncProducer's); a sync Producer's future
@@ -279,7 +303,7 @@ cdef class DeliveryFuture:
             else:
                 waiter = loop.create_future()
                 b, index = self._located()
-                if b.watch(loop, _set_done, waiter, index):
+                if b.watch(loop, waiter, index):
                     yield from waiter.__await__()
         return self.result()
 
@@ -290,11 +314,6 @@ cdef class DeliveryFuture:
             b = self._located()[0]
             state = "pending" if not b.done else "failed" if b.error is not None else "done"
         return f"<DeliveryFuture {self.topic}-{self.partition} {state}>"
-
-
-def _set_done(waiter):
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 def _future_done(future):

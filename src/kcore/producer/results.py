@@ -50,9 +50,9 @@ class BatchResult:
         self._cond = threading.Condition(threading.Lock())
         # (callback, index of the record it is for, or -1 for the whole batch)
         self._callbacks: list[tuple[Callable[[BatchResult], Any], int]] | None = None
-        # Per event loop, (fn, arg, index of the record or -1) to run there once done
-        # (``watch``): the whole list goes to its loop in one hand-over.
-        self._watchers: dict[asyncio.AbstractEventLoop, list[_Watcher]] | None = None
+        # Per event loop, what waits there for the batch or one of its records (``watch``):
+        # the whole list goes to its loop in one hand-over.
+        self._watchers: dict[asyncio.AbstractEventLoop, list[Any]] | None = None
         self._parts_left = 0
 
     @property
@@ -113,7 +113,7 @@ class BatchResult:
             self._watchers = {
                 loop: kept
                 for loop, entries in watchers.items()
-                if (kept := [w for w in entries if w[2] < 0])
+                if (kept := [w for w in entries if type(w) is tuple and w[1] < 0])
             } or None
             self._cond.notify_all()
         try:
@@ -122,11 +122,18 @@ class BatchResult:
                     part, at = self._part_of(index)
                     part.add_callback(callback, at)
             for loop, entries in watchers.items():
-                for fn, arg, index in entries:
-                    if index >= 0:
+                for entry in entries:
+                    if type(entry) is tuple:  # an await's waiter: (future, index)
+                        waiter, index = entry
+                        if index < 0:
+                            continue  # the whole batch's: stays
                         part, at = self._part_of(index)
-                        if not part.watch(loop, fn, arg, at):
-                            _hand_over(loop, [(fn, arg, at)])
+                        if not part.watch(loop, waiter, at):
+                            _hand_over(loop, [entry])
+                    else:  # a loop's DeliveryFuture: it knows where its record went
+                        part, at = entry._record_result()
+                        if not part.watch(loop, entry, at):
+                            _hand_over(loop, [entry])
         finally:
             # After the records' callbacks: the last part runs them before the whole batch's.
             for _, _, part in parts:
@@ -184,29 +191,32 @@ class BatchResult:
             return
         callback(self)
 
-    def watch(
-        self, loop: asyncio.AbstractEventLoop, fn: Callable[[Any], Any], arg: Any, index: int = -1
-    ) -> bool:
-        """Have ``fn(arg)`` run on ``loop`` once the record at ``index`` is done (-1: the whole
-        batch; a split batch's record: once its part is). What awaits a record waits this way:
-        when the batch is done, everything that waits on a loop goes to it in one hand-over
-        (one ``call_soon``, or ``call_soon_threadsafe`` from another thread; dropped if the
-        loop is closed), in the order it came. False, and nothing registered, if it is done
-        already."""
+    def watch(self, loop: asyncio.AbstractEventLoop, waiter: Any, index: int = -1) -> bool:
+        """Wake ``waiter`` on ``loop`` once the record at ``index`` is done (-1: the whole
+        batch; a split batch's record: once its part is): a future of ``loop`` gets its result
+        set (None), a DeliveryFuture of ``loop`` runs its done callbacks. What awaits a record
+        waits this way: when the batch is done, everything that waits on a loop goes to it in
+        one hand-over (one ``call_soon``, or ``call_soon_threadsafe`` from another thread;
+        dropped if the loop is closed), in the order it came. False, and nothing registered,
+        if it is done already."""
+        # A DeliveryFuture goes in as it is (no allocation per record): it finds its record
+        # again after a split.
+        entry = waiter if type(waiter) is DeliveryFuture else (waiter, index)
         with self._cond:
             if self._done:
                 return False
             if index < 0 or self.parts is None:
                 if self._watchers is None:
-                    self._watchers = {}
+                    self._watchers = {loop: [entry]}
+                    return True
                 entries = self._watchers.get(loop)
                 if entries is None:
-                    self._watchers[loop] = [(fn, arg, index)]
+                    self._watchers[loop] = [entry]
                 else:
-                    entries.append((fn, arg, index))
+                    entries.append(entry)
                 return True
         part, at = self._part_of(index)  # split: its part answers for it
-        return part.watch(loop, fn, arg, at)
+        return part.watch(loop, waiter, at)
 
     def wait(self, timeout: float | None) -> bool:
         """Wait until the whole batch is done."""
@@ -275,7 +285,7 @@ class SendBatchResult:
         loop = asyncio.get_running_loop()
         for _, _, r in self._parts:
             waiter: asyncio.Future[None] = loop.create_future()
-            if r.watch(loop, _wake, waiter):
+            if r.watch(loop, waiter):
                 yield from waiter.__await__()
         return self.result(0)
 
@@ -288,10 +298,7 @@ def _wake(waiter: Any) -> None:
         waiter.set_result(None)
 
 
-_Watcher = tuple[Callable[[Any], Any], Any, int]
-
-
-def _hand_over(loop: asyncio.AbstractEventLoop, entries: list[_Watcher]) -> None:
+def _hand_over(loop: asyncio.AbstractEventLoop, entries: list[Any]) -> None:
     """What waits on ``loop`` for a batch, run there in one go. From the loop's own thread (an
     AsyncProducer's sender) a plain ``call_soon``; from another (a Producer's network thread)
     one ``call_soon_threadsafe``, i.e. one wake-up of that loop per batch. A closed loop has
@@ -305,10 +312,13 @@ def _hand_over(loop: asyncio.AbstractEventLoop, entries: list[_Watcher]) -> None
         pass
 
 
-def _run_watchers(loop: asyncio.AbstractEventLoop, entries: list[_Watcher]) -> None:
-    for fn, arg, _ in entries:
+def _run_watchers(loop: asyncio.AbstractEventLoop, entries: list[Any]) -> None:
+    for entry in entries:
         try:
-            fn(arg)
+            if type(entry) is tuple:
+                _wake(entry[0])
+            else:
+                entry._loop_done()
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:  # one failing must not keep the others waiting
