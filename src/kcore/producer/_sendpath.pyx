@@ -121,7 +121,9 @@ cdef class DeliveryFuture:
     - A loop closed before delivery. The hand-over to it is dropped (nothing can wait on a
       closed loop, and the record's outcome is still there for ``result()``, for a callback,
       or for an await on another loop); the delivery goes on. No hang, no exception from
-      the thread that completes the batch.
+      the thread that completes the batch. (An AsyncProducer's own loop is another matter:
+      its sender runs there, so it must be closed before that loop is; its records are not
+      sent otherwise, and ``result(timeout)`` raises KcoreTimeoutError.)
     """
 
     cdef readonly object _batch
