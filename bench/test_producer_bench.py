@@ -15,6 +15,12 @@ so bench/report.py's ratios compare like with like:
 * kafka-python ``KafkaProducer.send`` per record, then ``flush()``;
 * aiokafka ``AIOKafkaProducer.send`` per record (its futures collected), then ``flush()``.
 
+Group ``produce-async:none``, the asyncio cell: ``KCORE_BENCH_ASYNC_N`` (default 100,000) of the
+same values, ``await send`` per record then ``asyncio.gather`` of the futures, for kcore's
+AsyncProducer, aiokafka and confluent-kafka's ``confluent_kafka.aio.AIOProducer`` (if
+importable), and kcore's ``await send_batch``; the clients take turns, ``KCORE_BENCH_ASYNC_CYCLES``
+times (``test_async_send_gather``).
+
 Every client gets the same batching: ``linger.ms`` 5, ``batch.size`` 1,000,000 bytes (the
 largest batch a default broker takes is 1,048,588), 32 MiB of send buffer where the client has
 such a limit (see BATCHING and the clients' factories below). Each producer is created,
@@ -387,6 +393,7 @@ class Rounds:
     broker: Broker
     benchmark: Any
     check: Callable[[], None] = lambda: None  # the client's own check of its last round
+    records: int = N  # what a round writes
     pending: str | None = None
     meters: RoundMeters = field(init=False)
 
@@ -425,7 +432,8 @@ class Rounds:
             return
         self.check()
         offsets = self.broker.end_offsets(topic)
-        assert sum(offsets.values()) == N, f"{topic}: end offsets {offsets}, want {N} in all"
+        n = self.records
+        assert sum(offsets.values()) == n, f"{topic}: end offsets {offsets}, want {n} in all"
         self.broker.delete(topic)
 
     def run(
@@ -444,7 +452,7 @@ class Rounds:
         prime(topic)
         t0 = time.perf_counter()
         prime(topic)
-        estimate = (time.perf_counter() - t0) * N / PRIME_RECORDS
+        estimate = (time.perf_counter() - t0) * self.records / PRIME_RECORDS
         self.broker.delete(topic)
         rounds = max(MIN_ROUNDS, min(ROUNDS, int(ROUND_BUDGET_S / estimate)))
         if estimate > SLOW_ROUND_S and not goal_peer:
@@ -832,6 +840,178 @@ def test_aiokafka_send(benchmark: Any, broker: Broker, values: Values, codec: st
     finally:
         loop.run_until_complete(producer.stop())
         loop.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# asyncio: ``await send`` per record, then ``gather`` of the futures
+
+
+def _async_group() -> pytest.MarkDecorator:
+    return pytest.mark.benchmark(group="produce-async:none")
+
+
+ASYNC_N = int(os.environ.get("KCORE_BENCH_ASYNC_N", "100000"))
+# Each client's benchmark runs this many times, the clients taking turns (kcore, aiokafka,
+# confluent-kafka's asyncio producer, kcore's send_batch, then again): the machine's drift
+# lands on all of them alike. Compare the medians over the cycles.
+ASYNC_CYCLES = int(os.environ.get("KCORE_BENCH_ASYNC_CYCLES", "3"))
+ASYNC_CLIENTS = ("kcore", "aiokafka", "confluent-aio", "kcore-batch")
+
+
+def _async_values(values: Values) -> list[bytes]:
+    return values.list[:ASYNC_N] if N >= ASYNC_N else make_values(ASYNC_N)
+
+
+def _async_run(
+    benchmark: Any,
+    broker: Broker,
+    loop: asyncio.AbstractEventLoop,
+    produce: Callable[[str, list[bytes]], Any],
+    records: list[bytes],
+) -> None:
+    """Rounds of ``produce(topic, records)`` (a coroutine function) on ``loop``."""
+
+    def produce_to(topic: str, vs: list[bytes]) -> None:
+        loop.run_until_complete(produce(topic, vs))
+
+    Rounds(broker, benchmark, records=len(records)).run(
+        lambda topic: produce_to(topic, records[:PRIME_RECORDS]),
+        lambda topic: produce_to(topic, records),
+    )
+
+
+def _async_check(metadata: list[Any], n: int) -> None:
+    assert len(metadata) == n and all(m is not None for m in metadata[:: max(1, n // 100)])
+
+
+def _kcore_async(benchmark: Any, broker: Broker, records: list[bytes], batch: bool) -> None:
+    loop = asyncio.new_event_loop()
+    producer = loop.run_until_complete(kcore.AsyncProducer(_kcore_config(broker, "none")).start())
+
+    async def send_each(topic: str, vs: list[bytes]) -> None:
+        send = producer.send
+        futures = [await send(topic, v) for v in vs]
+        _async_check(await asyncio.gather(*futures), len(vs))
+
+    async def send_batch(topic: str, vs: list[bytes]) -> None:
+        parts = await (await producer.send_batch(topic, vs))
+        assert sum(count for _, _, count in parts) == len(vs)
+
+    try:
+        _async_run(benchmark, broker, loop, send_batch if batch else send_each, records)
+    finally:
+        loop.run_until_complete(producer.close(TIMEOUT_S))
+        loop.close()
+
+
+def _aiokafka_async(benchmark: Any, broker: Broker, records: list[bytes]) -> None:
+    _need(aiokafka, "aiokafka")
+    loop = asyncio.new_event_loop()
+
+    async def start() -> Any:  # aiokafka objects must be made inside the loop
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=LINGER_MS,
+            max_batch_size=BATCH_SIZE,
+        )
+        await producer.start()
+        return producer
+
+    producer = loop.run_until_complete(start())
+
+    async def send_each(topic: str, vs: list[bytes]) -> None:
+        send = producer.send
+        futures = [await send(topic, v) for v in vs]  # send() returns a future
+        _async_check(await asyncio.gather(*futures), len(vs))
+
+    try:
+        _async_run(benchmark, broker, loop, send_each, records)
+    finally:
+        loop.run_until_complete(producer.stop())
+        loop.close()
+
+
+def _confluent_async(benchmark: Any, broker: Broker, records: list[bytes]) -> None:
+    aio = _optional("confluent_kafka.aio")
+    _need(aio, "confluent_kafka.aio")
+    loop = asyncio.new_event_loop()
+    config = {
+        "bootstrap.servers": broker.bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": LINGER_MS,
+        "batch.size": BATCH_SIZE,
+        "queue.buffering.max.kbytes": BUFFER_MEMORY // 1024,
+    }
+
+    async def start() -> Any:  # AIOProducer takes the running loop
+        # Its own buffer hands records to librdkafka 1,000 at a time (its default; N is a
+        # multiple, so no round waits for its 1 s buffer timeout).
+        return aio.AIOProducer(config)
+
+    producer = loop.run_until_complete(start())
+
+    async def send_each(topic: str, vs: list[bytes]) -> None:
+        produce = producer.produce
+        futures = [await produce(topic, v) for v in vs]  # produce() returns a future
+        _async_check(await asyncio.gather(*futures), len(vs))
+
+    try:
+        _async_run(benchmark, broker, loop, send_each, records)
+    finally:
+        loop.run_until_complete(producer.close())
+        loop.close()
+
+
+ASYNC_LABELS = {
+    "kcore": ("kcore.async.send", "kcore AsyncProducer await send + gather", "kcore"),
+    "aiokafka": ("aiokafka.async.send", "aiokafka await send + gather", "aiokafka"),
+    "confluent-aio": (
+        "confluent.aio.produce",
+        "confluent_kafka.aio AIOProducer await produce + gather",
+        "confluent-kafka",
+    ),
+    "kcore-batch": (
+        "kcore.async.send_batch",
+        "kcore AsyncProducer await send_batch(list)",
+        "kcore",
+    ),
+}
+
+
+@_async_group()
+@pytest.mark.parametrize(
+    ("cycle", "client"),
+    [(c, client) for c in range(ASYNC_CYCLES) for client in ASYNC_CLIENTS],
+    ids=[f"{client}-{c}" for c in range(ASYNC_CYCLES) for client in ASYNC_CLIENTS],
+)
+def test_async_send_gather(
+    benchmark: Any, broker: Broker, values: Values, cycle: int, client: str
+) -> None:
+    """``ASYNC_N`` records of 100 B on an asyncio loop: ``await send`` each, then ``gather``
+    the futures (send_batch: one call, then await its result). Same settings as the rest of
+    the module, no compression."""
+    key, label, impl = ASYNC_LABELS[client]
+    _info(
+        benchmark,
+        key,
+        label,
+        impl=impl,
+        items=ASYNC_N,
+        payload_bytes=ASYNC_N * VALUE_SIZE,
+        codec="none",
+        settings=BATCHING | {"records": f"{ASYNC_N:,} values of {VALUE_SIZE} B, no keys"},
+        cycle=cycle,
+    )
+    records = _async_values(values)
+    if client == "aiokafka":
+        _aiokafka_async(benchmark, broker, records)
+    elif client == "confluent-aio":
+        _confluent_async(benchmark, broker, records)
+    else:
+        _kcore_async(benchmark, broker, records, batch=client == "kcore-batch")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -241,6 +241,90 @@ def test_a_split_batch_s_records_fail_with_their_own_half() -> None:
     assert "failed" in repr(futures[3]) and "done" in repr(futures[0])
 
 
+def test_awaits_on_a_loop_follow_their_records_into_the_split_parts() -> None:
+    """Awaits of a batch's records (a loop's futures gathered as they are, and plain awaits)
+    wait in one list per loop; a split moves each to its record's part, so a part answered
+    wakes its records' awaits without waiting for the other part."""
+    import asyncio
+
+    from kcore.producer.results import DeliveryFuture
+
+    acc = RecordAccumulator(
+        batch_size=10_000, linger_s=0.0, buffer_memory=100_000, compression="none"
+    )
+    for _ in range(4):
+        batch, _, _ = acc.append(TP, None, b"v", 0, None, 5.0)
+    (sent,) = acc.drain(time.monotonic() + 1, lambda tp, b, n: True)
+    sent.payload = sent.builder.build()
+
+    async def run() -> tuple[list, list]:
+        loop = asyncio.get_running_loop()
+        own = [DeliveryFuture(batch.result, i, "t", 0, 0, loop) for i in range(4)]
+        plain = [DeliveryFuture(batch.result, i, "t", 0, 0) for i in range(4)]
+        first_half = asyncio.gather(own[0], plain[1])
+        second_half = asyncio.gather(plain[2], own[3])
+        await asyncio.sleep(0)  # every await registered on the unsplit batch
+        first, second = acc.split(sent)
+        first.result.complete(10)
+        got_first = await first_half
+        assert not second_half.done()
+        second.result.complete(20)
+        return got_first, await second_half
+
+    got_first, got_second = asyncio.run(run())
+    assert [m.offset for m in got_first + got_second] == [10, 11, 20, 21]
+
+
+def test_a_batch_wakes_a_loop_that_awaits_its_records_once() -> None:
+    """1,000 awaited records of one batch, completed on another thread (a sync Producer's
+    network thread): one call_soon_threadsafe to the awaiting loop, not one per record; a
+    loop closed before the batch completes is skipped, and the completing thread goes on."""
+    import asyncio
+
+    from kcore.producer.results import BatchResult, DeliveryFuture
+
+    class CountingLoop(asyncio.SelectorEventLoop):
+        wakeups = 0
+
+        def call_soon_threadsafe(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            CountingLoop.wakeups += 1
+            return super().call_soon_threadsafe(*args, **kwargs)
+
+    result = BatchResult()
+    futures = [DeliveryFuture(result, i, "t", 0, 0) for i in range(1000)]
+
+    async def run() -> list:
+        gathered = asyncio.gather(*futures)
+        await asyncio.sleep(0)
+        before = CountingLoop.wakeups
+        threading.Thread(target=result.complete, args=(7,)).start()
+        got = await gathered
+        assert CountingLoop.wakeups - before == 1
+        return got
+
+    loop = CountingLoop()
+    try:
+        got = loop.run_until_complete(run())
+    finally:
+        loop.close()
+    assert [m.offset for m in got] == list(range(7, 1007))
+
+    pending = BatchResult()
+    waiting = DeliveryFuture(pending, 0, "t", 0, 0)
+    closed = asyncio.new_event_loop()
+    task = closed.create_task(_await(waiting))
+    closed.run_until_complete(asyncio.sleep(0.01))  # its await is registered
+    task.cancel()
+    closed.run_until_complete(asyncio.sleep(0))
+    closed.close()
+    pending.complete(3)  # the hand-over to the closed loop is dropped
+    assert waiting.result(0).offset == 3
+
+
+async def _await(awaitable):  # type: ignore[no-untyped-def]
+    return await awaitable
+
+
 # -- the batch buffer pool (Java's BufferPool) -------------------------------------------------
 
 

@@ -327,3 +327,238 @@ def test_a_rebalance_cut_short_by_a_cancelled_poll_runs_on_revoke_once(kafka_clu
 
     revokes, owned = asyncio.run(run())
     assert (revokes, owned) == (1, 2)
+
+
+# -- awaited delivery futures ---------------------------------------------------------------------
+
+
+def _end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        ends = admin.list_offsets({(topic, p): "latest" for p in range(partitions)})
+    return {tp.partition: r.offset for tp, r in ends.items()}
+
+
+def test_many_awaited_futures_complete_in_order_per_partition(kafka_cluster):
+    """20,000 sends gathered at once (an AsyncProducer's futures are asyncio futures of its
+    loop: gather takes them as they are) and a few awaited one by one: each record's offset,
+    per partition, is its place in send order, and the partitions' ends count them all."""
+    bs = kafka_cluster.bootstrap_servers
+    topic = _topic(bs, 3)
+    n = 20_000
+
+    async def run() -> tuple[list, list]:
+        async with kcore.AsyncProducer({"bootstrap.servers": bs, "linger.ms": 5}) as producer:
+            futures = [await producer.send(topic, b"%06d" % i) for i in range(n)]
+            assert all(asyncio.isfuture(f) for f in futures[:10])
+            assert futures[0].get_loop() is asyncio.get_running_loop()
+            gathered = await asyncio.gather(*futures)
+            one_by_one = [await f for f in futures[:100]]
+            return futures, gathered + one_by_one
+
+    futures, metas = asyncio.run(run())
+    gathered, one_by_one = metas[:n], metas[n:]
+    assert one_by_one == gathered[:100]
+    per_partition: dict[int, list[int]] = {}
+    for future, meta in zip(futures, gathered, strict=True):
+        assert (meta.topic, meta.partition) == (topic, future.partition)
+        per_partition.setdefault(meta.partition, []).append(meta.offset)
+    for offsets in per_partition.values():
+        assert offsets == list(range(len(offsets)))
+    assert _end_offsets(bs, topic, 3) == {p: len(o) for p, o in per_partition.items()} | {
+        p: 0 for p in range(3) if p not in per_partition
+    }
+
+
+def test_a_delivery_failure_reaches_every_awaiting_future(kafka_cluster):
+    """Records the broker refuses (over the topic's max.message.bytes: batches split down to
+    one record, each refused) and one the producer refuses before queueing (over
+    max.request.size): every future, gathered or awaited, raises the kcore error, and the
+    records that fit are delivered."""
+    from kcore.errors import MessageTooLargeError
+
+    bs = kafka_cluster.bootstrap_servers
+    topic = f"async-too-large-{uuid.uuid4().hex[:8]}"
+    with kcore.AdminClient({"bootstrap.servers": bs}) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": "2000"})])
+    config = {"bootstrap.servers": bs, "max.request.size": 100_000, "linger.ms": 20}
+
+    async def run() -> tuple[list, BaseException, list]:
+        async with kcore.AsyncProducer(config) as producer:
+            refused = [await producer.send(topic, b"x" * 3000) for _ in range(30)]
+            never_queued = await producer.send(topic, b"y" * 200_000)
+            fits = [await producer.send(topic, b"z" * 10) for _ in range(5)]
+            outcomes = await asyncio.gather(*refused, return_exceptions=True)
+            with pytest.raises(MessageTooLargeError):
+                await refused[0]  # awaited again: the same error
+            with pytest.raises(MessageTooLargeError, match="max.request.size"):
+                await never_queued
+            late = [f.exception() for f in refused]
+            return outcomes, late[0], await asyncio.gather(*fits)
+
+    outcomes, late, delivered = asyncio.run(run())
+    assert len(outcomes) == 30
+    assert all(isinstance(e, MessageTooLargeError) for e in outcomes), outcomes[:3]
+    assert isinstance(late, KcoreError)
+    assert sorted(m.offset for m in delivered) == list(range(5))
+
+
+def test_on_delivery_callbacks_and_awaits_mix(kafka_cluster):
+    """Records with an on_delivery (plain and async def) among records without: awaiting
+    gives each record the metadata its callback got, and by the time the gather returns every
+    plain callback has run (it runs as the batch completes, before the wake-ups)."""
+    bs = kafka_cluster.bootstrap_servers
+    topic = _topic(bs, 2)
+
+    async def run() -> tuple[dict, dict, list, list]:
+        plain: dict = {}
+        from_async: dict = {}
+
+        def on_delivery(err, metadata) -> None:
+            assert err is None
+            plain[(metadata.partition, metadata.offset)] = metadata
+
+        async def on_delivery_async(err, metadata) -> None:
+            await asyncio.sleep(0)
+            from_async[(metadata.partition, metadata.offset)] = metadata
+
+        async with kcore.AsyncProducer({"bootstrap.servers": bs}) as producer:
+            futures = []
+            for i in range(3000):
+                callback = (None, on_delivery, on_delivery_async)[i % 3]
+                futures.append(
+                    await producer.send(topic, b"%d" % i, b"k%d" % i, on_delivery=callback)
+                )
+            metas = await asyncio.gather(*futures)
+            seen_plain = len(plain)
+            await producer.flush(30)
+            for _ in range(200):
+                if len(from_async) == 1000:
+                    break
+                await asyncio.sleep(0.01)
+        return plain, from_async, metas, [seen_plain]
+
+    plain, from_async, metas, (seen_plain,) = asyncio.run(run())
+    assert seen_plain == 1000
+    assert [plain[(m.partition, m.offset)] for m in metas[1::3]] == metas[1::3]
+    assert [from_async[(m.partition, m.offset)] for m in metas[2::3]] == metas[2::3]
+    assert len({(m.partition, m.offset) for m in metas}) == 3000
+
+
+def test_a_cancelled_await_does_not_take_the_record_back(kafka_cluster):
+    """A task awaiting a future on the producer's loop is cancelled at once: the future is
+    cancelled (as any asyncio future), the record is still delivered and its on_delivery gets
+    the metadata; asyncio.wait_for on a future times out as on any future."""
+    bs = kafka_cluster.bootstrap_servers
+    topic = _topic(bs, 1)
+
+    async def run() -> tuple[list, list]:
+        delivered: list = []
+        config = {"bootstrap.servers": bs, "linger.ms": 60000}  # sent at flush only
+        async with kcore.AsyncProducer(config) as producer:
+            future = await producer.send(
+                topic, b"kept", on_delivery=lambda e, m: delivered.append((e, m.offset))
+            )
+            task = asyncio.ensure_future(future)
+            waiter = asyncio.get_running_loop().create_task(_await(future))
+            await asyncio.sleep(0.05)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            assert future.cancelled() and task is future
+            with pytest.raises(asyncio.CancelledError):
+                future.result()
+            other = await producer.send(topic, b"timed out")
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(other, 0.05)
+            last = await producer.send(topic, b"last")
+            await producer.flush(30)
+            return delivered, [(await last).offset]
+
+    delivered, last = asyncio.run(run())
+    assert delivered == [(None, 0)] and last == [2]
+    assert _end_offsets(bs, topic, 1) == {0: 3}
+
+
+async def _await(awaitable):
+    return await awaitable
+
+
+def test_futures_awaited_from_two_loops_in_two_threads(kafka_cluster, caplog):
+    """One sync Producer, sending from two threads, each awaiting its own futures and the
+    other's on its own event loop (a batch wakes each waiting loop once); an AsyncProducer's
+    futures awaited on another thread's loop too. A loop closed while its awaits were
+    pending drops its wake-up: the delivery goes on, nothing is logged, and the futures
+    still answer."""
+    import threading
+
+    bs = kafka_cluster.bootstrap_servers
+    topic = _topic(bs, 2)
+    n = 2000
+    with kcore.Producer({"bootstrap.servers": bs}) as producer:
+        sent: dict[str, list] = {}
+        both_sent = threading.Barrier(2)
+        results: dict[str, list] = {}
+        errors: list[BaseException] = []
+
+        def thread(me: str, other: str) -> None:
+            async def run() -> list:
+                sent[me] = [producer.send(topic, b"%s-%d" % (me.encode(), i)) for i in range(n)]
+                both_sent.wait(30)
+                assert not asyncio.isfuture(sent[me][0])  # a plain awaitable on any loop
+                return await asyncio.gather(*sent[me], *sent[other])
+
+            try:
+                results[me] = asyncio.run(run())
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=thread, args=("a", "b")),
+            threading.Thread(target=thread, args=("b", "a")),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert results["a"] == results["b"][n:] + results["b"][:n]
+        assert len({(m.partition, m.offset) for m in results["a"]}) == 2 * n
+
+        # A loop closed before delivery: its wake-up is dropped.
+        lingering = kcore.Producer({"bootstrap.servers": bs, "linger.ms": 60000})
+        try:
+            pending = [lingering.send(topic, b"p%d" % i) for i in range(100)]
+
+            async def give_up() -> None:
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.gather(*pending), 0.05)
+
+            with caplog.at_level("WARNING"):
+                asyncio.run(give_up())  # (closes its loop)
+                lingering.flush(30)
+            assert [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")] == []
+            assert all(f.result(0).offset >= 0 for f in pending)
+        finally:
+            lingering.close()
+
+    # An AsyncProducer's futures awaited on its own loop and on another thread's loop.
+    async def async_side() -> tuple[list, list]:
+        async with kcore.AsyncProducer({"bootstrap.servers": bs}) as aproducer:
+            futures = [await aproducer.send(topic, b"async-%d" % i) for i in range(n)]
+            elsewhere: list = []
+
+            def other_loop() -> None:
+                elsewhere.extend(asyncio.run(_gather(futures)))
+
+            t = threading.Thread(target=other_loop)
+            t.start()
+            here = await asyncio.gather(*futures)
+            await asyncio.get_running_loop().run_in_executor(None, t.join, 60)
+            return here, elsewhere
+
+    here, elsewhere = asyncio.run(async_side())
+    assert here == elsewhere and len(here) == n
+
+
+async def _gather(futures):
+    return await asyncio.gather(*futures)

@@ -1,6 +1,8 @@
 """Type stubs for the producer's compiled send path (src/kcore/producer/_sendpath.pyx)."""
 
+from asyncio import AbstractEventLoop
 from collections.abc import Callable, Generator
+from contextvars import Context
 from typing import Any, NamedTuple
 
 from kcore._codec import RecordBatchBuilder
@@ -17,13 +19,32 @@ class DeliveryFuture:
     topic: str
     partition: int
     timestamp: int
+    _loop: AbstractEventLoop | None
+    _asyncio_future_blocking: bool | None
     def __init__(
-        self, batch: Any, index: int, topic: str, partition: int, timestamp: int
+        self,
+        batch: Any,
+        index: int,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        loop: AbstractEventLoop | None = None,
     ) -> None: ...
     def done(self) -> bool: ...
+    def cancelled(self) -> bool: ...
+    def cancel(self, msg: Any = None) -> bool: ...
     def result(self, timeout: float | None = None) -> RecordMetadata: ...
     def exception(self, timeout: float | None = None) -> BaseException | None: ...
-    def add_done_callback(self, fn: Callable[[DeliveryFuture], Any]) -> None: ...
+    def when_delivered(
+        self, fn: Callable[[BaseException | None, RecordMetadata | None], Any]
+    ) -> None: ...
+    def add_done_callback(
+        self, fn: Callable[[DeliveryFuture], Any], *, context: Context | None = None
+    ) -> None: ...
+    def remove_done_callback(self, fn: Callable[[DeliveryFuture], Any]) -> int: ...
+    def get_loop(self) -> AbstractEventLoop: ...
+    def _loop_done(self) -> None: ...
+    def _record_result(self) -> tuple[Any, int]: ...
     def __await__(self) -> Generator[Any, None, RecordMetadata]: ...
 
 class ProducerBatchBase:
@@ -36,6 +57,7 @@ class ProducerBatchBase:
 class SendPath:
     slow: Any
     enabled: bool
+    loop: AbstractEventLoop | None
     def __init__(
         self,
         slow: Any,

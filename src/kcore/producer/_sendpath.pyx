@@ -76,10 +76,11 @@ cdef extern from "Python.h":
     const Py_ssize_t PY_SSIZE_T_MAX
 
 import asyncio as _asyncio
+from asyncio import _get_running_loop
 from collections import namedtuple as _namedtuple
 from random import choice as _random_choice
 
-from kcore.errors import KcoreTimeoutError
+from kcore.errors import KcoreError, KcoreTimeoutError
 
 
 RecordMetadata = _namedtuple("RecordMetadata", ["topic", "partition", "offset", "timestamp"])
@@ -94,21 +95,61 @@ cdef class DeliveryFuture:
     """What ``send`` returns: ``result(timeout)`` gives the :class:`RecordMetadata` or raises
     the delivery error; ``await``-able too. It points at its batch's shared result (a
     kcore.producer.results.BatchResult) and its index in the batch: one small object per
-    record, made from a free list by the compiled send path."""
+    record, made from a free list by the compiled send path.
+
+    Awaiting
+    ========
+
+    What an awaited future costs: no wake-up of its own. A batch's awaited records are
+    handed to each waiting loop at once (``BatchResult.watch``): one ``call_soon`` per batch
+    and loop (``call_soon_threadsafe`` from another thread), however many records wait.
+
+    The rules it keeps:
+
+    - Which loop it belongs to. An AsyncProducer's future belongs to the producer's loop
+      (``_loop``): on that loop it is an asyncio future (``asyncio.isfuture``; ``gather``
+      and ``wait`` take it as it is, no task per record), its done callbacks run on that
+      loop, and it is used from that loop's thread, as any asyncio future. A sync Producer's
+      future belongs to no loop: it is a plain awaitable on any loop, and so is an
+      AsyncProducer's future on any other loop (each await there waits on a future of the
+      awaiting loop).
+    - A cancelled awaiting task. The record is not taken back: it is delivered (or fails),
+      and ``on_delivery`` is called with its outcome, whatever became of the future. On any
+      other loop, only that await is cancelled. On its own loop, the task cancels the future,
+      as with any asyncio future: it is then done and cancelled (``result()`` raises
+      ``asyncio.CancelledError``), and so is every other await of it.
+    - A loop closed before delivery. The hand-over to it is dropped (nothing can wait on a
+      closed loop, and the record's outcome is still there for ``result()``, for a callback,
+      or for an await on another loop); the delivery goes on. No hang, no exception from
+      the thread that completes the batch. (An AsyncProducer's own loop is another matter:
+      its sender runs there, so it must be closed before that loop is; its records are not
+      sent otherwise, and ``result(timeout)`` raises KcoreTimeoutError.)
+    """
 
     cdef readonly object _batch
     cdef readonly Py_ssize_t _index
     cdef readonly str topic
     cdef readonly int32_t partition
     cdef readonly int64_t timestamp
+    cdef readonly object _loop     # the AsyncProducer's loop; None for the sync Producer's
+    # A loop's future: its done callbacks until they run, the first one inline (most futures
+    # have one: the task or gather waiting for it), so registering allocates nothing.
+    cdef object _fn0
+    cdef object _context0
+    cdef list _more_callbacks      # (fn, context) after the first
+    cdef bint _watching            # registered with its batch (BatchResult.watch)
+    cdef bint _blocking            # asyncio's _asyncio_future_blocking (a loop's future)
+    cdef bint _cancelled
+    cdef object _cancel_message
 
     def __init__(self, batch, Py_ssize_t index, str topic, int32_t partition,
-                 int64_t timestamp):
+                 int64_t timestamp, loop=None):
         self._batch = batch
         self._index = index
         self.topic = topic
         self.partition = partition
         self.timestamp = timestamp
+        self._loop = loop
 
     cdef tuple _located(self):
         """(the result that answers for this record, its index there): the batch's own, or,
@@ -119,7 +160,10 @@ cdef class DeliveryFuture:
         return b.locate(self._index)
 
     def done(self):
-        return self._located()[0].done
+        return self._cancelled or self._located()[0].done
+
+    def cancelled(self):
+        return self._cancelled
 
     def _metadata(self):
         b, index = self._located()
@@ -132,41 +176,180 @@ cdef class DeliveryFuture:
                               log_append if log_append >= 0 else self.timestamp)
 
     def result(self, timeout=None):
+        if self._cancelled:
+            raise self._make_cancelled_error()
         if not self._batch.wait_record(self._index, timeout):
             raise KcoreTimeoutError(
                 f"record to {self.topic}-{self.partition} not delivered within {timeout:g}s")
         return self._metadata()
 
     def exception(self, timeout=None):
+        if self._cancelled:
+            raise self._make_cancelled_error()
         if not self._batch.wait_record(self._index, timeout):
             raise KcoreTimeoutError(f"record to {self.topic}-{self.partition} still pending")
         b, index = self._located()
         return b.error_at(index) if b.error is not None else None
 
-    def add_done_callback(self, fn):
-        self._batch.add_callback(lambda _b: fn(self), self._index)
+    def when_delivered(self, fn):
+        """Call ``fn(error, metadata)`` once the record is delivered (``error`` None) or failed
+        (``metadata`` None), on the thread that completes it (the network thread; the
+        AsyncProducer's loop), even if the future was cancelled meanwhile: what
+        ``on_delivery`` is called from."""
+        self._batch.add_callback(lambda _b: self._deliver_to(fn), self._index)
+
+    cdef _deliver_to(self, fn):
+        try:
+            metadata = self._metadata()
+        except BaseException as exc:  # the delivery error goes to the callback
+            return fn(exc, None)
+        return fn(None, metadata)
+
+    def add_done_callback(self, fn, *, context=None):
+        """A sync Producer's future: ``fn(self)`` once the record is delivered or failed, on
+        the thread that completes it. A loop's future: as an asyncio future's, ``fn(self)``
+        soon on its loop once it is done or cancelled."""
+        loop = self._loop
+        if loop is None:
+            self._batch.add_callback(lambda _b: fn(self), self._index)
+            return
+        if self.done():
+            _call_soon(loop, _run_one, (fn, context, self))
+            return
+        if self._fn0 is None:
+            self._fn0 = fn
+            self._context0 = context
+        elif self._more_callbacks is None:
+            self._more_callbacks = [(fn, context)]
+        else:
+            self._more_callbacks.append((fn, context))
+        if not self._watching:
+            self._watching = True
+            b, index = self._located()
+            if not b.watch(loop, self, index):  # done meanwhile (on another thread)
+                _call_soon(loop, _future_done, self)
+
+    def remove_done_callback(self, fn):
+        """A loop's future: as an asyncio future's (how many were removed). A sync Producer's
+        callbacks cannot be removed: 0."""
+        removed = 0
+        if self._fn0 is not None and self._fn0 == fn:
+            self._fn0 = self._context0 = None
+            removed = 1
+        if self._more_callbacks:
+            kept = [entry for entry in self._more_callbacks if entry[0] != fn]
+            removed += len(self._more_callbacks) - len(kept)
+            self._more_callbacks[:] = kept
+        return removed
+
+    def cancel(self, msg=None):
+        """A loop's future, not done yet: cancelled (its callbacks are scheduled), and True.
+        The record is still delivered: a queued record cannot be taken back. Otherwise
+        False (a sync Producer's future cannot be cancelled)."""
+        if self._loop is None or self.done():
+            return False
+        self._cancelled = True
+        self._cancel_message = msg
+        if self._fn0 is not None or self._more_callbacks:
+            _call_soon(self._loop, _future_done, self)
+        return True
+
+    def _make_cancelled_error(self):
+        if self._cancel_message is None:
+            return _asyncio.CancelledError()
+        return _asyncio.CancelledError(self._cancel_message)
+
+    cdef _run_callbacks(self):
+        fn, context, more = self._fn0, self._context0, self._more_callbacks
+        self._fn0 = self._context0 = self._more_callbacks = None
+        if fn is not None:
+            _run_one((fn, context, self))
+        for fn, context in more or ():
+            _run_one((fn, context, self))
+
+    def _loop_done(self):
+        """(BatchResult's hand-over, on the loop) The record is done: run the callbacks."""
+        self._run_callbacks()
+
+    def _record_result(self):
+        """(BatchResult.split) The result that answers for the record now, and its index."""
+        return self._located()
+
+    def get_loop(self):
+        """The loop this future belongs to (an AsyncProducer's); a sync Producer's future
+        belongs to none (KcoreError)."""
+        if self._loop is None:
+            raise KcoreError(
+                "a sync Producer's future belongs to no event loop: await it on any")
+        return self._loop
+
+    @property
+    def _asyncio_future_blocking(self):
+        # None (not an asyncio future) except on its own loop: elsewhere ``gather`` and
+        # ``ensure_future`` wrap it in a task of their loop, which awaits it as a plain
+        # awaitable, instead of refusing a future of another loop.
+        if self._loop is None or _get_running_loop() is not self._loop:
+            return None
+        return self._blocking
+
+    @_asyncio_future_blocking.setter
+    def _asyncio_future_blocking(self, value):
+        self._blocking = bool(value)
 
     def __await__(self):
         if not self.done():
             loop = _asyncio.get_running_loop()
-            waiter = loop.create_future()
-
-            def wake(_b):
-                loop.call_soon_threadsafe(_set_done, waiter)
-
-            self._batch.add_callback(wake, self._index)
-            yield from waiter.__await__()
-        return self._metadata()
+            if loop is self._loop:
+                self._blocking = True
+                yield self  # the task waits with add_done_callback (an asyncio future)
+            else:
+                waiter = loop.create_future()
+                b, index = self._located()
+                if b.watch(loop, waiter, index):
+                    yield from waiter.__await__()
+        return self.result()
 
     def __repr__(self):
-        b = self._located()[0]
-        state = "pending" if not b.done else "failed" if b.error is not None else "done"
+        if self._cancelled:
+            state = "cancelled"
+        else:
+            b = self._located()[0]
+            state = "pending" if not b.done else "failed" if b.error is not None else "done"
         return f"<DeliveryFuture {self.topic}-{self.partition} {state}>"
 
 
-def _set_done(waiter):
-    if not waiter.done():
-        waiter.set_result(None)
+def _future_done(future):
+    (<DeliveryFuture>future)._run_callbacks()
+
+
+def _run_one(entry):
+    """``fn(future)`` in its context, as an asyncio Handle runs it: an error goes to the
+    loop's exception handler, and the other callbacks still run."""
+    fn, context, future = entry
+    try:
+        if context is None:
+            fn(future)
+        else:
+            context.run(fn, future)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        (<DeliveryFuture>future)._loop.call_exception_handler({
+            "message": f"exception in a done callback of {future!r}",
+            "exception": exc,
+            "future": future,
+        })
+
+
+def _call_soon(loop, fn, arg):
+    """``fn(arg)`` soon on ``loop``, from any thread; dropped if that loop is closed."""
+    try:
+        if _get_running_loop() is loop:
+            loop.call_soon(fn, arg)
+        else:
+            loop.call_soon_threadsafe(fn, arg)
+    except RuntimeError:  # closed: nothing waits there any more
+        pass
 
 
 cdef class ProducerBatchBase:
@@ -220,6 +403,7 @@ cdef class SendPath:
     cdef Py_ssize_t batch_size
     cdef Py_ssize_t max_payload   # key + value bytes above which the slow path checks the size
     cdef public bint enabled      # off: always the slow path (closed, or custom settings)
+    cdef public object loop       # the loop the futures belong to (AsyncProducer), or None
 
     def __init__(self, slow, tp_type, queues, cache, Py_ssize_t batch_size,
                  bint enabled=True, Py_ssize_t max_payload=PY_SSIZE_T_MAX):
@@ -233,6 +417,7 @@ cdef class SendPath:
         self.batch_size = batch_size
         self.max_payload = max_payload
         self.enabled = enabled
+        self.loop = None
 
     cdef StickyState sticky_state(self, str topic):
         cdef StickyState state = <StickyState>self.sticky.get(topic)
@@ -360,4 +545,5 @@ cdef class SendPath:
         future.topic = topic
         future.partition = p
         future.timestamp = ts
+        future._loop = self.loop
         return future

@@ -166,7 +166,9 @@ class Producer(ProcessLocal):
 
 class AsyncProducer:
     """The asyncio flavour: ``await AsyncProducer(config).start()`` or ``async with``;
-    ``await send(...)`` returns an awaitable :class:`DeliveryFuture`."""
+    ``await send(...)`` returns a :class:`DeliveryFuture` that is an asyncio future of the
+    producer's loop (``await`` it, ``asyncio.gather`` many: a batch's records wake their loop
+    once, not once each; see DeliveryFuture for cancelling and other loops)."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._core = ProducerCore(config)
@@ -186,6 +188,7 @@ class AsyncProducer:
         """Start connecting in the background and return at once (as Java's constructor)."""
         await self._core.start()
         self._core.accumulator.no_wait_thread = threading.get_ident()
+        self._core.futures_on_loop()
         return self
 
     async def wait_until_ready(self, timeout: float | None = None) -> None:

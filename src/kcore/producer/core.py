@@ -211,6 +211,11 @@ class ProducerCore:
             self.sender.fetch_producer_id()
         self._sender_task = self.loop.create_task(self.sender.run())
 
+    def futures_on_loop(self) -> None:
+        """(AsyncProducer, once started) The futures ``send`` makes belong to the producer's
+        loop from now on: asyncio futures of it (see DeliveryFuture)."""
+        self.send_path.loop = self.loop
+
     async def topic_partitions(
         self, topic: str, partition: int | None = None
     ) -> tuple[int, list[int]]:
@@ -461,9 +466,9 @@ class ProducerCore:
         result = BatchResult()
         result.fail(error)
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        future = DeliveryFuture(result, 0, topic, partition, ts)
+        future = DeliveryFuture(result, 0, topic, partition, ts, self.send_path.loop)
         if on_delivery is not None:
-            future.add_done_callback(self._delivery_callback(on_delivery))
+            future.when_delivered(self._delivery_callback(on_delivery))
         return future
 
     def append(
@@ -488,21 +493,18 @@ class ProducerCore:
         except KcoreTimeoutError as exc:
             self._failed_in_transaction(exc)
             raise
-        future = DeliveryFuture(batch.result, index, topic, partition, ts)
+        future = DeliveryFuture(batch.result, index, topic, partition, ts, self.send_path.loop)
         if on_delivery is not None:
-            future.add_done_callback(self._delivery_callback(on_delivery))
+            future.when_delivered(self._delivery_callback(on_delivery))
         if wake:
             self.wake_sender()
         return future
 
-    def _delivery_callback(self, on_delivery: OnDelivery) -> Callable[[DeliveryFuture], None]:
-        def call(future: DeliveryFuture) -> None:
-            try:
-                metadata = future.result(0)
-            except BaseException as exc:  # the delivery error goes to the callback
-                outcome = on_delivery(exc, None)
-            else:
-                outcome = on_delivery(None, metadata)
+    def _delivery_callback(
+        self, on_delivery: OnDelivery
+    ) -> Callable[[BaseException | None, RecordMetadata | None], None]:
+        def call(error: BaseException | None, metadata: RecordMetadata | None) -> None:
+            outcome = on_delivery(error, metadata)
             if inspect.isawaitable(outcome):
                 self._run_callback(outcome)
 

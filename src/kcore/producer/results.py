@@ -5,6 +5,7 @@ record."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -29,6 +30,7 @@ class BatchResult:
         "_done",
         "_cond",
         "_callbacks",
+        "_watchers",
         "_parts_left",
     )
 
@@ -48,6 +50,9 @@ class BatchResult:
         self._cond = threading.Condition(threading.Lock())
         # (callback, index of the record it is for, or -1 for the whole batch)
         self._callbacks: list[tuple[Callable[[BatchResult], Any], int]] | None = None
+        # Per event loop, what waits there for the batch or one of its records (``watch``):
+        # the whole list goes to its loop in one hand-over.
+        self._watchers: dict[asyncio.AbstractEventLoop, list[Any]] | None = None
         self._parts_left = 0
 
     @property
@@ -80,7 +85,11 @@ class BatchResult:
             self.error = error
             self._done = True
             callbacks, self._callbacks = self._callbacks, None
+            watchers, self._watchers = self._watchers, None
             self._cond.notify_all()
+        # The loops first: a callback below may wake a flush, which then finds them run.
+        for loop, entries in (watchers or {}).items():
+            _hand_over(loop, entries)
         for callback, _ in callbacks or ():
             try:
                 callback(self)
@@ -100,12 +109,31 @@ class BatchResult:
             self._parts_left = len(parts)
             callbacks = self._callbacks or []
             self._callbacks = [(c, i) for c, i in callbacks if i < 0]
+            watchers = self._watchers or {}
+            self._watchers = {
+                loop: kept
+                for loop, entries in watchers.items()
+                if (kept := [w for w in entries if type(w) is tuple and w[1] < 0])
+            } or None
             self._cond.notify_all()
         try:
             for callback, index in callbacks:
                 if index >= 0:
                     part, at = self._part_of(index)
                     part.add_callback(callback, at)
+            for loop, entries in watchers.items():
+                for entry in entries:
+                    if type(entry) is tuple:  # an await's waiter: (future, index)
+                        waiter, index = entry
+                        if index < 0:
+                            continue  # the whole batch's: stays
+                        part, at = self._part_of(index)
+                        if not part.watch(loop, waiter, at):
+                            _hand_over(loop, [entry])
+                    else:  # a loop's DeliveryFuture: it knows where its record went
+                        part, at = entry._record_result()
+                        if not part.watch(loop, entry, at):
+                            _hand_over(loop, [entry])
         finally:
             # After the records' callbacks: the last part runs them before the whole batch's.
             for _, _, part in parts:
@@ -162,6 +190,33 @@ class BatchResult:
             part.add_callback(callback, at)
             return
         callback(self)
+
+    def watch(self, loop: asyncio.AbstractEventLoop, waiter: Any, index: int = -1) -> bool:
+        """Wake ``waiter`` on ``loop`` once the record at ``index`` is done (-1: the whole
+        batch; a split batch's record: once its part is): a future of ``loop`` gets its result
+        set (None), a DeliveryFuture of ``loop`` runs its done callbacks. What awaits a record
+        waits this way: when the batch is done, everything that waits on a loop goes to it in
+        one hand-over (one ``call_soon``, or ``call_soon_threadsafe`` from another thread;
+        dropped if the loop is closed), in the order it came. False, and nothing registered,
+        if it is done already."""
+        # A DeliveryFuture goes in as it is (no allocation per record): it finds its record
+        # again after a split.
+        entry = waiter if type(waiter) is DeliveryFuture else (waiter, index)
+        with self._cond:
+            if self._done:
+                return False
+            if index < 0 or self.parts is None:
+                if self._watchers is None:
+                    self._watchers = {loop: [entry]}
+                    return True
+                entries = self._watchers.get(loop)
+                if entries is None:
+                    self._watchers[loop] = [entry]
+                else:
+                    entries.append(entry)
+                return True
+        part, at = self._part_of(index)  # split: its part answers for it
+        return part.watch(loop, waiter, at)
 
     def wait(self, timeout: float | None) -> bool:
         """Wait until the whole batch is done."""
@@ -246,20 +301,10 @@ class SendBatchResult:
 
     def __await__(self) -> Generator[Any, None, list[tuple[int, int, int]]]:
         """``await result`` (AsyncProducer): ``result()`` without blocking the event loop."""
-        import asyncio
-
         loop = asyncio.get_running_loop()
         for _, _, r in self._parts:
-            if not r.done:
-                waiter: asyncio.Future[None] = loop.create_future()
-
-                def wake(_: BatchResult, waiter: asyncio.Future[None] = waiter) -> None:
-                    try:
-                        loop.call_soon_threadsafe(_wake, waiter)
-                    except RuntimeError:  # that loop is closed: nobody waits any more
-                        pass
-
-                r.add_callback(wake)
+            waiter: asyncio.Future[None] = loop.create_future()
+            if r.watch(loop, waiter):
                 yield from waiter.__await__()
         return self.result(0)
 
@@ -270,3 +315,30 @@ class SendBatchResult:
 def _wake(waiter: Any) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def _hand_over(loop: asyncio.AbstractEventLoop, entries: list[Any]) -> None:
+    """What waits on ``loop`` for a batch, run there in one go. From the loop's own thread (an
+    AsyncProducer's sender) a plain ``call_soon``; from another (a Producer's network thread)
+    one ``call_soon_threadsafe``, i.e. one wake-up of that loop per batch. A closed loop has
+    nothing left waiting on it: dropped."""
+    try:
+        if asyncio._get_running_loop() is loop:
+            loop.call_soon(_run_watchers, loop, entries)
+        else:
+            loop.call_soon_threadsafe(_run_watchers, loop, entries)
+    except RuntimeError:  # closed (never raised into the thread that completes batches)
+        pass
+
+
+def _run_watchers(loop: asyncio.AbstractEventLoop, entries: list[Any]) -> None:
+    for entry in entries:
+        try:
+            if type(entry) is tuple:
+                _wake(entry[0])
+            else:
+                entry._loop_done()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:  # one failing must not keep the others waiting
+            loop.call_exception_handler({"message": "a delivery wake-up raised", "exception": exc})
