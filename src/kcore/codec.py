@@ -36,6 +36,7 @@ from ._codec import (
     partition_for_key,
     partitions_for_keys,
     prepare_headers,
+    receive_buffer,
     set_arena_cache_limit,
     set_buffer_pool_limit,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "partition_for_key",
     "partitions_for_keys",
     "prepare_headers",
+    "receive_buffer",
     "set_arena_cache_limit",
     "set_buffer_pool_limit",
 ]
