@@ -209,8 +209,26 @@ class ColumnarRecords:
     header_value_nulls: int
     num_headers: int
     include_headers: bool
+    with_source: bool
+    partition: ColumnBuffer
+    topic_offsets: ColumnBuffer
+    topic_data: ColumnBuffer
+    def append_from(
+        self,
+        buf: Buffer,
+        start: int = 0,
+        *,
+        min_offset: int = -1,
+        max_rows: int = -1,
+        topic: str = "",
+        partition: int = 0,
+        skip_control: bool = True,
+        check_crcs: bool = True,
+        max_decompressed_size: int = ...,
+    ) -> tuple[int, int, int, int]: ...
     def to_arrow(self) -> Any: ...
 
+def columnar_records() -> ColumnarRecords: ...
 def decode_batches(
     buf: Buffer,
     allow_partial: bool = False,

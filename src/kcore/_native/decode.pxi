@@ -573,6 +573,32 @@ cdef Py_ssize_t check_batch_at(const uint8_t* data, Py_ssize_t size, Py_ssize_t 
     return length + 12
 
 
+cdef RecordBatch batch_at(object buf, const uint8_t* p, Py_ssize_t pos, Py_ssize_t length,
+                          Py_ssize_t max_decompressed_size):
+    """The v2 batch at ``p`` (``pos`` in ``buf``), ``length`` bytes, checked by
+    check_batch_at."""
+    cdef RecordBatch batch = RecordBatch.__new__(RecordBatch)
+    batch.base_offset = get_i64(p)
+    batch.partition_leader_epoch = get_i32(p + 12)
+    batch.magic = 2
+    batch.crc = <uint32_t>get_i32(p + CRC_OFFSET)
+    batch.attributes = get_i16(p + 21)
+    batch.last_offset_delta = get_i32(p + 23)
+    batch.base_timestamp = get_i64(p + 27)
+    batch.max_timestamp = get_i64(p + 35)
+    batch.producer_id = get_i64(p + 43)
+    batch.producer_epoch = get_i16(p + 51)
+    batch.base_sequence = get_i32(p + 53)
+    batch.record_count = get_i32(p + 57)
+    if batch.record_count < 0:
+        raise InvalidLengthError("negative record count", pos + 57)
+    batch.position = pos
+    batch.size_in_bytes = length
+    batch._source = buf
+    batch._max_decompressed = max_decompressed_size
+    return batch
+
+
 def decode_batches(object buf, bint allow_partial=False, *, bint check_crcs=True,
                    Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
     """Decode every batch in ``buf`` (v2 batches and magic 0/1 messages, as a Fetch response's
@@ -584,7 +610,6 @@ def decode_batches(object buf, bint allow_partial=False, *, bint check_crcs=True
     cdef Py_buffer pybuf
     cdef Py_ssize_t pos = 0, length
     cdef const uint8_t* p
-    cdef RecordBatch batch
     cdef LegacyBatch legacy
     cdef list out = []
     if max_decompressed_size < 0:
@@ -597,26 +622,7 @@ def decode_batches(object buf, bint allow_partial=False, *, bint check_crcs=True
                 break
             p = v.data + pos
             if p[16] == 2:
-                batch = RecordBatch.__new__(RecordBatch)
-                batch.base_offset = get_i64(p)
-                batch.partition_leader_epoch = get_i32(p + 12)
-                batch.magic = 2
-                batch.crc = <uint32_t>get_i32(p + CRC_OFFSET)
-                batch.attributes = get_i16(p + 21)
-                batch.last_offset_delta = get_i32(p + 23)
-                batch.base_timestamp = get_i64(p + 27)
-                batch.max_timestamp = get_i64(p + 35)
-                batch.producer_id = get_i64(p + 43)
-                batch.producer_epoch = get_i16(p + 51)
-                batch.base_sequence = get_i32(p + 53)
-                batch.record_count = get_i32(p + 57)
-                if batch.record_count < 0:
-                    raise InvalidLengthError("negative record count", pos + 57)
-                batch.position = pos
-                batch.size_in_bytes = length
-                batch._source = buf
-                batch._max_decompressed = max_decompressed_size
-                out.append(batch)
+                out.append(batch_at(buf, p, pos, length, max_decompressed_size))
             else:
                 legacy = LegacyBatch.__new__(LegacyBatch)
                 legacy.last_offset = get_i64(p)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from kcore.codec import decode_columns, decode_records
+from kcore.codec import columnar_records, decode_records
 from kcore.consumer.fetch_buffer import FetchBuffer, FetchedData
 from kcore.consumer.fetcher import Fetcher
 from kcore.consumer.positions import PartitionState
@@ -91,7 +91,7 @@ class FetchCollector:
             if st is None:
                 self.buffer.remove(data)  # unassigned since it was fetched
                 continue
-            if data.decoded is None and st.position != data.fetch_offset:
+            if data.decoded is None and st.position != data.next_offset:
                 f.drop_queued(data.tp)  # sought since it was fetched: all of it is stale
                 self.wake()
                 return None, True
@@ -156,7 +156,8 @@ class FetchCollector:
                     data.taken += n
                     if self.on_taken is not None:
                         self.on_taken(data.tp.topic, data.tp.partition, n)
-                    st.took(data, recs[data.taken - 1].offset + 1)
+                    data.next_offset = recs[data.taken - 1].offset + 1
+                    st.took(data, data.next_offset)
                 if data.taken >= len(recs):
                     self._finish(data, st)
                 self._record_lag(st)
@@ -164,13 +165,15 @@ class FetchCollector:
         return out
 
     def _decode(self, data: FetchedData) -> list[ConsumerRecord]:
-        """The records at or after the fetch offset (a fetch may start inside a batch), made
-        as ConsumerRecords by the codec; control batches are skipped (and, read_committed,
-        the batches of aborted transactions)."""
+        """The records still to hand out (at or after the fetch offset: a fetch may start
+        inside a batch; after what poll_arrow took of it), made as ConsumerRecords by the
+        codec; control batches are skipped (and, read_committed, the batches of aborted
+        transactions)."""
+        records = _records(data)
         return decode_records(  # type: ignore[no-any-return]
-            _committed(data) if data.aborted else data.records,
+            memoryview(records)[data.position :] if data.position else records,
             True,  # a fetch response may end with a partial batch (the next fetch gets it whole)
-            data.fetch_offset,
+            data.next_offset,
             check_crcs=self.check_crcs,
             record_type=ConsumerRecord,
             topic=data.tp.topic,
@@ -178,47 +181,51 @@ class FetchCollector:
         )
 
     def take_arrow(self, max_records: int) -> Any:
-        import pyarrow as pa
-
-        batches: list[Any] = []
+        """Up to ``max_records`` records as one Arrow record batch with Spark's columns: the
+        records of every partition's data taken are decoded by the codec straight into the
+        one set of column buffers the batch wraps (each value copied once, from the fetch
+        response; no batch per partition to concatenate)."""
+        cols = columnar_records()
         left = max_records
         with self.positions.locked():
             while left > 0:
-                data = self._next_data(bool(batches))
+                data = self._next_data(cols.num_rows > 0)
                 if data is None:
                     break
                 st = self.positions.require(data.tp)
-                if data.decoded is None:
-                    try:
-                        records = _committed(data) if data.aborted else data.records
-                        cols = decode_columns(
-                            records, min_offset=data.fetch_offset, check_crcs=self.check_crcs
-                        )
-                    except Exception as exc:
-                        if batches:  # hand out what was taken; the next poll raises
-                            break
-                        raise _naming(exc, data) from None
-                    data.decoded = [cols.to_arrow()]
-                    data.taken = 0
-                rb = data.decoded[0]
-                n = min(left, rb.num_rows - data.taken)
-                if n > 0:
-                    part = rb.slice(data.taken, n)
-                    batches.append(_with_topic(part, data.tp))
-                    data.taken += n
+                if data.decoded is not None:  # poll decoded it: the rest from its next record
+                    data.decoded = None
+                try:
+                    n, position, stopped, last = cols.append_from(
+                        _records(data),
+                        data.position,
+                        min_offset=data.next_offset,
+                        max_rows=left,
+                        topic=data.tp.topic,
+                        partition=data.tp.partition,
+                        check_crcs=self.check_crcs,
+                    )
+                except Exception as exc:
+                    taken = data.next_offset != getattr(exc, "resume_offset", data.next_offset)
+                    if taken:  # rows before the fault: handed out; the next poll raises
+                        data.position = exc.resume_position  # type: ignore[attr-defined]
+                        data.next_offset = exc.resume_offset  # type: ignore[attr-defined]
+                        st.took(data, data.next_offset)
+                    if cols.num_rows:  # hand out what was taken; the next poll raises
+                        break
+                    raise _naming(exc, data) from None
+                if n:
                     left -= n
+                    data.next_offset = last + 1
                     if self.on_taken is not None:
                         self.on_taken(data.tp.topic, data.tp.partition, n)
-                    st.took(data, part.column("offset")[n - 1].as_py() + 1)
-                if data.taken >= rb.num_rows:
+                    st.took(data, data.next_offset)
+                data.position = position
+                if stopped < 0:
                     self._finish(data, st)
                 self._record_lag(st)
         self.consumed(max_records - left)
-        if not batches:
-            return _empty_arrow()
-        if len(batches) == 1:
-            return batches[0]
-        return pa.concat_batches(batches)
+        return cols.to_arrow()
 
 
 def _naming(error: Exception, data: FetchedData) -> Exception:
@@ -234,35 +241,12 @@ def _naming(error: Exception, data: FetchedData) -> Exception:
     return named
 
 
-def _committed(data: FetchedData) -> Any:
-    """read_committed: ``data``'s records without those of aborted transactions."""
-    from kcore.consumer.aborted import drop_aborted
+def _records(data: FetchedData) -> Any:
+    """``data``'s record batches; read_committed, without those of aborted transactions."""
+    if not data.aborted:
+        return data.records
+    if data.committed is None:
+        from kcore.consumer.aborted import drop_aborted
 
-    assert data.aborted is not None
-    return drop_aborted(data.records, data.aborted)
-
-
-def _with_topic(rb: Any, tp: TopicPartition) -> Any:
-    """Spark's Kafka source columns: key, value, topic, partition, offset, timestamp,
-    timestampType (and headers)."""
-    import numpy as np
-    import pyarrow as pa
-
-    n = rb.num_rows
-    topic = pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(n, np.int32)), pa.array([tp.topic], pa.string())
-    ).cast(pa.string())
-    arrays = [rb.column("key"), rb.column("value"), topic]
-    arrays.append(pa.array(np.full(n, tp.partition, np.int32)))
-    names = ["key", "value", "topic", "partition"]
-    for name in rb.schema.names:
-        if name not in ("key", "value"):
-            arrays.append(rb.column(name))
-            names.append(name)
-    return pa.RecordBatch.from_arrays(arrays, names=names)
-
-
-def _empty_arrow() -> Any:
-    from kcore.codec import decode_columns as dc
-
-    return _with_topic(dc(b"").to_arrow(), TopicPartition("", 0))
+        data.committed = drop_aborted(data.records, data.aborted)
+    return data.committed
