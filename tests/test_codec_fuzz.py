@@ -50,7 +50,9 @@ from kcore.codec import (
     decode_varlong,
     decompress,
     encode_varint,
+    scan_complete_batches,
 )
+from kcore.consumer.fetcher import _complete_end_python
 from kcore.errors import (
     CorruptRecordError,
     DecompressionLimitError,
@@ -144,6 +146,11 @@ def check_contract(buf) -> None:
         min_offset=3,
         max_decompressed_size=LIMIT,
     )
+    scanned: list[tuple[int, int]] = []
+    by_python: list[tuple[int, int]] = []
+    found = scan_complete_batches(buf, scanned)
+    if found is not None:  # (None: offsets at the int64 limits, left to the Python scan)
+        assert found == _complete_end_python(buf, by_python) and scanned == by_python
     for check_crcs in (True, False):
         appended = _append_in_steps(buf, check_crcs)
         offsets = [r[0] for r in records] if records is not None else None

@@ -38,6 +38,7 @@ from ._codec import (
     partitions_for_keys,
     prepare_headers,
     receive_buffer,
+    scan_complete_batches,
     set_arena_cache_limit,
     set_buffer_pool_limit,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "partitions_for_keys",
     "prepare_headers",
     "receive_buffer",
+    "scan_complete_batches",
     "set_arena_cache_limit",
     "set_buffer_pool_limit",
 ]

@@ -307,6 +307,12 @@ cdef class ColumnarRecords:
             view_close(&v, &pybuf)
         return added
 
+    def reserve_values(self, Py_ssize_t nbytes):
+        """Room for ``nbytes`` more value bytes in one allocation, for the append_from calls
+        to come (growing as they go would copy what is there at every doubling)."""
+        if nbytes > 0:
+            buf_presize(&self.value_data.buf, self.value_data.buf.size + nbytes)
+
     def append_from(self, object buf, Py_ssize_t start=0, *, int64_t min_offset=-1,
                     Py_ssize_t max_rows=-1, str topic="", int32_t partition=0,
                     bint skip_control=True, bint check_crcs=True,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from kcore.codec import columnar_records, decode_records
@@ -51,6 +52,8 @@ class FetchCollector:
         self.check_crcs = check_crcs
         self.wake = wake  # wakes the fetcher: a partition's read-ahead was used up or dropped
         self.last_poll: float | None = None  # when a poll last returned (time.monotonic())
+        self._value_bytes = 0.0  # value bytes a row in the last poll_arrow (sizes the next)
+        self._used_up = False  # the take under way used up queued data
         # Told how many records of a partition each poll handed out (topic, partition,
         # records): OpenTelemetry metrics; None while they are off.
         self.on_taken: Callable[[str, int, int], None] | None = None
@@ -119,7 +122,7 @@ class FetchCollector:
         self.metrics.record("bytes-consumed", len(data.records))
         if data.end_offset > (st.position or 0):
             st.took(data, data.end_offset)
-        self.wake()
+        self._used_up = True  # the fetcher is woken once the poll is done (_woken)
 
     def _record_lag(self, st: PartitionState) -> None:
         """records-lag-max: how far a partition's position is behind its high watermark
@@ -133,9 +136,21 @@ class FetchCollector:
         if records:
             self.metrics.record("records-consumed", records)
 
+    @contextmanager
+    def _woken(self) -> Iterator[None]:
+        """Around a poll's take: if it used up queued data, the fetcher is woken once at the
+        end (to read ahead again), not once per partition's data (each wake is a write to
+        the event loop's self-pipe and a pass of its fetch loop)."""
+        self._used_up = False
+        try:
+            yield
+        finally:
+            if self._used_up:
+                self.wake()
+
     def take_records(self, max_records: int) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
-        with self.positions.locked():
+        with self._woken(), self.positions.locked():
             while len(out) < max_records:
                 data = self._next_data(bool(out))
                 if data is None:
@@ -187,7 +202,13 @@ class FetchCollector:
         response; no batch per partition to concatenate)."""
         cols = columnar_records()
         left = max_records
-        with self.positions.locked():
+        with self._woken(), self.positions.locked():
+            # The values' buffer in one piece: at most what is queued, and about what
+            # max_records took in earlier calls.
+            room = sum(len(d.records) - d.position for d in self.buffer.peek() if d.error is None)
+            if self._value_bytes:
+                room = min(room, int(max_records * self._value_bytes * 1.25) + 4096)
+            cols.reserve_values(room)
             while left > 0:
                 data = self._next_data(cols.num_rows > 0)
                 if data is None:
@@ -225,6 +246,8 @@ class FetchCollector:
                     self._finish(data, st)
                 self._record_lag(st)
         self.consumed(max_records - left)
+        if cols.num_rows:
+            self._value_bytes = len(cols.value_data) / cols.num_rows
         return cols.to_arrow()
 
 

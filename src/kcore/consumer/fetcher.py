@@ -32,6 +32,7 @@ from typing import Any
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
 from kcore.cluster.offsets import OffsetLookup, OffsetLookupError, list_offsets
+from kcore.codec import scan_complete_batches
 from kcore.consumer.fetch_buffer import NO_PARTITION, FetchBuffer, FetchedData
 from kcore.consumer.fetch_session import (
     FINAL_EPOCH,
@@ -762,7 +763,21 @@ def _complete_end(records: Any, epochs: list[tuple[int, int]] | None = None) -> 
     batches take (0: not even the first is whole). Reads only batch headers: base offset,
     length, magic and, in magic 2, the last offset delta; a magic 0/1 entry carries the last
     offset of what it wraps. ``epochs`` gets (last offset, leader epoch) of each run of
-    batches with one partition leader epoch (magic 2 only; -1 for older batches)."""
+    batches with one partition leader epoch (magic 2 only; -1 for older batches). The codec
+    scans (a response of 16 KiB batches has dozens a partition); this is its fallback for
+    offsets at the int64 limits."""
+    found = scan_complete_batches(records, epochs)
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    if epochs is not None:
+        epochs.clear()
+    return _complete_end_python(records, epochs)
+
+
+def _complete_end_python(
+    records: Any, epochs: list[tuple[int, int]] | None = None
+) -> tuple[int, int]:
+    """:func:`_complete_end` in Python, with Python's unbounded ints."""
     pos, end, size = 0, -1, len(records)
     while pos + BATCH_HEADER <= size:
         length = int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True)
