@@ -85,8 +85,15 @@ class FetchBuffer:
     # -- the network side --------------------------------------------------------------------------
 
     def add(self, data: FetchedData) -> None:
+        self.add_all([data])
+
+    def add_all(self, datas: list[FetchedData]) -> None:
+        """Several partitions' data from one response, in order: the waiting poll is woken
+        once for all of them."""
+        if not datas:
+            return
         with self._lock:
-            self._completed.append(data)
+            self._completed.extend(datas)
             self._lock.notify_all()
         self._signal()
 
