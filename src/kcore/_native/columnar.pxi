@@ -264,48 +264,81 @@ cdef class ColumnarRecords:
 
     cdef Py_ssize_t append_batch(self, RecordBatch batch, int64_t min_offset, Py_ssize_t room,
                                  int64_t* stopped_at) except -1:
-        """The records of ``batch`` at or after ``min_offset``, at most ``room`` of them;
-        ``stopped_at``: the offset of the first one left out for want of room (else -1)."""
+        """The records of ``batch`` (decompressed first if need be), as
+        :meth:`append_records`."""
         cdef ByteView v
         cdef Py_buffer pybuf
-        cdef Py_ssize_t pos = 0, base, added = 0
-        cdef int32_t i, ts_type
-        cdef int64_t ts, offset
-        cdef RecordView r
-        cdef bint log_append = batch.attributes & ATTR_TIMESTAMP_TYPE
-        ts_type = 1 if log_append else 0
-        stopped_at[0] = -1
         payload = batch.payload()
-        base = batch.position + BATCH_HEADER_SIZE
         view_open(payload, &v, &pybuf)
         try:
-            check_record_count(batch.record_count, v.size, batch.position)
-            self.reserve(min(batch.record_count, room), v.size)
-            for i in range(batch.record_count):
-                parse_record(v.data, v.size, &pos, &r, base)
-                offset = batch.base_offset + r.offset_delta
-                if min_offset >= 0 and offset < min_offset:
-                    continue
-                if added == room:
-                    stopped_at[0] = offset
-                    return added
-                ts = batch.max_timestamp if log_append else batch.base_timestamp + r.ts_delta
-                self.add_reserved(offset, ts, ts_type, r.key, r.klen, r.value, r.vlen)
-                added += 1
-                if self.include_headers:
-                    if r.header_count == 0:
-                        (<int32_t*>(self.header_offsets.buf.data
-                                    + self.header_offsets.buf.size))[0] = <int32_t>self.num_headers
-                        self.header_offsets.buf.size += 4
-                    else:
-                        self.add_headers(v.data, &r, base)
-            if pos != v.size:
-                raise CorruptRecordError(
-                    f"{v.size - pos} bytes left after the batch's {batch.record_count} records",
-                    base + pos)
+            return self.append_records(
+                v.data, v.size, batch.position + BATCH_HEADER_SIZE, batch.position,
+                batch.base_offset, batch.record_count, batch.base_timestamp,
+                batch.max_timestamp, batch.attributes & ATTR_TIMESTAMP_TYPE, min_offset, room,
+                stopped_at)
         finally:
             view_close(&v, &pybuf)
+
+    cdef Py_ssize_t append_records(self, const uint8_t* data, Py_ssize_t size, Py_ssize_t base,
+                                   Py_ssize_t batch_position, int64_t base_offset,
+                                   int32_t record_count, int64_t base_timestamp,
+                                   int64_t max_timestamp, bint log_append, int64_t min_offset,
+                                   Py_ssize_t room, int64_t* stopped_at) except -1:
+        """The records of a v2 batch's (uncompressed) records section ``data`` (at ``base``
+        in the input, for error positions) at or after ``min_offset``, at most ``room`` of
+        them; ``stopped_at``: the offset of the first one left out for want of room (else
+        -1)."""
+        cdef Py_ssize_t pos = 0, added = 0
+        cdef int32_t i, ts_type = 1 if log_append else 0
+        cdef int64_t ts, offset
+        cdef RecordView r
+        stopped_at[0] = -1
+        check_record_count(record_count, size, batch_position)
+        self.reserve(min(record_count, room), size)
+        for i in range(record_count):
+            parse_record(data, size, &pos, &r, base)
+            offset = base_offset + r.offset_delta
+            if min_offset >= 0 and offset < min_offset:
+                continue
+            if added == room:
+                stopped_at[0] = offset
+                return added
+            ts = max_timestamp if log_append else base_timestamp + r.ts_delta
+            self.add_reserved(offset, ts, ts_type, r.key, r.klen, r.value, r.vlen)
+            added += 1
+            if self.include_headers:
+                if r.header_count == 0:
+                    (<int32_t*>(self.header_offsets.buf.data
+                                + self.header_offsets.buf.size))[0] = <int32_t>self.num_headers
+                    self.header_offsets.buf.size += 4
+                else:
+                    self.add_headers(data, &r, base)
+        if pos != size:
+            raise CorruptRecordError(
+                f"{size - pos} bytes left after the batch's {record_count} records", base + pos)
         return added
+
+    cdef Py_ssize_t append_plain(self, const uint8_t* p, Py_ssize_t pos, Py_ssize_t length,
+                                 bint skip_control, int64_t min_offset, Py_ssize_t room,
+                                 int64_t* stopped_at) except -1:
+        """An uncompressed v2 batch at ``p`` (``pos`` in the input, ``length`` bytes, checked
+        by check_batch_at), as :meth:`append_batch`."""
+        cdef int16_t attributes = get_i16(p + 21)
+        cdef int64_t base_offset = get_i64(p)
+        cdef int32_t record_count = get_i32(p + 57)
+        stopped_at[0] = -1
+        if record_count < 0:
+            raise InvalidLengthError("negative record count", pos + 57)
+        if skip_control and attributes & ATTR_CONTROL:
+            return 0
+        if min_offset >= 0 and base_offset + get_i32(p + 23) + 1 <= min_offset:
+            return 0
+        if record_count == 0:  # as RecordBatch.payload: an empty batch has no records
+            return 0
+        return self.append_records(
+            p + BATCH_HEADER_SIZE, length - BATCH_HEADER_SIZE, pos + BATCH_HEADER_SIZE, pos,
+            base_offset, record_count, get_i64(p + 27), get_i64(p + 35),
+            attributes & ATTR_TIMESTAMP_TYPE, min_offset, room, stopped_at)
 
     def reserve_values(self, Py_ssize_t nbytes):
         """Room for ``nbytes`` more value bytes in one allocation, for the append_from calls
@@ -356,6 +389,11 @@ cdef class ColumnarRecords:
                     if p[16] != 2:
                         n = self.append_legacy(buf, pos, length, min_offset, max_rows - added,
                                                max_decompressed_size, &stopped)
+                    elif get_i16(p + 21) & 0x07 == CODEC_NONE:
+                        # Uncompressed (most fetched data): straight from the input, no
+                        # batch object or view made per batch.
+                        n = self.append_plain(p, pos, length, skip_control, min_offset,
+                                              max_rows - added, &stopped)
                     else:
                         batch = batch_at(buf, p, pos, length, max_decompressed_size)
                         if skip_control and batch.attributes & ATTR_CONTROL:
