@@ -342,9 +342,15 @@ cdef class ColumnarRecords:
 
     def reserve_values(self, Py_ssize_t nbytes):
         """Room for ``nbytes`` more value bytes in one allocation, for the append_from calls
-        to come (growing as they go would copy what is there at every doubling)."""
-        if nbytes > 0:
-            buf_presize(&self.value_data.buf, self.value_data.buf.size + nbytes)
+        to come (growing as they go would copy what is there at every doubling). Rounded up
+        to a power of two: the pool then holds few sizes, and a call wanting a little more
+        than the last still finds a block whose pages are already faulted in."""
+        cdef Py_ssize_t want = self.value_data.buf.size + nbytes, cap = 4096
+        if nbytes <= 0:
+            return
+        while cap < want and cap < (PY_SSIZE_T_MAX >> 1):
+            cap <<= 1
+        buf_presize(&self.value_data.buf, max(cap, want))
 
     def append_from(self, object buf, Py_ssize_t start=0, *, int64_t min_offset=-1,
                     Py_ssize_t max_rows=-1, str topic="", int32_t partition=0,
