@@ -12,8 +12,9 @@ offsets are checked. Every round then reads all N records back from the beginnin
 
 * kcore ``Consumer.poll(1.0, max_records=10_000)`` in a loop, summing ``len``;
 * kcore ``Consumer.poll_arrow(1.0, max_records=100_000)`` in a loop, summing ``num_rows``;
-* confluent-kafka ``Consumer.consume(10_000, 1.0)`` in a loop, counting the messages whose
-  ``error()`` is None (and, in ``none`` only, a diagnostic row with an 8 MiB partition fetch);
+* confluent-kafka ``Consumer.consume(10_000, 1.0)`` in a loop (asking for at most the records
+  left: it waits for as many as it is asked for), counting the messages whose ``error()`` is
+  None (and, in ``none`` only, a diagnostic row with an 8 MiB partition fetch);
 * kafka-python ``KafkaConsumer.poll(timeout_ms=1000, max_records=10_000)``, summing the lengths
   of the lists it returns;
 * aiokafka ``AIOKafkaConsumer.getmany(timeout_ms=1000, max_records=10_000)`` on an event loop
@@ -39,6 +40,21 @@ their rounds, kcore's rows read the whole topic once more, untimed, keeping what
 every partition's offsets must be 0..n-1 in order, the values exactly the ones written, the
 keys null, and ``poll_arrow``'s batches must have Spark's columns (key, value, topic,
 partition, offset, timestamp, timestampType).
+
+``KCORE_BENCH_CONSUME_VALUE_SIZE``, ``KCORE_BENCH_CONSUME_PARTITIONS`` and
+``KCORE_BENCH_CONSUME_BATCH_SIZE`` change the shape of the topics of the rows above (100 B,
+6, 1,000,000 by default).
+
+``test_large_values`` (groups ``consume-large:<value size>B@<batch.size>``): 1 KiB and 10 KiB
+values in 8-partition topics written at 16 KiB and 1 MB batches (128 MB of values each,
+``KCORE_BENCH_CONSUME_LARGE_MB``), read with the fetch settings above by kcore ``poll``,
+kcore ``poll_arrow`` and confluent-kafka ``consume``, beside the floor: one memcpy and one
+CRC32C of the same bytes. The variants take turns round by round
+(``KCORE_BENCH_CONSUME_LARGE_ROUNDS``, default 5), each round in a process of its own
+(bench/_consume_child.py) that first reads the whole topic untimed; with
+``KCORE_BENCH_CONSUME_BASELINE_SRC`` set to another tree's ``src``, that tree's ``poll`` and
+``poll_arrow`` take turns too. The table (printed with ``-s``, and kept in extra_info) gives
+the medians, the ratio to confluent-kafka and the CPU per MB against the floor's.
 
 Run: ``pytest bench/test_consumer_bench.py --benchmark-json=out.json && python bench/report.py
 out.json`` (see docs/benchmarks-consumer.md).
