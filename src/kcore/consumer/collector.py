@@ -216,6 +216,7 @@ class FetchCollector:
                 st = self.positions.require(data.tp)
                 if data.decoded is not None:  # poll decoded it: the rest from its next record
                     data.decoded = None
+                before = cols.num_rows
                 try:
                     n, position, stopped, last = cols.append_from(
                         _records(data),
@@ -227,28 +228,31 @@ class FetchCollector:
                         check_crcs=self.check_crcs,
                     )
                 except Exception as exc:
-                    taken = data.next_offset != getattr(exc, "resume_offset", data.next_offset)
-                    if taken:  # rows before the fault: handed out; the next poll raises
+                    n = cols.num_rows - before
+                    if n:  # rows of whole batches before the fault: handed out
                         data.position = exc.resume_position  # type: ignore[attr-defined]
-                        data.next_offset = exc.resume_offset  # type: ignore[attr-defined]
-                        st.took(data, data.next_offset)
+                        self._took(data, st, n, exc.resume_offset - 1)  # type: ignore[attr-defined]
                     if cols.num_rows:  # hand out what was taken; the next poll raises
                         break
                     raise _naming(exc, data) from None
                 if n:
-                    left -= n
-                    data.next_offset = last + 1
-                    if self.on_taken is not None:
-                        self.on_taken(data.tp.topic, data.tp.partition, n)
-                    st.took(data, data.next_offset)
+                    self._took(data, st, n, last)
+                left -= n
                 data.position = position
                 if stopped < 0:
                     self._finish(data, st)
                 self._record_lag(st)
-        self.consumed(max_records - left)
+        self.consumed(cols.num_rows)
         if cols.num_rows:
             self._value_bytes = len(cols.value_data) / cols.num_rows
         return cols.to_arrow()
+
+    def _took(self, data: FetchedData, st: PartitionState, n: int, last: int) -> None:
+        """poll_arrow handed out ``n`` records of ``data``, the last at offset ``last``."""
+        data.next_offset = last + 1
+        if self.on_taken is not None:
+            self.on_taken(data.tp.topic, data.tp.partition, n)
+        st.took(data, data.next_offset)
 
 
 def _naming(error: Exception, data: FetchedData) -> Exception:
