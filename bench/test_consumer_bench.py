@@ -12,8 +12,9 @@ offsets are checked. Every round then reads all N records back from the beginnin
 
 * kcore ``Consumer.poll(1.0, max_records=10_000)`` in a loop, summing ``len``;
 * kcore ``Consumer.poll_arrow(1.0, max_records=100_000)`` in a loop, summing ``num_rows``;
-* confluent-kafka ``Consumer.consume(10_000, 1.0)`` in a loop, counting the messages whose
-  ``error()`` is None (and, in ``none`` only, a diagnostic row with an 8 MiB partition fetch);
+* confluent-kafka ``Consumer.consume(10_000, 1.0)`` in a loop (asking for at most the records
+  left: it waits for as many as it is asked for), counting the messages whose ``error()`` is
+  None (and, in ``none`` only, a diagnostic row with an 8 MiB partition fetch);
 * kafka-python ``KafkaConsumer.poll(timeout_ms=1000, max_records=10_000)``, summing the lengths
   of the lists it returns;
 * aiokafka ``AIOKafkaConsumer.getmany(timeout_ms=1000, max_records=10_000)`` on an event loop
@@ -40,6 +41,21 @@ every partition's offsets must be 0..n-1 in order, the values exactly the ones w
 keys null, and ``poll_arrow``'s batches must have Spark's columns (key, value, topic,
 partition, offset, timestamp, timestampType).
 
+``KCORE_BENCH_CONSUME_VALUE_SIZE``, ``KCORE_BENCH_CONSUME_PARTITIONS`` and
+``KCORE_BENCH_CONSUME_BATCH_SIZE`` change the shape of the topics of the rows above (100 B,
+6, 1,000,000 by default).
+
+``test_large_values`` (groups ``consume-large:<value size>B@<batch.size>``): 1 KiB and 10 KiB
+values in 8-partition topics written at 16 KiB and 1 MB batches (128 MB of values each,
+``KCORE_BENCH_CONSUME_LARGE_MB``), read with the fetch settings above by kcore ``poll``,
+kcore ``poll_arrow`` and confluent-kafka ``consume``, beside the floor: one memcpy and one
+CRC32C of the same bytes. The variants take turns round by round
+(``KCORE_BENCH_CONSUME_LARGE_ROUNDS``, default 5), each round in a process of its own
+(bench/_consume_child.py) that first reads the whole topic untimed; with
+``KCORE_BENCH_CONSUME_BASELINE_SRC`` set to another tree's ``src``, that tree's ``poll`` and
+``poll_arrow`` take turns too. The table (printed with ``-s``, and kept in extra_info) gives
+the medians, the ratio to confluent-kafka and the CPU per MB against the floor's.
+
 Run: ``pytest bench/test_consumer_bench.py --benchmark-json=out.json && python bench/report.py
 out.json`` (see docs/benchmarks-consumer.md).
 """
@@ -47,7 +63,12 @@ out.json`` (see docs/benchmarks-consumer.md).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
+import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -56,7 +77,9 @@ from typing import Any
 import numpy as np
 import pytest
 from test_producer_bench import (
-    VALUE_SIZE,
+    VALUE_SIZE as TEMPLATE_VALUE_SIZE,
+)
+from test_producer_bench import (
     Broker,
     RoundMeters,
     _info,
@@ -76,11 +99,13 @@ N = int(os.environ.get("KCORE_BENCH_CONSUME_N", "1000000"))
 ROUNDS = int(os.environ.get("KCORE_BENCH_CONSUME_ROUNDS", "3"))
 SLOW_ROUND_S = 10.0
 PRIME_RECORDS = min(N, 50_000)
-PARTITIONS = 6
+# The shape of the topics of the rows below: value size, partitions, the writer's batch.size.
+VALUE_SIZE = int(os.environ.get("KCORE_BENCH_CONSUME_VALUE_SIZE", str(TEMPLATE_VALUE_SIZE)))
+PARTITIONS = int(os.environ.get("KCORE_BENCH_CONSUME_PARTITIONS", "6"))
 CODECS = ("none", "lz4")
 # The topics' writer (kcore's producer, as in bench/test_producer_bench.py).
 LINGER_MS = 5
-BATCH_SIZE = 1_000_000
+BATCH_SIZE = int(os.environ.get("KCORE_BENCH_CONSUME_BATCH_SIZE", "1000000"))
 # Fetch sizing, the same for every client.
 PARTITION_FETCH = 1024 * 1024  # max.partition.fetch.bytes: Java's and librdkafka's default
 BIG_PARTITION_FETCH = 8 * 1024 * 1024  # the diagnostic confluent-kafka row
@@ -171,14 +196,14 @@ def topics(kafka_cluster: Any) -> Iterator[Topics]:
     nodes = getattr(kafka_cluster, "nodes", [])
     process = getattr(nodes[0], "process", None) if len(nodes) == 1 else None
     bootstrap = kafka_cluster.bootstrap_servers
-    values = make_values(N)
+    values = _values(N, VALUE_SIZE)
     assert {len(v) for v in values} == {VALUE_SIZE}
     with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
         broker = Broker(bootstrap, admin, process.pid if process else None)
         try:
             by_codec = {}
             for codec in CODECS:
-                name = broker.new_topic(f"bench-consume-{codec}")
+                name = _new_topic(broker, f"bench-consume-{codec}", PARTITIONS)
                 config = {
                     "bootstrap.servers": bootstrap,
                     "linger.ms": LINGER_MS,
@@ -197,7 +222,7 @@ def topics(kafka_cluster: Any) -> Iterator[Topics]:
                     ]
                     for result in sent:
                         result.result(TIMEOUT_S)
-                offsets = broker.end_offsets(name)
+                offsets = _end_offsets(broker, name, PARTITIONS)
                 want = {p: len(values[p::PARTITIONS]) for p in range(PARTITIONS)}
                 assert offsets == want, f"{name}: end offsets {offsets}, want {want}"
                 by_codec[codec] = Topic(name, codec, offsets)
@@ -214,6 +239,33 @@ def topics(kafka_cluster: Any) -> Iterator[Topics]:
             yield Topics(broker, by_codec, sorted(values))
         finally:
             broker.delete_all()
+
+
+def _values(n: int, size: int, seed: int = 7) -> list[bytes]:
+    """``n`` values of ``size`` bytes: the producer benchmark's 100-byte JSON-like values, or
+    (another size) the same template repeated to ``size`` with fresh symbols in every hole."""
+    if size == TEMPLATE_VALUE_SIZE:
+        return make_values(n)
+    rows = -(-size // TEMPLATE_VALUE_SIZE)
+    parts = make_values(n * rows, seed)
+    return [b"".join(parts[i * rows : (i + 1) * rows])[:size] for i in range(n)]
+
+
+def _new_topic(broker: Broker, prefix: str, partitions: int) -> str:
+    """A topic of ``partitions`` partitions (RF 1), its logs in place (see Broker.new_topic)."""
+    from kcore.admin import NewTopic
+
+    broker.count += 1
+    name = f"{prefix}-{broker.run}-{broker.count:03d}"
+    broker.admin.create_topics([NewTopic(name, partitions, 1)], timeout=30)
+    broker.created.append(name)
+    _end_offsets(broker, name, partitions)
+    return name
+
+
+def _end_offsets(broker: Broker, topic: str, partitions: int) -> dict[int, int]:
+    got = broker.admin.list_offsets({(topic, p): "latest" for p in range(partitions)})
+    return {tp.partition: r.offset for tp, r in got.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,7 +529,9 @@ def _confluent(benchmark: Any, topics: Topics, topic: Topic, partition_fetch: in
         total = 0
         deadline = time.monotonic() + TIMEOUT_S
         while total < n and not _deadline_passed(deadline, total, n):
-            for m in take(POLL_RECORDS, POLL_TIMEOUT_S):
+            # At most what is left: consume waits (up to its timeout) for as many messages as it
+            # is asked for, and the round's last call would wait for records that never come.
+            for m in take(min(POLL_RECORDS, n - total), POLL_TIMEOUT_S):
                 if m.error() is None:
                     total += 1
                 else:
@@ -626,3 +680,155 @@ def test_aiokafka_getmany(benchmark: Any, topics: Topics, codec: str) -> None:
         Rounds(topics, topic, benchmark, reader).run()
     finally:
         loop.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Large values: kcore poll, kcore poll_arrow, confluent-kafka consume and the floor, alternating
+# round by round, each round in a process of its own (bench/_consume_child.py)
+
+LARGE_VALUE_SIZES = (1024, 10 * 1024)
+LARGE_BATCH_SIZES = (16 * 1024, 1_000_000)  # the writer's batch.size: Java's default, and 1 MB
+LARGE_PARTITIONS = int(os.environ.get("KCORE_BENCH_CONSUME_LARGE_PARTITIONS", "8"))
+# Value bytes in each large-value topic (MB of 10^6 bytes): N = this / the value size.
+LARGE_MB = int(os.environ.get("KCORE_BENCH_CONSUME_LARGE_MB", "128"))
+LARGE_ROUNDS = int(os.environ.get("KCORE_BENCH_CONSUME_LARGE_ROUNDS", "5"))
+# Another tree's ``src`` (e.g. a worktree of an older commit, its compiled codec in place):
+# its poll and poll_arrow get rounds too, in the same alternation.
+BASELINE_SRC = os.environ.get("KCORE_BENCH_CONSUME_BASELINE_SRC", "").strip()
+LARGE_VARIANTS = ("poll", "poll_arrow", "confluent", "floor")
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_consume_child.py")
+LARGE_PARAMS = [
+    pytest.param(
+        size,
+        batch,
+        marks=pytest.mark.benchmark(group=f"consume-large:{size}B@{batch}"),
+        id=f"{size}B-batch{batch}",
+    )
+    for size in LARGE_VALUE_SIZES
+    for batch in LARGE_BATCH_SIZES
+]
+
+
+def _child(spec: dict[str, Any], src: str | None) -> dict[str, Any]:
+    """One round in a new process; ``src``: the kcore tree it imports (None: this one's)."""
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = src
+    done = subprocess.run(
+        [sys.executable, CHILD, json.dumps(spec)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"{spec['variant']} round failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _large_table(
+    title: str, n: int, mb: float, times: dict[str, list[dict[str, Any]]]
+) -> tuple[str, dict[str, Any]]:
+    """Medians of wall and CPU time, ratios to confluent-kafka (its median / the row's: above
+    1 the row is faster) and CPU per MB against the floor's."""
+    med = {v: statistics.median(r["wall_s"] for r in rows) for v, rows in times.items()}
+    cpu = {v: statistics.median(r["cpu_s"] for r in rows) for v, rows in times.items()}
+    floor_cpu = cpu.get("floor")
+    peer = med.get("confluent")
+    lines = [
+        f"\n{title} ({n:,} records, {mb:g} MB of values, {LARGE_PARTITIONS} partitions, "
+        f"{len(next(iter(times.values())))} rounds a variant, alternating)",
+        "| variant | median wall | MB/s | vs confluent | CPU s | CPU ms/MB | CPU vs floor |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for v in times:
+        ratio = f"{peer / med[v]:.2f}x" if peer and v != "floor" else ""
+        vs_floor = f"{cpu[v] / floor_cpu:.1f}x" if floor_cpu else ""
+        lines.append(
+            f"| {v} | {med[v] * 1000:.1f} ms | {mb / med[v]:,.0f} | {ratio} | {cpu[v]:.3f} | "
+            f"{cpu[v] / mb * 1000:.2f} | {vs_floor} |"
+        )
+    summary = {"median_s": med, "cpu_s": cpu, "mb": mb, "records": n}
+    return "\n".join(lines), summary
+
+
+@pytest.mark.parametrize(("value_size", "batch_size"), LARGE_PARAMS)
+def test_large_values(benchmark: Any, kafka_cluster: Any, value_size: int, batch_size: int) -> None:
+    """N = KCORE_BENCH_CONSUME_LARGE_MB x 10^6 / value_size values written by kcore's
+    ``send_batch`` (one call a partition, ``batch.size`` batch_size) into a topic of
+    LARGE_PARTITIONS partitions, read back with the fetch settings of the rows above: kcore
+    ``poll`` and ``poll_arrow`` (and a baseline tree's, if given), confluent-kafka ``consume``,
+    and the floor (one memcpy and one CRC32C of the N x value_size bytes), the variants taking
+    turns round by round. kcore's variants check every value read once, untimed."""
+    _need(confluent, "confluent-kafka")
+    n = LARGE_MB * 1_000_000 // value_size
+    bootstrap = kafka_cluster.bootstrap_servers
+    values = _values(n, value_size)
+    digest = hashlib.sha256(b"".join(sorted(values))).hexdigest()
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        broker = Broker(bootstrap, admin, None)
+        try:
+            name = _new_topic(broker, f"bench-consume-{value_size}b", LARGE_PARTITIONS)
+            config = {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": LINGER_MS,
+                "batch.size": batch_size,
+                "acks": "all",
+            }
+            with kcore.Producer(config) as producer:
+                sent = [
+                    producer.send_batch(name, values[p::LARGE_PARTITIONS], partition=p)
+                    for p in range(LARGE_PARTITIONS)
+                ]
+                for result in sent:
+                    result.result(TIMEOUT_S)
+            ends = _end_offsets(broker, name, LARGE_PARTITIONS)
+            assert sum(ends.values()) == n, ends
+            del values
+            base = {
+                "bootstrap": bootstrap,
+                "topic": name,
+                "partitions": LARGE_PARTITIONS,
+                "records": n,
+                "value_size": value_size,
+                "group": f"bench-consume-{broker.run}",
+                "expected_sha": digest,
+                "prime": n,  # a whole pass first: the rounds measure a warm consumer
+                "fetch": {
+                    "partition_fetch": PARTITION_FETCH,
+                    "max_bytes": FETCH_MAX_BYTES,
+                    "min_bytes": FETCH_MIN_BYTES,
+                    "max_wait_ms": FETCH_MAX_WAIT_MS,
+                    "poll_records": POLL_RECORDS,
+                    "arrow_records": ARROW_RECORDS,
+                },
+            }
+            variants: list[tuple[str, str, str | None]] = [(v, v, None) for v in LARGE_VARIANTS]
+            if BASELINE_SRC:
+                variants += [(f"baseline {v}", v, BASELINE_SRC) for v in ("poll", "poll_arrow")]
+            times: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in variants}
+            checked: set[str] = set()
+
+            def rounds() -> None:
+                for _ in range(LARGE_ROUNDS):
+                    for label, variant, src in variants:
+                        check = variant in ("poll", "poll_arrow") and label not in checked
+                        got = _child({**base, "variant": variant, "check": check}, src)
+                        checked.add(label)
+                        assert got["records"] == n, (label, got)
+                        if "positions" in got:
+                            positions = {int(p): o for p, o in got["positions"].items()}
+                            assert positions == ends, (label, positions, ends)
+                        times[label].append(got)
+
+            benchmark.pedantic(rounds, rounds=1, iterations=1)
+        finally:
+            broker.delete_all()
+    table, summary = _large_table(
+        f"{value_size} B values, written at batch.size {batch_size:,}",
+        n,
+        n * value_size / 1e6,
+        times,
+    )
+    print(table)
+    benchmark.extra_info.update(table=table, **summary, batch_size=batch_size)

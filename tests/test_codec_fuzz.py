@@ -38,6 +38,7 @@ from kcore.codec import (
     COMPRESSION_CODECS,
     RecordBatch,
     RecordBatchBuilder,
+    columnar_records,
     compress,
     crc32c,
     decode_batches,
@@ -49,7 +50,9 @@ from kcore.codec import (
     decode_varlong,
     decompress,
     encode_varint,
+    scan_complete_batches,
 )
+from kcore.consumer.fetcher import _complete_end_python
 from kcore.errors import (
     CorruptRecordError,
     DecompressionLimitError,
@@ -143,12 +146,93 @@ def check_contract(buf) -> None:
         min_offset=3,
         max_decompressed_size=LIMIT,
     )
+    scanned: list[tuple[int, int]] = []
+    by_python: list[tuple[int, int]] = []
+    found = scan_complete_batches(buf, scanned)
+    if found is not None:  # (None: offsets at the int64 limits, left to the Python scan)
+        assert found == _complete_end_python(buf, by_python) and scanned == by_python
+    for check_crcs in (True, False):
+        appended = _append_in_steps(buf, check_crcs)
+        offsets = [r[0] for r in records] if records is not None else None
+        # (a resumed call skips what is before its min_offset: only increasing offsets, as a
+        # log has them, come out whole)
+        if appended is not None and offsets and check_crcs and offsets[0] >= 0:
+            if all(a < b for a, b in zip(offsets, offsets[1:], strict=False)):
+                if _headers_cover_their_records(buf):
+                    assert appended == offsets
     if pa is not None:
         table = _expect(decode_to_arrow, buf, max_decompressed_size=LIMIT)
         if table is not None and records is not None and all(r[0] >= 0 for r in records):
             assert table.column("offset").to_pylist() == [r[0] for r in records]
             assert table.column("value").to_pylist() == [r[3] for r in records]
     del records_all
+
+
+def _append_in_steps(buf, check_crcs: bool) -> list[int] | None:
+    """ColumnarRecords.append_from as the consumer's poll_arrow drives it: a few rows a call,
+    each call going on from the last one's position and offset. Returns the offsets appended
+    (None: it raised, only ever a CorruptRecordError, and the columns held what came before
+    the batch at fault, as the error's resume_offset says)."""
+    cols = columnar_records()
+    position, min_offset = 0, -1
+    for _ in range(len(buf) + 2):  # (each call appends a row or ends)
+        before = cols.num_rows
+        try:
+            n, position, stopped, last = cols.append_from(
+                buf,
+                position,
+                min_offset=min_offset,
+                max_rows=3,
+                topic="t",
+                partition=1,
+                check_crcs=check_crcs,
+                max_decompressed_size=LIMIT,
+            )
+        except CorruptRecordError as exc:
+            assert type(exc.position) is int and exc.position >= -1, exc
+            # The batch at fault is taken out again; rows of whole batches before it stay,
+            # and the error says where they end.
+            assert cols.num_rows >= before
+            if cols.num_rows > before:
+                assert exc.resume_offset == _offsets(cols)[-1] + 1  # type: ignore[attr-defined]
+            else:
+                assert exc.resume_offset == min_offset  # type: ignore[attr-defined]
+            assert 0 <= exc.resume_position <= len(buf)  # type: ignore[attr-defined]
+            _arrow_agrees(cols)
+            return None
+        assert cols.num_rows == before + n and 0 <= n <= 3
+        if n:
+            assert last == _offsets(cols)[-1]
+            min_offset = max(last + 1, 0)  # (negative offsets: garbage; min_offset -1 is none)
+        if stopped < 0:
+            break
+        assert 0 <= position < len(buf)
+    _arrow_agrees(cols)
+    return _offsets(cols)
+
+
+def _headers_cover_their_records(buf) -> bool:
+    """Every v2 batch's last offset (from its header) is at or past its records' offsets, as
+    in any log (a resumed read skips a batch by its header)."""
+    for batch in decode_batches(buf, True):
+        if isinstance(batch, RecordBatch) and batch.records():
+            if max(r[0] for r in batch.records()) > batch.last_offset:
+                return False
+    return True
+
+
+def _offsets(cols) -> list[int]:
+    return list(memoryview(cols.offset).cast("q"))
+
+
+def _arrow_agrees(cols) -> None:
+    if pa is None:
+        return
+    rb = cols.to_arrow()
+    rb.validate(full=True)
+    assert rb.num_rows == cols.num_rows
+    assert rb.column("topic").to_pylist() == ["t"] * rb.num_rows
+    assert rb.column("partition").to_pylist() == [1] * rb.num_rows
 
 
 # --------------------------------------------------------------------------------------------

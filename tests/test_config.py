@@ -99,7 +99,7 @@ def error(config: Mapping[str, Any], role: str = "common") -> str:
         ("consumer", "max.partition.fetch.bytes", 1048576),
         ("consumer", "isolation.level", "read_uncommitted"),
         ("consumer", "partition.assignment.strategy", ["range", "cooperative-sticky"]),
-        ("consumer", "receive.buffer.bytes", 65536),
+        ("consumer", "receive.buffer.bytes", -1),  # not Java's 65536: the OS default
         ("consumer", "default.api.timeout.ms", 60000),
         ("consumer", "check.crcs", True),
         ("consumer", "client.rack", ""),
@@ -1104,6 +1104,9 @@ DEFAULT_DEVIATIONS = {
     "value.deserializer": "None",
     # The OS default (autotuned), as librdkafka: a fixed 128 KiB slowed large Produce requests.
     "send.buffer.bytes": "-1",
+    # A consumer's is the OS default too (a fixed 64 KiB window slowed large fetch responses);
+    # producers and admin clients keep Java's (checked in the defaults table above).
+    "receive.buffer.bytes": "-1 for consumers",
 }
 # A Java CLASS key kcore takes as a string: the names of Java's own OAUTHBEARER login handlers
 # (kcore does what they do); any other class is Java code and refused.

@@ -545,6 +545,97 @@ def test_poll_hands_out_taken_records_before_raising_a_queued_error():
         core.take_records(100)
 
 
+def _queued_core(batches_by_partition: dict[int, list[bytes]]):
+    """A consumer core that never starts (no I/O), each partition of topic "t" holding the
+    given fetch responses' records (each a bytes of whole batches, offsets from 0 on)."""
+    from kcore.codec import decode_batches
+    from kcore.consumer.core import ConsumerCore
+    from kcore.consumer.fetch_buffer import FetchedData
+    from kcore.consumer.positions import PartitionState
+
+    core = ConsumerCore({"bootstrap.servers": "127.0.0.1:1"})
+    for p, responses in batches_by_partition.items():
+        tp = TopicPartition("t", p)
+        core.fetcher.positions.add(tp, PartitionState(position=0, queued=len(responses)))
+        offset = 0
+        for records in responses:
+            end = decode_batches(records, check_crcs=False)[-1].next_offset
+            core.buffer.add(FetchedData(tp, offset, records, 100, end_offset=end))
+            offset = end
+    return core
+
+
+def _batch(base: int, n: int, tag: bytes) -> bytes:
+    from kcore.codec import RecordBatchBuilder
+
+    b = RecordBatchBuilder("none", base_offset=base)
+    for i in range(n):
+        b.append(None, tag + b"%d" % (base + i), BASE_TS + i)
+    return bytes(b.build())
+
+
+def test_poll_arrow_in_small_steps_and_poll_take_turns_without_a_gap():
+    """poll_arrow takes records of several partitions' queued data into one batch, stopping
+    inside a batch when it has max_records; poll and poll_arrow taking turns hand out every
+    record once, in order per partition, and each partition's position follows."""
+    core = _queued_core(
+        {
+            0: [_batch(0, 5, b"a") + _batch(5, 4, b"a"), _batch(9, 3, b"a")],
+            1: [_batch(0, 7, b"b")],
+        }
+    )
+    seen: dict[int, list[tuple[int, bytes]]] = {0: [], 1: []}
+    steps = [("arrow", 3), ("poll", 2), ("arrow", 6), ("poll", 4), ("arrow", 100)]
+    for how, limit in steps:
+        if how == "arrow":
+            rb = core.take_arrow(limit)
+            assert rb.num_rows <= limit
+            assert rb.schema.names[:7] == [
+                "key",
+                "value",
+                "topic",
+                "partition",
+                "offset",
+                "timestamp",
+                "timestampType",
+            ]
+            assert set(rb.column("topic").to_pylist()) <= {"t"}
+            for p, o, v in zip(
+                rb.column("partition").to_pylist(),
+                rb.column("offset").to_pylist(),
+                rb.column("value").to_pylist(),
+                strict=True,
+            ):
+                seen[p].append((o, v))
+        else:
+            got = core.take_records(limit)
+            assert len(got) <= limit
+            for r in got:
+                seen[r.partition].append((r.offset, r.value))
+    assert seen[0] == [(i, b"a%d" % i) for i in range(12)]
+    assert seen[1] == [(i, b"b%d" % i) for i in range(7)]
+    positions = core.fetcher.positions
+    assert positions.require(TopicPartition("t", 0)).position == 12
+    assert positions.require(TopicPartition("t", 1)).position == 7
+    assert core.take_arrow(10).num_rows == 0
+
+
+def test_poll_arrow_hands_out_the_records_before_a_corrupt_batch_then_raises():
+    """A fetch response whose second batch is corrupt: poll_arrow hands out the first batch's
+    records (the position moves past them), and the next poll_arrow raises the codec's
+    CorruptRecordError, named with the partition; nothing is handed out twice."""
+    from kcore.errors import CorruptRecordError
+
+    bad = bytearray(_batch(4, 3, b"x"))
+    bad[-1] ^= 0x55
+    core = _queued_core({0: [_batch(0, 4, b"x") + bytes(bad)]})
+    rb = core.take_arrow(100)
+    assert rb.column("offset").to_pylist() == [0, 1, 2, 3]
+    assert core.fetcher.positions.require(TopicPartition("t", 0)).position == 4
+    with pytest.raises(CorruptRecordError, match="t-0"):
+        core.take_arrow(100)
+
+
 def test_a_partition_that_does_not_exist_is_reported_and_the_others_flow(kafka_cluster):
     """An offset lookup that fails for good (partition 99 of a 1-partition topic) reaches
     poll as an error; fetching of the other partitions goes on."""

@@ -108,3 +108,19 @@ def test_batch_headers_of_legacy_messages() -> None:
         buf = bytes(builder.build())
         # each message is its own entry; the next offset follows the last one
         assert _complete_end(buf)[0] == 3 and _complete_end(buf)[1] == len(buf)
+
+
+def test_batch_headers_at_the_int64_limits_are_scanned_in_python() -> None:
+    """The codec's header scan leaves offsets it cannot add to in int64 to the Python scan,
+    which gives what Python's ints give (a hostile broker's garbage, never a crash)."""
+    import struct
+
+    from kcore.codec import scan_complete_batches
+
+    top = bytearray(_batch(0, 3))
+    struct.pack_into(">q", top, 0, 2**63 - 2)
+    epochs: list[tuple[int, int]] = []
+    assert scan_complete_batches(bytes(top)) is None
+    first = _batch(0, 1)
+    assert _complete_end(first + bytes(top), epochs) == (2**63 + 1, len(first) + len(top))
+    assert epochs[-1][0] == 2**63

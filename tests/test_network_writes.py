@@ -54,7 +54,13 @@ def test_write_gathered_returns_what_the_socket_did_not_take() -> None:
 
 
 class _Owner:
-    def _data_received(self, data: bytes) -> None:
+    def __init__(self) -> None:
+        self._buffer = memoryview(bytearray(65536))
+
+    def _receive_buffer(self) -> memoryview:
+        return self._buffer
+
+    def _buffer_updated(self, buffer: memoryview, nbytes: int) -> None:
         pass
 
     def _lost(self, exc: Exception | None) -> None:

@@ -266,6 +266,86 @@ def test_records_stay_valid_after_more_data_arrives() -> None:
     assert records == b"batch-bytes"
 
 
+def _fetch_response_frame(corr: int, records: bytes) -> bytes:
+    f = m.FetchResponse
+    part = f.PartitionData(partition_index=0, records=records)
+    body = f(responses=[f.FetchableTopicResponse(topic_id=uuid.uuid4(), partitions=[part])])
+    return frame(struct.pack(">i", corr) + b"\x00" + body.encode(17))
+
+
+def test_a_frame_bigger_than_the_scratch_buffer_is_read_into_its_own_buffer() -> None:
+    """A big response (a fetch's megabytes) goes from the reads straight into one buffer of
+    its own, whose part the records are: get_buffer hands out the rest of it, read by read;
+    a small response after it is back in the scratch buffer."""
+    from kcore.protocol.framing import SCRATCH_SIZE
+
+    proto = KafkaProtocol("c")
+    corr, _ = proto.send_request(m.FetchRequest(), 17)
+    api, _ = proto.send_request(m.ApiVersionsRequest(), 3)
+    records = bytes(range(256)) * (3 * SCRATCH_SIZE // 256)
+    data = _fetch_response_frame(corr, records) + api_versions_response_v3(api)
+    got: list[Response] = []
+    pos = 0
+    targets = []
+    while pos < len(data):
+        target = proto.get_buffer(-1)
+        targets.append(target)
+        n = min(len(target), 10_000, len(data) - pos)
+        target[:n] = data[pos : pos + n]
+        pos += n
+        got += proto.buffer_updated(n)
+        if pos < len(data) and not got:
+            assert proto.buffered == pos
+    assert [r.correlation_id for r in got] == [corr, api]
+    assert proto.buffered == 0
+    view = got[0].body.responses[0].partitions[0].records
+    assert view == records
+    # the reads within the frame landed in the buffer the records are a view of
+    assert any(t.obj is view.obj for t in targets)
+    assert isinstance(got[1].body, m.ApiVersionsResponse)
+
+
+def test_a_big_frame_through_receive_data_in_odd_pieces() -> None:
+    from kcore.protocol.framing import SCRATCH_SIZE
+
+    proto = KafkaProtocol("c")
+    ids = [proto.send_request(m.FetchRequest(), 17)[0] for _ in range(3)]
+    payloads = [b"x" * (SCRATCH_SIZE - 100), b"y" * (SCRATCH_SIZE * 2 + 7), b"z" * 10]
+    data = b"".join(_fetch_response_frame(c, r) for c, r in zip(ids, payloads, strict=True))
+    got: list[Response] = []
+    for i in range(0, len(data), 4099):
+        got += proto.receive_data(data[i : i + 4099])
+    assert [r.correlation_id for r in got] == ids
+    assert [bytes(r.body.responses[0].partitions[0].records) for r in got] == payloads
+    assert proto.buffered == 0
+    got = []
+    proto2 = KafkaProtocol("c")
+    ids = [proto2.send_request(m.FetchRequest(), 17)[0] for _ in range(3)]
+    data = b"".join(_fetch_response_frame(c, r) for c, r in zip(ids, payloads, strict=True))
+    got = proto2.receive_data(data)  # all at once
+    assert [bytes(r.body.responses[0].partitions[0].records) for r in got] == payloads
+
+
+def test_a_bad_frame_after_a_big_one_is_raised_after_it() -> None:
+    from kcore.protocol.framing import SCRATCH_SIZE
+
+    proto = KafkaProtocol("c", max_frame_size=1 << 20)
+    corr, _ = proto.send_request(m.FetchRequest(), 17)
+    data = _fetch_response_frame(corr, b"r" * (SCRATCH_SIZE + 1)) + b"\xff\xff\xff\xff" + b"\0" * 8
+    [resp] = proto.receive_data(data)
+    assert resp.correlation_id == corr
+    with pytest.raises(ProtocolError, match="frame size"):
+        proto.receive_data(b"")
+    with pytest.raises(ProtocolError, match="frame size"):
+        proto.buffer_updated(0)
+
+
+def test_a_big_frame_size_over_the_limit_is_refused_before_any_buffer() -> None:
+    proto = KafkaProtocol("c", max_frame_size=1 << 20)
+    with pytest.raises(ProtocolError, match="frame size"):
+        proto.receive_data(struct.pack(">i", (1 << 20) + 1) + b"\0" * 100)
+
+
 def test_unknown_correlation_id() -> None:
     proto = KafkaProtocol("c")
     with pytest.raises(ProtocolError, match="correlation id 5"):

@@ -35,6 +35,15 @@ def compress(codec: Compression, data: Buffer, level: int = ...) -> bytes: ...
 def decompress(codec: Compression, data: Buffer, max_size: int = ...) -> bytes: ...
 def lz4_high_compression_available() -> bool: ...
 def set_buffer_pool_limit(limit_bytes: int) -> None: ...
+def receive_buffer(size: int) -> ReceiveBuffer: ...
+def scan_complete_batches(
+    buf: Buffer, epochs: list[tuple[int, int]] | None = None
+) -> tuple[int, int] | None: ...
+
+class ReceiveBuffer(Buffer):
+    def __init__(self, size: int) -> None: ...
+    def __len__(self) -> int: ...
+
 def set_arena_cache_limit(limit_bytes: int) -> None: ...
 def record_size_upper_bound(
     key: Buffer | None, value: Buffer | None, headers: Sequence[Header] | None = None
@@ -203,8 +212,27 @@ class ColumnarRecords:
     header_value_nulls: int
     num_headers: int
     include_headers: bool
+    with_source: bool
+    partition: ColumnBuffer
+    topic_offsets: ColumnBuffer
+    topic_data: ColumnBuffer
+    def reserve_values(self, nbytes: int) -> None: ...
+    def append_from(
+        self,
+        buf: Buffer,
+        start: int = 0,
+        *,
+        min_offset: int = -1,
+        max_rows: int = -1,
+        topic: str = "",
+        partition: int = 0,
+        skip_control: bool = True,
+        check_crcs: bool = True,
+        max_decompressed_size: int = ...,
+    ) -> tuple[int, int, int, int]: ...
     def to_arrow(self) -> Any: ...
 
+def columnar_records() -> ColumnarRecords: ...
 def decode_batches(
     buf: Buffer,
     allow_partial: bool = False,

@@ -36,6 +36,8 @@ from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeUTF8
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
 from libc.stdint cimport (
+    INT64_MAX,
+    INT64_MIN,
     int8_t,
     int16_t,
     int32_t,

@@ -17,6 +17,7 @@ from ._codec import (
     RecordBatch,
     RecordBatchBuilder,
     arena_cache_stats,
+    columnar_records,
     compress,
     crc32c,
     crc32c_implementation,
@@ -36,6 +37,8 @@ from ._codec import (
     partition_for_key,
     partitions_for_keys,
     prepare_headers,
+    receive_buffer,
+    scan_complete_batches,
     set_arena_cache_limit,
     set_buffer_pool_limit,
 )
@@ -49,6 +52,7 @@ __all__ = [
     "RecordBatch",
     "RecordBatchBuilder",
     "arena_cache_stats",
+    "columnar_records",
     "columns_as_numpy",
     "compress",
     "crc32c",
@@ -69,6 +73,8 @@ __all__ = [
     "partition_for_key",
     "partitions_for_keys",
     "prepare_headers",
+    "receive_buffer",
+    "scan_complete_batches",
     "set_arena_cache_limit",
     "set_buffer_pool_limit",
 ]

@@ -493,9 +493,12 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("send.buffer.bytes", "int", -1, _GE_MINUS1, _ALL,
               "Socket send buffer (SO_SNDBUF); -1 (the default, unlike Java's 131072): the OS "
               "default, which the kernel grows as needed."),
+    # A consumer's is not Java's 65536: with -1 Linux grows the buffer with the fetches, and a
+    # fixed 64 KiB window made every fetch response arrive in small steps (docs/config.md).
     ConfigDef("receive.buffer.bytes", "int", 65536, _GE_MINUS1, _ALL,
-              "Socket receive buffer (SO_RCVBUF); -1: the OS default.",
-              role_defaults=(("producer", 32768),)),
+              "Socket receive buffer (SO_RCVBUF); -1: the OS default (a consumer's default, "
+              "unlike Java's 65536), which the kernel grows as needed.",
+              role_defaults=(("producer", 32768), ("consumer", -1))),
     # -- every client: security ---------------------------------------------------------------
     ConfigDef("security.protocol", "string", "PLAINTEXT",
               _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", ignore_case=True), _ALL,

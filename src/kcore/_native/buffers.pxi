@@ -239,6 +239,43 @@ cdef ColumnBuffer scratch_buffer(Py_ssize_t size):
     return b
 
 
+cdef class ReceiveBuffer:
+    """A writable, uninitialised buffer for a socket to read one response into (``recv_into``):
+    no zero-filling as a bytearray's. Its memory is malloc's and goes straight back to it once
+    nothing refers to the buffer (the records decoded from it dropped), not to the decode pool:
+    the C library sees large blocks come and go, and keeps enough of its heap mapped for the
+    records' own objects (with the blocks held in the pool instead, it went on returning its
+    heap top to the OS after every poll, and faulted it in again at the next)."""
+
+    cdef uint8_t* data
+    cdef Py_ssize_t size
+
+    def __cinit__(self, Py_ssize_t size):
+        if size < 0:
+            raise ValueError("size must not be negative")
+        self.data = <uint8_t*>malloc(size if size > 0 else 1)
+        if self.data == NULL:
+            raise MemoryError()
+        self.size = size
+
+    def __dealloc__(self):
+        free(self.data)
+
+    def __len__(self):
+        return self.size
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.data, self.size, 0, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+
+def receive_buffer(Py_ssize_t size):
+    """A :class:`ReceiveBuffer` of ``size`` bytes."""
+    return ReceiveBuffer(size)
+
+
 cdef inline int buf_grow(OutBuf* b, Py_ssize_t extra) except -1:
     """``out_reserve`` for column buffers: grow (at least doubling) through the pool."""
     if b.size + extra <= b.cap:

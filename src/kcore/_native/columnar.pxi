@@ -70,6 +70,9 @@ cdef class ColumnarRecords:
     cdef readonly Py_ssize_t key_nulls, value_nulls, header_value_nulls, num_headers
     cdef readonly bint include_headers
     cdef int64_t ts_scale
+    # With_source (append_from): each row's topic and partition too, as Spark's columns.
+    cdef readonly bint with_source
+    cdef readonly ColumnBuffer partition, topic_offsets, topic_data
 
     def __cinit__(self):
         self.offset = ColumnBuffer()
@@ -87,12 +90,16 @@ cdef class ColumnarRecords:
         self.header_value_offsets = ColumnBuffer()
         self.header_value_data = ColumnBuffer()
         self.header_value_validity = ColumnBuffer()
+        self.partition = ColumnBuffer()
+        self.topic_offsets = ColumnBuffer()
+        self.topic_data = ColumnBuffer()
         cdef int32_t zero = 0
         out_write(&self.key_offsets.buf, &zero, 4)
         out_write(&self.value_offsets.buf, &zero, 4)
         out_write(&self.header_offsets.buf, &zero, 4)
         out_write(&self.header_key_offsets.buf, &zero, 4)
         out_write(&self.header_value_offsets.buf, &zero, 4)
+        out_write(&self.topic_offsets.buf, &zero, 4)
         self.ts_scale = 1
 
     cdef int presize(self, list batches) except -1:
@@ -194,6 +201,281 @@ cdef class ColumnarRecords:
         out_write(&self.header_offsets.buf, &end, 4)
         return 0
 
+    cdef void mark(self, Py_ssize_t* m) noexcept:
+        """Every size and count that appending changes, for :meth:`rewind`."""
+        cdef ColumnBuffer b
+        cdef int i = 0
+        for b in (self.offset, self.timestamp, self.timestamp_type, self.key_offsets,
+                  self.key_data, self.key_validity, self.value_offsets, self.value_data,
+                  self.value_validity, self.header_offsets, self.header_key_offsets,
+                  self.header_key_data, self.header_value_offsets, self.header_value_data,
+                  self.header_value_validity, self.partition, self.topic_offsets,
+                  self.topic_data):
+            m[i] = b.buf.size
+            i += 1
+        m[18] = self.num_rows
+        m[19] = self.key_nulls
+        m[20] = self.value_nulls
+        m[21] = self.header_value_nulls
+        m[22] = self.num_headers
+
+    cdef void rewind(self, Py_ssize_t* m) noexcept:
+        """Back to a :meth:`mark`: the rows appended since are gone (their validity bits
+        cleared, as the next appends expect)."""
+        cdef ColumnBuffer b
+        cdef int i = 0
+        for b in (self.offset, self.timestamp, self.timestamp_type, self.key_offsets,
+                  self.key_data, self.key_validity, self.value_offsets, self.value_data,
+                  self.value_validity, self.header_offsets, self.header_key_offsets,
+                  self.header_key_data, self.header_value_offsets, self.header_value_data,
+                  self.header_value_validity, self.partition, self.topic_offsets,
+                  self.topic_data):
+            b.buf.size = m[i]
+            i += 1
+        self.num_rows = m[18]
+        self.key_nulls = m[19]
+        self.value_nulls = m[20]
+        self.header_value_nulls = m[21]
+        self.num_headers = m[22]
+        for b, i in ((self.key_validity, self.num_rows), (self.value_validity, self.num_rows),
+                     (self.header_value_validity, self.num_headers)):
+            if i & 7 and b.buf.size:
+                b.buf.data[i >> 3] &= <uint8_t>((1 << (i & 7)) - 1)
+
+    cdef int add_source(self, Py_ssize_t rows, const uint8_t* topic, Py_ssize_t tlen,
+                        int32_t partition) except -1:
+        """The topic and partition of the last ``rows`` rows."""
+        cdef Py_ssize_t i
+        cdef int32_t end
+        buf_grow(&self.partition.buf, rows * 4)
+        buf_grow(&self.topic_offsets.buf, rows * 4)
+        buf_grow(&self.topic_data.buf, rows * tlen)
+        if self.topic_data.buf.size + rows * tlen > 0x7FFFFFFF:
+            raise ValueError("a column's data passed 2 GiB; decode fewer batches at a time")
+        for i in range(rows):
+            (<int32_t*>(self.partition.buf.data + self.partition.buf.size))[0] = partition
+            self.partition.buf.size += 4
+            memcpy(self.topic_data.buf.data + self.topic_data.buf.size, topic, tlen)
+            self.topic_data.buf.size += tlen
+            end = <int32_t>self.topic_data.buf.size
+            (<int32_t*>(self.topic_offsets.buf.data + self.topic_offsets.buf.size))[0] = end
+            self.topic_offsets.buf.size += 4
+        return 0
+
+    cdef Py_ssize_t append_batch(self, RecordBatch batch, int64_t min_offset, Py_ssize_t room,
+                                 int64_t* stopped_at) except -1:
+        """The records of ``batch`` (decompressed first if need be), as
+        :meth:`append_records`."""
+        cdef ByteView v
+        cdef Py_buffer pybuf
+        payload = batch.payload()
+        view_open(payload, &v, &pybuf)
+        try:
+            return self.append_records(
+                v.data, v.size, batch.position + BATCH_HEADER_SIZE, batch.position,
+                batch.base_offset, batch.record_count, batch.base_timestamp,
+                batch.max_timestamp, batch.attributes & ATTR_TIMESTAMP_TYPE, min_offset, room,
+                stopped_at)
+        finally:
+            view_close(&v, &pybuf)
+
+    cdef Py_ssize_t append_records(self, const uint8_t* data, Py_ssize_t size, Py_ssize_t base,
+                                   Py_ssize_t batch_position, int64_t base_offset,
+                                   int32_t record_count, int64_t base_timestamp,
+                                   int64_t max_timestamp, bint log_append, int64_t min_offset,
+                                   Py_ssize_t room, int64_t* stopped_at) except -1:
+        """The records of a v2 batch's (uncompressed) records section ``data`` (at ``base``
+        in the input, for error positions) at or after ``min_offset``, at most ``room`` of
+        them; ``stopped_at``: the offset of the first one left out for want of room (else
+        -1)."""
+        cdef Py_ssize_t pos = 0, added = 0
+        cdef int32_t i, ts_type = 1 if log_append else 0
+        cdef int64_t ts, offset
+        cdef RecordView r
+        stopped_at[0] = -1
+        check_record_count(record_count, size, batch_position)
+        self.reserve(min(record_count, room), size)
+        for i in range(record_count):
+            parse_record(data, size, &pos, &r, base)
+            offset = base_offset + r.offset_delta
+            if min_offset >= 0 and offset < min_offset:
+                continue
+            if added == room:
+                stopped_at[0] = offset
+                return added
+            ts = max_timestamp if log_append else base_timestamp + r.ts_delta
+            self.add_reserved(offset, ts, ts_type, r.key, r.klen, r.value, r.vlen)
+            added += 1
+            if self.include_headers:
+                if r.header_count == 0:
+                    (<int32_t*>(self.header_offsets.buf.data
+                                + self.header_offsets.buf.size))[0] = <int32_t>self.num_headers
+                    self.header_offsets.buf.size += 4
+                else:
+                    self.add_headers(data, &r, base)
+        if pos != size:
+            raise CorruptRecordError(
+                f"{size - pos} bytes left after the batch's {record_count} records", base + pos)
+        return added
+
+    cdef Py_ssize_t append_plain(self, const uint8_t* p, Py_ssize_t pos, Py_ssize_t length,
+                                 bint skip_control, int64_t min_offset, Py_ssize_t room,
+                                 int64_t* stopped_at) except -1:
+        """An uncompressed v2 batch at ``p`` (``pos`` in the input, ``length`` bytes, checked
+        by check_batch_at), as :meth:`append_batch`."""
+        cdef int16_t attributes = get_i16(p + 21)
+        cdef int64_t base_offset = get_i64(p)
+        cdef int32_t record_count = get_i32(p + 57)
+        stopped_at[0] = -1
+        if record_count < 0:
+            raise InvalidLengthError("negative record count", pos + 57)
+        if skip_control and attributes & ATTR_CONTROL:
+            return 0
+        if min_offset >= 0 and base_offset + get_i32(p + 23) + 1 <= min_offset:
+            return 0
+        if record_count == 0:  # as RecordBatch.payload: an empty batch has no records
+            return 0
+        return self.append_records(
+            p + BATCH_HEADER_SIZE, length - BATCH_HEADER_SIZE, pos + BATCH_HEADER_SIZE, pos,
+            base_offset, record_count, get_i64(p + 27), get_i64(p + 35),
+            attributes & ATTR_TIMESTAMP_TYPE, min_offset, room, stopped_at)
+
+    def reserve_values(self, Py_ssize_t nbytes):
+        """Room for ``nbytes`` more value bytes in one allocation, for the append_from calls
+        to come (growing as they go would copy what is there at every doubling). Rounded up
+        to a power of two: the pool then holds few sizes, and a call wanting a little more
+        than the last still finds a block whose pages are already faulted in."""
+        cdef Py_ssize_t want = self.value_data.buf.size + nbytes, cap = 4096
+        if nbytes <= 0:
+            return
+        while cap < want and cap < (PY_SSIZE_T_MAX >> 1):
+            cap <<= 1
+        buf_presize(&self.value_data.buf, max(cap, want))
+
+    def append_from(self, object buf, Py_ssize_t start=0, *, int64_t min_offset=-1,
+                    Py_ssize_t max_rows=-1, str topic="", int32_t partition=0,
+                    bint skip_control=True, bint check_crcs=True,
+                    Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
+        """Append the records of the batches in ``buf`` from byte ``start`` on (a trailing
+        partial batch is left alone) at or after ``min_offset``, at most ``max_rows`` of them
+        (all when negative), each with ``topic`` and ``partition`` (Spark's columns: from now
+        on :meth:`to_arrow` has them). Each batch's CRC32C is checked as it is reached.
+
+        Returns ``(rows, position, stopped_at, last_offset)``: ``stopped_at`` is -1 when every
+        record was appended; else the offset of the first left out, and ``position`` where
+        its batch starts (the next call goes on from there); ``last_offset``: the offset of
+        the last row appended (-1: none). On an error, the rows of the batch at
+        fault are taken out again, and the error gets ``resume_position`` (where that batch
+        starts) and ``resume_offset`` (the offset after the rows appended before it, or
+        ``min_offset``) attributes: a call from there raises it again."""
+        cdef ByteView v
+        cdef Py_buffer pybuf
+        cdef Py_ssize_t pos = start, length, added = 0, n
+        cdef Py_ssize_t mark[23]
+        cdef const uint8_t* p
+        cdef int64_t stopped = -1, next_offset = min_offset
+        cdef RecordBatch batch
+        cdef bytes topic_bytes = topic.encode("utf-8")
+        if not self.with_source:
+            raise ValueError("append_from is for the records of columnar_records()")
+        if max_rows < 0:
+            max_rows = PY_SSIZE_T_MAX
+        view_open(buf, &v, &pybuf)
+        try:
+            if start < 0 or start > v.size:
+                raise ValueError("start is outside the buffer")
+            while pos < v.size:
+                self.mark(mark)
+                try:
+                    length = check_batch_at(v.data, v.size, pos, True, check_crcs)
+                    if length < 0:
+                        pos = v.size
+                        break
+                    p = v.data + pos
+                    if p[16] != 2:
+                        n = self.append_legacy(buf, pos, length, min_offset, max_rows - added,
+                                               max_decompressed_size, &stopped)
+                    elif get_i16(p + 21) & 0x07 == CODEC_NONE:
+                        # Uncompressed (most fetched data): straight from the input, no
+                        # batch object or view made per batch.
+                        n = self.append_plain(p, pos, length, skip_control, min_offset,
+                                              max_rows - added, &stopped)
+                    else:
+                        batch = batch_at(buf, p, pos, length, max_decompressed_size)
+                        if skip_control and batch.attributes & ATTR_CONTROL:
+                            n = 0
+                        elif min_offset >= 0 and batch.next_offset <= min_offset:
+                            n = 0
+                        else:
+                            n = self.append_batch(batch, min_offset, max_rows - added, &stopped)
+                    if n:
+                        self.add_source(n, <const uint8_t*>PyBytes_AS_STRING(topic_bytes),
+                                        len(topic_bytes), partition)
+                except BaseException as exc:
+                    self.rewind(mark)
+                    if isinstance(exc, Exception):
+                        exc.resume_position = pos
+                        exc.resume_offset = next_offset
+                    raise
+                added += n
+                if n:
+                    next_offset = self.last_offset() + 1
+                if stopped >= 0:
+                    return added, pos, stopped, next_offset - 1 if added else -1
+                pos += length
+        finally:
+            view_close(&v, &pybuf)
+        return added, pos, -1, next_offset - 1 if added else -1
+
+    cdef int64_t last_offset(self) noexcept:
+        return (<int64_t*>self.offset.buf.data)[self.num_rows - 1]
+
+    cdef Py_ssize_t append_legacy(self, object buf, Py_ssize_t pos, Py_ssize_t length,
+                                  int64_t min_offset, Py_ssize_t room,
+                                  Py_ssize_t max_decompressed_size,
+                                  int64_t* stopped_at) except -1:
+        """A magic 0/1 message (or compressed wrapper) of ``buf`` at ``pos``, as
+        :meth:`append_batch`."""
+        cdef LegacyBatch b = LegacyBatch.__new__(LegacyBatch)
+        cdef Py_ssize_t added = 0, klen, vlen
+        cdef const uint8_t* p
+        cdef ByteView v
+        cdef Py_buffer pybuf
+        stopped_at[0] = -1
+        view_open(buf, &v, &pybuf)
+        try:
+            p = v.data + pos
+            b.last_offset = get_i64(p)
+            b.crc = <uint32_t>get_i32(p + 12)
+            b.magic = <int8_t>p[16]
+            b.attributes = <int8_t>p[17]
+            b.timestamp = get_i64(p + 18) if b.magic == 1 else -1
+        finally:
+            view_close(&v, &pybuf)
+        b.position = pos
+        b.size_in_bytes = length
+        b._source = buf
+        b._max_decompressed = max_decompressed_size
+        if min_offset >= 0 and b.next_offset <= min_offset:
+            return 0
+        ts_type = b.timestamp_type
+        for offset, ts, key, value, headers in b.records():
+            if min_offset >= 0 and offset < min_offset:
+                continue
+            if added == room:
+                stopped_at[0] = offset
+                return added
+            klen = -1 if key is None else len(key)
+            vlen = -1 if value is None else len(value)
+            self.reserve(1, max(klen, 0) + max(vlen, 0))
+            self.add_reserved(
+                offset, ts, ts_type,
+                NULL if key is None else <const uint8_t*>PyBytes_AS_STRING(key), klen,
+                NULL if value is None else <const uint8_t*>PyBytes_AS_STRING(value), vlen)
+            self.add_header_objects(())
+            added += 1
+        return added
+
     def to_arrow(self):
         """A ``pyarrow.RecordBatch`` with the columns of Spark's Kafka source that the records
         themselves carry: key, value, offset, timestamp, timestampType (and headers)."""
@@ -217,6 +499,13 @@ cdef class ColumnarRecords:
         ts_type = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(self.timestamp_type)])
         arrays = [key, value, offset, timestamp, ts_type]
         names = ["key", "value", "offset", "timestamp", "timestampType"]
+        if self.with_source:  # Spark's order: key, value, topic, partition, offset, ...
+            arrays[2:2] = [
+                pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(self.topic_offsets),
+                                                      pa.py_buffer(self.topic_data)]),
+                pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(self.partition)]),
+            ]
+            names[2:2] = ["topic", "partition"]
         if self.include_headers:
             h = self.num_headers
             hkey = pa.Array.from_buffers(
@@ -234,6 +523,16 @@ cdef class ColumnarRecords:
             arrays.append(headers)
             names.append("headers")
         return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def columnar_records():
+    """An empty :class:`ColumnarRecords` for :meth:`ColumnarRecords.append_from`: its
+    ``to_arrow`` has Spark's Kafka source columns (key, value, topic, partition, offset,
+    timestamp, timestampType, headers), with no rows as with many."""
+    cdef ColumnarRecords cols = ColumnarRecords()
+    cols.with_source = True
+    cols.include_headers = True
+    return cols
 
 
 def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,

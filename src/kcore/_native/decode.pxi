@@ -573,6 +573,79 @@ cdef Py_ssize_t check_batch_at(const uint8_t* data, Py_ssize_t size, Py_ssize_t 
     return length + 12
 
 
+cdef RecordBatch batch_at(object buf, const uint8_t* p, Py_ssize_t pos, Py_ssize_t length,
+                          Py_ssize_t max_decompressed_size):
+    """The v2 batch at ``p`` (``pos`` in ``buf``), ``length`` bytes, checked by
+    check_batch_at."""
+    cdef RecordBatch batch = RecordBatch.__new__(RecordBatch)
+    batch.base_offset = get_i64(p)
+    batch.partition_leader_epoch = get_i32(p + 12)
+    batch.magic = 2
+    batch.crc = <uint32_t>get_i32(p + CRC_OFFSET)
+    batch.attributes = get_i16(p + 21)
+    batch.last_offset_delta = get_i32(p + 23)
+    batch.base_timestamp = get_i64(p + 27)
+    batch.max_timestamp = get_i64(p + 35)
+    batch.producer_id = get_i64(p + 43)
+    batch.producer_epoch = get_i16(p + 51)
+    batch.base_sequence = get_i32(p + 53)
+    batch.record_count = get_i32(p + 57)
+    if batch.record_count < 0:
+        raise InvalidLengthError("negative record count", pos + 57)
+    batch.position = pos
+    batch.size_in_bytes = length
+    batch._source = buf
+    batch._max_decompressed = max_decompressed_size
+    return batch
+
+
+DEF MIN_ENTRY_LENGTH = 14  # the shortest length field of a batch or message (magic 0, empty)
+
+
+def scan_complete_batches(object buf, list epochs=None):
+    """``(end, size)``: the offset after the last complete batch (or legacy message) at the
+    start of ``buf`` (-1: none) and the bytes the complete ones take, read from their headers
+    alone (base offset, length, magic and, in magic 2, the last offset delta; a magic 0/1
+    entry ends at its own offset). ``epochs`` gets (last offset, leader epoch) of each run of
+    batches with one partition leader epoch (-1 for magic 0/1). A length no batch has ends the
+    scan (the decoder reports it). None when an offset is too near the int64 limits to add to
+    (garbage; the caller may scan in Python)."""
+    cdef ByteView v
+    cdef Py_buffer pybuf
+    cdef Py_ssize_t pos = 0, n
+    cdef const uint8_t* p
+    cdef int32_t length, epoch
+    cdef int64_t base, last, end = -1
+    view_open(buf, &v, &pybuf)
+    try:
+        while v.size - pos >= 12:
+            p = v.data + pos
+            length = get_i32(p + 8)
+            if length < MIN_ENTRY_LENGTH or length > v.size - pos - 12:
+                break
+            base = get_i64(p)
+            if base > INT64_MAX - 0x80000001 or base < INT64_MIN + 0x80000001:
+                return None
+            epoch = -1
+            if length >= 15 and p[16] == 2:  # magic 2: lastOffsetDelta at 23
+                last = base + get_i32(p + 23)
+                epoch = get_i32(p + 12)
+            else:
+                last = base
+            if last + 1 > end:
+                end = last + 1
+            if epochs is not None:
+                n = len(epochs)
+                if n and epochs[n - 1][1] == epoch:
+                    epochs[n - 1] = (end - 1, epoch)
+                else:
+                    epochs.append((end - 1, epoch))
+            pos += 12 + length
+    finally:
+        view_close(&v, &pybuf)
+    return end, pos
+
+
 def decode_batches(object buf, bint allow_partial=False, *, bint check_crcs=True,
                    Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
     """Decode every batch in ``buf`` (v2 batches and magic 0/1 messages, as a Fetch response's
@@ -584,7 +657,6 @@ def decode_batches(object buf, bint allow_partial=False, *, bint check_crcs=True
     cdef Py_buffer pybuf
     cdef Py_ssize_t pos = 0, length
     cdef const uint8_t* p
-    cdef RecordBatch batch
     cdef LegacyBatch legacy
     cdef list out = []
     if max_decompressed_size < 0:
@@ -597,26 +669,7 @@ def decode_batches(object buf, bint allow_partial=False, *, bint check_crcs=True
                 break
             p = v.data + pos
             if p[16] == 2:
-                batch = RecordBatch.__new__(RecordBatch)
-                batch.base_offset = get_i64(p)
-                batch.partition_leader_epoch = get_i32(p + 12)
-                batch.magic = 2
-                batch.crc = <uint32_t>get_i32(p + CRC_OFFSET)
-                batch.attributes = get_i16(p + 21)
-                batch.last_offset_delta = get_i32(p + 23)
-                batch.base_timestamp = get_i64(p + 27)
-                batch.max_timestamp = get_i64(p + 35)
-                batch.producer_id = get_i64(p + 43)
-                batch.producer_epoch = get_i16(p + 51)
-                batch.base_sequence = get_i32(p + 53)
-                batch.record_count = get_i32(p + 57)
-                if batch.record_count < 0:
-                    raise InvalidLengthError("negative record count", pos + 57)
-                batch.position = pos
-                batch.size_in_bytes = length
-                batch._source = buf
-                batch._max_decompressed = max_decompressed_size
-                out.append(batch)
+                out.append(batch_at(buf, p, pos, length, max_decompressed_size))
             else:
                 legacy = LegacyBatch.__new__(LegacyBatch)
                 legacy.last_offset = get_i64(p)

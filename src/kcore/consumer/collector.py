@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from kcore.codec import decode_columns, decode_records
+from kcore.codec import columnar_records, decode_records
 from kcore.consumer.fetch_buffer import FetchBuffer, FetchedData
 from kcore.consumer.fetcher import Fetcher
 from kcore.consumer.positions import PartitionState
@@ -51,6 +52,8 @@ class FetchCollector:
         self.check_crcs = check_crcs
         self.wake = wake  # wakes the fetcher: a partition's read-ahead was used up or dropped
         self.last_poll: float | None = None  # when a poll last returned (time.monotonic())
+        self._value_bytes = 0.0  # value bytes a row in the last poll_arrow (sizes the next)
+        self._used_up = False  # the take under way used up queued data
         # Told how many records of a partition each poll handed out (topic, partition,
         # records): OpenTelemetry metrics; None while they are off.
         self.on_taken: Callable[[str, int, int], None] | None = None
@@ -91,7 +94,7 @@ class FetchCollector:
             if st is None:
                 self.buffer.remove(data)  # unassigned since it was fetched
                 continue
-            if data.decoded is None and st.position != data.fetch_offset:
+            if data.decoded is None and st.position != data.next_offset:
                 f.drop_queued(data.tp)  # sought since it was fetched: all of it is stale
                 self.wake()
                 return None, True
@@ -119,7 +122,7 @@ class FetchCollector:
         self.metrics.record("bytes-consumed", len(data.records))
         if data.end_offset > (st.position or 0):
             st.took(data, data.end_offset)
-        self.wake()
+        self._used_up = True  # the fetcher is woken once the poll is done (_woken)
 
     def _record_lag(self, st: PartitionState) -> None:
         """records-lag-max: how far a partition's position is behind its high watermark
@@ -133,9 +136,21 @@ class FetchCollector:
         if records:
             self.metrics.record("records-consumed", records)
 
+    @contextmanager
+    def _woken(self) -> Iterator[None]:
+        """Around a poll's take: if it used up queued data, the fetcher is woken once at the
+        end (to read ahead again), not once per partition's data (each wake is a write to
+        the event loop's self-pipe and a pass of its fetch loop)."""
+        self._used_up = False
+        try:
+            yield
+        finally:
+            if self._used_up:
+                self.wake()
+
     def take_records(self, max_records: int) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
-        with self.positions.locked():
+        with self._woken(), self.positions.locked():
             while len(out) < max_records:
                 data = self._next_data(bool(out))
                 if data is None:
@@ -156,7 +171,8 @@ class FetchCollector:
                     data.taken += n
                     if self.on_taken is not None:
                         self.on_taken(data.tp.topic, data.tp.partition, n)
-                    st.took(data, recs[data.taken - 1].offset + 1)
+                    data.next_offset = recs[data.taken - 1].offset + 1
+                    st.took(data, data.next_offset)
                 if data.taken >= len(recs):
                     self._finish(data, st)
                 self._record_lag(st)
@@ -164,13 +180,15 @@ class FetchCollector:
         return out
 
     def _decode(self, data: FetchedData) -> list[ConsumerRecord]:
-        """The records at or after the fetch offset (a fetch may start inside a batch), made
-        as ConsumerRecords by the codec; control batches are skipped (and, read_committed,
-        the batches of aborted transactions)."""
+        """The records still to hand out (at or after the fetch offset: a fetch may start
+        inside a batch; after what poll_arrow took of it), made as ConsumerRecords by the
+        codec; control batches are skipped (and, read_committed, the batches of aborted
+        transactions)."""
+        records = _records(data)
         return decode_records(  # type: ignore[no-any-return]
-            _committed(data) if data.aborted else data.records,
+            memoryview(records)[data.position :] if data.position else records,
             True,  # a fetch response may end with a partial batch (the next fetch gets it whole)
-            data.fetch_offset,
+            data.next_offset,
             check_crcs=self.check_crcs,
             record_type=ConsumerRecord,
             topic=data.tp.topic,
@@ -178,47 +196,63 @@ class FetchCollector:
         )
 
     def take_arrow(self, max_records: int) -> Any:
-        import pyarrow as pa
-
-        batches: list[Any] = []
+        """Up to ``max_records`` records as one Arrow record batch with Spark's columns: the
+        records of every partition's data taken are decoded by the codec straight into the
+        one set of column buffers the batch wraps (each value copied once, from the fetch
+        response; no batch per partition to concatenate)."""
+        cols = columnar_records()
         left = max_records
-        with self.positions.locked():
+        with self._woken(), self.positions.locked():
+            # The values' buffer in one piece: at most what is queued, and about what
+            # max_records took in earlier calls.
+            room = sum(len(d.records) - d.position for d in self.buffer.peek() if d.error is None)
+            if self._value_bytes:
+                room = min(room, int(max_records * self._value_bytes * 1.25) + 4096)
+            cols.reserve_values(room)
             while left > 0:
-                data = self._next_data(bool(batches))
+                data = self._next_data(cols.num_rows > 0)
                 if data is None:
                     break
                 st = self.positions.require(data.tp)
-                if data.decoded is None:
-                    try:
-                        records = _committed(data) if data.aborted else data.records
-                        cols = decode_columns(
-                            records, min_offset=data.fetch_offset, check_crcs=self.check_crcs
-                        )
-                    except Exception as exc:
-                        if batches:  # hand out what was taken; the next poll raises
-                            break
-                        raise _naming(exc, data) from None
-                    data.decoded = [cols.to_arrow()]
-                    data.taken = 0
-                rb = data.decoded[0]
-                n = min(left, rb.num_rows - data.taken)
-                if n > 0:
-                    part = rb.slice(data.taken, n)
-                    batches.append(_with_topic(part, data.tp))
-                    data.taken += n
-                    left -= n
-                    if self.on_taken is not None:
-                        self.on_taken(data.tp.topic, data.tp.partition, n)
-                    st.took(data, part.column("offset")[n - 1].as_py() + 1)
-                if data.taken >= rb.num_rows:
+                if data.decoded is not None:  # poll decoded it: the rest from its next record
+                    data.decoded = None
+                before = cols.num_rows
+                try:
+                    n, position, stopped, last = cols.append_from(
+                        _records(data),
+                        data.position,
+                        min_offset=data.next_offset,
+                        max_rows=left,
+                        topic=data.tp.topic,
+                        partition=data.tp.partition,
+                        check_crcs=self.check_crcs,
+                    )
+                except Exception as exc:
+                    n = cols.num_rows - before
+                    if n:  # rows of whole batches before the fault: handed out
+                        data.position = exc.resume_position  # type: ignore[attr-defined]
+                        self._took(data, st, n, exc.resume_offset - 1)  # type: ignore[attr-defined]
+                    if cols.num_rows:  # hand out what was taken; the next poll raises
+                        break
+                    raise _naming(exc, data) from None
+                if n:
+                    self._took(data, st, n, last)
+                left -= n
+                data.position = position
+                if stopped < 0:
                     self._finish(data, st)
                 self._record_lag(st)
-        self.consumed(max_records - left)
-        if not batches:
-            return _empty_arrow()
-        if len(batches) == 1:
-            return batches[0]
-        return pa.concat_batches(batches)
+        self.consumed(cols.num_rows)
+        if cols.num_rows:
+            self._value_bytes = len(cols.value_data) / cols.num_rows
+        return cols.to_arrow()
+
+    def _took(self, data: FetchedData, st: PartitionState, n: int, last: int) -> None:
+        """poll_arrow handed out ``n`` records of ``data``, the last at offset ``last``."""
+        data.next_offset = last + 1
+        if self.on_taken is not None:
+            self.on_taken(data.tp.topic, data.tp.partition, n)
+        st.took(data, data.next_offset)
 
 
 def _naming(error: Exception, data: FetchedData) -> Exception:
@@ -234,35 +268,12 @@ def _naming(error: Exception, data: FetchedData) -> Exception:
     return named
 
 
-def _committed(data: FetchedData) -> Any:
-    """read_committed: ``data``'s records without those of aborted transactions."""
-    from kcore.consumer.aborted import drop_aborted
+def _records(data: FetchedData) -> Any:
+    """``data``'s record batches; read_committed, without those of aborted transactions."""
+    if not data.aborted:
+        return data.records
+    if data.committed is None:
+        from kcore.consumer.aborted import drop_aborted
 
-    assert data.aborted is not None
-    return drop_aborted(data.records, data.aborted)
-
-
-def _with_topic(rb: Any, tp: TopicPartition) -> Any:
-    """Spark's Kafka source columns: key, value, topic, partition, offset, timestamp,
-    timestampType (and headers)."""
-    import numpy as np
-    import pyarrow as pa
-
-    n = rb.num_rows
-    topic = pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(n, np.int32)), pa.array([tp.topic], pa.string())
-    ).cast(pa.string())
-    arrays = [rb.column("key"), rb.column("value"), topic]
-    arrays.append(pa.array(np.full(n, tp.partition, np.int32)))
-    names = ["key", "value", "topic", "partition"]
-    for name in rb.schema.names:
-        if name not in ("key", "value"):
-            arrays.append(rb.column(name))
-            names.append(name)
-    return pa.RecordBatch.from_arrays(arrays, names=names)
-
-
-def _empty_arrow() -> Any:
-    from kcore.codec import decode_columns as dc
-
-    return _with_topic(dc(b"").to_arrow(), TopicPartition("", 0))
+        data.committed = drop_aborted(data.records, data.aborted)
+    return data.committed

@@ -36,6 +36,12 @@ class FetchedData:
     end_offset: int = -1  # the offset after its last complete batch
     decoded: list[Any] | None = None  # poll's cache of the decoded records
     taken: int = 0
+    # What is left to hand out: the records at or after ``next_offset``, in the batches from
+    # byte ``position`` of ``records`` on (poll_arrow appends them a call at a time).
+    next_offset: int = -1
+    position: int = 0
+    # read_committed: the records without the aborted transactions' (made once, when needed)
+    committed: Any = None
     error: BaseException | None = None
     # read_committed: (producer id, first offset) of the aborted transactions the response
     # named for this partition; None when there are none (poll filters only then).
@@ -43,6 +49,10 @@ class FetchedData:
     # (last offset, leader epoch) of each run of batches with one epoch, in offset order
     epochs: list[tuple[int, int]] = field(default_factory=list)
     leader_epoch: int = -1  # the partition leader's epoch the fetch was made under
+
+    def __post_init__(self) -> None:
+        if self.next_offset < 0:
+            self.next_offset = self.fetch_offset
 
     def epoch_at(self, offset: int) -> int:
         """The leader epoch of the batch holding ``offset`` (-1: unknown, magic 0/1)."""
@@ -75,8 +85,15 @@ class FetchBuffer:
     # -- the network side --------------------------------------------------------------------------
 
     def add(self, data: FetchedData) -> None:
+        self.add_all([data])
+
+    def add_all(self, datas: list[FetchedData]) -> None:
+        """Several partitions' data from one response, in order: the waiting poll is woken
+        once for all of them."""
+        if not datas:
+            return
         with self._lock:
-            self._completed.append(data)
+            self._completed.extend(datas)
             self._lock.notify_all()
         self._signal()
 

@@ -32,6 +32,7 @@ from typing import Any
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
 from kcore.cluster.offsets import OffsetLookup, OffsetLookupError, list_offsets
+from kcore.codec import scan_complete_batches
 from kcore.consumer.fetch_buffer import NO_PARTITION, FetchBuffer, FetchedData
 from kcore.consumer.fetch_session import (
     FINAL_EPOCH,
@@ -461,6 +462,23 @@ class Fetcher:
             raise err if err is not None else KcoreError("fetch failed")
         apply_leader_hints(self.cluster.cache, response)
         names_by_id = {tid: name for name, tid in ids.items()}
+        queued: list[FetchedData] = []  # the partitions' data, for poll all at once
+        # (under the positions' lock throughout: a seek cannot come between a partition's
+        # state taking its data into account and the data reaching the buffer)
+        with self.positions.locked():
+            try:
+                self._handle_response(response, wanted, names_by_id, queued)
+            finally:
+                self.buffer.add_all(queued)
+
+    def _handle_response(
+        self,
+        response: Any,
+        wanted: dict[TopicPartition, PartitionFetch],
+        names_by_id: dict[Any, str],
+        queued: list[FetchedData],
+    ) -> None:
+        """Each partition of a Fetch response; data for poll goes to ``queued``."""
         before = 0  # record bytes of the partitions answered before the one at hand
         for topic in response.responses:
             name = topic.topic or names_by_id.get(topic.topic_id, "")
@@ -476,14 +494,24 @@ class Fetcher:
                     room = MAX_INT32
                     if before:
                         room = min(max(0, self.max_bytes - before), asked.max_bytes)
-                    self._handle_partition(tp, asked.fetch_offset, asked.leader_epoch, p, room)
+                    self._handle_partition(
+                        tp, asked.fetch_offset, asked.leader_epoch, p, room, queued
+                    )
                 before += size
 
     def _handle_partition(
-        self, tp: TopicPartition, offset: int, epoch: int, p: Any, room: int = MAX_INT32
+        self,
+        tp: TopicPartition,
+        offset: int,
+        epoch: int,
+        p: Any,
+        room: int = MAX_INT32,
+        queued: list[FetchedData] | None = None,
     ) -> None:
         """One partition of a Fetch response to a request made at ``offset`` under leader
-        epoch ``epoch``; ``room``: the most of it the broker could have sent."""
+        epoch ``epoch``; ``room``: the most of it the broker could have sent. Its data goes
+        to ``queued`` (for the fetch buffer once the response is handled), else straight to
+        the buffer."""
         code = p.error_code
         with self.positions.locked():
             st = self.positions.get(tp)
@@ -540,7 +568,10 @@ class Fetcher:
                         data.aborted = [
                             (a.producer_id, a.first_offset) for a in p.aborted_transactions
                         ]
-                    self.buffer.add(data)
+                    if queued is not None:
+                        queued.append(data)
+                    else:
+                        self.buffer.add(data)
                 st.errors = 0
                 return
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -762,7 +793,21 @@ def _complete_end(records: Any, epochs: list[tuple[int, int]] | None = None) -> 
     batches take (0: not even the first is whole). Reads only batch headers: base offset,
     length, magic and, in magic 2, the last offset delta; a magic 0/1 entry carries the last
     offset of what it wraps. ``epochs`` gets (last offset, leader epoch) of each run of
-    batches with one partition leader epoch (magic 2 only; -1 for older batches)."""
+    batches with one partition leader epoch (magic 2 only; -1 for older batches). The codec
+    scans (a response of 16 KiB batches has dozens a partition); this is its fallback for
+    offsets at the int64 limits."""
+    found = scan_complete_batches(records, epochs)
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    if epochs is not None:
+        epochs.clear()
+    return _complete_end_python(records, epochs)
+
+
+def _complete_end_python(
+    records: Any, epochs: list[tuple[int, int]] | None = None
+) -> tuple[int, int]:
+    """:func:`_complete_end` in Python, with Python's unbounded ints."""
     pos, end, size = 0, -1, len(records)
     while pos + BATCH_HEADER <= size:
         length = int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True)

@@ -104,8 +104,10 @@ def _write_gathered(fd: int, buffers: list[Buffer]) -> list[Buffer]:
     return buffers
 
 
-class _Stream(asyncio.Protocol):
-    """Bytes in and out of the transport; everything else happens in :class:`BrokerConnection`."""
+class _Stream(asyncio.BufferedProtocol):
+    """Bytes in and out of the transport; everything else happens in :class:`BrokerConnection`.
+    The transport reads into the buffers the connection's protocol hands out (``recv_into``):
+    a fetch response's bytes are written once, by the socket, where they are decoded from."""
 
     def __init__(self, owner: BrokerConnection) -> None:
         self.owner = owner
@@ -114,6 +116,7 @@ class _Stream(asyncio.Protocol):
         self._can_write.set()
         self._pending: list[Buffer] = []
         self._fd = -1  # the socket, for gathering writes (plain TCP; TLS writes through SSL)
+        self._reading: memoryview | None = None  # the buffer the transport is reading into
 
     def send(self, segments: list[Buffer]) -> None:
         """Queue a request's ``segments``; everything queued in one loop iteration goes out in
@@ -149,8 +152,14 @@ class _Stream(asyncio.Protocol):
         if sock is not None and plain and hasattr(os, "writev"):  # (not on Windows)
             self._fd = sock.fileno()
 
-    def data_received(self, data: bytes) -> None:
-        self.owner._data_received(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        self._reading = self.owner._receive_buffer()
+        return self._reading
+
+    def buffer_updated(self, nbytes: int) -> None:
+        reading, self._reading = self._reading, None
+        assert reading is not None
+        self.owner._buffer_updated(reading, nbytes)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._can_write.set()
@@ -654,21 +663,29 @@ class BrokerConnection:
 
     # -- events from the stream -----------------------------------------------------------------
 
-    def _data_received(self, data: bytes) -> None:
+    def _receive_buffer(self) -> memoryview:
+        """Where the transport puts the next bytes it reads (the protocol's buffer)."""
+        return self._proto.get_buffer()
+
+    def _buffer_updated(self, buffer: memoryview, nbytes: int) -> None:
+        """``nbytes`` were read into the start of ``buffer`` (from :meth:`_receive_buffer`)."""
         self.last_active = time.monotonic()
         if len(self._head) < 4:
-            self._head += data[: 4 - len(self._head)]
+            self._head += bytes(buffer[: min(nbytes, 4 - len(self._head))])
         if self.settings.metrics is not None:
-            self.settings.metrics.record("incoming-byte", len(data))
+            self.settings.metrics.record("incoming-byte", nbytes)
         if self.counters is not None:
-            self.counters.rxbytes += len(data)
+            self.counters.rxbytes += nbytes
         try:
-            responses = self._proto.receive_data(data)
+            responses = self._proto.buffer_updated(nbytes)
         except ProtocolError as exc:
             if self.counters is not None:
                 self.counters.rxerrs += 1
             self.close(exc)
             return
+        self._deliver(responses)
+
+    def _deliver(self, responses: list[Any]) -> None:
         for response in responses:
             waiter = self._waiters.pop(response.correlation_id, None)
             if waiter is not None and not waiter.done():

@@ -24,6 +24,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from kcore.codec import receive_buffer
 from kcore.errors import KcoreError, ProtocolError, UnsupportedVersionError
 from kcore.protocol.messages import APIS, ApiKey, response_class
 from kcore.protocol.messages.response_header import ResponseHeader
@@ -44,6 +45,10 @@ __all__ = [
 # A corrupt size field must not make us buffer gigabytes; real responses are far smaller (the
 # broker's fetch.max.bytes defaults to 55 MiB).
 DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024
+
+# Reads land in a scratch buffer of this size; a frame bigger than it gets a buffer of its own.
+SCRATCH_SIZE = 64 * 1024
+_EMPTY = memoryview(b"")
 
 _SIZE = struct.Struct(">i")
 _HEADER_V1 = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
@@ -100,7 +105,15 @@ class KafkaProtocol:
         self.max_frame_size = max_frame_size
         self._next_correlation_id = 0
         self._in_flight: dict[int, InFlight] = {}
-        self._buffer = bytearray()
+        # Received bytes land in the scratch buffer (``_start``..``_end`` not yet taken), except
+        # within a frame bigger than it, which is read straight into a buffer of its own
+        # (``_big_frame``, filled up to ``_frame_filled``).
+        self._scratch = bytearray(SCRATCH_SIZE)
+        self._scratch_view = memoryview(self._scratch)
+        self._start = self._end = 0
+        self._big_frame: Any = None
+        self._frame_view = _EMPTY
+        self._frame_filled = 0
         self._pending_error: ProtocolError | None = None
         # The request header after (api key, version, correlation id) never changes: the
         # client id as an int16-length nullable string, always non-compact (even in header v2).
@@ -187,8 +200,44 @@ class KafkaProtocol:
 
     # -- receiving ------------------------------------------------------------------------------
 
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next bytes from the peer go (``asyncio.BufferedProtocol.get_buffer``):
+        write them there, then call :meth:`buffer_updated` with their count.
+
+        Within a frame larger than the scratch buffer this is the rest of that frame's own
+        buffer, so a big fetch response goes from the socket straight to where its records
+        are decoded from, never copied in between."""
+        if self._big_frame is not None:
+            return self._frame_view[self._frame_filled :]
+        return self._scratch_view[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> list[Response]:
+        """``nbytes`` were written at the start of the last :meth:`get_buffer`; returns every
+        response they complete, in arrival order (errors as :meth:`receive_data`)."""
+        if self._pending_error is not None:
+            raise self._pending_error
+        responses: list[Response] = []
+        try:
+            if self._big_frame is not None:
+                self._frame_filled += nbytes
+                if self._frame_filled < len(self._frame_view):
+                    return responses
+                frame, self._big_frame = self._frame_view, None
+                self._frame_view = _EMPTY
+                responses.append(self._decode_frame(frame))
+            else:
+                self._end += nbytes
+            self._take_frames(responses)
+        except ProtocolError as exc:
+            self._pending_error = exc  # the stream is out of step from here on
+            if not responses:
+                raise
+        return responses
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[Response]:
-        """Buffer ``data`` and return every response it completes, in arrival order.
+        """Buffer ``data`` and return every response it completes, in arrival order (for a
+        caller that reads into buffers of its own; :meth:`get_buffer` and
+        :meth:`buffer_updated` save the copy).
 
         Raises ``ProtocolError`` for a bad frame size, a correlation id that is not in flight,
         or a body that does not parse. If good responses precede the bad frame in the same
@@ -196,45 +245,65 @@ class KafkaProtocol:
         """
         if self._pending_error is not None:
             raise self._pending_error
-        if data:
-            self._buffer += data
-        responses: list[Response] = []
-        try:
-            while (frame := self._next_frame()) is not None:
-                responses.append(self._decode_frame(frame))
-        except ProtocolError as exc:
-            self._pending_error = exc  # the stream is out of step from here on
-            if not responses:
-                raise
-        return responses
+        with memoryview(data) as whole:
+            view = whole.cast("B") if whole.format != "B" or whole.ndim != 1 else whole
+            responses: list[Response] = []
+            pos, size = 0, view.nbytes
+            while pos < size:
+                target = self.get_buffer()
+                n = min(target.nbytes, size - pos)
+                target[:n] = view[pos : pos + n]
+                pos += n
+                try:
+                    responses += self.buffer_updated(n)
+                except ProtocolError:
+                    if responses:
+                        return responses  # the error is pending: the next call raises it
+                    raise
+                if self._pending_error is not None:
+                    break
+            return responses
 
-    def _next_frame(self) -> bytes | memoryview | None:
-        """Take the next complete frame (without its size) off the receive buffer."""
-        buf = self._buffer
-        if len(buf) < 4:
-            return None
-        (size,) = _SIZE.unpack_from(buf, 0)
-        if size < 4 or size > self.max_frame_size:
-            raise ProtocolError(f"response frame size {size} is out of range")
-        end = 4 + size
-        if end > len(buf):
-            return None
-        if end == len(buf):
-            # The buffer holds exactly this frame (typical of a big fetch response): hand the
-            # buffer itself over instead of copying it, and start a new one.
-            self._buffer = bytearray()
-            return memoryview(buf)[4:]
-        # Copy the frame out: records decode as views into it, so it must outlive the buffer
-        # (and a buffer with live views could not be resized).
-        with memoryview(buf) as view:
-            frame = bytes(view[4:end])
-        del buf[:end]
-        return frame
+    def _take_frames(self, responses: list[Response]) -> None:
+        """Every whole frame in the scratch buffer, decoded into ``responses``; a frame too big
+        for it moves to a buffer of its own (what it has of it copied there), which the
+        following reads fill directly."""
+        buf, view = self._scratch, self._scratch_view
+        start, end = self._start, self._end
+        try:
+            while end - start >= 4:
+                (size,) = _SIZE.unpack_from(buf, start)
+                if size < 4 or size > self.max_frame_size:
+                    raise ProtocolError(f"response frame size {size} is out of range")
+                if 4 + size <= end - start:
+                    # Copied out: records decode as views into the frame, which must outlive
+                    # the scratch buffer's next use (a small frame: a small copy).
+                    frame = bytes(view[start + 4 : start + 4 + size])
+                    start += 4 + size
+                    responses.append(self._decode_frame(frame))
+                    continue
+                if 4 + size > len(buf):
+                    self._big_frame = receive_buffer(size)
+                    self._frame_view = memoryview(self._big_frame)
+                    have = end - start - 4
+                    self._frame_view[:have] = view[start + 4 : end]
+                    self._frame_filled = have
+                    start = end
+                break
+        finally:
+            # What is left (the start of a frame that fits) moves to the front for the next read.
+            if start == end:
+                start = end = 0
+            elif start:
+                buf[: end - start] = buf[start:end]
+                start, end = 0, end - start
+            self._start, self._end = start, end
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet part of a complete response."""
-        return len(self._buffer)
+        within = 4 + self._frame_filled if self._big_frame is not None else 0  # (its size too)
+        return self._end - self._start + within
 
     def _decode_frame(self, frame: bytes | memoryview) -> Response:
         (correlation_id,) = _SIZE.unpack_from(frame, 0)
