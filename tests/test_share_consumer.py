@@ -85,8 +85,258 @@ def test_one_consumer_reads_and_accepts_everything(kafka_cluster: Any, share_top
         assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(40))
         assert {r.delivery_count for r in got} == {1}
         assert c.assignment() == {kcore.TopicPartition(topic, 0), kcore.TopicPartition(topic, 1)}
-        assert c.commit_sync(30) == {tp: None for tp in c.assignment()} or True
+        # The last poll's records are accepted by the commit (implicit mode).
+        results = c.commit_sync(30)
+        assert results and all(err is None for err in results.values())
     # Everything was accepted: a new member of the group gets nothing.
     with consumer(kafka_cluster, group) as again:
         again.subscribe([topic])
         assert poll_until(again, 1, timeout=5) == []
+
+
+class Member(threading.Thread):
+    """A share consumer polling in its own thread (implicit mode), keeping what it read."""
+
+    def __init__(self, cluster: Any, group: str, topic: str, **extra: Any) -> None:
+        super().__init__(daemon=True)
+        self.consumer = consumer(cluster, group, **extra)
+        self.topic = topic
+        self.records: list[ShareRecord] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.consumer.subscribe([self.topic])
+            while not self.stop.is_set():
+                records = self.consumer.poll(0.5)
+                self.records.extend(records)
+                time.sleep(0.005 * len(records))  # the work, during which others take theirs
+        except WakeupError:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+        finally:
+            self.consumer.close()
+
+
+def test_members_share_the_work_each_record_accepted_once(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    topic, group = share_topic
+    # Small acquisitions (KIP-1206's record_limit), so that the records spread over members.
+    limit = {"max.poll.records": 10, "share.acquire.mode": "record_limit"}
+    members = [Member(kafka_cluster, group, topic, **limit) for _ in range(3)]
+    for m in members:
+        m.start()
+    total = 300
+    produce(kafka_cluster.bootstrap_servers, topic, total)
+    deadline = time.monotonic() + 90
+    while sum(len(m.records) for m in members) < total and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for m in members:
+        m.stop.set()
+    for m in members:
+        m.join(30)
+        assert m.error is None, m.error
+    values = [r.value for m in members for r in m.records]
+    assert sorted(values) == sorted(b"v%d" % i for i in range(total))  # each once, none lost
+    assert all(r.delivery_count == 1 for m in members for r in m.records)
+    # More than one member did some of the work (the broker spreads records over members).
+    assert sum(1 for m in members if m.records) >= 2
+    # All accepted (the members' close accepted their last poll): nothing is left.
+    with consumer(kafka_cluster, group) as late:
+        late.subscribe([topic])
+        assert poll_until(late, 1, timeout=4) == []
+
+
+def test_released_records_come_back_with_a_higher_delivery_count(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    topic, group = share_topic
+    produce(kafka_cluster.bootstrap_servers, topic, 10)
+    with consumer(kafka_cluster, group, **{"share.acknowledgement.mode": "explicit"}) as c:
+        c.subscribe([topic])
+        seen: dict[bytes, list[int]] = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sum(len(v) for v in seen.values()) < 20:
+            for r in c.poll(0.5):
+                seen.setdefault(r.value, []).append(r.delivery_count)
+                first = r.delivery_count == 1
+                c.acknowledge(r, AcknowledgeType.RELEASE if first else AcknowledgeType.ACCEPT)
+        assert seen == {b"v%d" % i: [1, 2] for i in range(10)}
+        assert all(err is None for err in c.commit_sync(30).values())
+        assert poll_until(c, 1, timeout=3) == []
+
+
+def test_rejected_records_never_come_back(kafka_cluster: Any, share_topic: Any) -> None:
+    topic, group = share_topic
+    produce(kafka_cluster.bootstrap_servers, topic, 20)
+    explicit = {"share.acknowledgement.mode": "explicit"}
+    outcomes: list[tuple[dict[Any, set[int]], Exception | None]] = []
+    with consumer(kafka_cluster, group, **explicit) as c:
+        c.set_acknowledgement_commit_callback(lambda offsets, err: outcomes.append((offsets, err)))
+        c.subscribe([topic])
+
+        def reject_odd(r: ShareRecord) -> AcknowledgeType:
+            odd = int(r.value[1:]) % 2
+            return AcknowledgeType.REJECT if odd else AcknowledgeType.RELEASE
+
+        poll_until(c, 20, ack=reject_odd)
+        assert all(err is None for err in c.commit_sync(30).values())
+        back = poll_until(c, 10, ack=lambda r: AcknowledgeType.ACCEPT)
+        assert sorted(r.value for r in back) == sorted(b"v%d" % i for i in range(0, 20, 2))
+        assert poll_until(c, 1, timeout=3) == []
+    # The callback heard of every acknowledgement, each without an error.
+    acked = [
+        (tp, o)
+        for offsets, err in outcomes
+        if err is None
+        for tp, os in offsets.items()
+        for o in os
+    ]
+    assert len(acked) == 30 and all(err is None for _, err in outcomes)
+
+
+def test_a_record_past_the_delivery_count_limit_is_archived(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    topic, group = share_topic
+    group_config(kafka_cluster, group, share_delivery_count_limit=2)
+    produce(kafka_cluster.bootstrap_servers, topic, 4)
+    with consumer(kafka_cluster, group, **{"share.acknowledgement.mode": "explicit"}) as c:
+        c.subscribe([topic])
+        counts: dict[bytes, list[int]] = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for r in c.poll(0.5):
+                counts.setdefault(r.value, []).append(r.delivery_count)
+                c.acknowledge(r, AcknowledgeType.RELEASE)
+            if len(counts) == 4 and all(len(v) >= 2 for v in counts.values()):
+                break
+        assert c.commit_sync(30)
+        assert poll_until(c, 1, timeout=3) == []  # a third delivery never comes
+    assert counts == {b"v%d" % i: [1, 2] for i in range(4)}
+
+
+@pytest.mark.slow
+def test_a_silent_members_records_return_when_its_locks_time_out(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    # One partition: the group's assignor gives it to both members (with two partitions and
+    # two members each could get one, and the silent member's would wait for it).
+    _, group = share_topic
+    topic = name("share1")
+    kafka_cluster.create_topic(topic, 1)
+    group_config(kafka_cluster, group, share_record_lock_duration_ms=2000)
+    produce(kafka_cluster.bootstrap_servers, topic, 10, partitions=1)
+    explicit = {"share.acknowledgement.mode": "explicit"}
+    with consumer(kafka_cluster, group, **explicit) as silent:
+        silent.subscribe([topic])
+        held = poll_until(silent, 1)
+        assert held
+        # It neither acknowledges nor polls again: another member gets its records once the
+        # locks expire, delivered a second time (and the rest for the first time).
+        with consumer(kafka_cluster, group) as other:
+            other.subscribe([topic])
+            got = poll_until(other, 10, timeout=60)
+            assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(10))
+            again = {r.value for r in held}
+            assert {r.value: r.delivery_count for r in got} == {
+                r.value: 2 if r.value in again else 1 for r in got
+            }
+        # Its late acknowledgements change nothing: the records were the other member's.
+        for r in held:
+            silent.acknowledge(r, AcknowledgeType.RELEASE)
+        silent.commit_sync(30)
+        assert poll_until(silent, 1, timeout=3) == []
+
+
+def test_close_releases_what_the_consumer_holds(kafka_cluster: Any, share_topic: Any) -> None:
+    topic, group = share_topic
+    # Locks far longer than the test waits: records come back by release, not by expiry.
+    group_config(kafka_cluster, group, share_record_lock_duration_ms=60000)
+    produce(kafka_cluster.bootstrap_servers, topic, 10)
+    explicit = {"share.acknowledgement.mode": "explicit"}
+    with consumer(kafka_cluster, group, **explicit) as first:
+        first.subscribe([topic])
+        held = poll_until(first, 1)
+        first.acknowledge(held[0], AcknowledgeType.ACCEPT)
+    # Closed with the rest unacknowledged (and maybe more fetched, never handed out): all
+    # released at close, so another member gets them at once.
+    with consumer(kafka_cluster, group) as second:
+        second.subscribe([topic])
+        got = poll_until(second, 9, timeout=20)
+        assert sorted(r.value for r in got) == sorted(
+            b"v%d" % i for i in range(10) if b"v%d" % i != held[0].value
+        )
+        counts = {r.value: r.delivery_count for r in got}
+        assert all(counts[r.value] == 2 for r in held[1:])
+
+
+def test_renew_keeps_the_record_for_a_later_acknowledgement(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    topic, group = share_topic
+    produce(kafka_cluster.bootstrap_servers, topic, 2, partitions=1)  # one batch, one poll
+    with consumer(kafka_cluster, group, **{"share.acknowledgement.mode": "explicit"}) as c:
+        c.subscribe([topic])
+        got = poll_until(c, 1)
+        assert len(got) == 2
+        for r in got:
+            c.acknowledge(r, AcknowledgeType.RENEW)
+        assert all(err is None for err in c.commit_sync(30).values())
+        for r in got:  # still this consumer's to acknowledge
+            c.acknowledge(r, AcknowledgeType.ACCEPT)
+        assert all(err is None for err in c.commit_sync(30).values())
+        assert poll_until(c, 1, timeout=3) == []
+
+
+def test_bad_use_is_refused(kafka_cluster: Any, share_topic: Any) -> None:
+    topic, group = share_topic
+    boot = kafka_cluster.bootstrap_servers
+    with pytest.raises(ConfigError, match="share group"):
+        ShareConsumer({"bootstrap.servers": boot, "group.id": group, "auto.offset.reset": "x"})
+    with pytest.raises(ConfigError, match="group.id"):
+        ShareConsumer({"bootstrap.servers": boot})
+    with pytest.raises(ConfigError, match="share.acknowledgement.mode"):
+        kcore.Consumer({"bootstrap.servers": boot, "share.acknowledgement.mode": "explicit"})
+    with pytest.raises(ConfigError):
+        ClientConfig(
+            {"bootstrap.servers": boot, "group.id": "g", "share.acknowledgement.mode": "manual"},
+            role="share_consumer",
+        )
+    produce(boot, topic, 4)
+    with consumer(kafka_cluster, group) as implicit:
+        with pytest.raises(KcoreError, match="subscribe"):
+            implicit.poll(0)
+        implicit.subscribe([topic])
+        got = poll_until(implicit, 1)
+        with pytest.raises(AcknowledgementError, match="explicit"):
+            implicit.acknowledge(got[0])
+    with consumer(kafka_cluster, group, **{"share.acknowledgement.mode": "explicit"}) as c:
+        c.subscribe([topic])
+        got = poll_until(c, 1)
+        r = got[0]
+        c.acknowledge(r)
+        with pytest.raises(AcknowledgementError, match="already"):
+            c.acknowledge(r, AcknowledgeType.REJECT)
+        foreign = r._replace(offset=r.offset + 1000)
+        with pytest.raises(AcknowledgementError, match="not delivered"):
+            c.acknowledge(foreign)
+        with pytest.raises(AcknowledgementError, match="acknowledgement type"):
+            c.acknowledge(got[-1], 9)
+        for other in got[1:]:
+            c.acknowledge(other, AcknowledgeType.RELEASE)
+        got = poll_until(c, 1)
+        with pytest.raises(AcknowledgementError, match="not acknowledged"):
+            c.poll(0)
+        for other in got:
+            c.acknowledge(other, AcknowledgeType.RELEASE)
+        c.wakeup()
+        with pytest.raises(WakeupError):
+            c.poll(5)
+    with pytest.raises(KcoreError, match="closed"):
+        c.acknowledge(r)
+    with pytest.raises(KcoreError, match="closed"):
+        c.poll(0)
