@@ -22,6 +22,7 @@ from kcore.errors import (
     BrokerConnectionError,
     ErrorCode,
     KafkaError,
+    KcoreError,
     KcoreTimeoutError,
     error_for_code,
     error_name,
@@ -61,7 +62,7 @@ class ShareMembership:
         self._topics_sent = False  # whether the broker has the current subscription
         # The broker's latest assignment (topic id, partitions); None: none received yet.
         self.assigned_ids: list[tuple[uuid.UUID, list[int]]] | None = None
-        self.fatal: KafkaError | None = None
+        self.fatal: KcoreError | None = None
 
     @property
     def joined(self) -> bool:
@@ -191,6 +192,20 @@ class ShareHeartbeat:
                     return
                 await backoff.pause()
                 continue
+            except KafkaError as exc:  # the coordinator lookup's (e.g. the group denied)
+                if exc.retriable:
+                    await backoff.pause()
+                    continue
+                m.fatal = exc
+                self._assign(set())
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug must not silently end the membership
+                log.exception("share group %r: heartbeat", m.group_id)
+                m.fatal = KcoreError(f"share group {m.group_id!r}: heartbeat failed: {exc!r}")
+                self._assign(set())
+                return
             outcome = m.on_response(request, response)
             if outcome is Outcome.JOINED:
                 backoff.reset()
