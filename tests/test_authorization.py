@@ -138,7 +138,9 @@ def raises(error: type[BaseException], name: str) -> Any:
     return pytest.raises(error, match=re.escape(name))
 
 
-def poll_until_raises(consumer: kcore.Consumer | kcore.ShareConsumer, seconds: float = SECONDS) -> None:
+def poll_until_raises(
+    consumer: kcore.Consumer | kcore.ShareConsumer, seconds: float = SECONDS
+) -> None:
     """Poll until poll raises (it must within ``seconds``; the caller checks what)."""
     deadline = time.monotonic() + seconds
     got = 0
