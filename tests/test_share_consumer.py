@@ -219,6 +219,46 @@ def test_a_record_past_the_delivery_count_limit_is_archived(
     assert counts == {b"v%d" % i: [1, 2] for i in range(4)}
 
 
+def test_implicit_mode_small_polls_commit_async_and_the_callback(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    """Polls of 3 records out of larger acquisitions: each poll accepts the previous one's
+    records; commit_async sends the last ones; the callback hears of every offset once."""
+    topic, group = share_topic
+    produce(kafka_cluster.bootstrap_servers, topic, 30)
+    heard: list[tuple[Any, int, Exception | None]] = []
+
+    def callback(offsets: dict[Any, set[int]], err: Exception | None) -> None:
+        heard.extend((tp, o, err) for tp, os in offsets.items() for o in os)
+
+    with consumer(kafka_cluster, group, **{"max.poll.records": 3}) as c:
+        c.set_acknowledgement_commit_callback(callback)
+        c.subscribe([topic])
+        sizes: list[int] = []
+        got: list[ShareRecord] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 30 and time.monotonic() < deadline:
+            records = c.poll(0.5)
+            if records:
+                sizes.append(len(records))
+            got.extend(records)
+        assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(30))
+        assert max(sizes) <= 3
+        c.commit_async()
+        deadline = time.monotonic() + 30
+        while len(heard) < 30 and time.monotonic() < deadline:
+            assert c.poll(0.2) == []
+        assert sorted((tp.partition, o) for tp, o, _ in heard) == sorted(
+            (r.partition, r.offset) for r in got
+        )
+        assert all(err is None for _, _, err in heard)
+        # Leaving and joining again: everything was accepted, nothing comes back.
+        c.unsubscribe()
+        assert c.assignment() == set()
+        c.subscribe([topic])
+        assert poll_until(c, 1, timeout=4) == []
+
+
 @pytest.mark.slow
 def test_a_silent_members_records_return_when_its_locks_time_out(
     kafka_cluster: Any, share_topic: Any
@@ -340,3 +380,66 @@ def test_bad_use_is_refused(kafka_cluster: Any, share_topic: Any) -> None:
         c.acknowledge(r)
     with pytest.raises(KcoreError, match="closed"):
         c.poll(0)
+
+
+@pytest.mark.slow
+def test_members_carry_on_when_the_coordinator_and_a_leader_die(kafka_cluster3: Any) -> None:
+    """The group coordinator's broker is killed, then (restarted, and) the leader of partition
+    0: the members find the new coordinator, follow the partition to its new leader (a new
+    share session there) and read what is written afterwards; every record is delivered at
+    least once (those a dead leader had handed out may come again)."""
+    boot = kafka_cluster3.bootstrap_servers
+    topic, group = name("share3"), name("sg3")
+    kafka_cluster3.create_topic(topic, 2, 3)
+    group_config(kafka_cluster3, group, share_auto_offset_reset="earliest")
+    acks_all = {"bootstrap.servers": boot, "acks": "all", "linger.ms": 5}
+
+    def send(start: int, n: int) -> None:
+        with kcore.Producer(acks_all) as p:
+            for i in range(start, start + n):
+                p.send(topic, b"v%d" % i, partition=i % 2)
+            p.flush(60)
+
+    fast_metadata = {"metadata.max.age.ms": 2000}
+    members = [Member(kafka_cluster3, group, topic, **fast_metadata) for _ in range(2)]
+    for m in members:
+        m.start()
+
+    def wait_for_values(n: int) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if {r.value for m in members for r in m.records} >= {b"v%d" % i for i in range(n)}:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"the first {n} records were not all delivered")
+
+    killed = None
+    try:
+        send(0, 100)
+        wait_for_values(100)
+        heartbeat = members[0].consumer._heartbeat
+        assert heartbeat is not None
+        killed = heartbeat.link.node_id
+        assert killed is not None
+        kafka_cluster3.kill_broker(killed)
+        send(100, 100)
+        wait_for_values(200)
+        assert heartbeat.link.node_id != killed
+        kafka_cluster3.start_broker(killed)
+        leader = members[0].consumer.cluster.metadata.leader_for(topic, 0)
+        assert leader is not None
+        killed = leader.node_id
+        kafka_cluster3.kill_broker(killed)
+        send(200, 100)
+        wait_for_values(300)
+        new_leader = members[0].consumer.cluster.metadata.leader_for(topic, 0)
+        assert new_leader is not None and new_leader.node_id != killed
+        for m in members:
+            assert m.error is None, m.error
+    finally:
+        for m in members:
+            m.stop.set()
+        for m in members:
+            m.join(30)
+        if killed is not None:
+            kafka_cluster3.start_broker(killed)

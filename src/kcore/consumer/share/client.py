@@ -145,6 +145,10 @@ class ShareConsumer:
             self._run_callbacks()
             records = self.buffer.take(self.max_poll_records)
             if records:
+                # No fetch goes out to carry what is owed: it goes on its own, so that
+                # records read ahead do not hold acknowledgements back.
+                if self.acks.has_pending():
+                    self._send_pending()
                 self.acks.delivered(records)
                 return records
             left = deadline - time.monotonic()
@@ -211,6 +215,10 @@ class ShareConsumer:
         self._check_open()
         if not self.explicit:
             self.acks.settle_all(AcknowledgeType.ACCEPT)
+        self._send_pending()
+
+    def _send_pending(self) -> None:
+        """ShareAcknowledge in the background; the outcome goes to the commit callback."""
         fetcher = self.fetcher
 
         async def send() -> None:
