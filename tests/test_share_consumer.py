@@ -376,6 +376,15 @@ def test_bad_use_is_refused(kafka_cluster: Any, share_topic: Any) -> None:
         c.wakeup()
         with pytest.raises(WakeupError):
             c.poll(5)
+        # From another thread, while a poll waits (nothing is left to deliver).
+        poll_until(c, 10, timeout=3, ack=lambda r: AcknowledgeType.ACCEPT)
+        timer = threading.Timer(0.5, c.wakeup)
+        timer.start()
+        with pytest.raises(WakeupError):
+            while True:
+                for other in c.poll(30):
+                    c.acknowledge(other, AcknowledgeType.ACCEPT)
+        timer.join()
     with pytest.raises(KcoreError, match="closed"):
         c.acknowledge(r)
     with pytest.raises(KcoreError, match="closed"):

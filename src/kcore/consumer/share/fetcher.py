@@ -69,7 +69,15 @@ INT32_MAX = 2**31 - 1
 FINAL_EPOCH = -1
 # The session is gone or out of step on the broker: open a new one.
 NEW_SESSION_CODES = frozenset(
-    {ErrorCode.SHARE_SESSION_NOT_FOUND, ErrorCode.INVALID_SHARE_SESSION_EPOCH}
+    {
+        ErrorCode.SHARE_SESSION_NOT_FOUND,
+        ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+        # The member is between memberships (fenced, rejoining): the heartbeat sorts that
+        # out; the fetch opens a new session meanwhile.
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        ErrorCode.SHARE_SESSION_LIMIT_REACHED,
+    }
 )
 
 # (partition, offsets, error or None): how acknowledgements sent together ended.
@@ -306,6 +314,7 @@ class ShareFetcher:
             if code in NEW_SESSION_CODES:
                 log.info("share session on node %d: %s; opening a new one", node, err.name)
                 session.reset()
+                await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
                 return
             if self.cluster.handle_error_code(code) or err.retriable:
                 await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
