@@ -5,6 +5,7 @@ coming back to the others when its acquisition locks time out; bad use refused."
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -16,6 +17,7 @@ import kcore
 from kcore import AcknowledgeType, ShareConsumer, ShareRecord
 from kcore.config import ClientConfig
 from kcore.errors import AcknowledgementError, ConfigError, KcoreError, WakeupError
+from kcore.testing import KafkaCluster
 
 
 def name(prefix: str) -> str:
@@ -452,3 +454,28 @@ def test_members_carry_on_when_the_coordinator_and_a_leader_die(kafka_cluster3: 
             m.join(30)
         if killed is not None:
             kafka_cluster3.start_broker(killed)
+
+
+@pytest.mark.slow
+def test_a_restarted_broker_s_lost_share_session_is_opened_again(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker keeps share sessions in memory: after its restart the member's next ShareFetch
+    (at the old epoch) is refused, and the member opens a new session and reads on. Its own
+    single-node cluster, as the restart would disturb the shared ones."""
+    with KafkaCluster(1, work_dir=tmp_path) as cluster:
+        topic, group = name("restart"), name("sg")
+        cluster.create_topic(topic, 2)
+        group_config(cluster, group, share_auto_offset_reset="earliest")
+        produce(cluster.bootstrap_servers, topic, 10)
+        with consumer(cluster, group) as c:
+            c.subscribe([topic])
+            got = poll_until(c, 10)
+            c.commit_sync(30)
+            caplog.set_level(logging.INFO, logger="kcore.consumer.share")
+            cluster.stop_broker(1)
+            cluster.start_broker(1)
+            produce(cluster.bootstrap_servers, topic, 10)
+            got += poll_until(c, 10, timeout=90)
+        assert sorted(r.value for r in got) == sorted(b"v%d" % (i % 10) for i in range(20))
+        assert "opening a new one" in caplog.text
