@@ -5,6 +5,7 @@ coming back to the others when its acquisition locks time out; bad use refused."
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -479,3 +480,59 @@ def test_a_restarted_broker_s_lost_share_session_is_opened_again(
             got += poll_until(c, 10, timeout=90)
         assert sorted(r.value for r in got) == sorted(b"v%d" % (i % 10) for i in range(20))
         assert "opening a new one" in caplog.text
+
+
+def share_lag(cluster: Any, group: str, topic: str) -> int:
+    """The group's lag on partition 0 of ``topic`` (DescribeShareGroupOffsets v1 to its
+    coordinator): how many records there are not delivery-complete (-1: no state yet)."""
+    from kcore.cluster.client import ClusterClient
+    from kcore.cluster.coordinator import CoordinatorLink
+    from kcore.protocol.messages.describe_share_group_offsets_request import (
+        DescribeShareGroupOffsetsRequest,
+        DescribeShareGroupOffsetsRequestGroup,
+        DescribeShareGroupOffsetsRequestTopic,
+    )
+
+    async def ask() -> int:
+        async with ClusterClient({"bootstrap.servers": cluster.bootstrap_servers}) as client:
+            topics = [DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[0])]
+            request = DescribeShareGroupOffsetsRequest(
+                groups=[DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=topics)]
+            )
+            response = await CoordinatorLink(client, group).send(request)
+            (answer,) = response.groups
+            (partition,) = answer.topics[0].partitions
+            return int(partition.lag)
+
+    return asyncio.run(ask())
+
+
+def test_transaction_markers_in_acquired_ranges_are_acknowledged_as_gaps(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    """Records written in transactions: the commit markers take offsets inside the acquired
+    ranges and are never handed out; acknowledged as gaps, they let the share-partition start
+    offset move past them once every record is accepted."""
+    topic, group = share_topic
+    boot = kafka_cluster.bootstrap_servers
+    config = {"bootstrap.servers": boot, "transactional.id": name("txn")}
+    with kcore.Producer(config) as p:
+        p.init_transactions(30)
+        for txn in range(2):
+            p.begin_transaction()
+            for i in range(5):
+                p.send(topic, b"v%d" % (txn * 5 + i), partition=0)
+            p.commit_transaction(30)
+    with consumer(kafka_cluster, group) as c:
+        c.subscribe([topic])
+        got = poll_until(c, 10)
+        assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(10))
+        assert all(err is None for err in c.commit_sync(30).values())
+        # Records at 0-4 and 6-10, markers at 5 and 11: every offset's delivery is complete
+        # (accepted, or a gap), so the group's lag is 0.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if share_lag(kafka_cluster, group, topic) == 0:
+                break
+            time.sleep(0.5)
+        assert share_lag(kafka_cluster, group, topic) == 0

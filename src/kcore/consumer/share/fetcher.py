@@ -24,7 +24,7 @@ from typing import Any
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
-from kcore.codec import decode_records
+from kcore.codec import decode_batches
 from kcore.consumer.collector import ConsumerRecord
 from kcore.consumer.share.acknowledgements import (
     GAP,
@@ -357,35 +357,31 @@ class ShareFetcher:
         ranges = sorted(
             (a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records
         )
-        decoded = decode_records(
-            p.records,
-            True,
-            ranges[0][0],
-            check_crcs=self.check_crcs,
-            record_type=ConsumerRecord,
-            topic=tp.topic,
-            partition=tp.partition,
-        )
+        first_acquired = ranges[0][0]
         out: list[ShareRecord] = []
         present: set[int] = set()
-        i = 0
-        for rec in decoded:
-            while i < len(ranges) and rec.offset > ranges[i][1]:
-                i += 1
-            if i == len(ranges):
-                break
-            first, _, count = ranges[i]
-            if rec.offset >= first:
-                out.append(ShareRecord._make((*rec, count)))
-                present.add(rec.offset)
-        # Offsets acquired but holding no record (compacted, transaction markers) are gaps:
-        # acknowledged as such so that they do not come back. Only those before the last
-        # record seen: a batch cut short at the end of the response is not a gap.
-        last = max(present) if present else -1
+        covered = -1  # the last offset of the last whole batch in the response
+        for batch in decode_batches(p.records, True, check_crcs=self.check_crcs):
+            covered = max(covered, batch.next_offset - 1)
+            if batch.is_control or batch.next_offset <= first_acquired:
+                continue
+            i = 0
+            for rec in batch.records_as(ConsumerRecord, tp.topic, tp.partition, first_acquired):
+                while i < len(ranges) and rec.offset > ranges[i][1]:
+                    i += 1
+                if i == len(ranges):
+                    break
+                first, _, count = ranges[i]
+                if rec.offset >= first:
+                    out.append(ShareRecord._make((*rec, count)))
+                    present.add(rec.offset)
+        # Offsets acquired that hold no record (transaction markers, compacted away) are
+        # acknowledged as gaps so that they do not come back; only within the batches the
+        # response carried whole (a batch cut short at its end is fetched again).
         gaps = [
             o
             for first, end, _ in ranges
-            for o in range(first, min(end, last) + 1)
+            for o in range(first, min(end, covered) + 1)
             if o not in present
         ]
         if gaps:
