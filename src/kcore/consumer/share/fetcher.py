@@ -324,6 +324,7 @@ class ShareFetcher:
         session.advance()
         apply_leader_hints(self.cluster.cache, response)
         answered: set[TopicPartition] = set()
+        stale = False
         for topic in response.responses:
             name = names.get(topic.topic_id)
             if name is None:
@@ -338,22 +339,26 @@ class ShareFetcher:
                             p.acknowledge_error_code, p.acknowledge_error_message, "acknowledge"
                         )
                     self.results.append((tp, acks[tp], ack_err))
-                self._partition(tp, p)
+                stale = self._partition(tp, p) or stale
         for tp in set(acks) - answered:
             self.results.append((tp, acks[tp], None))
+        if stale:  # a pause for the metadata refresh, rather than asking the old leader again
+            await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
 
-    def _partition(self, tp: TopicPartition, p: Any) -> None:
+    def _partition(self, tp: TopicPartition, p: Any) -> bool:
+        """One partition of a ShareFetch answer: its records buffered, its gaps owed. Returns
+        whether it said the metadata is stale."""
         code = p.error_code
         if code != ErrorCode.NONE:
             if code in STALE_METADATA_CODES:
                 self.cluster.handle_error_code(code)
-                return
+                return True
             err = _error(code, p.error_message, f"ShareFetch of {tp.topic}-{tp.partition}")
             if not err.retriable:
                 self.error = err
-            return
+            return False
         if not p.acquired_records or not p.records:
-            return
+            return False
         ranges = sorted(
             (a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records
         )
@@ -388,6 +393,7 @@ class ShareFetcher:
             self.acks.add(tp, gaps, GAP)
         if out:
             self.buffer.put(out)
+        return False
 
     # -- acknowledging ------------------------------------------------------------------------
 
