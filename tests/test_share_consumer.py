@@ -18,6 +18,7 @@ import kcore
 from kcore import AcknowledgeType, ShareConsumer, ShareRecord
 from kcore.config import ClientConfig
 from kcore.errors import AcknowledgementError, ConfigError, KcoreError, WakeupError
+from kcore.producer import Producer  # imported here, not first inside a test with threads
 from kcore.testing import KafkaCluster
 
 
@@ -26,7 +27,7 @@ def name(prefix: str) -> str:
 
 
 def produce(bootstrap: str, topic: str, n: int, partitions: int = 2) -> None:
-    with kcore.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
         for i in range(n):
             p.send(topic, b"v%d" % i, key=b"k%d" % i, partition=i % partitions)
         p.flush(60)
@@ -407,7 +408,7 @@ def test_members_carry_on_when_the_coordinator_and_a_leader_die(kafka_cluster3: 
     acks_all = {"bootstrap.servers": boot, "acks": "all", "linger.ms": 5}
 
     def send(start: int, n: int) -> None:
-        with kcore.Producer(acks_all) as p:
+        with Producer(acks_all) as p:
             for i in range(start, start + n):
                 p.send(topic, b"v%d" % i, partition=i % 2)
             p.flush(60)
@@ -516,7 +517,7 @@ def test_transaction_markers_in_acquired_ranges_are_acknowledged_as_gaps(
     topic, group = share_topic
     boot = kafka_cluster.bootstrap_servers
     config = {"bootstrap.servers": boot, "transactional.id": name("txn")}
-    with kcore.Producer(config) as p:
+    with Producer(config) as p:
         p.init_transactions(30)
         for txn in range(2):
             p.begin_transaction()
