@@ -537,3 +537,31 @@ def test_transaction_markers_in_acquired_ranges_are_acknowledged_as_gaps(
                 break
             time.sleep(0.5)
         assert share_lag(kafka_cluster, group, topic) == 0
+
+
+def test_a_member_that_stops_polling_leaves_and_joins_again(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    """max.poll.interval.ms: a member that does not poll for that long leaves the group, so
+    its records go to the others (long before their locks would expire); its next poll joins
+    again."""
+    topic, group = share_topic
+    group_config(kafka_cluster, group, share_record_lock_duration_ms=60000)
+    produce(kafka_cluster.bootstrap_servers, topic, 10, partitions=1)
+    explicit = {"share.acknowledgement.mode": "explicit", "max.poll.interval.ms": 2000}
+    with consumer(kafka_cluster, group, **explicit) as slow:
+        slow.subscribe([topic])
+        held = poll_until(slow, 1)
+        with consumer(kafka_cluster, group) as other:
+            other.subscribe([topic])
+            got = poll_until(other, 10, timeout=20)
+            assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(10))
+            released = {h.value for h in held}
+            assert all(r.delivery_count == 2 for r in got if r.value in released)
+        assert slow.assignment() == set()
+        # Polling again: a member once more (the records are gone: nothing to read).
+        assert slow.poll(3) == []
+        deadline = time.monotonic() + 10
+        while not slow.assignment() and time.monotonic() < deadline:
+            slow.poll(0.2)
+        assert slow.assignment() == {kcore.TopicPartition(topic, 0), kcore.TopicPartition(topic, 1)}

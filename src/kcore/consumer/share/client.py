@@ -78,8 +78,19 @@ class ShareConsumer:
         )
         link = CoordinatorLink(self.cluster, self.membership.group_id)
         self._heartbeat = ShareHeartbeat(
-            self.cluster, link, self.membership, self._fetcher.set_assignment
+            self.cluster,
+            link,
+            self.membership,
+            self._fetcher.set_assignment,
+            max_poll_interval_s=int(self.config["max.poll.interval.ms"]) / 1000,
+            before_poll_timeout_leave=self._give_back,
         )
+
+    async def _give_back(self) -> None:
+        """Before leaving for not polling: every record held is released (delivered or read
+        ahead; not processed, as far as anyone knows) and the share sessions close."""
+        self._settle_for_leaving(AcknowledgeType.RELEASE)
+        self.fetcher.results.extend(await self.fetcher.acknowledge(final=True))
 
     @property
     def fetcher(self) -> ShareFetcher:
@@ -103,7 +114,11 @@ class ShareConsumer:
             raise KcoreError(f"subscribe() takes topic names, got {names!r}")
         self.membership.subscribe(names)
         self.cluster.add_topics(names)
+        assert self._heartbeat is not None
+        self._heartbeat.polled()  # the poll interval counts from here
+        self._start_heartbeat()
 
+    def _start_heartbeat(self) -> None:
         async def start() -> None:
             assert self._heartbeat is not None
             self._heartbeat.start()
@@ -138,6 +153,14 @@ class ShareConsumer:
         self._raise_if_woken()
         if self.membership.topics is None:
             raise KcoreError("poll() on a share consumer with no subscription: subscribe() first")
+        heartbeat = self._heartbeat
+        assert heartbeat is not None
+        if heartbeat.polled():
+            # It left the group for not polling within max.poll.interval.ms: what it held
+            # went back to the group, so nothing is owed any more; it joins again.
+            self.acks.forget()
+            self.buffer.drain()
+            self._start_heartbeat()
         self._settle_previous()
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
@@ -272,12 +295,13 @@ class ShareConsumer:
         if self._closed:
             raise KcoreError("the share consumer is closed")
 
-    def _settle_for_leaving(self) -> None:
+    def _settle_for_leaving(self, kind: AcknowledgeType | None = None) -> None:
         """Implicit mode: the last poll's records are accepted; explicit mode: those not
-        acknowledged are released. Records fetched but never handed out are released."""
-        self.acks.settle_all(
-            AcknowledgeType.ACCEPT if not self.explicit else AcknowledgeType.RELEASE
-        )
+        acknowledged are released (or all ``kind``). Records fetched but never handed out are
+        released."""
+        if kind is None:
+            kind = AcknowledgeType.RELEASE if self.explicit else AcknowledgeType.ACCEPT
+        self.acks.settle_all(kind)
         by_tp: dict[TopicPartition, list[int]] = {}
         for r in self.buffer.drain():
             by_tp.setdefault(TopicPartition(r.topic, r.partition), []).append(r.offset)

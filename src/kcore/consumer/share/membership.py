@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import REDISCOVER_CODES, CoordinatorLink
@@ -151,6 +152,8 @@ class ShareHeartbeat:
         link: CoordinatorLink,
         membership: ShareMembership,
         on_assignment: Callable[[set[TopicPartition]], None],
+        max_poll_interval_s: float = 300.0,
+        before_poll_timeout_leave: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.cluster = cluster
         self.link = link
@@ -160,6 +163,20 @@ class ShareHeartbeat:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.connect_error: BaseException | None = None  # a bootstrap waiting cannot fix
+        # max.poll.interval.ms: a member that stops polling leaves the group (its records go
+        # to the others); its next poll joins again.
+        self.max_poll_interval_s = max_poll_interval_s
+        self.last_poll = time.monotonic()
+        self.left_for_poll_timeout = False
+        # Run before leaving for not polling: the consumer gives back what it holds.
+        self.before_poll_timeout_leave = before_poll_timeout_leave
+
+    def polled(self) -> bool:
+        """The application polled (any thread): the member is alive. Returns whether it had
+        left for not polling (the caller starts it again, on the event loop)."""
+        self.last_poll = time.monotonic()
+        left, self.left_for_poll_timeout = self.left_for_poll_timeout, False
+        return left
 
     def start(self) -> None:
         if self._task is None or self._task.done():
@@ -178,6 +195,20 @@ class ShareHeartbeat:
         m = self.membership
         backoff = RetryPacing.within(None, self.cluster.retry_backoff)
         while m.fatal is None and m.topics is not None:
+            if time.monotonic() - self.last_poll > self.max_poll_interval_s:
+                log.warning(
+                    "share group %r: no poll for max.poll.interval.ms (%d ms); leaving the group",
+                    m.group_id,
+                    self.max_poll_interval_s * 1000,
+                )
+                if self.before_poll_timeout_leave is not None:
+                    try:
+                        await self.before_poll_timeout_leave()
+                    except Exception:  # noqa: BLE001 - leaving matters more
+                        log.exception("share group %r: giving records back", m.group_id)
+                await self._send_leave(5.0)
+                self.left_for_poll_timeout = True
+                return
             request = m.request()
             try:
                 response = await self.link.send(request)
@@ -211,7 +242,9 @@ class ShareHeartbeat:
                 backoff.reset()
                 if m.assigned_ids is not None:
                     self._assign(await resolve_topic_ids(self.cluster, m.assigned_ids))
-                await wait_event(self._wake, m.interval_s)
+                # Awake at the poll deadline too, to leave on time.
+                poll_due = self.last_poll + self.max_poll_interval_s - time.monotonic()
+                await wait_event(self._wake, max(0.0, min(m.interval_s, poll_due + 0.01)))
                 self._wake.clear()
             elif outcome is Outcome.REJOIN:
                 self._assign(set())
@@ -231,6 +264,10 @@ class ShareHeartbeat:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        self.left_for_poll_timeout = False
+        await self._send_leave(timeout)
+
+    async def _send_leave(self, timeout: float) -> None:
         m = self.membership
         if m.joined:
             try:
