@@ -157,6 +157,7 @@ class ShareFetcher:
         self.sessions: dict[int, ShareSession] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._inflight: dict[int, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[None]] = set()  # acknowledgements sent on their own
         self._changed = asyncio.Event()
         # Acknowledgement outcomes not yet reported to the application (the commit callback
         # runs on its thread); a fatal fetch error to raise from poll.
@@ -212,7 +213,9 @@ class ShareFetcher:
         # Acknowledgements for partitions no fetch goes to: sent on their own.
         stray = self.acks.pending_partitions() - {tp for tps in by_node.values() for tp in tps}
         if stray:
-            asyncio.get_running_loop().create_task(self.acknowledge(stray))
+            task = asyncio.get_running_loop().create_task(self._acknowledge_in_background(stray))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         self._changed.clear()
         while not len(self.buffer):
             left = deadline - time.monotonic()
@@ -396,6 +399,9 @@ class ShareFetcher:
         return False
 
     # -- acknowledging ------------------------------------------------------------------------
+
+    async def _acknowledge_in_background(self, partitions: set[TopicPartition]) -> None:
+        self.results.extend(await self.acknowledge(partitions))
 
     async def acknowledge(
         self, partitions: Iterable[TopicPartition] | None = None, *, final: bool = False
