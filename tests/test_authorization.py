@@ -138,7 +138,9 @@ def raises(error: type[BaseException], name: str) -> Any:
     return pytest.raises(error, match=re.escape(name))
 
 
-def poll_until_raises(consumer: kcore.Consumer, seconds: float = SECONDS) -> None:
+def poll_until_raises(
+    consumer: kcore.Consumer | kcore.ShareConsumer, seconds: float = SECONDS
+) -> None:
     """Poll until poll raises (it must within ``seconds``; the caller checks what)."""
     deadline = time.monotonic() + seconds
     got = 0
@@ -152,7 +154,7 @@ def committed_as_superuser(cluster: KafkaCluster, group: str, tp: TopicPartition
         return consumer.committed([tp], timeout=SECONDS)[tp]
 
 
-def close_promptly(client: kcore.Consumer | kcore.Producer) -> None:
+def close_promptly(client: kcore.Consumer | kcore.ShareConsumer | kcore.Producer) -> None:
     with within(5, "close()"):
         client.close()
 
@@ -170,6 +172,21 @@ def test_subscribing_in_a_denied_group_raises_from_poll(authz, prefix, protocol)
         with within(SECONDS, "the first error"), raises(GroupAuthorizationFailedError, group):
             poll_until_raises(consumer)
         # Not a one-off: the next poll says so again (Java's consumer does the same).
+        with within(SECONDS, "the second error"), raises(GroupAuthorizationFailedError, group):
+            poll_until_raises(consumer)
+        assert consumer.assignment() == set()
+    finally:
+        close_promptly(consumer)
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_a_share_consumer_in_a_denied_group_raises_from_poll(authz, prefix):
+    group = f"{prefix}-share-g1"
+    consumer = kcore.ShareConsumer(alice(authz, **{"group.id": group}))
+    try:
+        consumer.subscribe([OPEN_TOPIC])
+        with within(SECONDS, "the first error"), raises(GroupAuthorizationFailedError, group):
+            poll_until_raises(consumer)
         with within(SECONDS, "the second error"), raises(GroupAuthorizationFailedError, group):
             poll_until_raises(consumer)
         assert consumer.assignment() == set()

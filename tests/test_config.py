@@ -1040,6 +1040,18 @@ public class ConfigOracle {
         return AdminClientConfig.configDef();
     }
 
+    // ShareConsumerConfig is package-private: built by reflection, its own error unwrapped.
+    static AbstractConfig shareConsumerConfig(Map<String, Object> m) throws Exception {
+        Class<?> k = Class.forName("org.apache.kafka.clients.consumer.ShareConsumerConfig");
+        java.lang.reflect.Constructor<?> c = k.getDeclaredConstructor(Map.class);
+        c.setAccessible(true);
+        try {
+            return (AbstractConfig) c.newInstance(m);
+        } catch (java.lang.reflect.InvocationTargetException e) {
+            throw (Exception) e.getCause();
+        }
+    }
+
     static String text(Object v) {
         if (v instanceof Class) return ((Class<?>) v).getName();
         if (v instanceof List) {
@@ -1067,7 +1079,7 @@ public class ConfigOracle {
             if (role.equals("producer")) {
                 m.put("key.serializer", ser + "Serializer");
                 m.put("value.serializer", ser + "Serializer");
-            } else if (role.equals("consumer")) {
+            } else if (role.equals("consumer") || role.equals("share_consumer")) {
                 m.put("key.deserializer", ser + "Deserializer");
                 m.put("value.deserializer", ser + "Deserializer");
             }
@@ -1077,7 +1089,9 @@ public class ConfigOracle {
             }
             try {
                 AbstractConfig c = role.equals("producer") ? new ProducerConfig(m)
-                    : role.equals("consumer") ? new ConsumerConfig(m) : new AdminClientConfig(m);
+                    : role.equals("consumer") ? new ConsumerConfig(m)
+                    : role.equals("share_consumer") ? shareConsumerConfig(m)
+                    : new AdminClientConfig(m);
                 StringBuilder out = new StringBuilder("CASE\tOK");
                 for (Map.Entry<String, ?> e : new TreeMap<>(c.values()).entrySet())
                     out.append("\t").append(e.getKey()).append("=").append(text(e.getValue()));
@@ -1235,6 +1249,33 @@ ORACLE_CASES: list[tuple[str, dict[str, str]]] = [
     ),
     ("consumer", {"group.protocol": "Consumer"}),
     ("consumer", {"group.protocol": "share"}),
+    ("consumer", {"share.acknowledgement.mode": "explicit"}),
+    ("consumer", {"share.acknowledgement.mode": "EXPLICIT"}),
+    ("consumer", {"share.acknowledgement.mode": "manual"}),
+    ("consumer", {"share.acquire.mode": "record_limit"}),
+    ("consumer", {"share.acquire.mode": "RECORD_LIMIT"}),
+    ("consumer", {"share.acquire.mode": "batch"}),
+    # A share consumer (kcore also requires group.id, as Java's ShareConsumer does when built).
+    ("share_consumer", {"group.id": "g"}),
+    ("share_consumer", {"group.id": "g", "share.acknowledgement.mode": "explicit"}),
+    ("share_consumer", {"group.id": "g", "share.acknowledgement.mode": "EXPLICIT"}),
+    ("share_consumer", {"group.id": "g", "share.acquire.mode": "record_limit"}),
+    ("share_consumer", {"group.id": "g", "share.acquire.mode": "Record_Limit"}),
+    ("share_consumer", {"group.id": "g", "max.poll.records": "10"}),
+    *[
+        ("share_consumer", {"group.id": "g", key: value})
+        for key, value in [
+            ("auto.offset.reset", "earliest"),
+            ("enable.auto.commit", "false"),
+            ("group.instance.id", "i-1"),
+            ("isolation.level", "read_committed"),
+            ("partition.assignment.strategy", "range"),
+            ("session.timeout.ms", "10000"),
+            ("heartbeat.interval.ms", "1000"),
+            ("group.protocol", "consumer"),
+            ("group.remote.assignor", "uniform"),
+        ]
+    ],
     ("consumer", {"group.instance.id": ""}),
     ("consumer", {"group.instance.id": "i-1"}),
     ("consumer", {"isolation.level": "read_committed"}),

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from kcore.admin import AdminClient, AsyncAdminClient, NewTopic
     from kcore.cluster.otel import trace_context
     from kcore.consumer import AsyncConsumer, Consumer, ConsumerRecord
+    from kcore.consumer.share import AcknowledgeType, ShareConsumer, ShareRecord
     from kcore.producer import AsyncProducer, Producer, RecordMetadata
     from kcore.types import ConsumerGroupMetadata, TopicPartition
 
@@ -30,10 +31,14 @@ _LAZY = {
     "Consumer": "kcore.consumer",
     "AsyncConsumer": "kcore.consumer",
     "ConsumerRecord": "kcore.consumer",
+    "ShareConsumer": "kcore.consumer.share",
+    "ShareRecord": "kcore.consumer.share",
+    "AcknowledgeType": "kcore.consumer.share",
     "trace_context": "kcore.cluster.otel",
 }
 
 __all__ = [
+    "AcknowledgeType",
     "AdminClient",
     "AsyncAdminClient",
     "AsyncConsumer",
@@ -44,6 +49,8 @@ __all__ = [
     "NewTopic",
     "Producer",
     "RecordMetadata",
+    "ShareConsumer",
+    "ShareRecord",
     "TopicPartition",
     "__version__",
     "trace_context",

@@ -35,6 +35,8 @@ __all__ = [
     "ALIASES",
     "CONFIG_DEFS",
     "ROLES",
+    "SHARE_ONLY",
+    "SHARE_UNSUPPORTED",
     "STRICT_KEY",
     "SUPPORTED_SASL_MECHANISMS",
     "ClientConfig",
@@ -50,9 +52,28 @@ __all__ = [
     "parse_jaas_config",
 ]
 
-Role = Literal["admin", "producer", "consumer", "common"]
+Role = Literal["admin", "producer", "consumer", "share_consumer", "common"]
 # "common" is not a client: it takes only the keys every client has (for shared layers).
+# "share_consumer" (KIP-932's ShareConsumer) is the consumer's keys minus SHARE_UNSUPPORTED, as
+# Java's ShareConsumerConfig is its ConsumerConfig minus those; the key table names it
+# "consumer".
 ROLES: tuple[str, ...] = ("admin", "producer", "consumer")
+# Consumer keys a share consumer refuses (Java's ShareConsumerConfig): the broker assigns,
+# acquires and tracks delivery, so there is no offset reset, commit, isolation or assignor here.
+SHARE_UNSUPPORTED: tuple[str, ...] = (
+    "auto.offset.reset",
+    "enable.auto.commit",
+    "group.instance.id",
+    "isolation.level",
+    "partition.assignment.strategy",
+    "interceptor.classes",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "group.protocol",
+    "group.remote.assignor",
+)
+# Consumer keys only a share consumer takes (Java's ConsumerConfig refuses them set).
+SHARE_ONLY: tuple[str, ...] = ("share.acknowledgement.mode", "share.acquire.mode")
 ConfigType = Literal["int", "long", "double", "bool", "string", "list", "callable", "object"]
 
 HIDDEN = "[hidden]"
@@ -701,6 +722,15 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "Longest time a broker holds a fetch waiting for fetch.min.bytes."),
     ConfigDef("max.partition.fetch.bytes", "int", 1048576, _GE0, _CONSUMER,
               "Most bytes per partition in one fetch (soft limit)."),
+    # -- share consumer (KIP-932): Java keeps these in ConsumerConfig ---------------------------
+    ConfigDef("share.acknowledgement.mode", "string", "implicit",
+              _one_of("implicit", "explicit"), _CONSUMER,
+              "Share consumer: implicit (a poll's records are accepted at the next poll or "
+              "commit) or explicit (acknowledge() every record)."),
+    ConfigDef("share.acquire.mode", "string", "batch_optimized",
+              _one_of("batch_optimized", "record_limit", ignore_case=True), _CONSUMER,
+              "Share consumer: record_limit caps a poll at max.poll.records (KIP-1206); "
+              "batch_optimized may exceed it to keep whole batches."),
     ConfigDef("isolation.level", "string", "read_uncommitted",
               _one_of("read_uncommitted", "read_committed"), _CONSUMER,
               "read_committed hides records of open and aborted transactions."),
@@ -754,7 +784,6 @@ _UNSUPPORTED_JAVA_KEYS: tuple[tuple[str, str], ...] = (
     ("ssl.provider", "Python's ssl module has no provider choice"),
     ("ssl.secure.random.implementation", "Python's ssl module has no random choice"),
     ("bootstrap.controllers", "kcore's admin client talks to brokers only"),
-    ("share.", "share groups are not supported yet"),
     ("transaction.two.phase.commit.enable", "two-phase commit (KIP-939) is not supported yet"),
     ("internal.", "Java-internal settings are not supported"),
 )
@@ -775,6 +804,9 @@ def _defs_for(role: str) -> dict[str, ConfigDef]:
 
 
 _ROLE_DEFS: dict[str, dict[str, ConfigDef]] = {r: _defs_for(r) for r in (*ROLES, "common")}
+_ROLE_DEFS["share_consumer"] = {
+    k: d for k, d in _ROLE_DEFS["consumer"].items() if k not in SHARE_UNSUPPORTED
+}
 
 
 # -- parsing ----------------------------------------------------------------------------------
@@ -1098,6 +1130,8 @@ class ClientConfig(Mapping[str, Any]):
                 raise ConfigError(_show(key), "config keys must be strings")
             name = ALIASES.get(key, key)
             d = defs.get(name)
+            if d is None and role == "share_consumer" and name in SHARE_UNSUPPORTED:
+                raise ConfigError(name, "cannot be set when using a share group")
             if d is None:
                 other = _DEFS_BY_NAME.get(name)
                 # One dict may serve every client (as Java and librdkafka take it): a key only
@@ -1125,7 +1159,8 @@ class ClientConfig(Mapping[str, Any]):
                 user[name] = _parse_value(d, value)
             except _Invalid as e:
                 raise _bad_value(d, value if e.item is None else e.item, e.allowed) from None
-        values = {name: user.get(name, d.default_for(role)) for name, d in defs.items()}
+        base_role = "consumer" if role == "share_consumer" else role
+        values = {name: user.get(name, d.default_for(base_role)) for name, d in defs.items()}
         self._role: str = role
         self._user: dict[str, Any] = user
         self._ignored: frozenset[str] = frozenset(ignored)
@@ -1135,6 +1170,8 @@ class ClientConfig(Mapping[str, Any]):
             _check_producer(values, user)
         elif role == "consumer":
             _check_consumer(values, user)
+        elif role == "share_consumer":
+            _check_share_consumer(values)
         elif role == "admin":
             _check_admin(values, user)
 
@@ -1509,6 +1546,11 @@ _GROUP_PROTOCOL_ONLY = {
 }
 
 
+def _check_share_consumer(v: dict[str, Any]) -> None:
+    if v["group.id"] is None:
+        raise ConfigError("group.id", "a share consumer needs the share group to join")
+
+
 def _check_consumer(v: dict[str, Any], user: dict[str, Any]) -> None:
     # Java: without a group there is nothing to commit to, so auto-commit defaults to off.
     if v["group.id"] is None:
@@ -1516,6 +1558,11 @@ def _check_consumer(v: dict[str, Any], user: dict[str, Any]) -> None:
             raise ConfigError("enable.auto.commit", "cannot be true when group.id is not set")
         v["enable.auto.commit"] = False
     protocol: str = v["group.protocol"]
+    for key in SHARE_ONLY:
+        if key in user:
+            raise ConfigError(
+                key, f"cannot be set when group.protocol={protocol} (a ShareConsumer takes it)"
+            )
     for key in _GROUP_PROTOCOL_ONLY[protocol]:
         if key in user:
             raise ConfigError(key, f"cannot be set when group.protocol={protocol}")

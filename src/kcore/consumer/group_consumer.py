@@ -59,6 +59,23 @@ def new_member_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+async def resolve_topic_ids(
+    cluster: ClusterClient, assigned: list[tuple[Any, list[int]]]
+) -> set[TopicPartition]:
+    """An assignment that names topics by id (KIP-848 and KIP-932 heartbeats), by name: the
+    metadata is refreshed for ids it does not know yet; ids still unknown are left out (the
+    next heartbeat resolves them). The topics found are tracked in the metadata."""
+    names = {t.topic_id: n for n, t in cluster.cache.current.topics.items() if t.topic_id}
+    if any(tid not in names for tid, _ in assigned):
+        md = await cluster.refresh_metadata(None)
+        names = {t.topic_id: n for n, t in md.topics.items() if t.topic_id}
+    found = {
+        TopicPartition(names[tid], p) for tid, parts in assigned if tid in names for p in parts
+    }
+    cluster.add_topics({tp.topic for tp in found})
+    return found
+
+
 class ConsumerGroupMember:
     def __init__(self, cluster: ClusterClient, link: CoordinatorLink, config: Any) -> None:
         self.cluster = cluster
@@ -239,21 +256,10 @@ class ConsumerGroupMember:
         raise _Retry(err.name)
 
     async def _resolve_target(self) -> None:
-        """The assignment names topics by id: map them to names (refreshing the metadata for
-        ids it does not know yet; the reconciliation waits for those)."""
+        """The assignment names topics by id: map them to names (the reconciliation waits for
+        ids the metadata does not know yet)."""
         assert self._target_ids is not None
-        names = {t.topic_id: n for n, t in self.cluster.cache.current.topics.items() if t.topic_id}
-        if any(tid not in names for tid, _ in self._target_ids):
-            md = await self.cluster.refresh_metadata(None)
-            names = {t.topic_id: n for n, t in md.topics.items() if t.topic_id}
-        target = {
-            TopicPartition(names[tid], p)
-            for tid, parts in self._target_ids
-            if tid in names
-            for p in parts
-        }
-        self.cluster.add_topics({tp.topic for tp in target})
-        self.target = target
+        self.target = await resolve_topic_ids(self.cluster, self._target_ids)
 
     def _fenced(self, why: str) -> None:
         """The broker dropped this member: what it owns is lost; it rejoins with epoch 0 and the

@@ -8,6 +8,7 @@ code (``ErrorCode.NONE``, ``ErrorCode.NOT_COORDINATOR``, ...) for code that comp
 
 from . import _codes
 from ._base import (
+    AcknowledgementError,
     AdminOperationError,
     BootstrapError,
     BrokerConnectionError,
@@ -69,6 +70,7 @@ __all__ = [
     "UnsupportedMagicError",
     "VarintOverflowError",
     "WakeupError",
+    "AcknowledgementError",
     "error_name",
 ]
 __all__ += _codes.__all__

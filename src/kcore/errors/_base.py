@@ -64,6 +64,12 @@ class WakeupError(KcoreError):
     (Java's ``WakeupException``)."""
 
 
+class AcknowledgementError(KcoreError):
+    """A share consumer's record acknowledged the wrong way: twice, one this consumer did not
+    deliver, in implicit mode, after close, or (explicit mode) polling with records of the
+    previous poll left unacknowledged."""
+
+
 class NoOffsetForPartitionError(KcoreError):
     """Partitions have no position and ``auto.offset.reset`` is ``none``: the caller must
     seek them (Java's ``NoOffsetForPartitionException``). ``partitions`` names them."""

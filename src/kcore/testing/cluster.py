@@ -672,6 +672,17 @@ class KafkaCluster(BaseCluster):
             "share.coordinator.state.topic.replication.factor": rf,
             "share.coordinator.state.topic.min.isr": min_isr,
             "share.coordinator.state.topic.num.partitions": 3,
+            # Share groups (KIP-932; share.version=1 is finalized on a new 4.2+ cluster): locks,
+            # sessions and heartbeats short enough that a test sees a lock expire or a member
+            # go within seconds; a group may lower its lock further (share.record.lock.duration.ms
+            # down to the 1 s minimum set here).
+            "group.share.min.record.lock.duration.ms": 1000,
+            "group.share.record.lock.duration.ms": 10000,
+            "group.share.min.session.timeout.ms": 5000,
+            "group.share.session.timeout.ms": 10000,
+            "group.share.min.heartbeat.interval.ms": 500,
+            "group.share.heartbeat.interval.ms": 1000,
+            "group.share.assignment.interval.ms": 200,
             "group.initial.rebalance.delay.ms": 0,
             "num.network.threads": 2,
             "num.io.threads": 2,

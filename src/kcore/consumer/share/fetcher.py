@@ -1,0 +1,528 @@
+"""Share fetching (KIP-932): ShareFetch to the leader of each assigned partition, in a share
+session per leader, with the acknowledgements owed to that leader piggy-backed; ShareAcknowledge
+for acknowledgements that cannot wait for a fetch (commit, close).
+
+Session rules (:class:`ShareSession`, free of I/O): epoch 0 opens a session and carries no
+acknowledgements; each answered request moves the epoch on (wrapping to 1 after the int32
+maximum); -1 closes it. One request per leader at a time keeps the epochs in order.
+SHARE_SESSION_NOT_FOUND and INVALID_SHARE_SESSION_EPOCH start a new session. A partition error
+that says the metadata is stale asks for a refresh; the partition is then fetched from (and its
+session entry moved to) whichever broker the metadata names as leader.
+
+Only records inside the response's AcquiredRecords ranges are handed out, each with its
+delivery count; the rest of a batch belongs to other members."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kcore.cluster.client import ClusterClient
+from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
+from kcore.codec import decode_batches
+from kcore.consumer.collector import ConsumerRecord
+from kcore.consumer.share.acknowledgements import (
+    GAP,
+    Acknowledgements,
+    AcknowledgeType,
+    ShareRecord,
+    ack_batches,
+)
+from kcore.errors import (
+    BrokerConnectionError,
+    ErrorCode,
+    KafkaError,
+    KcoreError,
+    KcoreTimeoutError,
+    error_for_code,
+)
+from kcore.protocol import ApiKey
+from kcore.protocol.messages.share_acknowledge_request import (
+    AcknowledgementBatch as AckRequestBatch,
+)
+from kcore.protocol.messages.share_acknowledge_request import (
+    AcknowledgePartition,
+    AcknowledgeTopic,
+    ShareAcknowledgeRequest,
+)
+from kcore.protocol.messages.share_fetch_request import (
+    AcknowledgementBatch as FetchRequestBatch,
+)
+from kcore.protocol.messages.share_fetch_request import (
+    FetchPartition,
+    FetchTopic,
+    ForgottenTopic,
+    ShareFetchRequest,
+)
+from kcore.types import TopicPartition
+
+log = logging.getLogger("kcore.consumer.share")
+
+__all__ = ["AckResult", "ShareBuffer", "ShareFetcher", "ShareSession"]
+
+INT32_MAX = 2**31 - 1
+FINAL_EPOCH = -1
+# The session is gone or out of step on the broker: open a new one.
+NEW_SESSION_CODES = frozenset(
+    {
+        ErrorCode.SHARE_SESSION_NOT_FOUND,
+        ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+        # The member is between memberships (fenced, rejoining): the heartbeat sorts that
+        # out; the fetch opens a new session meanwhile.
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        ErrorCode.SHARE_SESSION_LIMIT_REACHED,
+    }
+)
+
+# (partition, offsets, error or None): how acknowledgements sent together ended.
+AckResult = tuple[TopicPartition, dict[int, int], KafkaError | KcoreError | None]
+
+
+class ShareSession:
+    """One leader's share session, as this member sees it."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.partitions: set[TopicPartition] = set()
+
+    @property
+    def open(self) -> bool:
+        return self.epoch > 0
+
+    def advance(self) -> None:
+        self.epoch = 1 if self.epoch >= INT32_MAX else self.epoch + 1
+
+    def reset(self) -> None:
+        self.epoch = 0
+        self.partitions = set()
+
+
+class ShareBuffer:
+    """Acquired records not handed out yet: filled on the event loop, taken by ``poll`` on the
+    caller's thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: collections.deque[ShareRecord] = collections.deque()
+
+    def put(self, records: list[ShareRecord]) -> None:
+        with self._lock:
+            self._records.extend(records)
+
+    def take(self, limit: int) -> list[ShareRecord]:
+        with self._lock:
+            n = min(limit, len(self._records))
+            return [self._records.popleft() for _ in range(n)]
+
+    def drain(self) -> list[ShareRecord]:
+        with self._lock:
+            out = list(self._records)
+            self._records.clear()
+            return out
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+class ShareFetcher:
+    """Runs on the client's event loop; the consumer's poll asks it for a round of fetches."""
+
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        group_id: str,
+        member_id: Callable[[], str],
+        acks: Acknowledgements,
+        buffer: ShareBuffer,
+        config: Any,
+    ) -> None:
+        self.cluster = cluster
+        self.group_id = group_id
+        self.member_id = member_id
+        self.acks = acks
+        self.buffer = buffer
+        self.max_wait_ms = int(config["fetch.max.wait.ms"])
+        self.min_bytes = int(config["fetch.min.bytes"])
+        self.max_bytes = int(config["fetch.max.bytes"])
+        self.max_records = int(config["max.poll.records"])
+        self.record_limit = config["share.acquire.mode"] == "record_limit"
+        self.check_crcs = bool(config["check.crcs"])
+        self.assigned: set[TopicPartition] = set()
+        self.sessions: dict[int, ShareSession] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._inflight: dict[int, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[None]] = set()  # acknowledgements sent on their own
+        self._changed = asyncio.Event()
+        # Acknowledgement outcomes not yet reported to the application (the commit callback
+        # runs on its thread); a fatal fetch error to raise from poll.
+        self.results: collections.deque[AckResult] = collections.deque()
+        self.error: KcoreError | None = None
+
+    def set_assignment(self, partitions: set[TopicPartition]) -> None:
+        self.assigned = partitions
+        self._changed.set()
+
+    # -- where things go ----------------------------------------------------------------------
+
+    def _leaders(self, partitions: Iterable[TopicPartition]) -> dict[int, set[TopicPartition]]:
+        md = self.cluster.metadata
+        out: dict[int, set[TopicPartition]] = {}
+        missing = False
+        for tp in partitions:
+            leader = md.leader_for(tp.topic, tp.partition)
+            if leader is None:
+                missing = True
+                continue
+            out.setdefault(leader.node_id, set()).add(tp)
+        if missing:
+            self.cluster.cache.request_update()
+        return out
+
+    def _topic_ids(self) -> tuple[dict[str, Any], dict[Any, str]]:
+        topics = self.cluster.metadata.topics
+        ids = {name: t.topic_id for name, t in topics.items() if t.topic_id is not None}
+        return ids, {tid: name for name, tid in ids.items()}
+
+    def _session(self, node: int) -> tuple[ShareSession, asyncio.Lock]:
+        if node not in self.sessions:
+            self.sessions[node] = ShareSession()
+            self._locks[node] = asyncio.Lock()
+        return self.sessions[node], self._locks[node]
+
+    # -- fetching -----------------------------------------------------------------------------
+
+    async def fetch(self, timeout: float) -> None:
+        """Start a ShareFetch on every leader without one in flight, and wait until records
+        are buffered, every fetch has answered, or ``timeout``. Fetches outlive a wait cut
+        short: what they acquire is buffered for the next poll."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        max_wait_ms = min(self.max_wait_ms, int(timeout * 1000))
+        by_node = self._leaders(self.assigned)
+        for node in by_node:
+            task = self._inflight.get(node)
+            if task is None or task.done():
+                self._inflight[node] = asyncio.get_running_loop().create_task(
+                    self._fetch_node(node, max_wait_ms)
+                )
+        # Acknowledgements for partitions no fetch goes to: sent on their own.
+        stray = self.acks.pending_partitions() - {tp for tps in by_node.values() for tp in tps}
+        if stray:
+            task = asyncio.get_running_loop().create_task(self._acknowledge_in_background(stray))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        self._changed.clear()
+        while not len(self.buffer):
+            left = deadline - time.monotonic()
+            tasks = [t for t in self._inflight.values() if not t.done()]
+            if left <= 0 or self.error is not None:
+                return
+            if not tasks:
+                if by_node:
+                    return  # every fetch answered, none with records
+                if self.assigned:  # leaders not known yet: the metadata refresh finds them
+                    await asyncio.sleep(min(left, 0.1))
+                    return
+                # Nothing assigned (yet): wait for an assignment.
+                try:
+                    await asyncio.wait_for(self._changed.wait(), left)
+                except asyncio.TimeoutError:
+                    return
+                return
+            await asyncio.wait(tasks, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+
+    async def _fetch_node(self, node: int, max_wait_ms: int) -> None:
+        session, lock = self._session(node)
+        async with lock:
+            try:
+                await self._fetch_once(node, session, max_wait_ms)
+            except (BrokerConnectionError, KcoreTimeoutError) as exc:
+                log.debug("share fetch from node %d failed: %s", node, exc)
+                session.reset()
+                await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
+            except asyncio.CancelledError:
+                raise
+            except KcoreError as exc:
+                self.error = exc
+            except Exception as exc:  # a bug must surface in poll, not vanish in a task
+                log.exception("share fetch from node %d", node)
+                self.error = KcoreError(f"share fetch failed: {exc!r}")
+
+    async def _fetch_once(self, node: int, session: ShareSession, max_wait_ms: int) -> None:
+        wanted = self._leaders(self.assigned).get(node, set())
+        if not wanted and not session.open:
+            return
+        ids, names = self._topic_ids()
+        wanted = {tp for tp in wanted if tp.topic in ids}
+        acks: dict[TopicPartition, dict[int, int]] = {}
+        if session.open:
+            # Acknowledgements ride along only for partitions the session fetches anyway.
+            acks = self.acks.take(tp for tp in self.acks.pending_partitions() if tp in wanted)
+            listed = (wanted - session.partitions) | set(acks)
+            forget = session.partitions - wanted
+        else:
+            listed, forget = set(wanted), set()
+        if not listed and not forget and not wanted:
+            return
+        epoch = session.epoch
+        request = ShareFetchRequest(
+            group_id=self.group_id,
+            member_id=self.member_id(),
+            share_session_epoch=epoch,
+            max_wait_ms=max_wait_ms,
+            min_bytes=self.min_bytes,
+            max_bytes=self.max_bytes,
+            max_records=self.max_records,
+            batch_size=self.max_records,
+            share_acquire_mode=1 if self.record_limit else 0,
+            is_renew_ack=_has_renew(acks),
+            topics=[
+                FetchTopic(
+                    topic_id=ids[topic],
+                    partitions=[
+                        FetchPartition(
+                            partition_index=tp.partition,
+                            acknowledgement_batches=ack_batches(
+                                acks.get(tp, {}), FetchRequestBatch
+                            ),
+                        )
+                        for tp in sorted(tps)
+                    ],
+                )
+                for topic, tps in _by_topic(listed).items()
+            ],
+            forgotten_topics_data=[
+                ForgottenTopic(topic_id=ids[topic], partitions=sorted(tp.partition for tp in tps))
+                for topic, tps in _by_topic(forget).items()
+                if topic in ids
+            ],
+        )
+        version = await self.cluster.version_for(node, ApiKey.SHARE_FETCH)
+        timeout = self.cluster.settings.request_timeout_s + max_wait_ms / 1000
+        try:
+            response = await self.cluster.send(node, request, version, timeout=timeout)
+        except (BrokerConnectionError, KcoreTimeoutError) as exc:
+            self._report(acks, exc)
+            raise
+        self.acks.sent(acks)
+        code = response.error_code
+        if code != ErrorCode.NONE:
+            err = _error(code, response.error_message, "ShareFetch")
+            self._report(acks, err)
+            if code in NEW_SESSION_CODES:
+                log.info("share session on node %d: %s; opening a new one", node, err.name)
+                session.reset()
+                await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
+                return
+            if self.cluster.handle_error_code(code) or err.retriable:
+                await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
+                return
+            raise err
+        session.partitions = (session.partitions | listed) - forget
+        session.advance()
+        apply_leader_hints(self.cluster.cache, response)
+        answered: set[TopicPartition] = set()
+        stale = False
+        for topic in response.responses:
+            name = names.get(topic.topic_id)
+            if name is None:
+                continue
+            for p in topic.partitions:
+                tp = TopicPartition(name, p.partition_index)
+                if tp in acks:
+                    answered.add(tp)
+                    ack_err = None
+                    if p.acknowledge_error_code != ErrorCode.NONE:
+                        ack_err = _error(
+                            p.acknowledge_error_code, p.acknowledge_error_message, "acknowledge"
+                        )
+                    self.results.append((tp, acks[tp], ack_err))
+                stale = self._partition(tp, p) or stale
+        for tp in set(acks) - answered:
+            self.results.append((tp, acks[tp], None))
+        if stale:  # a pause for the metadata refresh, rather than asking the old leader again
+            await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
+
+    def _partition(self, tp: TopicPartition, p: Any) -> bool:
+        """One partition of a ShareFetch answer: its records buffered, its gaps owed. Returns
+        whether it said the metadata is stale."""
+        code = p.error_code
+        if code != ErrorCode.NONE:
+            if code in STALE_METADATA_CODES:
+                self.cluster.handle_error_code(code)
+                return True
+            err = _error(code, p.error_message, f"ShareFetch of {tp.topic}-{tp.partition}")
+            if not err.retriable:
+                self.error = err
+            return False
+        if not p.acquired_records or not p.records:
+            return False
+        ranges = sorted(
+            (a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records
+        )
+        first_acquired = ranges[0][0]
+        out: list[ShareRecord] = []
+        present: set[int] = set()
+        covered = -1  # the last offset of the last whole batch in the response
+        for batch in decode_batches(p.records, True, check_crcs=self.check_crcs):
+            covered = max(covered, batch.next_offset - 1)
+            if batch.is_control or batch.next_offset <= first_acquired:
+                continue
+            i = 0
+            for rec in batch.records_as(ConsumerRecord, tp.topic, tp.partition, first_acquired):
+                while i < len(ranges) and rec.offset > ranges[i][1]:
+                    i += 1
+                if i == len(ranges):
+                    break
+                first, _, count = ranges[i]
+                if rec.offset >= first:
+                    out.append(ShareRecord._make((*rec, count)))
+                    present.add(rec.offset)
+        # Offsets acquired that hold no record (transaction markers, compacted away) are
+        # acknowledged as gaps so that they do not come back; only within the batches the
+        # response carried whole (a batch cut short at its end is fetched again).
+        gaps = [
+            o
+            for first, end, _ in ranges
+            for o in range(first, min(end, covered) + 1)
+            if o not in present
+        ]
+        if gaps:
+            self.acks.add(tp, gaps, GAP)
+        if out:
+            self.buffer.put(out)
+        return False
+
+    # -- acknowledging ------------------------------------------------------------------------
+
+    async def _acknowledge_in_background(self, partitions: set[TopicPartition]) -> None:
+        self.results.extend(await self.acknowledge(partitions))
+
+    async def acknowledge(
+        self, partitions: Iterable[TopicPartition] | None = None, *, final: bool = False
+    ) -> list[AckResult]:
+        """Send the pending acknowledgements (of ``partitions``; default all) by
+        ShareAcknowledge to each partition's leader, and return how each ended. ``final``
+        closes every share session (epoch -1), acknowledgements or not."""
+        chosen = self.acks.pending_partitions() if partitions is None else set(partitions)
+        acks = self.acks.take(chosen)
+        by_node = self._leaders(acks)
+        results: list[AckResult] = []
+        for tp in set(acks) - {tp for tps in by_node.values() for tp in tps}:
+            results.append((tp, acks[tp], KcoreError(f"{tp}: no leader known to acknowledge to")))
+        nodes = set(by_node) | (set(self.sessions) if final else set())
+        outcomes = await asyncio.gather(
+            *(
+                self._acknowledge_node(
+                    n, {tp: acks[tp] for tp in by_node.get(n, set())}, final=final
+                )
+                for n in nodes
+            ),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                log.info("share acknowledge failed: %s", outcome)
+                continue
+            results.extend(outcome)
+        self.acks.sent(acks)
+        return results
+
+    async def _acknowledge_node(
+        self, node: int, acks: dict[TopicPartition, dict[int, int]], *, final: bool
+    ) -> list[AckResult]:
+        session, lock = self._session(node)
+        async with lock:
+            if not session.open:
+                if not acks:
+                    return []
+                err = KcoreError(f"no share session with node {node} to acknowledge in")
+                return [(tp, offsets, err) for tp, offsets in acks.items()]
+            ids, names = self._topic_ids()
+            request = ShareAcknowledgeRequest(
+                group_id=self.group_id,
+                member_id=self.member_id(),
+                share_session_epoch=FINAL_EPOCH if final else session.epoch,
+                is_renew_ack=_has_renew(acks),
+                topics=[
+                    AcknowledgeTopic(
+                        topic_id=ids[topic],
+                        partitions=[
+                            AcknowledgePartition(
+                                partition_index=tp.partition,
+                                acknowledgement_batches=ack_batches(acks[tp], AckRequestBatch),
+                            )
+                            for tp in sorted(tps)
+                        ],
+                    )
+                    for topic, tps in _by_topic(acks).items()
+                    if topic in ids
+                ],
+            )
+            version = await self.cluster.version_for(node, ApiKey.SHARE_ACKNOWLEDGE)
+            try:
+                response = await self.cluster.send(node, request, version)
+            except (BrokerConnectionError, KcoreTimeoutError) as exc:
+                session.reset()
+                return [(tp, offsets, exc) for tp, offsets in acks.items()]
+            code = response.error_code
+            if code != ErrorCode.NONE:
+                session.reset()
+                err = _error(code, response.error_message, "ShareAcknowledge")
+                return [(tp, offsets, err) for tp, offsets in acks.items()]
+            if final:
+                session.reset()
+            else:
+                session.advance()
+            out: list[AckResult] = []
+            answered: set[TopicPartition] = set()
+            for topic in response.responses:
+                name = names.get(topic.topic_id)
+                for p in topic.partitions:
+                    tp = TopicPartition(name or "", p.partition_index)
+                    if tp not in acks:
+                        continue
+                    answered.add(tp)
+                    perr = None
+                    if p.error_code != ErrorCode.NONE:
+                        perr = _error(p.error_code, p.error_message, "acknowledge")
+                        self.cluster.handle_error_code(p.error_code)
+                    out.append((tp, acks[tp], perr))
+            out.extend((tp, acks[tp], None) for tp in set(acks) - answered)
+            return out
+
+    def _report(self, acks: dict[TopicPartition, dict[int, int]], err: KcoreError) -> None:
+        for tp, offsets in acks.items():
+            self.results.append((tp, offsets, err))
+
+    async def stop(self, wait_s: float) -> None:
+        """Let the fetches under way answer (up to ``wait_s``), then cancel what is left."""
+        tasks = [t for t in self._inflight.values() if not t.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=wait_s)
+        for task in self._inflight.values():
+            task.cancel()
+        await asyncio.gather(*self._inflight.values(), return_exceptions=True)
+        self._inflight.clear()
+
+
+def _has_renew(acks: dict[TopicPartition, dict[int, int]]) -> bool:
+    return any(k == AcknowledgeType.RENEW for offsets in acks.values() for k in offsets.values())
+
+
+def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[TopicPartition]]:
+    out: dict[str, list[TopicPartition]] = {}
+    for tp in partitions:
+        out.setdefault(tp.topic, []).append(tp)
+    return out
+
+
+def _error(code: int, message: str | None, where: str) -> KafkaError:
+    err = error_for_code(code, message)
+    assert err is not None
+    return err.with_message(f"{where}: {err.message}")
