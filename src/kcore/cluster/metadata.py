@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from kcore.cluster._metadata_apply import partition_rows
 from kcore.errors import ErrorCode
 from kcore.network.address import address_problem, format_address
 
@@ -129,6 +130,16 @@ class ClusterMetadata:
         return sorted(self.topics)
 
 
+def _same_topic(a: TopicInfo, b: TopicInfo) -> bool:
+    """Equal apart from the partitions mapping, which the caller compared."""
+    return (
+        a.name == b.name
+        and a.topic_id == b.topic_id
+        and a.is_internal == b.is_internal
+        and a.error_code == b.error_code
+    )
+
+
 class MetadataCache:
     """The client's current :class:`ClusterMetadata` plus the bookkeeping of when to refresh.
 
@@ -212,14 +223,16 @@ class MetadataCache:
             prev = old.topics.get(name)
             if prev is not None and topic_id is not None and prev.topic_id not in (None, topic_id):
                 prev = None  # deleted and re-created: its epochs start again from 0
-            parts: dict[int, PartitionInfo] = {}
-            for p in t.partitions:
-                part = PartitionInfo.from_response(name, p)
-                before = prev.partitions.get(part.partition) if prev is not None else None
-                if before is not None and 0 <= part.leader_epoch < before.leader_epoch:
-                    part = before  # stale answer: keep what we know
-                parts[part.partition] = part
-            topics[name] = TopicInfo(name, topic_id, parts, bool(t.is_internal), t.error_code)
+            # Compiled (a topic can have 100,000 partitions): each partition's row is the cached
+            # one when the answer equals it or is stale (an older leader epoch: the broker was
+            # behind), else a new PartitionInfo.
+            parts, unchanged = partition_rows(
+                name, t.partitions, prev.partitions if prev is not None else None, PartitionInfo
+            )
+            info = TopicInfo(name, topic_id, parts, bool(t.is_internal), t.error_code)
+            if unchanged and prev is not None and _same_topic(prev, info):
+                info = prev  # nothing changed: the cached entry itself
+            topics[name] = info
         self.current = ClusterMetadata(
             cluster_id=response.cluster_id,
             controller_id=response.controller_id,

@@ -38,6 +38,7 @@ cdef extern from "Python.h":
     ctypedef struct PyMemberDescrObject:
         PyMemberDef* d_member
     object PyType_GenericAlloc(PyTypeObject* type, Py_ssize_t nitems)
+    void PyObject_GC_UnTrack(void* op)
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
     object PyBytes_FromStringAndSize(const char* v, Py_ssize_t len)
     object PyLong_FromLong(long v)
@@ -68,9 +69,27 @@ cdef Py_ssize_t slot_offset(type cls, str name) except -1:
     return member.offset
 
 
+# The collector and decoded responses. A decoded response is a tree of new objects (instances of
+# the generated classes, lists, strings, ints): it holds no reference cycle, so the cyclic
+# collector can never free anything in it, only spend time walking it. A 100,000-partition
+# Metadata answer is 400,000 such containers; tracked, they trigger collections while they are
+# built and make every collection until they are freed walk them (tenths of a second in all).
+# So the containers a compiled decoder makes are left untracked (as CPython itself untracks
+# tuples and dicts that hold no containers) and are freed by reference counting when the caller
+# drops the response. The rule this relies on: decoded responses are read, not made part of a
+# reference cycle (a caller that stores a response inside itself makes a cycle that is freed
+# only with the process).
 cdef inline object new_instance(type cls):
     # object.__new__(cls) without its argument checks: the generated classes take none.
-    return PyType_GenericAlloc(<PyTypeObject*>cls, 0)
+    o = PyType_GenericAlloc(<PyTypeObject*>cls, 0)
+    PyObject_GC_UnTrack(<void*>o)
+    return o
+
+
+cdef inline list new_list(Py_ssize_t n):
+    cdef list out = PyList_New(n)
+    PyObject_GC_UnTrack(<void*>out)
+    return out
 
 
 cdef inline void set_slot(object o, Py_ssize_t offset, object value):
@@ -259,7 +278,7 @@ cdef inline list read_fixed_array(
 ):
     if n > (r.size - pos[0]) // size:
         past_end(pos[0], pos[0] + n * size)
-    cdef list out = PyList_New(<Py_ssize_t>n)
+    cdef list out = new_list(<Py_ssize_t>n)
     cdef const uint8_t* p = r.data + pos[0]
     cdef Py_ssize_t i
     for i in range(<Py_ssize_t>n):

@@ -3,10 +3,8 @@
 from collections.abc import Callable
 from typing import Any
 
-from kcore.protocol.messages.metadata_response import MetadataResponse
-
 DECODERS: dict[type[Any], Callable[[Any, int, int], tuple[Any, int]]]
 
 def decode_metadata_response(
     buf: bytes | bytearray | memoryview, version: int, pos: int = 0
-) -> tuple[MetadataResponse, int]: ...
+) -> tuple[Any, int]: ...  # (MetadataResponse, next position)

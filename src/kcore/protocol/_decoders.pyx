@@ -254,7 +254,7 @@ cdef object _d_metadata_response_MetadataResponseTopic(Reader* r, Py_ssize_t* at
         else:
             if n > r.size - pos:
                 array_too_long(n, pos)
-            items = PyList_New(n)
+            items = new_list(n)
             for i in range(n):
                 item = _d_metadata_response_MetadataResponsePartition(r, &pos, version)
                 Py_INCREF(item)
@@ -267,7 +267,7 @@ cdef object _d_metadata_response_MetadataResponseTopic(Reader* r, Py_ssize_t* at
         else:
             if n > r.size - pos:
                 array_too_long(n, pos)
-            items = PyList_New(n)
+            items = new_list(n)
             for i in range(n):
                 item = _d_metadata_response_MetadataResponsePartition(r, &pos, version)
                 Py_INCREF(item)
@@ -315,7 +315,7 @@ cdef object _d_metadata_response_MetadataResponse(Reader* r, Py_ssize_t* at, int
         else:
             if n > r.size - pos:
                 array_too_long(n, pos)
-            items = PyList_New(n)
+            items = new_list(n)
             for i in range(n):
                 item = _d_metadata_response_MetadataResponseBroker(r, &pos, version)
                 Py_INCREF(item)
@@ -328,7 +328,7 @@ cdef object _d_metadata_response_MetadataResponse(Reader* r, Py_ssize_t* at, int
         else:
             if n > r.size - pos:
                 array_too_long(n, pos)
-            items = PyList_New(n)
+            items = new_list(n)
             for i in range(n):
                 item = _d_metadata_response_MetadataResponseBroker(r, &pos, version)
                 Py_INCREF(item)
@@ -354,7 +354,7 @@ cdef object _d_metadata_response_MetadataResponse(Reader* r, Py_ssize_t* at, int
         else:
             if n > r.size - pos:
                 array_too_long(n, pos)
-            items = PyList_New(n)
+            items = new_list(n)
             for i in range(n):
                 item = _d_metadata_response_MetadataResponseTopic(r, &pos, version)
                 Py_INCREF(item)
@@ -367,7 +367,7 @@ cdef object _d_metadata_response_MetadataResponse(Reader* r, Py_ssize_t* at, int
         else:
             if n > r.size - pos:
                 array_too_long(n, pos)
-            items = PyList_New(n)
+            items = new_list(n)
             for i in range(n):
                 item = _d_metadata_response_MetadataResponseTopic(r, &pos, version)
                 Py_INCREF(item)

@@ -1,0 +1,15 @@
+"""Type stubs for the compiled metadata merge (src/kcore/cluster/_metadata_apply.pyx)."""
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+Row = TypeVar("Row", bound=tuple[Any, ...])
+
+ROW_FIELDS: tuple[str, ...]
+
+def partition_rows(
+    topic: str,
+    partitions: Iterable[Any],
+    cached: Mapping[int, Row] | None,
+    row: type[Row],
+) -> tuple[dict[int, Row], bool]: ...
