@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gc
 import random
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kcore.errors import KcoreError
+from kcore.errors import KcoreError, ProtocolError
 from kcore.protocol import framing
 from kcore.protocol._decoders import DECODERS, decode_metadata_response
 from kcore.protocol.messages import MetadataRequest, MetadataResponse
@@ -239,3 +241,52 @@ def test_framing_decodes_metadata_with_the_compiled_decoder() -> None:
         # Compiled containers are untracked (see above); the Python classes' are tracked.
         assert gc.is_tracked(got.body) is not compiled
     assert results[0] == results[1] == obj
+
+
+def frame_of(proto: framing.KafkaProtocol, obj: Any, version: int) -> bytes:
+    correlation_id, _ = proto.send_request(MetadataRequest(topics=None), version)
+    header = bytearray()
+    ResponseHeader(correlation_id=correlation_id).encode_into(header, 1 if version >= 9 else 0)
+    body = header + obj.encode(version)
+    return len(body).to_bytes(4, "big") + body
+
+
+@pytest.mark.parametrize("version", [8, 12])
+def test_large_frames_can_be_left_for_the_caller_to_decode(version: int) -> None:
+    big = response(version, random.Random(7), topics=2, partitions=500)
+    small = response(version, random.Random(8), topics=1, partitions=1)
+    proto = framing.KafkaProtocol("t", defer_decode_above=2000)
+    data = frame_of(proto, big, version) + frame_of(proto, small, version)
+    first, second = proto.receive_data(data)
+    assert type(first.body) is framing.PendingBody and second.body == small
+    assert first.body.decode() == big
+    # A frame that does not parse: the error receive_data would have raised, from decode.
+    damaged = bytearray(frame_of(proto, big, version))
+    damaged[-40:] = b"\xff" * 40
+    [pending] = proto.receive_data(bytes(damaged))
+    with pytest.raises(ProtocolError):
+        pending.body.decode()
+    # Responses without a compiled decoder are decoded at once, however large.
+    before = framing.use_compiled_decoders(False)
+    try:
+        [decoded] = proto.receive_data(frame_of(proto, big, version))
+    finally:
+        framing.use_compiled_decoders(before)
+    assert decoded.body == big
+
+
+def test_a_decoder_that_lets_other_threads_run_decodes_the_same() -> None:
+    obj = response(12, random.Random(9), topics=3, partitions=3000)
+    data = obj.encode(12)
+    for every in (1, 7, 2048):
+        assert decode_metadata_response(data, 12, 0, every) == (obj, len(data))
+    ran = []
+
+    def other() -> None:
+        ran.append(time.monotonic())
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    decode_metadata_response(data, 12, 0, 1)
+    thread.join()
+    assert ran

@@ -1359,14 +1359,18 @@ class CompiledDecoderGen(ModuleGen):
             w()
         root = self.spec.root
         name = self.spec.name
-        w(f"def {self.entry()}(object buf, int version, Py_ssize_t pos=0):")
+        w(
+            f"def {self.entry()}("
+            "object buf, int version, Py_ssize_t pos=0, Py_ssize_t release_gil_every=0):"
+        )
         with w.indented():
             w(f'"""``{name}.decode`` compiled: one object at ``buf[pos:]`` and the position')
-            w('after it."""')
+            w("after it. ``release_gil_every``: on a worker thread, let other threads run after")
+            w('about that many array elements (0: never)."""')
             w("cdef Reader r")
             w("cdef Py_buffer view")
             w(f"_check_version({self.cls(root)}, version)")
-            w("open_reader(&r, &view, buf, pos)")
+            w("open_reader(&r, &view, buf, pos, release_gil_every)")
             with w.block("try:"):
                 w(f"o = {self.fn(root)}(&r, &pos, version)")
             with w.block("except UnicodeDecodeError as exc:"):
@@ -1491,6 +1495,8 @@ class CompiledDecoderGen(ModuleGen):
                         w(f"item = {reader}(r, &pos, False)")
                     w("Py_INCREF(item)")
                     w("PyList_SET_ITEM(items, i, item)")
+                    if f.struct is not None:
+                        w("pause_point(r)")
                 self.set(w, s, f, "items")
             elif elem in FIXED_TYPES:
                 size = FIXED_TYPES[elem][1]
@@ -1614,7 +1620,10 @@ def generate_compiled(specs: list[MessageSpec], kafka_version: str) -> dict[str,
     # Any, not the class: the stub then draws no generated module into the type check.
     functions = [
         f"def {g.entry()}(\n"
-        f"    buf: bytes | bytearray | memoryview, version: int, pos: int = 0\n"
+        f"    buf: bytes | bytearray | memoryview,\n"
+        f"    version: int,\n"
+        f"    pos: int = 0,\n"
+        f"    release_gil_every: int = 0,\n"
         f") -> tuple[Any, int]: ...  # ({g.spec.name}, next position)"
         for g in gens
     ]

@@ -1,6 +1,6 @@
 """Type stubs for the compiled metadata merge (src/kcore/cluster/_metadata_apply.pyx)."""
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 Row = TypeVar("Row", bound=tuple[Any, ...])
@@ -9,7 +9,10 @@ ROW_FIELDS: tuple[str, ...]
 
 def partition_rows(
     topic: str,
-    partitions: Iterable[Any],
+    partitions: list[Any],
     cached: Mapping[int, Row] | None,
     row: type[Row],
-) -> tuple[dict[int, Row], bool]: ...
+    out: dict[int, Row],
+    start: int,
+    end: int,
+) -> bool: ...

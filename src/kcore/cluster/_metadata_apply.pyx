@@ -104,19 +104,24 @@ cdef inline object new_row(
     return obj
 
 
-def partition_rows(str topic, object partitions, object cached, type row):
-    """``({partition: row}, unchanged)`` for one topic of a Metadata answer: ``partitions`` are
-    its ``MetadataResponsePartition`` objects, ``cached`` the rows the cache holds for the topic
-    (a mapping, or None), ``row`` the row class (``PartitionInfo``). ``unchanged``: every row is
-    a cached one and the topic has as many partitions as before."""
+def partition_rows(
+    str topic, list partitions, object cached, type row, dict out, Py_ssize_t start, Py_ssize_t end
+):
+    """Put the rows of ``partitions[start:end]`` (``MetadataResponsePartition`` objects of one
+    topic of a Metadata answer) into ``out``, by partition; return whether every one of them is
+    the cached row. ``cached``: the rows the cache holds for the topic (a mapping, or None);
+    ``row``: the row class (``PartitionInfo``)."""
     if not issubclass(row, tuple) or tuple(getattr(row, "_fields", ())) != ROW_FIELDS:
         raise TypeError(f"{row!r} is not a row class with the fields {ROW_FIELDS}")
-    cdef dict out = {}
+    start = max(0, start)
+    end = min(end, len(partitions))
     cdef dict cached_dict = cached if type(cached) is dict else None
     cdef bint unchanged = cached is not None
     cdef tuple before
     cdef PyObject* found
-    for p in partitions:
+    cdef Py_ssize_t i
+    for i in range(start, end):
+        p = partitions[i]
         index = p.partition_index
         leader = p.leader_id
         epoch = p.leader_epoch
@@ -149,6 +154,4 @@ def partition_rows(str topic, object partitions, object cached, type row):
         unchanged = False
         PyDict_SetItem(out, index, new_row(row, topic, index, leader, epoch, replicas, isr,
                                            offline, error))
-    if unchanged and len(out) != len(cached):
-        unchanged = False
-    return out, unchanged
+    return unchanged

@@ -36,6 +36,7 @@ from kcore.errors import (
 from kcore.metrics import ClientMetrics, ConnectionCounters
 from kcore.network.address import address_problem, format_address, resolve
 from kcore.protocol import ApiKey, KafkaProtocol, broker_versions, choose_version
+from kcore.protocol.framing import PendingBody
 from kcore.protocol.messages import (
     APIS,
     ApiVersionsRequest,
@@ -50,6 +51,11 @@ SOFTWARE_VERSION = __version__
 
 # A callable making a fresh SASL mechanism object (see kcore.network.sasl) per connection.
 SaslMechanismFactory = Callable[[], Any]
+
+
+# Response frames larger than this (of a response with a compiled decoder: a Metadata answer of
+# some 25,000 partitions and up) are decoded on a worker thread, not on the event loop.
+DECODE_OFF_LOOP_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -200,7 +206,7 @@ class BrokerConnection:
         self._open = asyncio.Event()
         self._open.set()
         self.reauthentications = 0
-        self._proto = KafkaProtocol(settings.client_id)
+        self._proto = KafkaProtocol(settings.client_id, defer_decode_above=DECODE_OFF_LOOP_BYTES)
         self._stream: _Stream | None = None
         self._waiters: dict[int, asyncio.Future[Any]] = {}
         self._slots = asyncio.Semaphore(max(1, settings.max_in_flight))
@@ -670,9 +676,37 @@ class BrokerConnection:
             self.close(exc)
             return
         for response in responses:
+            if type(response.body) is PendingBody:
+                self._decode_off_loop(response.body)
+                continue
             waiter = self._waiters.pop(response.correlation_id, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(response.body)
+
+    def _decode_off_loop(self, pending: PendingBody) -> None:
+        """Decode a large response (a 100,000-partition Metadata answer: tens of milliseconds)
+        on a worker thread, which lets the loop run meanwhile (see PendingBody), then hand it
+        to its waiter here. Its waiter stays listed meanwhile, so that a connection closed
+        meanwhile fails it; one that does not parse closes the connection, as in
+        ``_data_received``."""
+
+        def done(decoding: asyncio.Future[Any]) -> None:
+            waiter = self._waiters.pop(pending.correlation_id, None)
+            if decoding.cancelled():
+                return
+            error = decoding.exception()
+            if isinstance(error, ProtocolError):
+                if self.counters is not None:
+                    self.counters.rxerrs += 1
+                self.close(error)
+            elif error is not None:
+                if waiter is not None and not waiter.done():
+                    waiter.set_exception(error)
+            elif waiter is not None and not waiter.done():
+                waiter.set_result(decoding.result())
+
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(None, pending.decode).add_done_callback(done)
 
     def _lost(self, exc: Exception | None) -> None:
         if self._closed_error is None:

@@ -53,6 +53,22 @@ cdef struct Reader:
     const uint8_t* data
     Py_ssize_t size
     PyObject* obj  # the buffer object itself, for the Python helpers of the rare paths
+    Py_ssize_t release_every  # see pause_point; 0: never
+    Py_ssize_t countdown
+
+
+cdef inline void pause_point(Reader* r) noexcept:
+    """Called after each element of an array of structs. A decoder run on a worker thread
+    (``release_gil_every``) lets go of the GIL every that many elements, however briefly, so
+    that a thread waiting for it (an event loop's) gets it: a decoder holding it throughout
+    would stall that thread as long as it runs. Nothing the other thread can reach is touched
+    meanwhile: the objects being built are the decoder's alone, and the buffer is exported."""
+    if r.release_every:
+        r.countdown -= 1
+        if r.countdown <= 0:
+            r.countdown = r.release_every
+            with nogil:
+                pass
 
 
 # -- instances of the generated classes ------------------------------------------------------
@@ -291,11 +307,15 @@ cdef inline list read_fixed_array(
 
 # -- running a decoder -----------------------------------------------------------------------
 
-cdef inline int open_reader(Reader* r, Py_buffer* view, object buf, Py_ssize_t pos) except -1:
+cdef inline int open_reader(
+    Reader* r, Py_buffer* view, object buf, Py_ssize_t pos, Py_ssize_t release_gil_every
+) except -1:
     if pos < 0:
         raise InvalidLengthError("negative position", pos)
     PyObject_GetBuffer(buf, view, PyBUF_SIMPLE)
     r.data = <const uint8_t*>view.buf
     r.size = view.len
     r.obj = <PyObject*>buf
+    r.release_every = max(release_gil_every, 0)
+    r.countdown = r.release_every
     return 0

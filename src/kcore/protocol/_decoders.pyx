@@ -259,6 +259,7 @@ cdef object _d_metadata_response_MetadataResponseTopic(Reader* r, Py_ssize_t* at
                 item = _d_metadata_response_MetadataResponsePartition(r, &pos, version)
                 Py_INCREF(item)
                 PyList_SET_ITEM(items, i, item)
+                pause_point(r)
             set_slot(o, _O_metadata_response_MetadataResponseTopic_partitions, items)
     else:
         n = read_uvarint(r, &pos) - 1
@@ -272,6 +273,7 @@ cdef object _d_metadata_response_MetadataResponseTopic(Reader* r, Py_ssize_t* at
                 item = _d_metadata_response_MetadataResponsePartition(r, &pos, version)
                 Py_INCREF(item)
                 PyList_SET_ITEM(items, i, item)
+                pause_point(r)
             set_slot(o, _O_metadata_response_MetadataResponseTopic_partitions, items)
     if version <= 7:
         set_slot(o, _O_metadata_response_MetadataResponseTopic_topic_authorized_operations, -2147483648)
@@ -320,6 +322,7 @@ cdef object _d_metadata_response_MetadataResponse(Reader* r, Py_ssize_t* at, int
                 item = _d_metadata_response_MetadataResponseBroker(r, &pos, version)
                 Py_INCREF(item)
                 PyList_SET_ITEM(items, i, item)
+                pause_point(r)
             set_slot(o, _O_metadata_response_MetadataResponse_brokers, items)
     else:
         n = read_uvarint(r, &pos) - 1
@@ -333,6 +336,7 @@ cdef object _d_metadata_response_MetadataResponse(Reader* r, Py_ssize_t* at, int
                 item = _d_metadata_response_MetadataResponseBroker(r, &pos, version)
                 Py_INCREF(item)
                 PyList_SET_ITEM(items, i, item)
+                pause_point(r)
             set_slot(o, _O_metadata_response_MetadataResponse_brokers, items)
     if version <= 1:
         set_slot(o, _O_metadata_response_MetadataResponse_cluster_id, None)
@@ -359,6 +363,7 @@ cdef object _d_metadata_response_MetadataResponse(Reader* r, Py_ssize_t* at, int
                 item = _d_metadata_response_MetadataResponseTopic(r, &pos, version)
                 Py_INCREF(item)
                 PyList_SET_ITEM(items, i, item)
+                pause_point(r)
             set_slot(o, _O_metadata_response_MetadataResponse_topics, items)
     else:
         n = read_uvarint(r, &pos) - 1
@@ -372,6 +377,7 @@ cdef object _d_metadata_response_MetadataResponse(Reader* r, Py_ssize_t* at, int
                 item = _d_metadata_response_MetadataResponseTopic(r, &pos, version)
                 Py_INCREF(item)
                 PyList_SET_ITEM(items, i, item)
+                pause_point(r)
             set_slot(o, _O_metadata_response_MetadataResponse_topics, items)
     if version <= 7:
         set_slot(o, _O_metadata_response_MetadataResponse_cluster_authorized_operations, -2147483648)
@@ -405,13 +411,14 @@ cdef object _d_metadata_response_MetadataResponse(Reader* r, Py_ssize_t* at, int
     return o
 
 
-def decode_metadata_response(object buf, int version, Py_ssize_t pos=0):
+def decode_metadata_response(object buf, int version, Py_ssize_t pos=0, Py_ssize_t release_gil_every=0):
     """``MetadataResponse.decode`` compiled: one object at ``buf[pos:]`` and the position
-    after it."""
+    after it. ``release_gil_every``: on a worker thread, let other threads run after
+    about that many array elements (0: never)."""
     cdef Reader r
     cdef Py_buffer view
     _check_version(_C_metadata_response_MetadataResponse, version)
-    open_reader(&r, &view, buf, pos)
+    open_reader(&r, &view, buf, pos, release_gil_every)
     try:
         o = _d_metadata_response_MetadataResponse(&r, &pos, version)
     except UnicodeDecodeError as exc:

@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "InFlight",
     "KafkaProtocol",
+    "PendingBody",
     "Response",
     "broker_versions",
     "choose_version",
@@ -95,6 +96,51 @@ class Response(NamedTuple):
     body: Any  # the generated response class instance, e.g. MetadataResponse
 
 
+# A body decoded off the caller's thread (PendingBody.decode) lets other threads run after about
+# this many array elements: a few tenths of a millisecond of decoding.
+RELEASE_GIL_EVERY = 2048
+
+
+class PendingBody:
+    """The body of a response too large to decode in :meth:`KafkaProtocol.receive_data`
+    (see ``defer_decode_above``): :meth:`decode` it, from any thread. A compiled decoder run
+    so lets other threads (the caller's event loop) run while it works."""
+
+    __slots__ = ("_frame", "_pos", "_cls", "_api_key", "_version", "correlation_id", "size")
+
+    def __init__(
+        self,
+        frame: bytes | memoryview,
+        pos: int,
+        cls: type[Message],
+        api_key: int,
+        version: int,
+        correlation_id: int,
+    ) -> None:
+        self._frame = frame
+        self._pos = pos
+        self._cls = cls
+        self._api_key = api_key
+        self._version = version
+        self.correlation_id = correlation_id
+        self.size = len(frame)
+
+    def decode(self) -> Any:
+        """The decoded body; ``ProtocolError`` if it does not parse (as ``receive_data``
+        would raise: the connection's byte stream is then not to be trusted)."""
+        frame, self._frame = self._frame, b""  # decoded once; the frame is freed with it
+        body, _ = KafkaProtocol._decode_checked(
+            self._cls,
+            frame,
+            self._pos,
+            self._api_key,
+            self._version,
+            self.correlation_id,
+            RELEASE_GIL_EVERY,
+        )
+        return body
+
+
 class InFlight(NamedTuple):
     """What the protocol remembers about a request that is waiting for its response."""
 
@@ -112,10 +158,18 @@ class KafkaProtocol:
     """
 
     def __init__(
-        self, client_id: str | None = None, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+        self,
+        client_id: str | None = None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        defer_decode_above: int | None = None,
     ) -> None:
+        """``defer_decode_above``: a response frame larger than this many bytes, of a response
+        with a compiled decoder, is not decoded by :meth:`receive_data`: its ``body`` is a
+        :class:`PendingBody` for the caller to decode (on a worker thread, say)."""
         self.client_id = client_id
         self.max_frame_size = max_frame_size
+        self.defer_decode_above = defer_decode_above
         self._next_correlation_id = 0
         self._in_flight: dict[int, InFlight] = {}
         self._buffer = bytearray()
@@ -262,28 +316,67 @@ class KafkaProtocol:
                 f"response with correlation id {correlation_id} matches no request in flight"
             )
         api_key, version, cls = request
+        limit = self.defer_decode_above
+        if limit is not None and len(frame) > limit and cls in _decoders:
+            try:
+                pos = self._skip_header(frame, api_key, version)
+            except (KcoreError, ValueError) as exc:
+                raise ProtocolError(
+                    f"{cls.NAME} v{version} (correlation id {correlation_id}) does not parse: {exc}"
+                ) from exc
+            pending = PendingBody(frame, pos, cls, api_key, version, correlation_id)
+            return Response(correlation_id, api_key, version, pending)
+        pos = 0
         try:
-            header_version = response_header_version(api_key, version)
-            _, pos = ResponseHeader.decode(frame, header_version, 0)
-            body, version = self._decode_body(cls, frame, pos, api_key, version)
+            pos = self._skip_header(frame, api_key, version)
+        except (KcoreError, ValueError) as exc:
+            raise ProtocolError(
+                f"{cls.NAME} v{version} (correlation id {correlation_id}) does not parse: {exc}"
+            ) from exc
+        body, version = self._decode_checked(cls, frame, pos, api_key, version, correlation_id)
+        return Response(correlation_id, api_key, version, body)
+
+    @staticmethod
+    def _skip_header(frame: bytes | memoryview, api_key: int, version: int) -> int:
+        _, pos = ResponseHeader.decode(frame, response_header_version(api_key, version), 0)
+        return pos
+
+    @staticmethod
+    def _decode_checked(
+        cls: type[Message],
+        frame: bytes | memoryview,
+        pos: int,
+        api_key: int,
+        version: int,
+        correlation_id: int,
+        release_gil_every: int = 0,
+    ) -> tuple[Any, int]:
+        try:
+            return KafkaProtocol._decode_body(cls, frame, pos, api_key, version, release_gil_every)
         except ProtocolError:
             raise
         except (KcoreError, ValueError) as exc:
             raise ProtocolError(
                 f"{cls.NAME} v{version} (correlation id {correlation_id}) does not parse: {exc}"
             ) from exc
-        return Response(correlation_id, api_key, version, body)
 
     @staticmethod
     def _decode_body(
-        cls: type[Message], frame: bytes | memoryview, pos: int, api_key: int, version: int
+        cls: type[Message],
+        frame: bytes | memoryview,
+        pos: int,
+        api_key: int,
+        version: int,
+        release_gil_every: int = 0,
     ) -> tuple[Any, int]:
         try:
             compiled = _decoders.get(cls)
-            if compiled is not None:
-                body, end = compiled(frame, version, pos)
-            else:
+            if compiled is None:
                 body, end = cls.decode(frame, version, pos)  # type: ignore[attr-defined]
+            elif release_gil_every:
+                body, end = compiled(frame, version, pos, release_gil_every)  # type: ignore[call-arg]
+            else:
+                body, end = compiled(frame, version, pos)
             if end != len(frame):
                 raise ProtocolError(f"{len(frame) - end} unread bytes after {cls.NAME}")
             return body, version
