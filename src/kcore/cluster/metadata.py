@@ -43,8 +43,8 @@ STALE_METADATA_CODES = frozenset(
     }
 )
 NULL_UUID = uuid.UUID(int=0)
-# Partitions merged per step of MetadataCache.update_in_steps: a few milliseconds of work.
-STEP_ROWS = 10_000
+# Partitions merged per step of MetadataCache.update_in_steps: a millisecond or two of work.
+STEP_ROWS = 5_000
 
 log = logging.getLogger("kcore.cluster")
 

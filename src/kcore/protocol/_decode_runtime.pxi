@@ -13,6 +13,7 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
+from posix.unistd cimport usleep
 
 import struct as _struct_module
 import uuid as _uuid_module
@@ -57,6 +58,10 @@ cdef struct Reader:
     Py_ssize_t countdown
 
 
+cdef enum:
+    GIL_PAUSE_US = 50  # long enough for a waiting thread to wake and take the GIL
+
+
 cdef inline void pause_point(Reader* r) noexcept:
     """Called after each element of an array of structs. A decoder run on a worker thread
     (``release_gil_every``) lets go of the GIL every that many elements, however briefly, so
@@ -68,7 +73,9 @@ cdef inline void pause_point(Reader* r) noexcept:
         if r.countdown <= 0:
             r.countdown = r.release_every
             with nogil:
-                pass
+                # Not just a release: the GIL would be taken back before a waiting thread woke
+                # (and it counts any handover as one, so it would never ask for a switch).
+                usleep(GIL_PAUSE_US)
 
 
 # -- instances of the generated classes ------------------------------------------------------
