@@ -154,6 +154,22 @@ def test_unknown_tagged_fields_are_kept_alike(version: int) -> None:
     assert compiled.encode(version) == data
 
 
+def test_topic_ids_are_the_uuids_uuid_makes() -> None:
+    data = response(12, random.Random(4)).encode(12)
+    for compiled, python in zip(
+        decode_metadata_response(data, 12)[0].topics,
+        MetadataResponse.decode(data, 12)[0].topics,
+        strict=True,
+    ):
+        a, b = compiled.topic_id, python.topic_id
+        assert type(a) is uuid.UUID and (a.int, a.is_safe, str(a), hash(a)) == (
+            b.int,
+            b.is_safe,
+            str(b),
+            hash(b),
+        )
+
+
 def test_long_varint_lengths() -> None:
     # Two-byte compact lengths: 300 partitions, a 200-character name.
     topic = MetadataResponseTopic(

@@ -143,6 +143,9 @@ cdef inline object new_row(
     return obj
 
 
+cdef object checked_row = None  # the last row class found to have ROW_FIELDS
+
+
 def partition_rows(
     str topic, list partitions, object cached, type row, dict out, Py_ssize_t start, Py_ssize_t end
 ):
@@ -150,8 +153,11 @@ def partition_rows(
     topic of a Metadata answer) into ``out``, by partition; return whether every one of them is
     the cached row. ``cached``: the rows the cache holds for the topic (a mapping, or None);
     ``row``: the row class (``PartitionInfo``)."""
-    if not issubclass(row, tuple) or tuple(getattr(row, "_fields", ())) != ROW_FIELDS:
-        raise TypeError(f"{row!r} is not a row class with the fields {ROW_FIELDS}")
+    global checked_row
+    if row is not checked_row:
+        if not issubclass(row, tuple) or tuple(getattr(row, "_fields", ())) != ROW_FIELDS:
+            raise TypeError(f"{row!r} is not a row class with the fields {ROW_FIELDS}")
+        checked_row = row
     start = max(0, start)
     end = min(end, len(partitions))
     cdef dict cached_dict = cached if type(cached) is dict else None

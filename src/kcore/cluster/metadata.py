@@ -42,7 +42,6 @@ STALE_METADATA_CODES = frozenset(
         ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
     }
 )
-NULL_UUID = uuid.UUID(int=0)
 # Partitions merged per step of MetadataCache.update_in_steps: a millisecond or two of work.
 STEP_ROWS = 5_000
 
@@ -141,14 +140,19 @@ def _result(generator: Generator[None, None, Any]) -> Any:
         return stop.value
 
 
-def _same_topic(a: TopicInfo, b: TopicInfo) -> bool:
-    """Equal apart from the partitions mapping, which the caller compared."""
-    return (
-        a.name == b.name
-        and a.topic_id == b.topic_id
-        and a.is_internal == b.is_internal
-        and a.error_code == b.error_code
-    )
+# Topic ids compared by value without uuid.UUID's Python-level __eq__ (several per topic of
+# every answer otherwise).
+def _uuid_set(u: uuid.UUID | None) -> bool:
+    """Not None and not the all-zero id (an answer's "no id")."""
+    return u is not None and u.int != 0
+
+
+def _same_uuid(a: uuid.UUID | None, b: uuid.UUID | None, *, unset_matches: bool = False) -> bool:
+    if a is b:
+        return True
+    if a is None or b is None:
+        return unset_matches
+    return bool(a.int == b.int)
 
 
 class MetadataCache:
@@ -261,9 +265,9 @@ class MetadataCache:
                 # UNKNOWN_TOPIC_OR_PARTITION and friends: the topic is gone or not there yet.
                 merged.append((name, t.error_code, None))
                 continue
-            topic_id = t.topic_id if t.topic_id not in (None, NULL_UUID) else None
+            topic_id = t.topic_id if _uuid_set(t.topic_id) else None
             prev = old.topics.get(name)
-            if prev is not None and topic_id is not None and prev.topic_id not in (None, topic_id):
+            if prev is not None and not _same_uuid(prev.topic_id, topic_id, unset_matches=True):
                 prev = None  # deleted and re-created: its epochs start again from 0
             cached = prev.partitions if prev is not None else None
             # Compiled (a topic can have 100,000 partitions): each partition's row is the cached
@@ -284,15 +288,20 @@ class MetadataCache:
                 start = end
                 if start >= count:
                     break
-            info = TopicInfo(name, topic_id, rows, bool(t.is_internal), t.error_code)
+            is_internal = bool(t.is_internal)
             if (
                 unchanged
                 and prev is not None
                 and len(rows) == len(prev.partitions)
-                and _same_topic(prev, info)
+                and prev.is_internal == is_internal
+                and prev.error_code == t.error_code
+                and _same_uuid(prev.topic_id, topic_id)
             ):
-                info = prev  # nothing changed: the cached entry itself
-            merged.append((name, t.error_code, info))
+                merged.append((name, t.error_code, prev))  # nothing changed: the cached entry
+            else:
+                merged.append(
+                    (name, t.error_code, TopicInfo(name, topic_id, rows, is_internal, t.error_code))
+                )
         return merged
 
     def _commit(

@@ -45,6 +45,7 @@ cdef extern from "Python.h":
     object PyLong_FromLong(long v)
     object PyLong_FromLongLong(long long v)
     object PyLong_FromUnsignedLong(unsigned long v)
+    object PyLong_FromUnsignedLongLong(unsigned long long v)
     object PyFloat_FromDouble(double v)
     int T_OBJECT_EX
     int READONLY
@@ -283,12 +284,31 @@ cdef inline object read_compact_bytes(Reader* r, Py_ssize_t* pos, bint nullable)
     return take_bytes(r, pos, n - 1)
 
 
+# uuid.UUID(bytes=...) runs Python code (a topic id per topic of every Metadata answer); the
+# same object is made here from its two slots, ``int`` and ``is_safe``, when the running
+# Python's UUID has them (every CPython since 3.8), else by calling UUID.
+cdef object _UUID_UNKNOWN = _uuid_module.SafeUUID.unknown
+cdef Py_ssize_t _UUID_INT = -1
+cdef Py_ssize_t _UUID_SAFE = -1
+try:
+    _UUID_INT = slot_offset(_UUID, "int")
+    _UUID_SAFE = slot_offset(_UUID, "is_safe")
+except ImportError:
+    _UUID_INT = _UUID_SAFE = -1
+
+
 cdef inline object read_uuid(Reader* r, Py_ssize_t* pos):
     if 16 > r.size - pos[0]:
         past_end(pos[0], pos[0] + 16)
-    b = PyBytes_FromStringAndSize(<const char*>r.data + pos[0], 16)
+    cdef const uint8_t* p = r.data + pos[0]
     pos[0] += 16
-    return _UUID(bytes=b)
+    if _UUID_INT < 0:
+        return _UUID(bytes=PyBytes_FromStringAndSize(<const char*>p, 16))
+    value = (PyLong_FromUnsignedLongLong(be64(p)) << 64) | PyLong_FromUnsignedLongLong(be64(p + 8))
+    u = PyType_GenericAlloc(<PyTypeObject*>_UUID, 0)
+    set_slot(u, _UUID_INT, value)
+    set_slot(u, _UUID_SAFE, _UUID_UNKNOWN)
+    return u
 
 
 # -- arrays of fixed-width values ------------------------------------------------------------
