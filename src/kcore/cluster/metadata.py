@@ -42,6 +42,10 @@ STALE_METADATA_CODES = frozenset(
         ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
     }
 )
+# As plain ints: compared with every topic of every answer.
+_AUTHORIZATION_FAILED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+_INVALID_TOPIC = int(ErrorCode.INVALID_TOPIC_EXCEPTION)
+_NO_ERROR = int(ErrorCode.NONE)
 # Partitions merged per step of MetadataCache.update_in_steps: a millisecond or two of work.
 STEP_ROWS = 5_000
 
@@ -175,6 +179,8 @@ class MetadataCache:
         self.on_request: Callable[[], None] | None = None
         # Unusable broker entries already logged, (node id, host, port): once each.
         self._reported_unusable: set[tuple[int, str, int]] = set()
+        # address_problem of each (host, port) seen: the same few in every answer.
+        self._address_problems: dict[tuple[str, int], str | None] = {}
 
     # -- when to refresh --------------------------------------------------------------------------
 
@@ -261,7 +267,7 @@ class MetadataCache:
             if name is None:  # a topic-id-only answer; kcore asks by name
                 continue
             partitions = t.partitions
-            if t.error_code != ErrorCode.NONE and not partitions:
+            if t.error_code != _NO_ERROR and not partitions:
                 # UNKNOWN_TOPIC_OR_PARTITION and friends: the topic is gone or not there yet.
                 merged.append((name, t.error_code, None))
                 continue
@@ -321,14 +327,14 @@ class MetadataCache:
         unauthorized = set() if all_topics else set(old.unauthorized_topics)
         invalid = set() if all_topics else set(old.invalid_topics)
         for name, error_code, info in merged:
-            for code, names in (
-                (ErrorCode.TOPIC_AUTHORIZATION_FAILED, unauthorized),
-                (ErrorCode.INVALID_TOPIC_EXCEPTION, invalid),
-            ):
-                if error_code == code:
-                    names.add(name)
-                else:
-                    names.discard(name)
+            if error_code == _AUTHORIZATION_FAILED:
+                unauthorized.add(name)
+            elif unauthorized:
+                unauthorized.discard(name)
+            if error_code == _INVALID_TOPIC:
+                invalid.add(name)
+            elif invalid:
+                invalid.discard(name)
             if info is None:
                 topics.pop(name, None)
             else:
@@ -354,8 +360,16 @@ class MetadataCache:
         network layer as an address."""
         brokers: dict[int, BrokerInfo] = {}
         unusable: dict[int, str] = {}
+        checked = self._address_problems
         for broker in listed:
-            problem = address_problem(broker.host, broker.port)
+            address = (broker.host, broker.port)
+            if address in checked:
+                problem = checked[address]
+            else:
+                problem = address_problem(broker.host, broker.port)
+                if len(checked) >= 1024:  # brokers come and go; the table stays small
+                    checked.clear()
+                checked[address] = problem
             if problem is None:
                 brokers[broker.node_id] = broker
                 continue

@@ -53,9 +53,19 @@ SOFTWARE_VERSION = __version__
 SaslMechanismFactory = Callable[[], Any]
 
 
+class _Expired(Exception):
+    """Set on a request's waiter when request.timeout.ms has passed without an answer."""
+
+
+def _expire(waiter: asyncio.Future[Any]) -> None:
+    if not waiter.done():
+        waiter.set_exception(_Expired())
+
+
 # Response frames larger than this (of a response with a compiled decoder: a Metadata answer of
-# some 25,000 partitions and up) are decoded on a worker thread, not on the event loop.
-DECODE_OFF_LOOP_BYTES = 1 << 20
+# some 10,000 partitions and up, 2 ms of decoding) are decoded on a worker thread, not on the
+# event loop.
+DECODE_OFF_LOOP_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -635,9 +645,12 @@ class BrokerConnection:
         if waiter is None:
             return None
         limit = self.settings.request_timeout_s if timeout is None else timeout
+        # A timer on the waiter itself rather than asyncio.wait_for, which hands the answer
+        # over through a future of its own: one turn of the loop more for every request.
+        timer = asyncio.get_running_loop().call_later(limit, _expire, waiter)
         try:
-            body = await asyncio.wait_for(waiter, limit)
-        except asyncio.TimeoutError:
+            body = await waiter
+        except _Expired:
             self._proto.forget(correlation_id)
             self._waiters.pop(correlation_id, None)
             api = APIS[request.API_KEY].name
@@ -649,6 +662,8 @@ class BrokerConnection:
             )
             self.close(error)
             raise error from None
+        finally:
+            timer.cancel()
         throttle_ms = getattr(body, "throttle_time_ms", 0) or 0
         if counters is not None:
             counters.answered(time.monotonic() - sent_at, throttle_ms)
