@@ -15,8 +15,9 @@ by round in one run (this machine is shared and noisy: ratios are only meaningfu
   allows a made-up answer for that). A kcore Producer sends to a real 1-partition topic without
   pause, with ``metadata.max.age.ms`` = 500, so that the 100,000 partitions arrive every half
   second; the proxy notes when each Produce request arrives. Reported per decoder: the longest
-  gap between two Produce requests within 0.6 s after a big answer went out, and the median
-  gap outside those windows.
+  gap between two Produce requests within 0.6 s after a big answer went out, and the longest
+  and the median gap outside those windows (on a loaded machine the scheduler alone makes
+  gaps of tens of milliseconds: compare with those).
 * ``test_warm_metadata_vs_confluent``: 50 topics x 4 partitions; kcore's
   ``AdminClient.list_topics`` and confluent-kafka's, alternating call by call, 300 each.
 
@@ -374,7 +375,16 @@ def test_produce_gaps_during_100k_refreshes(
         stop.set()
         produce_times, big_times = results.get(timeout=60)
         proxy.join(30)
-    rows = [("decoder", "big answers", "produce requests", "longest gap after one", "median gap")]
+    rows = [
+        (
+            "decoder",
+            "big answers",
+            "produce requests",
+            "longest gap after one",
+            "longest gap elsewhere",
+            "median gap",
+        )
+    ]
     for v in VARIANTS:
         gaps_near, gaps_far, count, bigs_seen = [], [], 0, 0
         for start, end in windows[v]:  # gaps within one round (one producer) only
@@ -387,7 +397,8 @@ def test_produce_gaps_during_100k_refreshes(
                 (gaps_near if near else gaps_far).append(b - a)
         longest = max(gaps_near, default=0.0)
         median = statistics.median(gaps_far) if gaps_far else 0.0
-        rows.append((v, str(bigs_seen), str(count), _ms(longest), _ms(median)))
+        elsewhere = max(gaps_far, default=0.0)  # what the machine itself does to the client
+        rows.append((v, str(bigs_seen), str(count), _ms(longest), _ms(elsewhere), _ms(median)))
         record_property(f"{v}.longest_produce_gap_ms", round(longest * 1000, 2))
         assert bigs_seen and count, (v, bigs_seen, count)
     _print_table(
