@@ -4,6 +4,7 @@ refresh bookkeeping; and the connection layer's handling of peers that are not K
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import struct
 import threading
@@ -572,3 +573,18 @@ def test_merging_in_steps_frees_the_answer_in_steps_too():
     assert steps_of(cache, answer, 10, all_topics=True) >= 19
     assert len(answer.topics[0].partitions) <= 10
     assert cache.current.partitions_for("t") == list(range(100))
+
+
+def test_rows_share_equal_replica_tuples_and_never_mix_up_different_ones():
+    rng = random.Random(11)
+    answer = metadata({p: (1, 5) for p in range(3000)})
+    for p in answer.topics[0].partitions:  # many sets: slots of the shared table collide
+        p.replica_nodes = [rng.randrange(0, 40) for _ in range(rng.randrange(0, 5))]
+        p.isr_nodes = [rng.choice([1, 2, 3, 2**40, -1])]
+    md = MetadataCache().update(answer, all_topics=True)
+    for p in answer.topics[0].partitions:
+        row = md.partition("t", p.partition_index)
+        assert (list(row.replicas), list(row.isr)) == (p.replica_nodes, p.isr_nodes)
+    shared = metadata({p: (1, 5) for p in range(10)})
+    rows = MetadataCache().update(shared, all_topics=True).topics["t"].partitions
+    assert len({id(row.replicas) for row in rows.values()}) == 1

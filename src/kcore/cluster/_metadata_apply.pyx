@@ -32,6 +32,8 @@ cdef extern from "Python.h":
     int READONLY
     object PyType_GenericAlloc(PyTypeObject* type, Py_ssize_t nitems)
     object PyList_AsTuple(object lst)
+    long long PyLong_AsLongLongAndOverflow(object o, int* overflow) except? -1
+    long long PyLong_AsLongLong(object o) except? -1
     void PyObject_GC_UnTrack(void* op)
 
 # Field positions of PartitionInfo (kcore.cluster.metadata), checked by partition_rows.
@@ -93,6 +95,53 @@ cdef inline tuple as_tuple(object values):
     return out
 
 
+# Replica lists repeat: a topic's partitions share a few replica sets (six, with three brokers
+# and three replicas). The tuple last made for each of INTERN_SLOTS hash slots is handed out
+# again for an equal list: fewer objects to make, and a 100,000-partition cache shares them.
+cdef enum:
+    INTERN_SLOTS = 256
+    INTERN_MAX_LEN = 16
+cdef list interned = [None] * INTERN_SLOTS
+
+
+cdef tuple shared_tuple(object values):
+    if type(values) is not list:
+        return as_tuple(values)
+    cdef list l = <list>values
+    cdef Py_ssize_t n = len(l), i
+    if n == 0:
+        return ()
+    if n > INTERN_MAX_LEN:
+        return as_tuple(values)
+    cdef long long v
+    cdef unsigned long long h = <unsigned long long>n
+    for i in range(n):
+        item = l[i]
+        if type(item) is not int:
+            return as_tuple(values)
+        v = PyLong_AsLongLongAndOverflow(item, &overflow_flag)
+        if overflow_flag:
+            return as_tuple(values)
+        h = (h ^ <unsigned long long>v) * 1099511628211ULL
+    cdef Py_ssize_t slot = <Py_ssize_t>((h ^ (h >> 29)) % INTERN_SLOTS)
+    found = interned[slot]
+    cdef tuple t
+    if found is not None:
+        t = <tuple>found
+        if PyTuple_GET_SIZE(t) == n:
+            for i in range(n):
+                if PyLong_AsLongLong(<object>PyTuple_GET_ITEM(t, i)) != PyLong_AsLongLong(l[i]):
+                    break
+            else:
+                return t
+    t = as_tuple(values)
+    interned[slot] = t
+    return t
+
+
+cdef int overflow_flag = 0
+
+
 cdef inline bint all_atomic(tuple t):
     for value in t:
         if type(value) is not int:
@@ -132,9 +181,9 @@ cdef inline object new_row(
     put(obj, 1, index)
     put(obj, 2, leader)
     put(obj, 3, epoch)
-    put(obj, 4, as_tuple(replicas))
-    put(obj, 5, as_tuple(isr))
-    put(obj, 6, as_tuple(offline))
+    put(obj, 4, shared_tuple(replicas))
+    put(obj, 5, shared_tuple(isr))
+    put(obj, 6, shared_tuple(offline))
     put(obj, 7, error)
     if type(topic) is str and type(index) is int and type(leader) is int and (
         type(epoch) is int and type(error) is int
