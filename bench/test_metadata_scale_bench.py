@@ -44,6 +44,7 @@ from test_cluster_bench import TIMEOUT_S, Topics, _need, confluent_admin, topics
 from kcore import AdminClient, Producer
 from kcore.admin import NewTopic
 from kcore.cluster.metadata import MetadataCache
+from kcore.network.connection import loop_turn_pause
 from kcore.protocol import framing
 from kcore.protocol.messages import MetadataRequest, MetadataResponse
 from kcore.protocol.messages.metadata_response import (
@@ -152,7 +153,7 @@ async def _client_path(variant: str, data: bytes) -> tuple[float, float]:
         [response] = proto.receive_data(wire)
         body = response.body
         if type(body) is framing.PendingBody:
-            body = await loop.run_in_executor(None, body.decode)
+            body = await loop.run_in_executor(None, body.decode, loop_turn_pause(loop))
         for _ in cache.update_in_steps(body, all_topics=False):
             await asyncio.sleep(0)
         del body, response
@@ -237,6 +238,13 @@ def _read_frame(sock: socket.socket) -> bytes | None:
     return None if body is None else head + body
 
 
+def _read_frame_or_none(sock: socket.socket) -> bytes | None:
+    try:
+        return _read_frame(sock)
+    except OSError:  # the other direction closed the socket: the client is gone
+        return None
+
+
 def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:
     chunks, got = [], 0
     while got < n:
@@ -291,7 +299,7 @@ def _proxy_main(upstream: tuple[str, int], ready: Any, results: Any, stop: Any) 
             broker.close()
 
         threading.Thread(target=upward, daemon=True).start()
-        while (frame := _read_frame(broker)) is not None:
+        while (frame := _read_frame_or_none(broker)) is not None:
             correlation_id = int.from_bytes(frame[4:8], "big")
             api_key, version = pending.pop(correlation_id, (-1, -1))
             if api_key == 3:

@@ -306,3 +306,10 @@ def test_a_decoder_that_lets_other_threads_run_decodes_the_same() -> None:
     decode_metadata_response(data, 12, 0, 1)
     thread.join()
     assert ran
+    # With a pause callable: called every that many elements (of every array of structs).
+    calls = []
+    assert decode_metadata_response(data, 12, 0, 1000, lambda: calls.append(1)) == (obj, len(data))
+    assert len(calls) == (3 + 3 * 3000) // 1000
+    # An error in it ends the decoding with that error.
+    with pytest.raises(ZeroDivisionError):
+        decode_metadata_response(data, 12, 0, 10, lambda: 1 / 0)

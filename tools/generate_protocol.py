@@ -1360,17 +1360,18 @@ class CompiledDecoderGen(ModuleGen):
         root = self.spec.root
         name = self.spec.name
         w(
-            f"def {self.entry()}("
-            "object buf, int version, Py_ssize_t pos=0, Py_ssize_t release_gil_every=0):"
+            f"def {self.entry()}(object buf, int version, Py_ssize_t pos=0, "
+            "Py_ssize_t pause_every=0, object pause=None):"
         )
         with w.indented():
             w(f'"""``{name}.decode`` compiled: one object at ``buf[pos:]`` and the position')
-            w("after it. ``release_gil_every``: on a worker thread, let other threads run after")
-            w('about that many array elements (0: never)."""')
+            w("after it. ``pause_every``: on a worker thread, let other threads run after about")
+            w("that many array elements (0: never), by calling ``pause`` if given (see")
+            w('pause_point in _decode_runtime.pxi)."""')
             w("cdef Reader r")
             w("cdef Py_buffer view")
             w(f"_check_version({self.cls(root)}, version)")
-            w("open_reader(&r, &view, buf, pos, release_gil_every)")
+            w("open_reader(&r, &view, buf, pos, pause_every, pause)")
             with w.block("try:"):
                 w(f"o = {self.fn(root)}(&r, &pos, version)")
             with w.block("except UnicodeDecodeError as exc:"):
@@ -1623,7 +1624,8 @@ def generate_compiled(specs: list[MessageSpec], kafka_version: str) -> dict[str,
         f"    buf: bytes | bytearray | memoryview,\n"
         f"    version: int,\n"
         f"    pos: int = 0,\n"
-        f"    release_gil_every: int = 0,\n"
+        f"    pause_every: int = 0,\n"
+        f"    pause: Callable[[], object] | None = None,\n"
         f") -> tuple[Any, int]: ...  # ({g.spec.name}, next position)"
         for g in gens
     ]

@@ -16,6 +16,7 @@ import os
 import random
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -53,6 +54,24 @@ SOFTWARE_VERSION = __version__
 SaslMechanismFactory = Callable[[], Any]
 
 
+def loop_turn_pause(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+    """For work on another thread that must not hold ``loop`` up (PendingBody.decode's
+    ``pause``): a call waits, without the GIL, until the loop has run a callback, so that the
+    loop gets a turn however busy the machine (a timed release of the GIL alone does not ensure
+    it); not for long if the loop is held up by something else."""
+    turn = threading.Event()
+
+    def pause() -> None:
+        turn.clear()
+        try:
+            loop.call_soon_threadsafe(turn.set)
+        except RuntimeError:  # the loop is closed: nobody to make way for
+            return
+        turn.wait(LOOP_TURN_WAIT_S)
+
+    return pause
+
+
 class _Expired(Exception):
     """Set on a request's waiter when request.timeout.ms has passed without an answer."""
 
@@ -66,6 +85,8 @@ def _expire(waiter: asyncio.Future[Any]) -> None:
 # some 10,000 partitions and up, 2 ms of decoding) are decoded on a worker thread, not on the
 # event loop.
 DECODE_OFF_LOOP_BYTES = 256 * 1024
+# How long such a decoding waits at most for the loop to take its turn (see _decode_off_loop).
+LOOP_TURN_WAIT_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -721,7 +742,8 @@ class BrokerConnection:
                 waiter.set_result(decoding.result())
 
         loop = asyncio.get_running_loop()
-        loop.run_in_executor(None, pending.decode).add_done_callback(done)
+        pause = loop_turn_pause(loop)
+        loop.run_in_executor(None, pending.decode, pause).add_done_callback(done)
 
     def _lost(self, exc: Exception | None) -> None:
         if self._closed_error is None:

@@ -55,28 +55,36 @@ cdef struct Reader:
     const uint8_t* data
     Py_ssize_t size
     PyObject* obj  # the buffer object itself, for the Python helpers of the rare paths
-    Py_ssize_t release_every  # see pause_point; 0: never
+    Py_ssize_t pause_every  # see pause_point; 0: never
     Py_ssize_t countdown
+    PyObject* pause  # a callable, or NULL
 
 
 cdef enum:
-    GIL_PAUSE_US = 50  # long enough for a waiting thread to wake and take the GIL
+    GIL_PAUSE_US = 50  # long enough for a waiting thread to wake, on an idle machine
 
 
-cdef inline void pause_point(Reader* r) noexcept:
+cdef inline int pause_point(Reader* r) except -1:
     """Called after each element of an array of structs. A decoder run on a worker thread
-    (``release_gil_every``) lets go of the GIL every that many elements, however briefly, so
-    that a thread waiting for it (an event loop's) gets it: a decoder holding it throughout
-    would stall that thread as long as it runs. Nothing the other thread can reach is touched
-    meanwhile: the objects being built are the decoder's alone, and the buffer is exported."""
-    if r.release_every:
+    (``pause_every``) pauses every that many elements so that another thread (an event loop's)
+    gets the GIL: a decoder holding it throughout would stall that thread as long as it runs.
+    ``pause`` (a callable) is how: it returns once the other thread has had its turn (it waits
+    without the GIL). Without one the decoder sleeps a moment without the GIL, which a thread
+    already waiting for it gets only if scheduled within that moment. Nothing another thread
+    can reach is touched meanwhile: the objects being built are the decoder's alone, and the
+    buffer is exported."""
+    if r.pause_every:
         r.countdown -= 1
         if r.countdown <= 0:
-            r.countdown = r.release_every
-            with nogil:
-                # Not just a release: the GIL would be taken back before a waiting thread woke
-                # (and it counts any handover as one, so it would never ask for a switch).
-                usleep(GIL_PAUSE_US)
+            r.countdown = r.pause_every
+            if r.pause is not NULL:
+                (<object>r.pause)()
+            else:
+                with nogil:
+                    # Not a bare release: the GIL would be taken back before a waiting thread
+                    # woke (and CPython counts that as a handover, so it never forces one).
+                    usleep(GIL_PAUSE_US)
+    return 0
 
 
 # -- instances of the generated classes ------------------------------------------------------
@@ -335,7 +343,7 @@ cdef inline list read_fixed_array(
 # -- running a decoder -----------------------------------------------------------------------
 
 cdef inline int open_reader(
-    Reader* r, Py_buffer* view, object buf, Py_ssize_t pos, Py_ssize_t release_gil_every
+    Reader* r, Py_buffer* view, object buf, Py_ssize_t pos, Py_ssize_t pause_every, object pause
 ) except -1:
     if pos < 0:
         raise InvalidLengthError("negative position", pos)
@@ -343,6 +351,7 @@ cdef inline int open_reader(
     r.data = <const uint8_t*>view.buf
     r.size = view.len
     r.obj = <PyObject*>buf
-    r.release_every = max(release_gil_every, 0)
-    r.countdown = r.release_every
+    r.pause_every = max(pause_every, 0)
+    r.countdown = r.pause_every
+    r.pause = NULL if pause is None else <PyObject*>pause  # the caller's reference keeps it
     return 0

@@ -9,5 +9,6 @@ def decode_metadata_response(
     buf: bytes | bytearray | memoryview,
     version: int,
     pos: int = 0,
-    release_gil_every: int = 0,
+    pause_every: int = 0,
+    pause: Callable[[], object] | None = None,
 ) -> tuple[Any, int]: ...  # (MetadataResponse, next position)

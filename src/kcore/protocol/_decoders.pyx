@@ -411,14 +411,15 @@ cdef object _d_metadata_response_MetadataResponse(Reader* r, Py_ssize_t* at, int
     return o
 
 
-def decode_metadata_response(object buf, int version, Py_ssize_t pos=0, Py_ssize_t release_gil_every=0):
+def decode_metadata_response(object buf, int version, Py_ssize_t pos=0, Py_ssize_t pause_every=0, object pause=None):
     """``MetadataResponse.decode`` compiled: one object at ``buf[pos:]`` and the position
-    after it. ``release_gil_every``: on a worker thread, let other threads run after
-    about that many array elements (0: never)."""
+    after it. ``pause_every``: on a worker thread, let other threads run after about
+    that many array elements (0: never), by calling ``pause`` if given (see
+    pause_point in _decode_runtime.pxi)."""
     cdef Reader r
     cdef Py_buffer view
     _check_version(_C_metadata_response_MetadataResponse, version)
-    open_reader(&r, &view, buf, pos, release_gil_every)
+    open_reader(&r, &view, buf, pos, pause_every, pause)
     try:
         o = _d_metadata_response_MetadataResponse(&r, &pos, version)
     except UnicodeDecodeError as exc:

@@ -96,9 +96,9 @@ class Response(NamedTuple):
     body: Any  # the generated response class instance, e.g. MetadataResponse
 
 
-# A body decoded off the caller's thread (PendingBody.decode) lets other threads run after about
-# this many array elements (a tenth of a millisecond of decoding), for 50 microseconds.
-RELEASE_GIL_EVERY = 1024
+# A body decoded off the caller's thread (PendingBody.decode) pauses for other threads after
+# about this many array elements: a tenth of a millisecond of decoding.
+PAUSE_EVERY = 1024
 
 
 class PendingBody:
@@ -125,9 +125,12 @@ class PendingBody:
         self.correlation_id = correlation_id
         self.size = len(frame)
 
-    def decode(self) -> Any:
+    def decode(self, pause: Callable[[], object] | None = None) -> Any:
         """The decoded body; ``ProtocolError`` if it does not parse (as ``receive_data``
-        would raise: the connection's byte stream is then not to be trusted)."""
+        would raise: the connection's byte stream is then not to be trusted). ``pause`` is
+        called every ``PAUSE_EVERY`` array elements and returns once the thread the decoding
+        must not hold up has had a turn (without one, the decoder only sleeps a moment without
+        the GIL then)."""
         frame, self._frame = self._frame, b""  # decoded once; the frame is freed with it
         body, _ = KafkaProtocol._decode_checked(
             self._cls,
@@ -136,7 +139,8 @@ class PendingBody:
             self._api_key,
             self._version,
             self.correlation_id,
-            RELEASE_GIL_EVERY,
+            PAUSE_EVERY,
+            pause,
         )
         return body
 
@@ -349,10 +353,11 @@ class KafkaProtocol:
         api_key: int,
         version: int,
         correlation_id: int,
-        release_gil_every: int = 0,
+        pause_every: int = 0,
+        pause: Callable[[], object] | None = None,
     ) -> tuple[Any, int]:
         try:
-            return KafkaProtocol._decode_body(cls, frame, pos, api_key, version, release_gil_every)
+            return KafkaProtocol._decode_body(cls, frame, pos, api_key, version, pause_every, pause)
         except ProtocolError:
             raise
         except (KcoreError, ValueError) as exc:
@@ -367,14 +372,15 @@ class KafkaProtocol:
         pos: int,
         api_key: int,
         version: int,
-        release_gil_every: int = 0,
+        pause_every: int = 0,
+        pause: Callable[[], object] | None = None,
     ) -> tuple[Any, int]:
         try:
             compiled = _decoders.get(cls)
             if compiled is None:
                 body, end = cls.decode(frame, version, pos)  # type: ignore[attr-defined]
-            elif release_gil_every:
-                body, end = compiled(frame, version, pos, release_gil_every)  # type: ignore[call-arg]
+            elif pause_every:
+                body, end = compiled(frame, version, pos, pause_every, pause)  # type: ignore[call-arg]
             else:
                 body, end = compiled(frame, version, pos)
             if end != len(frame):
