@@ -15,7 +15,7 @@ SECONDS_PER_TARGET=${1:-60}
 shift || true
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(decode sealed records legacy decompress varint roundtrip)
+  TARGETS=(decode sealed records legacy decompress varint roundtrip responses)
 fi
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${KCORE_FUZZ_DIR:-/tmp/kcore-fuzz-build}
