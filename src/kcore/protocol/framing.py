@@ -20,6 +20,7 @@ request in flight.
 
 from __future__ import annotations
 
+import gc
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
@@ -132,16 +133,26 @@ class PendingBody:
         must not hold up has had a turn (without one, the decoder only sleeps a moment without
         the GIL then)."""
         frame, self._frame = self._frame, b""  # decoded once; the frame is freed with it
-        body, _ = KafkaProtocol._decode_checked(
-            self._cls,
-            frame,
-            self._pos,
-            self._api_key,
-            self._version,
-            self.correlation_id,
-            PAUSE_EVERY,
-            pause,
-        )
+        # No collection while decoding: the compiled decoders' objects are untracked (see
+        # _decode_runtime.pxi), yet each counts as an allocation, so the hundreds of thousands
+        # of a large answer would set off hundreds of collections, and now and then a full
+        # one, on this thread with the GIL held (tens of milliseconds the loop waits).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            body, _ = KafkaProtocol._decode_checked(
+                self._cls,
+                frame,
+                self._pos,
+                self._api_key,
+                self._version,
+                self.correlation_id,
+                PAUSE_EVERY,
+                pause,
+            )
+        finally:
+            if collecting:
+                gc.enable()
         return body
 
 
