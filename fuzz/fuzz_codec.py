@@ -19,6 +19,8 @@ Targets (``--target=NAME``):
   varint      decode_uvarint / decode_varint / decode_varlong at every position
   roundtrip   the input drives RecordBatchBuilder (records, headers, every builder
               argument, append_many); the batch must decode to what went in
+  responses   byte 0 picks a version, the rest is a MetadataResponse body: the compiled
+              decoder and the Python class must agree (kcore error class, or equal objects)
 
 Known bugs (tests/test_codec_fuzz.py ``test_bug_*``) are stepped around unless
 ``--no-known-guards`` is given, so the fuzzer keeps looking for new ones. See fuzz/README.md
@@ -37,7 +39,16 @@ import atheris
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-TARGETS = ("decode", "sealed", "records", "legacy", "decompress", "varint", "roundtrip")
+TARGETS = (
+    "decode",
+    "sealed",
+    "records",
+    "legacy",
+    "decompress",
+    "varint",
+    "roundtrip",
+    "responses",
+)
 
 
 def _parse_args(argv: list[str]) -> tuple[str, bool, str | None, list[str]]:
@@ -60,8 +71,11 @@ TARGET, GUARDS, WRITE_SEEDS, LIBFUZZER_ARGV = _parse_args(sys.argv)
 
 # Python-level coverage for kcore's own modules and the contract; the codec itself reports C
 # coverage only when it was built with -fsanitize=fuzzer-no-link (fuzz/README.md).
-with atheris.instrument_imports(include=["kcore", "test_codec_fuzz"]):
+with atheris.instrument_imports(
+    include=["kcore", "test_codec_fuzz", "test_protocol_compiled_decoders"]
+):
     import test_codec_fuzz as contract
+    import test_protocol_compiled_decoders as responses
 
     import kcore.codec as codec
     from kcore.errors import CorruptRecordError
@@ -227,6 +241,16 @@ def fuzz_roundtrip(data: bytes) -> None:
     assert codec.decode_columns(built, skip_control=False).num_rows == len(rows)
 
 
+def fuzz_responses(data: bytes) -> None:
+    """Byte 0 picks the version; the rest is a MetadataResponse body for both its decoders,
+    which must agree (tests/test_protocol_compiled_decoders.py's contract)."""
+    if not data:
+        return
+    cls = responses.MetadataResponse
+    lo, hi = cls.VALID_VERSIONS
+    responses.check_decoders_agree(cls, data[1:], lo + data[0] % (hi - lo + 1))
+
+
 FUZZERS = {
     "decode": fuzz_decode,
     "sealed": fuzz_sealed,
@@ -235,6 +259,7 @@ FUZZERS = {
     "decompress": fuzz_decompress,
     "varint": fuzz_varint,
     "roundtrip": fuzz_roundtrip,
+    "responses": fuzz_responses,
 }
 
 
@@ -249,6 +274,9 @@ def write_seeds(directory: str) -> None:
         seeds[f"compressed-{name}"] = bytes([contract.COMPRESSED.index(name)]) + codec.compress(
             name, contract.records_section(contract.V2_SEEDS["none"])
         )
+    for i, (version, body) in enumerate(responses.ENCODINGS):
+        lo = responses.MetadataResponse.VALID_VERSIONS[0]
+        seeds[f"metadata-{i}"] = bytes([version - lo]) + body
     for name, seed in seeds.items():
         (out / f"seed-{name}").write_bytes(seed)
 

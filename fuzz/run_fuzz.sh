@@ -15,7 +15,7 @@ SECONDS_PER_TARGET=${1:-60}
 shift || true
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(decode sealed records legacy decompress varint roundtrip)
+  TARGETS=(decode sealed records legacy decompress varint roundtrip responses)
 fi
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${KCORE_FUZZ_DIR:-/tmp/kcore-fuzz-build}
@@ -27,10 +27,14 @@ if [ "${KCORE_FUZZ_NO_BUILD:-0}" != 1 ]; then
   rm -rf "$WORK/repo"
   mkdir -p "$WORK"
   cp -r "$REPO" "$WORK/repo"
-  # Both compiled modules (the codec, and the producer's send path that cimports it) are
-  # rebuilt instrumented: a plain -O3 copy left in the tree would be loaded instead.
+  # Every compiled module (the codec, the producer's send path that cimports it, the protocol's
+  # decoders, the metadata merge) is rebuilt instrumented: a plain -O3 copy left in the tree
+  # would be loaded instead.
   rm -rf "$WORK/repo/build" "$WORK/repo"/src/kcore/_codec*.so "$WORK/repo/src/kcore/_codec.c" \
-    "$WORK/repo"/src/kcore/producer/_sendpath*.so "$WORK/repo/src/kcore/producer/_sendpath.c"
+    "$WORK/repo"/src/kcore/producer/_sendpath*.so "$WORK/repo/src/kcore/producer/_sendpath.c" \
+    "$WORK/repo"/src/kcore/protocol/_decoders*.so "$WORK/repo/src/kcore/protocol/_decoders.c" \
+    "$WORK/repo"/src/kcore/cluster/_metadata_apply*.so \
+    "$WORK/repo/src/kcore/cluster/_metadata_apply.c"
   (cd "$WORK/repo" &&
     CC=clang LDSHARED="clang -shared" \
       CFLAGS="-fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer -g" \

@@ -167,6 +167,8 @@ PROBE = textwrap.dedent(
         import kcore._codec as c
         import kcore.codec as pub
         import kcore.producer._sendpath as sendpath
+        import kcore.protocol._decoders as decoders
+        import kcore.cluster._metadata_apply as metadata_apply
 
         cramjam = sys.modules["cramjam"]  # the codec's (a bundle's serves it once kcore loads)
 
@@ -176,6 +178,8 @@ PROBE = textwrap.dedent(
             "kcore": kcore.__file__,
             "codec": c.__file__,
             "sendpath": sendpath.__file__,
+            "decoders": decoders.__file__,
+            "metadata_apply": metadata_apply.__file__,
             "cramjam": cramjam.__file__,
             "zstd": pub.decompress("zstd", pub.compress("zstd", data)) == data,
             "lz4": pub.decompress("lz4", pub.compress("lz4", data)) == data,
@@ -229,6 +233,13 @@ def check_executor_probe(raw: str, cache: Path, bundle_name: str, python: Path) 
     sendpath = Path(p["sendpath"])
     assert sendpath.suffix == ".so" and sendpath.parent.parent == cache, sendpath
     assert sendpath.parent.name.startswith("kcore.producer._sendpath-")
+    for key, module in (
+        ("decoders", "kcore.protocol._decoders"),
+        ("metadata_apply", "kcore.cluster._metadata_apply"),
+    ):
+        path = Path(p[key])
+        assert path.suffix == ".so" and path.parent.parent == cache, path
+        assert path.parent.name.startswith(module + "-")
     assert Path(p["cramjam"]).parent.parent == cache and Path(p["cramjam"]).parent.name.startswith(
         "cramjam-"
     )

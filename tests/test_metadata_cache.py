@@ -4,6 +4,7 @@ refresh bookkeeping; and the connection layer's handling of peers that are not K
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import struct
 import threading
@@ -11,8 +12,8 @@ import uuid
 
 import pytest
 
-from kcore.cluster import MetadataCache, apply_leader_hints
-from kcore.errors import BrokerConnectionError, KcoreTimeoutError
+from kcore.cluster import MetadataCache, PartitionInfo, apply_leader_hints
+from kcore.errors import BrokerConnectionError, ErrorCode, KcoreTimeoutError
 from kcore.network import BrokerConnection, ConnectionSettings, ExponentialBackoff
 from kcore.protocol.messages import FetchResponse, MetadataResponse, ProduceResponse
 from kcore.protocol.messages.fetch_response import FetchableTopicResponse, PartitionData
@@ -496,3 +497,94 @@ def test_a_topic_waited_for_past_metadata_max_idle_ms_stays_tracked():
         assert asked[-1] == []
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiled merge (kcore.cluster._metadata_apply) and merging in steps
+
+
+def test_a_refresh_that_changes_nothing_keeps_the_cached_entries():
+    cache = MetadataCache()
+    first = cache.update(metadata({p: (1, 5) for p in range(50)}), all_topics=True)
+    again = cache.update(metadata({p: (1, 5) for p in range(50)}), all_topics=True)
+    assert again is not first and again.topics["t"] is first.topics["t"]
+    changed = metadata({p: (1, 5) for p in range(50)})
+    changed.topics[0].partitions[7].isr_nodes = [1, 2]
+    third = cache.update(changed, all_topics=True)
+    assert third.topics["t"] is not first.topics["t"]
+    assert third.partition("t", 7).isr == (1, 2)
+    rows = third.topics["t"].partitions
+    assert all(rows[p] is first.topics["t"].partitions[p] for p in range(50) if p != 7)
+    # Fewer partitions is a change too, even if every one left is as it was.
+    fewer = cache.update(metadata({p: (1, 5) for p in range(49)}), all_topics=True)
+    assert fewer.partitions_for("t") == list(range(49))
+
+
+def test_rows_hold_what_the_answer_says():
+    cache = MetadataCache()
+    answer = metadata({0: (2, 9)})
+    answer.topics[0].partitions[0].offline_replicas = [3]
+    answer.topics[0].partitions[0].error_code = ErrorCode.REPLICA_NOT_AVAILABLE
+    md = cache.update(answer, all_topics=True)
+    assert md.partition("t", 0) == PartitionInfo(
+        "t", 0, 2, 9, (1, 2, 3), (1, 2, 3), (3,), ErrorCode.REPLICA_NOT_AVAILABLE
+    )
+    assert type(md.partition("t", 0)) is PartitionInfo
+
+
+def steps_of(cache, answer, step_rows, **kwargs):
+    steps = cache.update_in_steps(answer, step_rows=step_rows, **kwargs)
+    count = 0
+    for _ in steps:
+        count += 1
+    return count
+
+
+def test_merging_in_steps_gives_what_one_step_gives():
+    leaders = {p: (p % 3 + 1, p % 7) for p in range(1000)}
+    whole, stepped = MetadataCache(), MetadataCache()
+    whole.update(metadata(leaders, topics=("a", "b", "c")), all_topics=True, now=5.0)
+    assert (
+        steps_of(stepped, metadata(leaders, topics=("a", "b", "c")), 64, all_topics=True, now=5.0)
+        > 40
+    )
+    assert stepped.current == whole.current and stepped.last_refresh == 5.0
+    # A small answer is one step: the loop is not given extra turns for nothing.
+    assert steps_of(MetadataCache(), metadata({0: (1, 1)}), 10_000, all_topics=True) == 0
+
+
+def test_a_change_made_between_steps_is_kept():
+    cache = MetadataCache()
+    cache.update(metadata({p: (1, 5) for p in range(100)}), all_topics=True)
+    steps = cache.update_in_steps(
+        metadata({p: (1, 5) for p in range(100)}), all_topics=True, step_rows=10
+    )
+    next(steps)
+    assert cache.update_leader("t", 42, 2, 6)  # a Produce answer's leader hint, meanwhile
+    for _ in steps:
+        pass
+    assert cache.current.partition("t", 42).leader == 2  # the answer (epoch 5) is older
+    assert cache.current.partition("t", 41).leader == 1
+
+
+def test_merging_in_steps_frees_the_answer_in_steps_too():
+    cache = MetadataCache()
+    answer = metadata({p: (1, 5) for p in range(100)})
+    assert steps_of(cache, answer, 10, all_topics=True) >= 19
+    assert len(answer.topics[0].partitions) <= 10
+    assert cache.current.partitions_for("t") == list(range(100))
+
+
+def test_rows_share_equal_replica_tuples_and_never_mix_up_different_ones():
+    rng = random.Random(11)
+    answer = metadata({p: (1, 5) for p in range(3000)})
+    for p in answer.topics[0].partitions:  # many sets: slots of the shared table collide
+        p.replica_nodes = [rng.randrange(0, 40) for _ in range(rng.randrange(0, 5))]
+        p.isr_nodes = [rng.choice([1, 2, 3, 2**40, -1])]
+    md = MetadataCache().update(answer, all_topics=True)
+    for p in answer.topics[0].partitions:
+        row = md.partition("t", p.partition_index)
+        assert (list(row.replicas), list(row.isr)) == (p.replica_nodes, p.isr_nodes)
+    shared = metadata({p: (1, 5) for p in range(10)})
+    rows = MetadataCache().update(shared, all_topics=True).topics["t"].partitions
+    assert len({id(row.replicas) for row in rows.values()}) == 1

@@ -44,6 +44,20 @@ def test_committed_messages_match_the_generator(jar: Path, tmp_path: Path) -> No
     assert len(generated) >= 199  # 198 definitions + the registry
 
 
+def test_committed_compiled_decoders_match_the_generator(jar: Path, tmp_path: Path) -> None:
+    """The compiled decoders (kcore/protocol/_decoders.pyx and its stub) are generated with the
+    Python classes, from the same schema, by the same run."""
+    out = tmp_path / "messages"
+    assert generate_protocol.main(["--jar", str(jar), "--out", str(out)]) == 0
+    for name in ("_decoders.pyx", "_decoders.pyi"):
+        generated = (tmp_path / name).read_text(encoding="utf-8")
+        committed = (MESSAGES_DIR.parent / name).read_text(encoding="utf-8")
+        assert generated == committed, f"{name} is stale; run python tools/generate_protocol.py"
+    # --check looks at them too.
+    (tmp_path / "_decoders.pyx").write_text("# edited\n", encoding="utf-8")
+    assert generate_protocol.main(["--jar", str(jar), "--out", str(out), "--check"]) == 1
+
+
 def test_check_mode_reports_stale_files(jar: Path, tmp_path: Path) -> None:
     out = tmp_path / "messages"
     args = ["--jar", str(jar), "--out", str(out)]

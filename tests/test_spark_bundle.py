@@ -37,6 +37,8 @@ LOAD_PROBE = textwrap.dedent(
     import kcore._codec as codec
     import kcore.codec as pub
     import kcore.producer._sendpath as sendpath
+    import kcore.protocol._decoders as decoders
+    import kcore.cluster._metadata_apply as metadata_apply
     import cramjam
 
     data = b"kcore " * 1000
@@ -45,6 +47,8 @@ LOAD_PROBE = textwrap.dedent(
         "kcore": kcore.__file__,
         "codec": codec.__file__,
         "sendpath": sendpath.__file__,
+        "decoders": decoders.__file__,
+        "metadata_apply": metadata_apply.__file__,
         "cramjam": cramjam.__file__,
         "zstd": pub.decompress("zstd", pub.compress("zstd", data)) == data,
         "lz4": pub.decompress("lz4", pub.compress("lz4", data)) == data,
@@ -95,7 +99,12 @@ def test_one_bundle_loads_each_interpreters_own_compiled_modules(multi_bundle, t
         probe = json.loads(out)
         assert probe["cache_tag"] == f"cpython-{tag[2:]}"
         assert probe["kcore"] == f"{multi_bundle}/kcore/__init__.py"  # from the zip
-        for key, module in (("codec", "kcore._codec"), ("sendpath", "kcore.producer._sendpath")):
+        for key, module in (
+            ("codec", "kcore._codec"),
+            ("sendpath", "kcore.producer._sendpath"),
+            ("decoders", "kcore.protocol._decoders"),
+            ("metadata_apply", "kcore.cluster._metadata_apply"),
+        ):
             path = Path(probe[key])
             # This interpreter's build, extracted as the bundle holds it.
             assert f".cpython-{tag[2:]}-" in path.name, path
@@ -172,6 +181,10 @@ def _kcore_wheel(
         f"kcore/_codec{suffix}": f"codec {tag}".encode(),
         "kcore/producer/__init__.py": b"",
         f"kcore/producer/_sendpath{suffix}": f"sendpath {tag}".encode(),
+        "kcore/protocol/__init__.py": b"",
+        f"kcore/protocol/_decoders{suffix}": f"decoders {tag}".encode(),
+        "kcore/cluster/__init__.py": b"",
+        f"kcore/cluster/_metadata_apply{suffix}": f"metadata_apply {tag}".encode(),
     }
     return _wheel(directory, f"kcore-{version}-{python_tag}-{tag}-{plat}.whl", files)
 
@@ -201,9 +214,14 @@ def test_wheels_for_several_interpreters_make_one_bundle(tmp_path, capsys):
         for entry in manifest["interpreters"]:
             tag = entry["tag"]
             assert entry["platform_tag"] == "manylinux_2_17_x86_64.manylinux2014_x86_64"
-            codec, sendpath, cramjam = entry["natives"]
-            assert zf.read(f"{codec['root']}/{codec['main']}") == f"codec {tag}".encode()
-            assert zf.read(f"{sendpath['root']}/{sendpath['main']}") == f"sendpath {tag}".encode()
+            codec, sendpath, decoders, metadata_apply, cramjam = entry["natives"]
+            for native, content in (
+                (codec, "codec"),
+                (sendpath, "sendpath"),
+                (decoders, "decoders"),
+                (metadata_apply, "metadata_apply"),
+            ):
+                assert zf.read(f"{native['root']}/{native['main']}") == f"{content} {tag}".encode()
             assert zf.read(f"{cramjam['root']}/cramjam{_suffix(tag)}") == f"cramjam {tag}".encode()
     assert manifest["format"] == 2 and manifest["platform"] == "linux_x86_64"
     assert [e["tag"] for e in manifest["interpreters"]] == ["cp310", "cp311", "cp312", "cp313"]

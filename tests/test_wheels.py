@@ -64,7 +64,15 @@ def test_wheel_is_manylinux_by_auditwheels_policy(kcore_dist: KcoreDist, version
     names = zipfile.ZipFile(wheel).namelist()
     assert f"kcore/_codec.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names, names
     assert f"kcore/producer/_sendpath.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names
-    assert {"kcore/_codec.pyi", "kcore/producer/_sendpath.pyi", "kcore/_codec.pxd"} <= set(names)
+    assert f"kcore/protocol/_decoders.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names
+    assert f"kcore/cluster/_metadata_apply.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names
+    assert {
+        "kcore/_codec.pyi",
+        "kcore/producer/_sendpath.pyi",
+        "kcore/protocol/_decoders.pyi",
+        "kcore/cluster/_metadata_apply.pyi",
+        "kcore/_codec.pxd",
+    } <= set(names)
     assert not [n for n in names if n.endswith((".c", ".pyx"))]
 
 
@@ -78,6 +86,9 @@ def test_sdist_carries_the_sources_not_generated_c(kcore_dist: KcoreDist) -> Non
         "src/kcore/_codec.pyx",
         "src/kcore/_codec.pxd",
         "src/kcore/producer/_sendpath.pyx",
+        "src/kcore/protocol/_decoders.pyx",
+        "src/kcore/protocol/_decode_runtime.pxi",
+        "src/kcore/cluster/_metadata_apply.pyx",
         "src/kcore/_native/crc32c.h",
     ):
         assert source in names
@@ -116,7 +127,8 @@ def test_wheel_in_a_fresh_venv_of_its_interpreter(
             py,
             "-c",
             "import sys, kcore, kcore._codec as c, kcore.producer._sendpath as s;"
-            "print(sys.version_info[:2], c.__file__, s.__file__)",
+            "import kcore.protocol._decoders as d, kcore.cluster._metadata_apply as m;"
+            "print(sys.version_info[:2], c.__file__, s.__file__, d.__file__, m.__file__)",
         ],
         check=True,
         capture_output=True,
@@ -125,7 +137,7 @@ def test_wheel_in_a_fresh_venv_of_its_interpreter(
         env=env,
     ).stdout
     assert f"({version.replace('.', ', ')})" in where
-    assert where.count(str(env_dir)) == 2 and where.count(".so") == 2, where
+    assert where.count(str(env_dir)) == 4 and where.count(".so") == 4, where
 
     # From this tree's root, for its pytest settings: `python -m pytest` puts the root on
     # sys.path, not src/, so the tests import the installed kcore (checked above for python -c).

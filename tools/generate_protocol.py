@@ -1295,6 +1295,345 @@ class ModuleGen:
 
 
 # ---------------------------------------------------------------------------------------------
+# Compiled decoders (kcore/protocol/_decoders.pyx) for the hot responses
+
+
+# Responses decoded often or in bulk, whose decoders are also generated as Cython. The Python
+# classes stay the reference: the compiled decoders build instances of them, field for field.
+COMPILED_DECODERS = ("MetadataResponse",)
+COMPILED_OUT = REPO / "src" / "kcore" / "protocol"
+COMPILED_MODULE = "_decoders"
+
+# Fixed-width type -> the runtime's reader of one value (src/kcore/protocol/_decode_runtime.pxi).
+FIXED_READERS = {t: "fixed_" + t for t in FIXED_TYPES}
+
+
+class CompiledDecoderGen(ModuleGen):
+    """The decoders of one message as Cython, branch for branch the Python decoder's (the same
+    version runs, the same field groups, the same checks in the same order), so that both read
+    the same bytes to equal objects and refuse bad bytes with the same kcore error. Values are
+    stored straight into the generated classes' ``__slots__``."""
+
+    def __init__(self, spec: MessageSpec, kafka_version: str) -> None:
+        super().__init__(spec, kafka_version)
+        self.prefix = f"{spec.module}_"
+
+    def cls(self, s: StructSpec) -> str:
+        return f"_C_{self.prefix}{s.name}"
+
+    def fn(self, s: StructSpec) -> str:
+        return f"_d_{self.prefix}{s.name}"
+
+    def off(self, s: StructSpec, attr: str) -> str:
+        return f"_O_{self.prefix}{s.name}_{attr.lstrip('_')}"
+
+    def entry(self) -> str:
+        return f"decode_{self.spec.module}"
+
+    def default(self, f: FieldSpec) -> str:
+        d = default_expr(f)
+        if f.struct is not None and not f.is_array and d != "None":
+            return f"{self.cls(f.struct)}()"
+        return d
+
+    def set(self, w: Writer, s: StructSpec, f: FieldSpec | str, value: str) -> None:
+        attr = f if isinstance(f, str) else f.attr
+        w(f"set_slot(o, {self.off(s, attr)}, {value})")
+
+    # -- module parts --------------------------------------------------------------------------
+
+    def emit_globals(self, w: Writer) -> None:
+        spec = self.spec
+        for s in spec.structs:
+            w(f"cdef type {self.cls(s)} = _messages.{spec.module}.{s.name}")
+        for s in spec.structs:
+            for attr in [f.attr for f in s.fields] + ["_unknown_tagged_fields"]:
+                w(f"cdef Py_ssize_t {self.off(s, attr)} = slot_offset(")
+                w(f"{INDENT}{self.cls(s)}, {py_str(attr)}")
+                w(")")
+
+    def emit_decoders(self, w: Writer) -> None:
+        for s in self.spec.structs:
+            self.emit_decoder(w, s)
+            w()
+            w()
+        root = self.spec.root
+        name = self.spec.name
+        w(
+            f"def {self.entry()}(object buf, int version, Py_ssize_t pos=0, "
+            "Py_ssize_t pause_every=0, object pause=None):"
+        )
+        with w.indented():
+            w(f'"""``{name}.decode`` compiled: one object at ``buf[pos:]`` and the position')
+            w("after it. ``pause_every``: on a worker thread, let other threads run after about")
+            w("that many array elements (0: never), by calling ``pause`` if given (see")
+            w('pause_point in _decode_runtime.pxi)."""')
+            w("cdef Reader r")
+            w("cdef Py_buffer view")
+            w(f"_check_version({self.cls(root)}, version)")
+            w("open_reader(&r, &view, buf, pos, pause_every, pause)")
+            with w.block("try:"):
+                w(f"o = {self.fn(root)}(&r, &pos, version)")
+            with w.block("except UnicodeDecodeError as exc:"):
+                msg = f'f"{name} v{{version}}: a string is not valid UTF-8"'
+                w(f"raise ProtocolError({msg}) from exc")
+            with w.block("except (_struct_module.error, IndexError) as exc:"):
+                msg = f'f"{name} v{{version}}: input ends early ({{exc}})"'
+                w(f"raise TruncatedDataError({msg}) from exc")
+            with w.block("finally:"):
+                w("PyBuffer_Release(&view)")
+            w("return o, pos")
+
+    def emit_decoder(self, w: Writer, s: StructSpec) -> None:
+        w(f"cdef object {self.fn(s)}(Reader* r, Py_ssize_t* at, int version):")
+        with w.indented():
+            w("cdef Py_ssize_t pos = at[0]")
+            w("cdef Py_ssize_t i")
+            w("cdef int64_t n, count, tag, size, end")
+            w("cdef const uint8_t* p")
+            w("cdef list items")
+            w(f"o = new_instance({self.cls(s)})")
+            for group in self.plan(s):
+                if self.is_group(group):
+                    self.emit_decode_group(w, s, group)
+                else:
+                    self.emit_decode_field(w, s, group[0])
+            self.emit_decode_tags(w, s)
+            w("at[0] = pos")
+            w("return o")
+
+    def emit_decode_group(self, w: Writer, s: StructSpec, group: list[FieldSpec]) -> None:
+        def emit(body: Writer, fields: tuple[FieldSpec, ...]) -> None:
+            if fields:
+                total = sum(FIXED_TYPES[f.type][1] for f in fields)
+                body(f"need(r, pos, {total})")
+                body("p = r.data + pos")
+                at = 0
+                for f in fields:
+                    where = "p" if at == 0 else f"p + {at}"
+                    self.set(body, s, f, f"{FIXED_READERS[f.type]}({where})")
+                    at += FIXED_TYPES[f.type][1]
+                body(f"pos += {total}")
+            for f in group:
+                if f not in fields:
+                    self.set(body, s, f, self.default(f))
+
+        emit_chain(w, s.context, self.group_runs(s, group), emit)
+
+    def emit_decode_field(self, w: Writer, s: StructSpec, f: FieldSpec) -> None:
+        def emit(body: Writer, lay: Layout) -> None:
+            if lay == ABSENT:
+                self.set(body, s, f, self.default(f))
+            else:
+                self.emit_read(body, s, f, "", lay)
+
+        def lay_out(v: int) -> Layout:
+            lay = layout(f, v, self.spec.flexible)
+            return ABSENT if lay == TAGGED else lay
+
+        emit_chain(w, s.context, runs_of(s.context, lay_out), emit)
+
+    def emit_read(self, w: Writer, s: StructSpec, f: FieldSpec, target: str, lay: Layout) -> None:
+        """Read field ``f`` (laid out as ``lay``) at ``pos`` into its slot of ``o``."""
+        elem = f.elem
+        flexible, nullable = lay.flexible, lay.nullable
+        if f.is_array:
+            self.emit_read_array(w, s, f, "", flexible, nullable)
+        elif f.struct is not None:
+            if nullable:
+                null = "== 0" if lay == TAGGED else ">= 0x80"  # the presence byte
+                w("need(r, pos, 1)")
+                with w.block(f"if r.data[pos] {null}:"):
+                    w("pos += 1")
+                    self.set(w, s, f, "None")
+                with w.block("else:"):
+                    w("pos += 1")
+                    self.set(w, s, f, f"{self.fn(f.struct)}(r, &pos, version)")
+            else:
+                self.set(w, s, f, f"{self.fn(f.struct)}(r, &pos, version)")
+        elif f.is_fixed:
+            size = FIXED_TYPES[f.type][1]
+            w(f"need(r, pos, {size})")
+            self.set(w, s, f, f"{FIXED_READERS[f.type]}(r.data + pos)")
+            w(f"pos += {size}")
+        elif elem == "uuid":
+            self.set(w, s, f, "read_uuid(r, &pos)")
+        elif elem in ("string", "bytes"):
+            reader = ("read_compact_" if flexible else "read_") + elem
+            self.set(w, s, f, f"{reader}(r, &pos, {nullable})")
+        elif elem == "records":
+            name = "read_compact_records" if flexible else "read_records"
+            w(f"v, pos = _types.{name}(<object>r.obj, pos)")
+            if not nullable:
+                with w.block("if v is None:"):
+                    w(f"null_in({py_str(f'null in non-nullable {s.name}.{f.attr}')}, pos)")
+            self.set(w, s, f, "v")
+        else:
+            raise ValueError(f"cannot decode {f.type}")
+
+    def emit_read_array(
+        self, w: Writer, s: StructSpec, f: FieldSpec, target: str, flexible: bool, nullable: bool
+    ) -> None:
+        w("n = read_uvarint(r, &pos) - 1" if flexible else "n = read_i32_length(r, &pos)")
+        with w.block("if n < 0:"):
+            if nullable:
+                self.set(w, s, f, "None")
+            else:
+                w(f"null_in({py_str(f'null in non-nullable {s.name}.{f.attr}')}, pos)")
+        with w.block("else:"):
+            elem = f.elem
+            if f.struct is not None or elem in ("string", "bytes", "uuid"):
+                with w.block("if n > r.size - pos:"):
+                    w("array_too_long(n, pos)")
+                w("items = new_list(n)")
+                with w.block("for i in range(n):"):
+                    if f.struct is not None:
+                        w(f"item = {self.fn(f.struct)}(r, &pos, version)")
+                    elif elem == "uuid":
+                        w("item = read_uuid(r, &pos)")
+                    else:
+                        reader = ("read_compact_" if flexible else "read_") + elem
+                        w(f"item = {reader}(r, &pos, False)")
+                    w("Py_INCREF(item)")
+                    w("PyList_SET_ITEM(items, i, item)")
+                    if f.struct is not None:
+                        w("pause_point(r)")
+                self.set(w, s, f, "items")
+            elif elem in FIXED_TYPES:
+                size = FIXED_TYPES[elem][1]
+                value = f"read_fixed_array(r, &pos, n, {size}, {FIXED_READERS[elem]})"
+                self.set(w, s, f, value)
+            else:
+                raise ValueError(f"cannot decode {f.type}")
+
+    def emit_decode_tags(self, w: Writer, s: StructSpec) -> None:
+        flex = self.flexible_in(s)
+        if flex.empty:
+            self.set(w, s, "_unknown_tagged_fields", "None")
+            return
+        test = range_test(flex.lo, flex.hi, s.context)
+        body = Writer(w.level + (1 if test else 0))
+        tagged = self.tagged_fields(s)
+        body("need(r, pos, 1)")
+        with body.block("if r.data[pos] == 0:"):  # the usual empty section: one zero byte
+            body("pos += 1")
+            self.set(body, s, "_unknown_tagged_fields", "None")
+        with body.block("else:"):
+            if not tagged:
+                body("v, pos = _read_unknown_tags(<object>r.obj, pos)")
+                self.set(body, s, "_unknown_tagged_fields", "v")
+            else:
+                self.emit_tag_loop(body, s, flex, tagged)
+        if test:
+            w(f"if {test}:")
+            w.extend(body)
+            with w.block("else:"):
+                self.set(w, s, "_unknown_tagged_fields", "None")
+        else:
+            w.extend(body)
+
+    def emit_tag_loop(
+        self, w: Writer, s: StructSpec, flex: Versions, tagged: list[tuple[int, FieldSpec]]
+    ) -> None:
+        w("unknown = None")
+        w("count, pos = _decode_uvarint(<object>r.obj, pos)")
+        with w.block("for i in range(count):"):
+            w("tag = read_uvarint(r, &pos)")
+            w("size = read_uvarint(r, &pos)")
+            w("end = pos + size")
+            for i, (tag, f) in enumerate(tagged):
+                tctx = f.tagged & s.context
+                cond = [f"tag == {tag}"]
+                vt = range_test(tctx.lo, tctx.hi, flex)
+                if vt:
+                    cond.append(vt)
+                with w.block(f"{'if' if i == 0 else 'elif'} {' and '.join(cond)}:"):
+                    self.emit_tagged_value(w, s, f, tctx, write=False)
+            with w.block("else:"):
+                w("unknown = _add_unknown_tag(unknown, tag, <object>r.obj, pos, end)")
+                w("pos = end")
+                w("continue")
+            with w.block("if pos != end:"):
+                w(f"raise _tag_size_mismatch({py_str(s.name)}, tag, size, size + pos - end)")
+        self.set(w, s, "_unknown_tagged_fields", "unknown")
+
+    def emit_tagged_value(
+        self, w: Writer, s: StructSpec, f: FieldSpec, tctx: Versions, write: bool
+    ) -> None:
+        def emit(b: Writer, nullable: bool) -> None:
+            self.emit_read(b, s, f, "", Layout("tagged", flexible=True, nullable=nullable))
+
+        emit_chain(w, tctx, runs_of(tctx, lambda v: v in f.nullable), emit)
+
+
+COMPILED_HEADER = """\
+# cython: language_level=3
+# Generated by tools/generate_protocol.py from the JSON definitions of Apache Kafka
+# {kafka_version}. Do not edit; regenerate instead.
+\"\"\"Compiled decoders of the responses kcore decodes often or in bulk ({names}).
+
+Each ``decode_<module>(buf, version, pos=0)`` is ``<Class>.decode`` of the generated Python
+class, compiled: it returns ``(object, next position)`` with an instance of that same class,
+equal to what the Python decoder returns for the same bytes, and raises the same kcore error
+class for bad bytes. ``DECODERS`` maps each class to its compiled decoder.
+\"\"\"
+
+include "_decode_runtime.pxi"
+
+import kcore.protocol.types as _types
+"""
+
+COMPILED_STUB = """\
+\"\"\"Type stubs for the generated compiled decoders (src/kcore/protocol/_decoders.pyx).\"\"\"
+
+from collections.abc import Callable
+from typing import Any
+
+DECODERS: dict[type[Any], Callable[[Any, int, int], tuple[Any, int]]]
+
+{functions}
+"""
+
+
+def generate_compiled(specs: list[MessageSpec], kafka_version: str) -> dict[str, str]:
+    """``{file name: source}`` of the compiled decoders module and its stub."""
+    by_name = {s.name: s for s in specs}
+    gens = [CompiledDecoderGen(by_name[name], kafka_version) for name in COMPILED_DECODERS]
+    w = Writer()
+    w("import kcore.protocol.messages as _messages")
+    for gen in gens:
+        w(f"import kcore.protocol.messages.{gen.spec.module}")
+    w()
+    for gen in gens:
+        gen.emit_globals(w)
+        w()
+    w()
+    for gen in gens:
+        gen.emit_decoders(w)
+        w()
+        w()
+    w("DECODERS = {")
+    for gen in gens:
+        w(f"{INDENT}{gen.cls(gen.spec.root)}: {gen.entry()},")
+    w("}")
+    names = ", ".join(COMPILED_DECODERS)
+    pyx = COMPILED_HEADER.format(kafka_version=kafka_version, names=names) + "\n".join(w.lines)
+    # Any, not the class: the stub then draws no generated module into the type check.
+    functions = [
+        f"def {g.entry()}(\n"
+        f"    buf: bytes | bytearray | memoryview,\n"
+        f"    version: int,\n"
+        f"    pos: int = 0,\n"
+        f"    pause_every: int = 0,\n"
+        f"    pause: Callable[[], object] | None = None,\n"
+        f") -> tuple[Any, int]: ...  # ({g.spec.name}, next position)"
+        for g in gens
+    ]
+    pyi = COMPILED_STUB.format(functions="\n".join(functions))
+    return {f"{COMPILED_MODULE}.pyx": pyx + "\n", f"{COMPILED_MODULE}.pyi": pyi}
+
+
+# ---------------------------------------------------------------------------------------------
 # Registry (messages/__init__.py)
 
 
@@ -1491,6 +1830,25 @@ def check_files(files: dict[str, str], out: Path) -> list[str]:
     return problems
 
 
+def write_compiled(files: dict[str, str], out: Path) -> None:
+    """The compiled decoders share their directory with hand-written modules: write only them."""
+    for name, text in files.items():
+        path = out / name
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+
+
+def check_compiled(files: dict[str, str], out: Path) -> list[str]:
+    problems = []
+    for name, text in files.items():
+        path = out / name
+        if not path.exists():
+            problems.append(f"{name} (missing)")
+        elif path.read_text(encoding="utf-8") != text:
+            problems.append(f"{name} (differs)")
+    return problems
+
+
 def default_kafka_version() -> str:
     sys.path.insert(0, str(REPO / "src"))
     from kcore.testing.versions import PROTOCOL_SOURCE_VERSION
@@ -1515,6 +1873,11 @@ def main(argv: list[str] | None = None) -> int:
         "(default: kcore.testing.versions.PROTOCOL_SOURCE_VERSION)",
     )
     parser.add_argument(
+        "--compiled-out",
+        type=Path,
+        help="where the compiled decoders (_decoders.pyx/.pyi) go (default: the parent of --out)",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="write nothing; exit 1 if the output directory is stale",
@@ -1523,20 +1886,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     version = args.kafka_version or default_kafka_version()
     jar = args.jar or find_jar(version)
-    files = generate(read_jar_sources(jar), version)
+    sources = read_jar_sources(jar)
+    files = generate(sources, version)
+    compiled = generate_compiled(load_specs(sources), version)
+    compiled_out = args.compiled_out or args.out.parent
     if args.check:
-        problems = check_files(files, args.out)
+        problems = check_files(files, args.out) + check_compiled(compiled, compiled_out)
         if problems:
             print(f"{args.out}: {len(problems)} stale file(s); run tools/generate_protocol.py:")
             for p in problems:
                 print(f"  {p}")
             if args.diff:
                 print_diff(files, args.out)
+                print_diff(compiled, compiled_out)
             return 1
         print(f"{args.out}: up to date ({len(files)} files)")
         return 0
     write_files(files, args.out)
-    print(f"wrote {len(files)} files to {args.out}")
+    write_compiled(compiled, compiled_out)
+    print(f"wrote {len(files)} files to {args.out} and {len(compiled)} to {compiled_out}")
     return 0
 
 

@@ -312,12 +312,19 @@ class ClusterClient:
             on_failure,
             self.connections.bootstrap_counters,
         )
-        self.cache.update(response, all_topics=self.all_topics or topics is None)
+        await self._merge(response, all_topics=self.all_topics or topics is None)
         self._check_top_level_error(response)
         self.bootstrapped = True
         self.connections.forget_failures()
         log.info("bootstrapped from %s: %s", address, self._brokers_text())
         return self.cache.current
+
+    async def _merge(self, response: Any, *, all_topics: bool, partial: bool = False) -> None:
+        """Merge a Metadata answer into the cache a step at a time, letting the loop run
+        between steps: a 100,000-partition answer must not stall every produce and fetch for
+        the time it takes (see MetadataCache.update_in_steps; a small answer is one step)."""
+        for _ in self.cache.update_in_steps(response, all_topics=all_topics, partial=partial):
+            await asyncio.sleep(0)
 
     def _brokers_text(self) -> str:
         return ", ".join(f"{b.node_id}@{b.address}" for b in self.cache.current.brokers.values())
@@ -471,7 +478,7 @@ class ClusterClient:
                 # ask another (see bootstrap.check_brokers).
                 log.debug("metadata from node %s listed no broker to connect to", node)
                 continue
-            self.cache.update(
+            await self._merge(
                 response, all_topics=self.all_topics or topics is None, partial=named_only
             )
             self._check_top_level_error(response)

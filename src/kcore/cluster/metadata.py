@@ -7,10 +7,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from kcore.cluster._metadata_apply import partition_rows
 from kcore.errors import ErrorCode
 from kcore.network.address import address_problem, format_address
 
@@ -41,7 +42,12 @@ STALE_METADATA_CODES = frozenset(
         ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
     }
 )
-NULL_UUID = uuid.UUID(int=0)
+# As plain ints: compared with every topic of every answer.
+_AUTHORIZATION_FAILED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+_INVALID_TOPIC = int(ErrorCode.INVALID_TOPIC_EXCEPTION)
+_NO_ERROR = int(ErrorCode.NONE)
+# Partitions merged per step of MetadataCache.update_in_steps: a millisecond or two of work.
+STEP_ROWS = 5_000
 
 log = logging.getLogger("kcore.cluster")
 
@@ -129,6 +135,30 @@ class ClusterMetadata:
         return sorted(self.topics)
 
 
+def _result(generator: Generator[None, None, Any]) -> Any:
+    """The return value of a generator run to its end."""
+    try:
+        while True:
+            next(generator)
+    except StopIteration as stop:
+        return stop.value
+
+
+# Topic ids compared by value without uuid.UUID's Python-level __eq__ (several per topic of
+# every answer otherwise).
+def _uuid_set(u: uuid.UUID | None) -> bool:
+    """Not None and not the all-zero id (an answer's "no id")."""
+    return u is not None and u.int != 0
+
+
+def _same_uuid(a: uuid.UUID | None, b: uuid.UUID | None, *, unset_matches: bool = False) -> bool:
+    if a is b:
+        return True
+    if a is None or b is None:
+        return unset_matches
+    return bool(a.int == b.int)
+
+
 class MetadataCache:
     """The client's current :class:`ClusterMetadata` plus the bookkeeping of when to refresh.
 
@@ -149,6 +179,8 @@ class MetadataCache:
         self.on_request: Callable[[], None] | None = None
         # Unusable broker entries already logged, (node id, host, port): once each.
         self._reported_unusable: set[tuple[int, str, int]] = set()
+        # address_problem of each (host, port) seen: the same few in every answer.
+        self._address_problems: dict[tuple[str, int], str | None] = {}
 
     # -- when to refresh --------------------------------------------------------------------------
 
@@ -184,42 +216,129 @@ class MetadataCache:
         topics missing from it are dropped; otherwise it updates only the topics it names.
         ``partial``: the answer to a request for some topics only (new ones), which leaves a
         requested refresh requested and the ``metadata.max.age.ms`` clock running."""
+        for _ in self.update_in_steps(
+            response, all_topics=all_topics, partial=partial, now=now, step_rows=None
+        ):
+            pass
+        return self.current
+
+    def update_in_steps(
+        self,
+        response: Any,
+        *,
+        all_topics: bool,
+        partial: bool = False,
+        now: float | None = None,
+        step_rows: int | None = STEP_ROWS,
+    ) -> Iterator[None]:
+        """:meth:`update` cut into steps of about ``step_rows`` partitions each (None: one
+        step): a caller on an event loop runs one step per turn of the loop, so that merging a
+        100,000-partition answer never holds the loop up for long.
+
+        The cache changes at the end of the last merging step only. If it changed meanwhile
+        (a leader hint, a topic forgotten, another answer), the answer is merged again, at
+        once, into what the cache holds then. The steps after that empty the answer's
+        partition lists a slice at a time, so that freeing a huge answer is spread out too:
+        the caller must not need them afterwards."""
         now = time.monotonic() if now is None else now
         old = self.current
+        merged = yield from self._merge_topics(response, old, step_rows)
+        if self.current is not old:
+            old = self.current
+            merged = _result(self._merge_topics(response, old, None))
+        self._commit(response, old, merged, all_topics=all_topics, partial=partial, now=now)
+        if step_rows is not None:
+            for t in response.topics:
+                partitions = t.partitions
+                while len(partitions) > step_rows:
+                    del partitions[-step_rows:]
+                    yield
+
+    def _merge_topics(
+        self, response: Any, old: ClusterMetadata, step_rows: int | None
+    ) -> Generator[None, None, list[tuple[str, int, TopicInfo | None]]]:
+        """Each named topic of ``response`` merged with what ``old`` holds: ``(name, error
+        code, TopicInfo or None)``, None meaning the topic is not there (any more); yields
+        after about every ``step_rows`` partitions."""
+        merged: list[tuple[str, int, TopicInfo | None]] = []
+        budget = step_rows
+        for t in response.topics:
+            name = t.name
+            if name is None:  # a topic-id-only answer; kcore asks by name
+                continue
+            partitions = t.partitions
+            if t.error_code != _NO_ERROR and not partitions:
+                # UNKNOWN_TOPIC_OR_PARTITION and friends: the topic is gone or not there yet.
+                merged.append((name, t.error_code, None))
+                continue
+            topic_id = t.topic_id if _uuid_set(t.topic_id) else None
+            prev = old.topics.get(name)
+            if prev is not None and not _same_uuid(prev.topic_id, topic_id, unset_matches=True):
+                prev = None  # deleted and re-created: its epochs start again from 0
+            cached = prev.partitions if prev is not None else None
+            # Compiled (a topic can have 100,000 partitions): each partition's row is the cached
+            # one when the answer equals it or is stale (an older leader epoch: the broker was
+            # behind), else a new PartitionInfo.
+            rows: dict[int, PartitionInfo] = {}
+            unchanged = True
+            start, count = 0, len(partitions)
+            while True:
+                end = count if budget is None else min(count, start + budget)
+                if not partition_rows(name, partitions, cached, PartitionInfo, rows, start, end):
+                    unchanged = False
+                if budget is not None:
+                    budget -= end - start + 1  # (+1: a topic's own cost)
+                    if budget <= 0:
+                        yield
+                        budget = step_rows
+                start = end
+                if start >= count:
+                    break
+            is_internal = bool(t.is_internal)
+            if (
+                unchanged
+                and prev is not None
+                and len(rows) == len(prev.partitions)
+                and prev.is_internal == is_internal
+                and prev.error_code == t.error_code
+                and _same_uuid(prev.topic_id, topic_id)
+            ):
+                merged.append((name, t.error_code, prev))  # nothing changed: the cached entry
+            else:
+                merged.append(
+                    (name, t.error_code, TopicInfo(name, topic_id, rows, is_internal, t.error_code))
+                )
+        return merged
+
+    def _commit(
+        self,
+        response: Any,
+        old: ClusterMetadata,
+        merged: list[tuple[str, int, TopicInfo | None]],
+        *,
+        all_topics: bool,
+        partial: bool,
+        now: float,
+    ) -> None:
         brokers, unusable = self._usable(
             BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers
         )
         topics: dict[str, TopicInfo] = {} if all_topics else dict(old.topics)
         unauthorized = set() if all_topics else set(old.unauthorized_topics)
         invalid = set() if all_topics else set(old.invalid_topics)
-        for t in response.topics:
-            name = t.name
-            if name is None:  # a topic-id-only answer; kcore asks by name
-                continue
-            for code, names in (
-                (ErrorCode.TOPIC_AUTHORIZATION_FAILED, unauthorized),
-                (ErrorCode.INVALID_TOPIC_EXCEPTION, invalid),
-            ):
-                if t.error_code == code:
-                    names.add(name)
-                else:
-                    names.discard(name)
-            if t.error_code != ErrorCode.NONE and not t.partitions:
-                # UNKNOWN_TOPIC_OR_PARTITION and friends: the topic is gone or not there yet.
+        for name, error_code, info in merged:
+            if error_code == _AUTHORIZATION_FAILED:
+                unauthorized.add(name)
+            elif unauthorized:
+                unauthorized.discard(name)
+            if error_code == _INVALID_TOPIC:
+                invalid.add(name)
+            elif invalid:
+                invalid.discard(name)
+            if info is None:
                 topics.pop(name, None)
-                continue
-            topic_id = t.topic_id if t.topic_id not in (None, NULL_UUID) else None
-            prev = old.topics.get(name)
-            if prev is not None and topic_id is not None and prev.topic_id not in (None, topic_id):
-                prev = None  # deleted and re-created: its epochs start again from 0
-            parts: dict[int, PartitionInfo] = {}
-            for p in t.partitions:
-                part = PartitionInfo.from_response(name, p)
-                before = prev.partitions.get(part.partition) if prev is not None else None
-                if before is not None and 0 <= part.leader_epoch < before.leader_epoch:
-                    part = before  # stale answer: keep what we know
-                parts[part.partition] = part
-            topics[name] = TopicInfo(name, topic_id, parts, bool(t.is_internal), t.error_code)
+            else:
+                topics[name] = info
         self.current = ClusterMetadata(
             cluster_id=response.cluster_id,
             controller_id=response.controller_id,
@@ -234,7 +353,6 @@ class MetadataCache:
             self._update_requested = False
         self.updates += 1
         self._updated()
-        return self.current
 
     def _usable(self, listed: Iterable[BrokerInfo]) -> tuple[dict[int, BrokerInfo], dict[int, str]]:
         """Broker entries from a peer split into those that can be dialled and why the others
@@ -242,8 +360,16 @@ class MetadataCache:
         network layer as an address."""
         brokers: dict[int, BrokerInfo] = {}
         unusable: dict[int, str] = {}
+        checked = self._address_problems
         for broker in listed:
-            problem = address_problem(broker.host, broker.port)
+            address = (broker.host, broker.port)
+            if address in checked:
+                problem = checked[address]
+            else:
+                problem = address_problem(broker.host, broker.port)
+                if len(checked) >= 1024:  # brokers come and go; the table stays small
+                    checked.clear()
+                checked[address] = problem
             if problem is None:
                 brokers[broker.node_id] = broker
                 continue

@@ -16,6 +16,7 @@ import os
 import random
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from kcore.errors import (
 from kcore.metrics import ClientMetrics, ConnectionCounters
 from kcore.network.address import address_problem, format_address, resolve
 from kcore.protocol import ApiKey, KafkaProtocol, broker_versions, choose_version
+from kcore.protocol.framing import PendingBody
 from kcore.protocol.messages import (
     APIS,
     ApiVersionsRequest,
@@ -50,6 +52,41 @@ SOFTWARE_VERSION = __version__
 
 # A callable making a fresh SASL mechanism object (see kcore.network.sasl) per connection.
 SaslMechanismFactory = Callable[[], Any]
+
+
+def loop_turn_pause(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+    """For work on another thread that must not hold ``loop`` up (PendingBody.decode's
+    ``pause``): a call waits, without the GIL, until the loop has run a callback, so that the
+    loop gets a turn however busy the machine (a timed release of the GIL alone does not ensure
+    it); not for long if the loop is held up by something else."""
+    turn = threading.Event()
+
+    def pause() -> None:
+        turn.clear()
+        try:
+            loop.call_soon_threadsafe(turn.set)
+        except RuntimeError:  # the loop is closed: nobody to make way for
+            return
+        turn.wait(LOOP_TURN_WAIT_S)
+
+    return pause
+
+
+class _Expired(Exception):
+    """Set on a request's waiter when request.timeout.ms has passed without an answer."""
+
+
+def _expire(waiter: asyncio.Future[Any]) -> None:
+    if not waiter.done():
+        waiter.set_exception(_Expired())
+
+
+# Response frames larger than this (of a response with a compiled decoder: a Metadata answer of
+# some 10,000 partitions and up, 2 ms of decoding) are decoded on a worker thread, not on the
+# event loop.
+DECODE_OFF_LOOP_BYTES = 256 * 1024
+# How long such a decoding waits at most for the loop to take its turn (see _decode_off_loop).
+LOOP_TURN_WAIT_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -209,7 +246,7 @@ class BrokerConnection:
         self._open = asyncio.Event()
         self._open.set()
         self.reauthentications = 0
-        self._proto = KafkaProtocol(settings.client_id)
+        self._proto = KafkaProtocol(settings.client_id, defer_decode_above=DECODE_OFF_LOOP_BYTES)
         self._stream: _Stream | None = None
         self._waiters: dict[int, asyncio.Future[Any]] = {}
         self._slots = asyncio.Semaphore(max(1, settings.max_in_flight))
@@ -638,9 +675,12 @@ class BrokerConnection:
         if waiter is None:
             return None
         limit = self.settings.request_timeout_s if timeout is None else timeout
+        # A timer on the waiter itself rather than asyncio.wait_for, which hands the answer
+        # over through a future of its own: one turn of the loop more for every request.
+        timer = asyncio.get_running_loop().call_later(limit, _expire, waiter)
         try:
-            body = await asyncio.wait_for(waiter, limit)
-        except asyncio.TimeoutError:
+            body = await waiter
+        except _Expired:
             self._proto.forget(correlation_id)
             self._waiters.pop(correlation_id, None)
             api = APIS[request.API_KEY].name
@@ -652,6 +692,8 @@ class BrokerConnection:
             )
             self.close(error)
             raise error from None
+        finally:
+            timer.cancel()
         throttle_ms = getattr(body, "throttle_time_ms", 0) or 0
         if counters is not None:
             counters.answered(time.monotonic() - sent_at, throttle_ms)
@@ -687,9 +729,38 @@ class BrokerConnection:
 
     def _deliver(self, responses: list[Any]) -> None:
         for response in responses:
+            if type(response.body) is PendingBody:
+                self._decode_off_loop(response.body)
+                continue
             waiter = self._waiters.pop(response.correlation_id, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(response.body)
+
+    def _decode_off_loop(self, pending: PendingBody) -> None:
+        """Decode a large response (a 100,000-partition Metadata answer: tens of milliseconds)
+        on a worker thread, which lets the loop run meanwhile (see PendingBody), then hand it
+        to its waiter here. Its waiter stays listed meanwhile, so that a connection closed
+        meanwhile fails it; one that does not parse closes the connection, as in
+        ``_data_received``."""
+
+        def done(decoding: asyncio.Future[Any]) -> None:
+            waiter = self._waiters.pop(pending.correlation_id, None)
+            if decoding.cancelled():
+                return
+            error = decoding.exception()
+            if isinstance(error, ProtocolError):
+                if self.counters is not None:
+                    self.counters.rxerrs += 1
+                self.close(error)
+            elif error is not None:
+                if waiter is not None and not waiter.done():
+                    waiter.set_exception(error)
+            elif waiter is not None and not waiter.done():
+                waiter.set_result(decoding.result())
+
+        loop = asyncio.get_running_loop()
+        pause = loop_turn_pause(loop)
+        loop.run_in_executor(None, pending.decode, pause).add_done_callback(done)
 
     def _lost(self, exc: Exception | None) -> None:
         if self._closed_error is None:

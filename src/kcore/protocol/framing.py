@@ -20,12 +20,14 @@ request in flight.
 
 from __future__ import annotations
 
+import gc
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from kcore.codec import receive_buffer
 from kcore.errors import KcoreError, ProtocolError, UnsupportedVersionError
+from kcore.protocol._decoders import DECODERS as _COMPILED_DECODERS
 from kcore.protocol.messages import APIS, ApiKey, response_class
 from kcore.protocol.messages.response_header import ResponseHeader
 from kcore.protocol.types import FrameBuffer, Message, check_version
@@ -34,12 +36,14 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "InFlight",
     "KafkaProtocol",
+    "PendingBody",
     "Response",
     "broker_versions",
     "choose_version",
     "negotiate_versions",
     "request_header_version",
     "response_header_version",
+    "use_compiled_decoders",
 ]
 
 # A corrupt size field must not make us buffer gigabytes; real responses are far smaller (the
@@ -53,6 +57,22 @@ _EMPTY = memoryview(b"")
 _SIZE = struct.Struct(">i")
 _HEADER_V1 = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _INT32_MAX = 0x7FFFFFFF
+
+
+# Response class -> its compiled decoder (kcore.protocol._decoders, generated with the classes):
+# the same objects as ``cls.decode``, faster. Responses not listed use ``cls.decode``.
+_decoders: dict[type[Any], Callable[[Any, int, int], tuple[Any, int]]] = dict(_COMPILED_DECODERS)
+
+
+def use_compiled_decoders(enabled: bool) -> bool:
+    """Decode the responses that have a compiled decoder with it (the default) or, with
+    ``enabled=False``, with their Python classes (the reference, for comparisons); returns the
+    previous setting. Process-wide."""
+    before = bool(_decoders)
+    _decoders.clear()
+    if enabled:
+        _decoders.update(_COMPILED_DECODERS)
+    return before
 
 
 def _is_flexible(api_key: int, version: int) -> bool:
@@ -82,6 +102,65 @@ class Response(NamedTuple):
     body: Any  # the generated response class instance, e.g. MetadataResponse
 
 
+# A body decoded off the caller's thread (PendingBody.decode) pauses for other threads after
+# about this many array elements: a tenth of a millisecond of decoding.
+PAUSE_EVERY = 1024
+
+
+class PendingBody:
+    """The body of a response too large to decode in :meth:`KafkaProtocol.receive_data`
+    (see ``defer_decode_above``): :meth:`decode` it, from any thread. A compiled decoder run
+    so lets other threads (the caller's event loop) run while it works."""
+
+    __slots__ = ("_frame", "_pos", "_cls", "_api_key", "_version", "correlation_id", "size")
+
+    def __init__(
+        self,
+        frame: bytes | memoryview,
+        pos: int,
+        cls: type[Message],
+        api_key: int,
+        version: int,
+        correlation_id: int,
+    ) -> None:
+        self._frame = frame
+        self._pos = pos
+        self._cls = cls
+        self._api_key = api_key
+        self._version = version
+        self.correlation_id = correlation_id
+        self.size = len(frame)
+
+    def decode(self, pause: Callable[[], object] | None = None) -> Any:
+        """The decoded body; ``ProtocolError`` if it does not parse (as ``receive_data``
+        would raise: the connection's byte stream is then not to be trusted). ``pause`` is
+        called every ``PAUSE_EVERY`` array elements and returns once the thread the decoding
+        must not hold up has had a turn (without one, the decoder only sleeps a moment without
+        the GIL then)."""
+        frame, self._frame = self._frame, b""  # decoded once; the frame is freed with it
+        # No collection while decoding: the compiled decoders' objects are untracked (see
+        # _decode_runtime.pxi), yet each counts as an allocation, so the hundreds of thousands
+        # of a large answer would set off hundreds of collections, and now and then a full
+        # one, on this thread with the GIL held (tens of milliseconds the loop waits).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            body, _ = KafkaProtocol._decode_checked(
+                self._cls,
+                frame,
+                self._pos,
+                self._api_key,
+                self._version,
+                self.correlation_id,
+                PAUSE_EVERY,
+                pause,
+            )
+        finally:
+            if collecting:
+                gc.enable()
+        return body
+
+
 class InFlight(NamedTuple):
     """What the protocol remembers about a request that is waiting for its response."""
 
@@ -99,10 +178,18 @@ class KafkaProtocol:
     """
 
     def __init__(
-        self, client_id: str | None = None, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+        self,
+        client_id: str | None = None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        defer_decode_above: int | None = None,
     ) -> None:
+        """``defer_decode_above``: a response frame larger than this many bytes, of a response
+        with a compiled decoder, is not decoded by :meth:`receive_data`: its ``body`` is a
+        :class:`PendingBody` for the caller to decode (on a worker thread, say)."""
         self.client_id = client_id
         self.max_frame_size = max_frame_size
+        self.defer_decode_above = defer_decode_above
         self._next_correlation_id = 0
         self._in_flight: dict[int, InFlight] = {}
         # Received bytes land in the scratch buffer (``_start``..``_end`` not yet taken), except
@@ -313,24 +400,69 @@ class KafkaProtocol:
                 f"response with correlation id {correlation_id} matches no request in flight"
             )
         api_key, version, cls = request
+        limit = self.defer_decode_above
+        if limit is not None and len(frame) > limit and cls in _decoders:
+            try:
+                pos = self._skip_header(frame, api_key, version)
+            except (KcoreError, ValueError) as exc:
+                raise ProtocolError(
+                    f"{cls.NAME} v{version} (correlation id {correlation_id}) does not parse: {exc}"
+                ) from exc
+            pending = PendingBody(frame, pos, cls, api_key, version, correlation_id)
+            return Response(correlation_id, api_key, version, pending)
+        pos = 0
         try:
-            header_version = response_header_version(api_key, version)
-            _, pos = ResponseHeader.decode(frame, header_version, 0)
-            body, version = self._decode_body(cls, frame, pos, api_key, version)
+            pos = self._skip_header(frame, api_key, version)
+        except (KcoreError, ValueError) as exc:
+            raise ProtocolError(
+                f"{cls.NAME} v{version} (correlation id {correlation_id}) does not parse: {exc}"
+            ) from exc
+        body, version = self._decode_checked(cls, frame, pos, api_key, version, correlation_id)
+        return Response(correlation_id, api_key, version, body)
+
+    @staticmethod
+    def _skip_header(frame: bytes | memoryview, api_key: int, version: int) -> int:
+        _, pos = ResponseHeader.decode(frame, response_header_version(api_key, version), 0)
+        return pos
+
+    @staticmethod
+    def _decode_checked(
+        cls: type[Message],
+        frame: bytes | memoryview,
+        pos: int,
+        api_key: int,
+        version: int,
+        correlation_id: int,
+        pause_every: int = 0,
+        pause: Callable[[], object] | None = None,
+    ) -> tuple[Any, int]:
+        try:
+            return KafkaProtocol._decode_body(cls, frame, pos, api_key, version, pause_every, pause)
         except ProtocolError:
             raise
         except (KcoreError, ValueError) as exc:
             raise ProtocolError(
                 f"{cls.NAME} v{version} (correlation id {correlation_id}) does not parse: {exc}"
             ) from exc
-        return Response(correlation_id, api_key, version, body)
 
     @staticmethod
     def _decode_body(
-        cls: type[Message], frame: bytes | memoryview, pos: int, api_key: int, version: int
+        cls: type[Message],
+        frame: bytes | memoryview,
+        pos: int,
+        api_key: int,
+        version: int,
+        pause_every: int = 0,
+        pause: Callable[[], object] | None = None,
     ) -> tuple[Any, int]:
         try:
-            body, end = cls.decode(frame, version, pos)  # type: ignore[attr-defined]
+            compiled = _decoders.get(cls)
+            if compiled is None:
+                body, end = cls.decode(frame, version, pos)  # type: ignore[attr-defined]
+            elif pause_every:
+                body, end = compiled(frame, version, pos, pause_every, pause)  # type: ignore[call-arg]
+            else:
+                body, end = compiled(frame, version, pos)
             if end != len(frame):
                 raise ProtocolError(f"{len(frame) - end} unread bytes after {cls.NAME}")
             return body, version

@@ -35,7 +35,12 @@ from typing import Any
 FORMAT = 2  # what kcore._bundle_loader reads (MANIFEST_FORMAT)
 MANIFEST = "kcore/_bundle.json"
 # kcore's compiled modules: each one file under kcore/, extracted and loaded on its own.
-COMPILED_MODULES = ("kcore._codec", "kcore.producer._sendpath")
+COMPILED_MODULES = (
+    "kcore._codec",
+    "kcore.producer._sendpath",
+    "kcore.protocol._decoders",
+    "kcore.cluster._metadata_apply",
+)
 # Compiled files and cramjam, stored as data: nothing under it is imported from the zip (no
 # __init__.py), and cramjam there is not importable as ``cramjam``, served only as a fallback.
 BUNDLED_ROOT = "kcore/_bundled"

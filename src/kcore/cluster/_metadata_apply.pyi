@@ -1,0 +1,18 @@
+"""Type stubs for the compiled metadata merge (src/kcore/cluster/_metadata_apply.pyx)."""
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+Row = TypeVar("Row", bound=tuple[Any, ...])
+
+ROW_FIELDS: tuple[str, ...]
+
+def partition_rows(
+    topic: str,
+    partitions: list[Any],
+    cached: Mapping[int, Row] | None,
+    row: type[Row],
+    out: dict[int, Row],
+    start: int,
+    end: int,
+) -> bool: ...
