@@ -428,6 +428,38 @@ def test_groups_lists_and_describes_a_share_group(kafka_cluster, share_members, 
     assert [(x["type"], x["total_lag"]) for x in lines] == [("share", 0), ("share", 0)]
 
 
+def test_consume_as_a_share_group_member(kafka_cluster):
+    """``kcore consume --share-group G`` reads what the group hands out and accepts what it
+    prints: two runs of ``-c 4`` and one of the rest print every record once between them
+    (what a run took beyond its count went back to the group), and the group's lag ends at 0."""
+    import kcore as kc
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic, _ = ten_records_on_two_partitions(bootstrap, "cli-share-consume")
+    group = f"cli-share-consume-{uuid.uuid4().hex[:6]}"
+    with kc.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.alter_configs({("group", group): {"share.auto.offset.reset": "earliest"}})
+        printed: list[str] = []
+        for count in ("4", "4", "2"):
+            share = ["--share-group", group]
+            run = kcore("consume", "-b", bootstrap, "-t", topic, *share, "-c", count)
+            assert run.returncode == 0, run.stderr
+            lines = run.stdout.splitlines()
+            assert len(lines) == int(count)
+            assert f"consumed {count} records from {topic} (share group {group})" in run.stderr
+            printed += lines
+        assert sorted(printed) == sorted(set(printed)) and len(printed) == 10
+        deadline = time.monotonic() + 60
+        while True:
+            offsets = admin.list_share_group_offsets(group)
+            if offsets and all(o is not None and o.lag == 0 for o in offsets.values()):
+                break
+            assert time.monotonic() < deadline, f"the lag never fell to 0: {offsets}"
+            time.sleep(0.3)
+    mixed = kcore("consume", "-b", bootstrap, "-t", topic, "--share-group", group, "-g", "x")
+    assert mixed.returncode == 1 and "--share-group" in mixed.stderr
+
+
 def test_groups_watch_follows_the_lag_until_ctrl_c(kafka_cluster):
     """``kcore groups -g G --watch``: with ``--count`` and ``--json`` that many JSON lines with
     the lag; as text (not a terminal) a time line per refresh; run without a count, the lag

@@ -58,7 +58,7 @@ def _an(role: str) -> str:
 
 
 # The client each command runs, whose settings -X and -F take.
-_ROLES: dict[str, Literal["admin", "producer", "consumer"]] = {
+_ROLES: dict[str, Literal["admin", "producer", "consumer", "share_consumer"]] = {
     "metadata": "admin",
     "groups": "admin",
     "acls": "admin",
@@ -68,11 +68,13 @@ _ROLES: dict[str, Literal["admin", "producer", "consumer"]] = {
 }
 
 
-def _parsed(config: dict[str, Any], command: str) -> Any:
+def _parsed(config: dict[str, Any], command: str, share: bool = False) -> Any:
     from kcore.config import STRICT_KEY, ClientConfig
 
     # -X is exact: another client's key there is refused (strict mode), not ignored.
-    return ClientConfig({**config, STRICT_KEY: True}, role=_ROLES[command])
+    role = "share_consumer" if share else _ROLES[command]
+    extra = {"group.id": "-"} if share else {}  # (the group comes from --share-group)
+    return ClientConfig({**extra, **config, STRICT_KEY: True}, role=role)
 
 
 def _add_connection_args(p: argparse.ArgumentParser) -> None:
@@ -178,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consume.add_argument("-g", "--group", help="join this consumer group (subscribe, commit)")
     consume.add_argument(
+        "--share-group",
+        metavar="GROUP",
+        help="read as a member of this share group (KIP-932), accepting each record printed",
+    )
+    consume.add_argument(
         "-K", dest="key_separator", metavar="SEP", help="print key SEP value per record"
     )
     groups = sub.add_parser(
@@ -238,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     raw = _client_config(args)
-    config = _parsed(raw, args.command)  # checked up front: a bad key fails here
+    share = args.command == "consume" and args.share_group is not None
+    config = _parsed(raw, args.command, share)  # checked up front: a bad key fails here
     if args.command == "produce":
         from kcore.cli.produce import run_produce
 
@@ -250,6 +258,16 @@ def _run(args: argparse.Namespace) -> int:
             args.key_separator,
             args.header,
             args.json,
+        )
+    if share:
+        from kcore.cli.consume import run_share_consume
+
+        if args.partition or args.group or args.exit or args.offset != "beginning":
+            raise KcoreError(
+                "--share-group reads what the share group hands out: not with -p, -o, -e or -g"
+            )
+        return run_share_consume(
+            raw, args.topic, args.share_group, args.count, args.key_separator, args.json
         )
     if args.command == "consume":
         from kcore.cli.consume import parse_offset, run_consume

@@ -12,7 +12,7 @@ from typing import Any
 from kcore.errors import KcoreError
 from kcore.types import TopicPartition
 
-__all__ = ["parse_offset", "record_json", "run_consume"]
+__all__ = ["parse_offset", "record_json", "run_consume", "run_share_consume"]
 
 
 def parse_offset(text: str) -> str | int:
@@ -129,12 +129,7 @@ def run_consume(
                 for r in records:
                     unwritten.setdefault(TopicPartition(r.topic, r.partition), r.offset)
                 for r in records:
-                    if as_json:
-                        out.write(json.dumps(record_json(r)).encode() + b"\n")
-                    else:
-                        if sep is not None:
-                            out.write((r.key or b"") + sep)
-                        out.write((r.value or b"") + b"\n")
+                    _write(out, r, sep, as_json)
                 out.flush()
                 seen += len(records)
                 unwritten = {}
@@ -152,6 +147,61 @@ def run_consume(
         if group:
             consumer.commit()
     print(f"consumed {seen} records from {topic}", file=sys.stderr)
+    return 0
+
+
+def _write(out: Any, r: Any, sep: bytes | None, as_json: bool) -> None:
+    if as_json:
+        out.write(json.dumps(record_json(r)).encode() + b"\n")
+    else:
+        if sep is not None:
+            out.write((r.key or b"") + sep)
+        out.write((r.value or b"") + b"\n")
+
+
+def run_share_consume(
+    config: Mapping[str, Any],
+    topic: str,
+    group: str,
+    count: int | None,
+    key_separator: str | None,
+    as_json: bool,
+) -> int:
+    """Read as a member of share group ``group``: each record printed is accepted; records
+    taken but not printed (``-c`` reached, a closed pipe, Ctrl-C) are released for others."""
+    import kcore
+    from kcore.consumer.share import AcknowledgeType
+
+    config = {**config, "group.id": group, "share.acknowledgement.mode": "explicit"}
+    sep = key_separator.encode("utf-8", "surrogateescape") if key_separator else None
+    out = sys.stdout.buffer
+    seen = 0
+    from kcore.cli import SOFT_STOPS, _stdout_to_devnull
+
+    stop = threading.Event()  # SIGTERM: the loop ends between polls
+    SOFT_STOPS.append(stop)
+    with kcore.ShareConsumer(config) as consumer:
+        consumer.subscribe([topic])
+        try:
+            while (count is None or seen < count) and not stop.is_set():
+                for r in consumer.poll(timeout=0.5):
+                    if count is not None and seen >= count:
+                        consumer.acknowledge(r, AcknowledgeType.RELEASE)
+                        continue
+                    _write(out, r, sep, as_json)
+                    out.flush()
+                    consumer.acknowledge(r, AcknowledgeType.ACCEPT)
+                    seen += 1
+        except BrokenPipeError:  # `kcore consume ... | head`: the reader has had enough
+            _stdout_to_devnull()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            SOFT_STOPS.remove(stop)
+            # What this poll took and nobody printed goes back to the group (close releases
+            # the unacknowledged records of explicit mode).
+            consumer.commit_sync()
+    print(f"consumed {seen} records from {topic} (share group {group})", file=sys.stderr)
     return 0
 
 
