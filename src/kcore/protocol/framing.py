@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import struct
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -142,8 +143,7 @@ class PendingBody:
         # _decode_runtime.pxi), yet each counts as an allocation, so the hundreds of thousands
         # of a large answer would set off hundreds of collections, and now and then a full
         # one, on this thread with the GIL held (tens of milliseconds the loop waits).
-        collecting = gc.isenabled()
-        gc.disable()
+        _GC_PAUSE.enter()
         try:
             body, _ = KafkaProtocol._decode_checked(
                 self._cls,
@@ -156,9 +156,34 @@ class PendingBody:
                 pause,
             )
         finally:
-            if collecting:
-                gc.enable()
+            _GC_PAUSE.leave()
         return body
+
+
+class _GcPause:
+    """Collection off while at least one large answer is being decoded (on any thread), and
+    back as it was before the first of them once the last is done."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._decoding = 0
+        self._was_enabled = False
+
+    def enter(self) -> None:
+        with self._lock:
+            if self._decoding == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._decoding += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._decoding -= 1
+            if self._decoding == 0 and self._was_enabled:
+                gc.enable()
+
+
+_GC_PAUSE = _GcPause()
 
 
 class InFlight(NamedTuple):
