@@ -178,6 +178,7 @@ def run_mixed_group(
             def everything_accepted() -> bool:
                 for m in python_members:
                     assert m.error is None, m.error
+                assert java.proc.poll() is None, "the console share consumer exited"
                 java.read.extend(drain(java))
                 done = len(java.read) + sum(len(m.accepted) for m in python_members)
                 return done >= total
