@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -400,7 +401,9 @@ class ShareMember:
 
     MAIN = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
 
-    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, group: str, extra_args: Sequence[str] = ()
+    ) -> None:
         libs = jars.kafka_libs()
         self.proc = subprocess.Popen(
             [
@@ -418,6 +421,7 @@ class ShareMember:
                 topic,
                 "--group",
                 group,
+                *extra_args,
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -464,8 +468,10 @@ class ShareMember:
 def share_members():
     started: list[ShareMember] = []
 
-    def start(bootstrap: str, topic: str, group: str) -> ShareMember:
-        member = ShareMember(bootstrap, topic, group)
+    def start(
+        bootstrap: str, topic: str, group: str, extra_args: Sequence[str] = ()
+    ) -> ShareMember:
+        member = ShareMember(bootstrap, topic, group, extra_args)
         started.append(member)
         return member
 
