@@ -22,6 +22,7 @@ from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import CoordinatorLink
 from kcore.config import ClientConfig
 from kcore.consumer.share.acknowledgements import Acknowledgements, AcknowledgeType, ShareRecord
+from kcore.consumer.share.arrow import batch_positions, records_to_arrow
 from kcore.consumer.share.fetcher import AckResult, ShareBuffer, ShareFetcher
 from kcore.consumer.share.membership import ShareHeartbeat, ShareMembership
 from kcore.errors import AcknowledgementError, KcoreError, WakeupError
@@ -149,6 +150,18 @@ class ShareConsumer:
         """Records acquired for this member, waiting up to ``timeout`` seconds for some. In
         implicit mode the previous poll's records are accepted first; in explicit mode each of
         them must have been acknowledged. At most ``max.poll.records`` records."""
+        return self._poll(timeout, self.max_poll_records)
+
+    def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
+        """As :meth:`poll`, the records as one ``pyarrow.RecordBatch``: the columns of
+        ``Consumer.poll_arrow`` (key, value, topic, partition, offset, timestamp,
+        timestampType, headers) and ``delivery_count``; at most ``max_records`` rows
+        (default ``max.poll.records``). Acknowledge its rows with :meth:`acknowledge_batch`
+        or :meth:`acknowledge_offset`."""
+        limit = _record_limit(max_records, self.max_poll_records)
+        return records_to_arrow(self._poll(timeout, limit))
+
+    def _poll(self, timeout: float, max_records: int) -> list[ShareRecord]:
         self._check_open()
         self._raise_if_woken()
         if self.membership.topics is None:
@@ -166,7 +179,7 @@ class ShareConsumer:
         while True:
             self._raise_errors()
             self._run_callbacks()
-            records = self.buffer.take(self.max_poll_records)
+            records = self.buffer.take(max_records)
             if records:
                 # No fetch goes out to carry what is owed: it goes on its own, so that
                 # records read ahead do not hold acknowledgements back.
@@ -201,21 +214,53 @@ class ShareConsumer:
     ) -> None:
         """Explicit mode: end ``record``'s delivery as ``type`` (ACCEPT by default). Sent with
         the next poll's fetch to its leader, or by ``commit_sync``/``commit_async``."""
-        self._check_open()
-        if not self.explicit:
-            raise AcknowledgementError(
-                "acknowledge() needs share.acknowledgement.mode=explicit (in implicit mode a "
-                "poll's records are accepted at the next poll or commit)"
-            )
-        try:
-            kind = AcknowledgeType(type)
-        except ValueError:
-            raise AcknowledgementError(f"not an acknowledgement type: {type!r}") from None
+        kind = self._check_acknowledge("acknowledge", type)
         if not isinstance(record, ShareRecord):
             raise AcknowledgementError(
                 f"acknowledge() takes a record this consumer's poll returned, got {record!r}"
             )
         self.acks.acknowledge(TopicPartition(record.topic, record.partition), record.offset, kind)
+
+    def acknowledge_offset(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        type: AcknowledgeType | int = AcknowledgeType.ACCEPT,
+    ) -> None:
+        """As :meth:`acknowledge`, the record named by topic, partition and offset (a row of a
+        :meth:`poll_arrow` batch)."""
+        kind = self._check_acknowledge("acknowledge_offset", type)
+        if not (
+            isinstance(topic, str)
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in (partition, offset))
+        ):
+            raise AcknowledgementError(
+                "acknowledge_offset() takes a topic name, a partition and an offset, got "
+                f"{topic!r}, {partition!r}, {offset!r}"
+            )
+        self.acks.acknowledge(TopicPartition(topic, partition), offset, kind)
+
+    def acknowledge_batch(
+        self, batch: Any, type: AcknowledgeType | int = AcknowledgeType.ACCEPT
+    ) -> None:
+        """As :meth:`acknowledge`, every row of ``batch`` (a :meth:`poll_arrow` record batch,
+        or rows of one): all of them, or none when a row's record is not this consumer's to
+        acknowledge."""
+        kind = self._check_acknowledge("acknowledge_batch", type)
+        self.acks.acknowledge_many(batch_positions(batch), kind)
+
+    def _check_acknowledge(self, method: str, type: AcknowledgeType | int) -> AcknowledgeType:
+        self._check_open()
+        if not self.explicit:
+            raise AcknowledgementError(
+                f"{method}() needs share.acknowledgement.mode=explicit (in implicit mode a "
+                "poll's records are accepted at the next poll or commit)"
+            )
+        try:
+            return AcknowledgeType(type)
+        except ValueError:
+            raise AcknowledgementError(f"not an acknowledgement type: {type!r}") from None
 
     def commit_sync(self, timeout: float | None = None) -> dict[TopicPartition, Exception | None]:
         """Send the acknowledgements made so far (implicit mode: of the last poll's records)
@@ -350,3 +395,11 @@ class ShareConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _record_limit(max_records: int | None, default: int) -> int:
+    if max_records is None:
+        return default
+    if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
+        raise KcoreError(f"max_records must be a positive int, got {max_records!r}")
+    return max_records
