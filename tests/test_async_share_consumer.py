@@ -202,3 +202,25 @@ def test_async_poll_arrow_acknowledge_batch_and_bad_use(
         await c.close()  # again: nothing happens
 
     asyncio.run(main())
+
+
+def test_a_cancelled_poll_leaves_the_consumer_usable(kafka_cluster: Any, share_topic: Any) -> None:
+    """asyncio.wait_for cutting a poll short (the asyncio way of wakeup): nothing acquired is
+    lost, the next polls get every record once."""
+    topic, group = share_topic
+
+    async def main() -> list[ShareRecord]:
+        async with consumer(kafka_cluster, group) as c:
+            c.subscribe([topic])
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(c.poll(30), 0.5)  # nothing produced yet
+            await asyncio.get_running_loop().run_in_executor(
+                None, produce, kafka_cluster.bootstrap_servers, topic, 20
+            )
+            got = await poll_until(c, 20)
+            assert all(err is None for err in (await c.commit_sync(30)).values())
+            assert await poll_until(c, 1, timeout=3) == []
+            return got
+
+    got = asyncio.run(main())
+    assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(20))
