@@ -430,8 +430,7 @@ def test_members_carry_on_when_the_coordinator_and_a_leader_die(kafka_cluster3: 
     try:
         send(0, 100)
         wait_for_values(100)
-        heartbeat = members[0].consumer._heartbeat
-        assert heartbeat is not None
+        heartbeat = members[0].consumer._core.heartbeat
         killed = heartbeat.link.node_id
         assert killed is not None
         kafka_cluster3.kill_broker(killed)

@@ -14,7 +14,12 @@ if TYPE_CHECKING:
     from kcore.admin import AdminClient, AsyncAdminClient, NewTopic
     from kcore.cluster.otel import trace_context
     from kcore.consumer import AsyncConsumer, Consumer, ConsumerRecord
-    from kcore.consumer.share import AcknowledgeType, ShareConsumer, ShareRecord
+    from kcore.consumer.share import (
+        AcknowledgeType,
+        AsyncShareConsumer,
+        ShareConsumer,
+        ShareRecord,
+    )
     from kcore.producer import AsyncProducer, Producer, RecordMetadata
     from kcore.types import ConsumerGroupMetadata, TopicPartition
 
@@ -32,6 +37,7 @@ _LAZY = {
     "AsyncConsumer": "kcore.consumer",
     "ConsumerRecord": "kcore.consumer",
     "ShareConsumer": "kcore.consumer.share",
+    "AsyncShareConsumer": "kcore.consumer.share",
     "ShareRecord": "kcore.consumer.share",
     "AcknowledgeType": "kcore.consumer.share",
     "trace_context": "kcore.cluster.otel",
@@ -43,6 +49,7 @@ __all__ = [
     "AsyncAdminClient",
     "AsyncConsumer",
     "AsyncProducer",
+    "AsyncShareConsumer",
     "Consumer",
     "ConsumerGroupMetadata",
     "ConsumerRecord",

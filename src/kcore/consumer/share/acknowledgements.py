@@ -48,6 +48,7 @@ class ShareRecord(NamedTuple):
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     delivery_count: int  # 1 on the first delivery, more after releases or lock expiries
+    timestamp_type: int = 0  # 0: the producer's create time; 1: the broker's log-append time
 
 
 class Acknowledgements:
@@ -98,6 +99,33 @@ class Acknowledgements:
             if not owed:
                 del self._delivered[tp]
             self._pending.setdefault(tp, {})[offset] = int(kind)
+
+    def acknowledge_many(self, records: Iterable[tuple[TopicPartition, int]], kind: int) -> None:
+        """Each of ``records`` acknowledged as ``kind``, all or none: a record not delivered
+        (its RENEW under way aside) refuses the lot. Only RENEW, or a record whose RENEW is
+        not sent yet, goes one by one."""
+        pairs = list(records)
+        if len(set(pairs)) != len(pairs):
+            raise AcknowledgementError("a record appears twice in one acknowledgement")
+        refused: tuple[TopicPartition, int] | None = None
+        with self._lock:
+            missing = [(tp, o) for tp, o in pairs if o not in self._delivered.get(tp, ())]
+            if not missing and kind != AcknowledgeType.RENEW:
+                for tp, offset in pairs:
+                    owed = self._delivered[tp]
+                    owed.discard(offset)
+                    if not owed:
+                        del self._delivered[tp]
+                    self._pending.setdefault(tp, {})[offset] = int(kind)
+                return
+            for tp, offset in missing:
+                if self._pending.get(tp, {}).get(offset) != AcknowledgeType.RENEW:
+                    refused = (tp, offset)
+                    break
+        if refused is not None:
+            self.acknowledge(*refused, kind)  # raises (its record is not owed), changing nothing
+        for tp, offset in pairs:
+            self.acknowledge(tp, offset, kind)
 
     def unacknowledged(self) -> int:
         with self._lock:

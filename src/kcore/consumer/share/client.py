@@ -1,4 +1,5 @@
-"""``kcore.ShareConsumer`` (blocking): a member of a share group (KIP-932, "queues for Kafka").
+"""``kcore.ShareConsumer`` (blocking) and ``kcore.AsyncShareConsumer``: a member of a share
+group (KIP-932, "queues for Kafka").
 
 Members of a share group read the same partitions together; the broker hands each record to
 one member at a time (it *acquires* it for that member, under a lock that times out) and
@@ -7,34 +8,37 @@ again), REJECT (never again), RENEW (keep the lock). With ``share.acknowledgemen
 (the default) what a poll returned is accepted at the next poll or commit; ``explicit`` needs
 :meth:`ShareConsumer.acknowledge` for each record before the next poll.
 
-The heartbeat and the fetches run on the client's event loop (its own thread); ``poll`` runs on
-the caller's thread and hands out what the fetches acquired."""
+Both are thin facades over :class:`~kcore.consumer.share.core.ShareConsumerCore`: the blocking
+one runs the heartbeat and the fetches on an event loop of its own (a thread) while ``poll``
+runs on the caller's thread; the asyncio one runs them on the caller's loop."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Coroutine, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from kcore.cluster.client import ClusterClient
-from kcore.cluster.coordinator import CoordinatorLink
-from kcore.config import ClientConfig
-from kcore.consumer.share.acknowledgements import Acknowledgements, AcknowledgeType, ShareRecord
-from kcore.consumer.share.fetcher import AckResult, ShareBuffer, ShareFetcher
-from kcore.consumer.share.membership import ShareHeartbeat, ShareMembership
-from kcore.errors import AcknowledgementError, KcoreError, WakeupError
+from kcore.consumer.share.acknowledgements import AcknowledgeType, ShareRecord
+from kcore.consumer.share.arrow import records_to_arrow
+from kcore.consumer.share.core import (
+    CLOSE_TIMEOUT_S,
+    AcknowledgementCommitCallback,
+    Fetch,
+    SendPending,
+    ShareConsumerCore,
+    SharePollPlan,
+    StartHeartbeat,
+    topic_names,
+)
+from kcore.errors import KcoreError, KcoreTimeoutError, WakeupError
 from kcore.network.loop_thread import start_on_loop_thread
 from kcore.types import TopicPartition
 
-__all__ = ["AcknowledgementCommitCallback", "ShareConsumer"]
+__all__ = ["AcknowledgementCommitCallback", "AsyncShareConsumer", "ShareConsumer"]
 
-# Called with the offsets acknowledged together per partition and how that ended (None: done;
-# else the error), on the thread that calls poll, commit_sync, commit_async or close.
-AcknowledgementCommitCallback = Callable[[dict[TopicPartition, set[int]], Exception | None], None]
-
-_CLOSE_TIMEOUT_S = 30.0
+T = TypeVar("T")
 
 
 class ShareConsumer:
@@ -42,106 +46,50 @@ class ShareConsumer:
     acknowledge. Java's config names and defaults (its ShareConsumer's keys)."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        cfg = (
-            config
-            if isinstance(config, ClientConfig) and config.role == "share_consumer"
-            else ClientConfig(config, role="share_consumer")
-        )
-        self.config = cfg
-        self.explicit = cfg["share.acknowledgement.mode"] == "explicit"
-        self.max_poll_records = int(cfg["max.poll.records"])
-        self.api_timeout_s = int(cfg["default.api.timeout.ms"]) / 1000
-        self.cluster = ClusterClient(cfg, auto_create=bool(cfg["allow.auto.create.topics"]))
-        self.membership = ShareMembership(str(cfg["group.id"]))
-        self.acks = Acknowledgements()
-        self.buffer = ShareBuffer()
-        self._callback: AcknowledgementCommitCallback | None = None
+        self._core = ShareConsumerCore(config)
+        self.config = self._core.config
         self._woken = threading.Event()
-        self._closed = False
-        self._fetcher: ShareFetcher | None = None
-        self._heartbeat: ShareHeartbeat | None = None
-        self._loop = start_on_loop_thread("kcore-share-consumer", self._start)
-
-    async def _start(self) -> None:
-        try:
-            await self.cluster.start()
-        except BaseException:
-            await self.cluster.close()
-            raise
-        self._fetcher = ShareFetcher(
-            self.cluster,
-            self.membership.group_id,
-            lambda: self.membership.member_id,
-            self.acks,
-            self.buffer,
-            self.config,
-        )
-        link = CoordinatorLink(self.cluster, self.membership.group_id)
-        self._heartbeat = ShareHeartbeat(
-            self.cluster,
-            link,
-            self.membership,
-            self._fetcher.set_assignment,
-            max_poll_interval_s=int(self.config["max.poll.interval.ms"]) / 1000,
-            before_poll_timeout_leave=self._give_back,
-        )
-
-    async def _give_back(self) -> None:
-        """Before leaving for not polling: every record held is released (delivered or read
-        ahead; not processed, as far as anyone knows) and the share sessions close."""
-        self._settle_for_leaving(AcknowledgeType.RELEASE)
-        self.fetcher.results.extend(await self.fetcher.acknowledge(final=True))
+        self._loop = start_on_loop_thread("kcore-share-consumer", self._core.start)
 
     @property
-    def fetcher(self) -> ShareFetcher:
-        assert self._fetcher is not None
-        return self._fetcher
+    def cluster(self) -> ClusterClient:
+        return self._core.cluster
 
     @property
     def member_id(self) -> str:
-        return self.membership.member_id
+        return self._core.membership.member_id
 
     # -- subscription -------------------------------------------------------------------------
 
     def subscribe(self, topics: Iterable[str] | str) -> None:
         """Join the share group and read ``topics`` (names). ``subscribe([])`` unsubscribes."""
-        self._check_open()
-        names = [topics] if isinstance(topics, str) else list(topics)
+        self._core.check_open()
+        names = topic_names(topics)
         if not names:
             self.unsubscribe()
             return
-        if not all(isinstance(t, str) and t for t in names):
-            raise KcoreError(f"subscribe() takes topic names, got {names!r}")
-        self.membership.subscribe(names)
-        self.cluster.add_topics(names)
-        assert self._heartbeat is not None
-        self._heartbeat.polled()  # the poll interval counts from here
+        self._core.subscribe(names)
         self._start_heartbeat()
 
     def _start_heartbeat(self) -> None:
         async def start() -> None:
-            assert self._heartbeat is not None
-            self._heartbeat.start()
+            self._core.start_heartbeat()
 
         self._loop.run(start())
 
     def subscription(self) -> set[str]:
-        return set(self.membership.topics or [])
+        return self._core.subscription()
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions the group assigned this member (others may read them too)."""
-        return set(self._heartbeat.assigned) if self._heartbeat is not None else set()
+        return self._core.assignment()
 
     def unsubscribe(self) -> None:
         """Leave the group; records acquired and not acknowledged go back to the group."""
-        self._check_open()
-        if self.membership.topics is None:
+        self._core.check_open()
+        if self._core.membership.topics is None:
             return
-        self._settle_for_leaving()
-        self._run_callbacks(self._loop.run(self.fetcher.acknowledge(final=True), _CLOSE_TIMEOUT_S))
-        self.membership.unsubscribe()
-        assert self._heartbeat is not None
-        self._loop.run(self._heartbeat.leave(5.0), _CLOSE_TIMEOUT_S)
+        self._core.run_callbacks(self._loop.run(self._core.leave(), CLOSE_TIMEOUT_S))
 
     # -- polling ------------------------------------------------------------------------------
 
@@ -149,50 +97,37 @@ class ShareConsumer:
         """Records acquired for this member, waiting up to ``timeout`` seconds for some. In
         implicit mode the previous poll's records are accepted first; in explicit mode each of
         them must have been acknowledged. At most ``max.poll.records`` records."""
-        self._check_open()
+        return self._drive(self._core.poll_plan(timeout, None))
+
+    def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
+        """As :meth:`poll`, the records as one ``pyarrow.RecordBatch``: the columns of
+        ``Consumer.poll_arrow`` (key, value, topic, partition, offset, timestamp,
+        timestampType, headers) and ``delivery_count``; at most ``max_records`` rows
+        (default ``max.poll.records``). Acknowledge its rows with :meth:`acknowledge_batch`
+        or :meth:`acknowledge_offset`."""
+        return records_to_arrow(self._drive(self._core.poll_plan(timeout, max_records)))
+
+    def _drive(self, plan: SharePollPlan[T]) -> T:
+        """Run a poll plan on this thread, its loop steps on the client's loop thread; a
+        ``wakeup()`` cuts a fetch round short."""
+        self._core.check_open()
         self._raise_if_woken()
-        if self.membership.topics is None:
-            raise KcoreError("poll() on a share consumer with no subscription: subscribe() first")
-        heartbeat = self._heartbeat
-        assert heartbeat is not None
-        if heartbeat.polled():
-            # It left the group for not polling within max.poll.interval.ms: what it held
-            # went back to the group, so nothing is owed any more; it joins again.
-            self.acks.forget()
-            self.buffer.drain()
-            self._start_heartbeat()
-        self._settle_previous()
-        deadline = time.monotonic() + max(timeout, 0.0)
         while True:
-            self._raise_errors()
-            self._run_callbacks()
-            records = self.buffer.take(self.max_poll_records)
-            if records:
-                # No fetch goes out to carry what is owed: it goes on its own, so that
-                # records read ahead do not hold acknowledgements back.
-                if self.acks.has_pending():
-                    self._send_pending()
-                self.acks.delivered(records)
-                return records
-            left = deadline - time.monotonic()
-            self._loop.run(self.fetcher.fetch(max(left, 0.0)), interrupt=self._woken)
-            if not len(self.buffer) and deadline - time.monotonic() <= 0:
-                self._raise_errors()
-                self._run_callbacks()
-                return []
+            try:
+                effect = next(plan)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            if isinstance(effect, Fetch):
+                self._loop.run(self._core.fetcher.fetch(effect.timeout), interrupt=self._woken)
+            elif isinstance(effect, SendPending):
+                self._loop.submit(self._core.send_pending())
+            else:
+                assert isinstance(effect, StartHeartbeat)
+                self._start_heartbeat()
 
     def __iter__(self) -> Iterator[ShareRecord]:
         while True:
             yield from self.poll(1.0)
-
-    def _settle_previous(self) -> None:
-        if not self.explicit:
-            self.acks.settle_all(AcknowledgeType.ACCEPT)
-        elif self.acks.unacknowledged():
-            raise AcknowledgementError(
-                f"explicit acknowledgement mode: {self.acks.unacknowledged()} record(s) of the "
-                "previous poll are not acknowledged; acknowledge() each before polling again"
-            )
 
     # -- acknowledging ------------------------------------------------------------------------
 
@@ -201,85 +136,49 @@ class ShareConsumer:
     ) -> None:
         """Explicit mode: end ``record``'s delivery as ``type`` (ACCEPT by default). Sent with
         the next poll's fetch to its leader, or by ``commit_sync``/``commit_async``."""
-        self._check_open()
-        if not self.explicit:
-            raise AcknowledgementError(
-                "acknowledge() needs share.acknowledgement.mode=explicit (in implicit mode a "
-                "poll's records are accepted at the next poll or commit)"
-            )
-        try:
-            kind = AcknowledgeType(type)
-        except ValueError:
-            raise AcknowledgementError(f"not an acknowledgement type: {type!r}") from None
-        if not isinstance(record, ShareRecord):
-            raise AcknowledgementError(
-                f"acknowledge() takes a record this consumer's poll returned, got {record!r}"
-            )
-        self.acks.acknowledge(TopicPartition(record.topic, record.partition), record.offset, kind)
+        self._core.acknowledge(record, type)
+
+    def acknowledge_offset(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        type: AcknowledgeType | int = AcknowledgeType.ACCEPT,
+    ) -> None:
+        """As :meth:`acknowledge`, the record named by topic, partition and offset (a row of a
+        :meth:`poll_arrow` batch)."""
+        self._core.acknowledge_offset(topic, partition, offset, type)
+
+    def acknowledge_batch(
+        self, batch: Any, type: AcknowledgeType | int = AcknowledgeType.ACCEPT
+    ) -> None:
+        """As :meth:`acknowledge`, every row of ``batch`` (a :meth:`poll_arrow` record batch,
+        or rows of one): all of them, or none when a row's record is not this consumer's to
+        acknowledge."""
+        self._core.acknowledge_batch(batch, type)
 
     def commit_sync(self, timeout: float | None = None) -> dict[TopicPartition, Exception | None]:
         """Send the acknowledgements made so far (implicit mode: of the last poll's records)
         and wait for the brokers: how each partition's ended (None: done)."""
-        self._check_open()
-        if not self.explicit:
-            self.acks.settle_all(AcknowledgeType.ACCEPT)
-        t = self.api_timeout_s if timeout is None else timeout
-        results = self._loop.run(self.fetcher.acknowledge(), t)
-        self._run_callbacks(results)
-        out: dict[TopicPartition, Exception | None] = {}
-        for tp, _, err in results:
-            if out.get(tp) is None:
-                out[tp] = err
-        return out
+        core = self._core
+        core.prepare_commit()
+        t = core.api_timeout_s if timeout is None else timeout
+        return core.commit_results(self._loop.run(core.fetcher.acknowledge(), t))
 
     def commit_async(self) -> None:
         """As :meth:`commit_sync` without waiting: the outcome goes to the acknowledgement
         commit callback, at a later poll or commit."""
-        self._check_open()
-        if not self.explicit:
-            self.acks.settle_all(AcknowledgeType.ACCEPT)
-        self._send_pending()
-
-    def _send_pending(self) -> None:
-        """ShareAcknowledge in the background; the outcome goes to the commit callback."""
-        fetcher = self.fetcher
-
-        async def send() -> None:
-            fetcher.results.extend(await fetcher.acknowledge())
-
-        self._loop.submit(send())
+        self._core.prepare_commit()
+        self._loop.submit(self._core.send_pending())
 
     def set_acknowledgement_commit_callback(
         self, callback: AcknowledgementCommitCallback | None
     ) -> None:
         """``callback(offsets_by_partition, error)`` once per partition's acknowledgements
         sent together, on the thread of a later poll, commit or close."""
-        self._callback = callback
+        self._core.callback = callback
 
-    def _run_callbacks(self, results: list[AckResult] | None = None) -> None:
-        if results is None:
-            results = []
-            pending = self.fetcher.results if self._fetcher is not None else None
-            while pending:
-                results.append(pending.popleft())
-        callback = self._callback
-        if callback is None:
-            return
-        for tp, offsets, err in results:
-            callback({tp: set(offsets)}, err)
-
-    # -- errors, wakeup, close ----------------------------------------------------------------
-
-    def _raise_errors(self) -> None:
-        if self.membership.fatal is not None:
-            raise self.membership.fatal
-        hb = self._heartbeat
-        if hb is not None and hb.connect_error is not None:
-            raise hb.connect_error
-        fetcher = self._fetcher
-        if fetcher is not None and fetcher.error is not None:
-            err, fetcher.error = fetcher.error, None
-            raise err
+    # -- wakeup, close --------------------------------------------------------------------------
 
     def wakeup(self) -> None:
         """From another thread: the blocking ``poll`` under way, or the next one, raises
@@ -291,62 +190,209 @@ class ShareConsumer:
             self._woken.clear()
             raise WakeupError("wakeup() was called")
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise KcoreError("the share consumer is closed")
-
-    def _settle_for_leaving(self, kind: AcknowledgeType | None = None) -> None:
-        """Implicit mode: the last poll's records are accepted; explicit mode: those not
-        acknowledged are released (or all ``kind``). Records fetched but never handed out are
-        released."""
-        if kind is None:
-            kind = AcknowledgeType.RELEASE if self.explicit else AcknowledgeType.ACCEPT
-        self.acks.settle_all(kind)
-        by_tp: dict[TopicPartition, list[int]] = {}
-        for r in self.buffer.drain():
-            by_tp.setdefault(TopicPartition(r.topic, r.partition), []).append(r.offset)
-        for tp, offsets in by_tp.items():
-            self.acks.add(tp, offsets, AcknowledgeType.RELEASE)
-
-    def close(self, timeout: float = _CLOSE_TIMEOUT_S) -> None:
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
         """Send what is owed (implicit mode: the last poll's records accepted; explicit: the
         unacknowledged ones released; fetched but not handed out: released), close the share
         sessions, leave the group and close the connections. The commit callback runs here
         for the last acknowledgements."""
-        if self._closed:
+        core = self._core
+        if core.closed:
             return
-        self._closed = True
+        core.closed = True
         if not self._loop.is_running:
             return
         try:
-            if self._fetcher is not None and self._heartbeat is not None:
-                self._settle_for_leaving()
+            if core.started:
+                core.settle_for_leaving()
                 try:
-                    results = self._loop.run(self._finish(timeout), timeout + 5)
-                    self._run_callbacks()
-                    self._run_callbacks(results)
+                    results = self._loop.run(core.finish(timeout), timeout + 5)
+                    core.run_callbacks()
+                    core.run_callbacks(results)
                 except KcoreError:
                     pass  # closing goes on: the connections must be released
-            self._loop.run(self.cluster.close(), 15)
+            self._loop.run(core.close_cluster(), 15)
         finally:
-            self.acks.forget()
+            core.acks.forget()
             self._loop.close()
-
-    async def _finish(self, timeout: float) -> list[AckResult]:
-        fetcher, heartbeat = self.fetcher, self._heartbeat
-        assert heartbeat is not None
-        # Fetches under way finish first (what they acquire is released with the rest).
-        await fetcher.stop(fetcher.max_wait_ms / 1000 + 1)
-        self._settle_for_leaving()
-        try:
-            results = await asyncio.wait_for(fetcher.acknowledge(final=True), timeout)
-        except asyncio.TimeoutError:
-            results = []
-        await heartbeat.leave(min(5.0, timeout))
-        return results
 
     def __enter__(self) -> ShareConsumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class AsyncShareConsumer:
+    """The asyncio flavour of :class:`ShareConsumer` (``await start()`` or ``async with``):
+    the heartbeat and the fetches run on the caller's event loop; the commit callback runs
+    on it too (within a later ``poll``, commit or ``close``)."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._core = ShareConsumerCore(config)
+        self.config = self._core.config
+        self._background: set[asyncio.Task[None]] = set()  # commit_async's sends
+        self._closing: asyncio.Future[None] | None = None
+
+    async def start(self) -> AsyncShareConsumer:
+        """Start connecting in the background and return at once (as the blocking one's
+        constructor)."""
+        if not self._core.started:
+            await self._core.start()
+        return self
+
+    async def __aenter__(self) -> AsyncShareConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _check_started(self) -> None:
+        self._core.check_open()
+        if not self._core.started:
+            raise KcoreError("the AsyncShareConsumer is not started: await start() (or async with)")
+
+    @property
+    def cluster(self) -> ClusterClient:
+        return self._core.cluster
+
+    @property
+    def member_id(self) -> str:
+        return self._core.membership.member_id
+
+    def subscribe(self, topics: Iterable[str] | str) -> None:
+        """As :meth:`ShareConsumer.subscribe`, on the running loop; ``subscribe([])`` raises
+        (leaving the group is I/O: ``await unsubscribe()``)."""
+        self._check_started()
+        names = topic_names(topics)
+        if not names:
+            raise KcoreError("subscribe([]) on an AsyncShareConsumer: await unsubscribe()")
+        self._core.subscribe(names)
+        self._core.start_heartbeat()
+
+    def subscription(self) -> set[str]:
+        return self._core.subscription()
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._core.assignment()
+
+    async def unsubscribe(self) -> None:
+        """As :meth:`ShareConsumer.unsubscribe`."""
+        self._check_started()
+        if self._core.membership.topics is None:
+            return
+        self._core.run_callbacks(await asyncio.wait_for(self._core.leave(), CLOSE_TIMEOUT_S))
+
+    async def poll(self, timeout: float = 1.0) -> list[ShareRecord]:
+        """As :meth:`ShareConsumer.poll`."""
+        return await self._drive(self._core.poll_plan(timeout, None))
+
+    async def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
+        """As :meth:`ShareConsumer.poll_arrow`."""
+        return records_to_arrow(await self._drive(self._core.poll_plan(timeout, max_records)))
+
+    async def _drive(self, plan: SharePollPlan[T]) -> T:
+        """Run a poll plan on this loop."""
+        self._check_started()
+        while True:
+            try:
+                effect = next(plan)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            if isinstance(effect, Fetch):
+                await self._core.fetcher.fetch(effect.timeout)
+            elif isinstance(effect, SendPending):
+                self._spawn(self._core.send_pending())
+            else:
+                assert isinstance(effect, StartHeartbeat)
+                self._core.start_heartbeat()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def __aiter__(self) -> AsyncShareConsumer:
+        return self
+
+    async def __anext__(self) -> list[ShareRecord]:
+        """The next non-empty poll."""
+        while True:
+            records = await self.poll(1.0)
+            if records:
+                return records
+
+    def acknowledge(
+        self, record: ShareRecord, type: AcknowledgeType | int = AcknowledgeType.ACCEPT
+    ) -> None:
+        """As :meth:`ShareConsumer.acknowledge`."""
+        self._core.acknowledge(record, type)
+
+    def acknowledge_offset(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        type: AcknowledgeType | int = AcknowledgeType.ACCEPT,
+    ) -> None:
+        """As :meth:`ShareConsumer.acknowledge_offset`."""
+        self._core.acknowledge_offset(topic, partition, offset, type)
+
+    def acknowledge_batch(
+        self, batch: Any, type: AcknowledgeType | int = AcknowledgeType.ACCEPT
+    ) -> None:
+        """As :meth:`ShareConsumer.acknowledge_batch`."""
+        self._core.acknowledge_batch(batch, type)
+
+    async def commit_sync(
+        self, timeout: float | None = None
+    ) -> dict[TopicPartition, Exception | None]:
+        """As :meth:`ShareConsumer.commit_sync`."""
+        self._check_started()
+        core = self._core
+        core.prepare_commit()
+        t = core.api_timeout_s if timeout is None else timeout
+        try:
+            results = await asyncio.wait_for(core.fetcher.acknowledge(), t)
+        except asyncio.TimeoutError:
+            raise KcoreTimeoutError(f"commit_sync did not finish within {t:g}s") from None
+        return core.commit_results(results)
+
+    def commit_async(self) -> None:
+        """As :meth:`ShareConsumer.commit_async` (call it on the consumer's loop)."""
+        self._check_started()
+        self._core.prepare_commit()
+        self._spawn(self._core.send_pending())
+
+    def set_acknowledgement_commit_callback(
+        self, callback: AcknowledgementCommitCallback | None
+    ) -> None:
+        """As :meth:`ShareConsumer.set_acknowledgement_commit_callback`; it runs on the loop."""
+        self._core.callback = callback
+
+    async def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """As :meth:`ShareConsumer.close`. Safe to cancel: the closing goes on in a task of
+        its own, which a later close() waits for."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close(timeout))
+        await asyncio.shield(self._closing)
+
+    async def _close(self, timeout: float) -> None:
+        core = self._core
+        core.closed = True
+        try:
+            if core.started:
+                for task in list(self._background):  # commit_async's sends end first
+                    try:
+                        await asyncio.wait_for(asyncio.shield(task), timeout)
+                    except (asyncio.TimeoutError, KcoreError):
+                        pass
+                core.settle_for_leaving()
+                try:
+                    results = await asyncio.wait_for(core.finish(timeout), timeout + 5)
+                    core.run_callbacks()
+                    core.run_callbacks(results)
+                except (asyncio.TimeoutError, KcoreError):
+                    pass  # closing goes on: the connections must be released
+            await core.close_cluster()
+        finally:
+            core.acks.forget()

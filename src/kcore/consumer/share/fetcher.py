@@ -374,6 +374,7 @@ class ShareFetcher:
             if batch.is_control or batch.next_offset <= first_acquired:
                 continue
             i = 0
+            ts_type = batch.timestamp_type
             for rec in batch.records_as(ConsumerRecord, tp.topic, tp.partition, first_acquired):
                 while i < len(ranges) and rec.offset > ranges[i][1]:
                     i += 1
@@ -381,7 +382,7 @@ class ShareFetcher:
                     break
                 first, _, count = ranges[i]
                 if rec.offset >= first:
-                    out.append(ShareRecord._make((*rec, count)))
+                    out.append(ShareRecord._make((*rec, count, ts_type)))
                     present.add(rec.offset)
         # Offsets acquired that hold no record (transaction markers, compacted away) are
         # acknowledged as gaps so that they do not come back; only within the batches the

@@ -1,0 +1,79 @@
+"""A share consumer's records as one Arrow record batch: the columns of ``Consumer.poll_arrow``
+(key, value, topic, partition, offset, timestamp, timestampType, headers, as the codec's
+``ColumnarRecords.to_arrow`` makes them) and ``delivery_count``.
+
+Rows come from records already decoded: a share fetch hands out only the acquired offsets of
+what it read, so the rows are the acquired records (picked out record by record), not whole
+batches of the response."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kcore.consumer.share.acknowledgements import ShareRecord
+from kcore.errors import KcoreError
+from kcore.types import TopicPartition
+
+__all__ = ["ARROW_COLUMNS", "batch_positions", "records_to_arrow"]
+
+ARROW_COLUMNS = (
+    "key",
+    "value",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "timestampType",
+    "headers",
+    "delivery_count",
+)
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise KcoreError("poll_arrow() needs pyarrow: pip install pyarrow") from None
+    return pa
+
+
+def records_to_arrow(records: Sequence[ShareRecord]) -> Any:
+    """``records`` as a ``pyarrow.RecordBatch`` with :data:`ARROW_COLUMNS` (types as the
+    codec's: binary key/value, string topic, int32 partition, int64 offset, UTC millisecond
+    timestamp, int32 timestampType, list of {key: string, value: binary} headers; int32
+    delivery_count)."""
+    pa = _pyarrow()
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    arrays = [
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array([r.topic for r in records], pa.string()),
+        pa.array([r.partition for r in records], pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([r.timestamp for r in records], pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+        pa.array([r.timestamp_type for r in records], pa.int32()),
+        pa.array(
+            [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+            pa.list_(header),
+        ),
+        pa.array([r.delivery_count for r in records], pa.int32()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, names=list(ARROW_COLUMNS))
+
+
+def batch_positions(batch: Any) -> list[tuple[TopicPartition, int]]:
+    """The (partition, offset) of each row of a record batch with topic, partition and offset
+    columns (one ``poll_arrow`` returned, or rows of it)."""
+    names = getattr(getattr(batch, "schema", None), "names", None)
+    if names is None or not {"topic", "partition", "offset"} <= set(names):
+        raise KcoreError(
+            "acknowledge_batch() takes a record batch with topic, partition and offset "
+            f"columns (as poll_arrow returns), got {type(batch).__name__}"
+        )
+    topics = batch.column("topic").to_pylist()
+    partitions = batch.column("partition").to_pylist()
+    offsets = batch.column("offset").to_pylist()
+    if None in topics or None in partitions or None in offsets:
+        raise KcoreError("acknowledge_batch(): a row with no topic, partition or offset")
+    return [(TopicPartition(t, p), o) for t, p, o in zip(topics, partitions, offsets, strict=True)]

@@ -1,0 +1,340 @@
+"""The share consumer's logic, shared by ``kcore.ShareConsumer`` (blocking) and
+``kcore.AsyncShareConsumer``: membership, fetcher, acknowledgements and what a poll, a commit,
+an unsubscribe or a close does with them. The front ends differ only in how they wait: a poll
+is a plan (a generator) that yields what must run on the event loop (:class:`Fetch`,
+:class:`StartHeartbeat`, :class:`SendPending`) and returns the records; the blocking client
+runs each on its loop thread, the asyncio one awaits it on the caller's loop.
+
+Rules kept here: the caller's thread (or loop) and the event loop share the state through
+:class:`Acknowledgements` and :class:`ShareBuffer` only (each takes its own lock); the commit
+callback runs where the front end drains :meth:`ShareConsumerCore.run_callbacks`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import Any, NamedTuple, TypeVar
+
+from kcore.cluster.client import ClusterClient
+from kcore.cluster.coordinator import CoordinatorLink
+from kcore.config import ClientConfig
+from kcore.consumer.share.acknowledgements import Acknowledgements, AcknowledgeType, ShareRecord
+from kcore.consumer.share.arrow import batch_positions
+from kcore.consumer.share.fetcher import AckResult, ShareBuffer, ShareFetcher
+from kcore.consumer.share.membership import ShareHeartbeat, ShareMembership
+from kcore.errors import AcknowledgementError, KcoreError
+from kcore.types import TopicPartition
+
+__all__ = [
+    "CLOSE_TIMEOUT_S",
+    "AcknowledgementCommitCallback",
+    "Fetch",
+    "SendPending",
+    "ShareConsumerCore",
+    "SharePollPlan",
+    "StartHeartbeat",
+]
+
+T = TypeVar("T")
+
+# Called with the offsets acknowledged together per partition and how that ended (None: done;
+# else the error), on the thread that calls poll, commit_sync, commit_async or close.
+AcknowledgementCommitCallback = Callable[[dict[TopicPartition, set[int]], Exception | None], None]
+
+CLOSE_TIMEOUT_S = 30.0
+
+
+class Fetch(NamedTuple):
+    """A poll asks its driver to run a round of fetches for up to ``timeout`` seconds."""
+
+    timeout: float
+
+
+class StartHeartbeat(NamedTuple):
+    """A poll asks its driver to start the heartbeat (join the group again)."""
+
+
+class SendPending(NamedTuple):
+    """A poll asks its driver to send what is owed in the background."""
+
+
+SharePollPlan = Generator[Fetch | StartHeartbeat | SendPending, None, T]
+
+
+class ShareConsumerCore:
+    """Owns the share consumer's state; its coroutines run on the event loop, its plain
+    methods on the caller's thread."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        cfg = (
+            config
+            if isinstance(config, ClientConfig) and config.role == "share_consumer"
+            else ClientConfig(config, role="share_consumer")
+        )
+        self.config = cfg
+        self.explicit = cfg["share.acknowledgement.mode"] == "explicit"
+        self.max_poll_records = int(cfg["max.poll.records"])
+        self.api_timeout_s = int(cfg["default.api.timeout.ms"]) / 1000
+        self.cluster = ClusterClient(cfg, auto_create=bool(cfg["allow.auto.create.topics"]))
+        self.membership = ShareMembership(str(cfg["group.id"]))
+        self.acks = Acknowledgements()
+        self.buffer = ShareBuffer()
+        self.callback: AcknowledgementCommitCallback | None = None
+        self.closed = False
+        self._fetcher: ShareFetcher | None = None
+        self._heartbeat: ShareHeartbeat | None = None
+
+    async def start(self) -> None:
+        try:
+            await self.cluster.start()
+        except BaseException:
+            await self.cluster.close()
+            raise
+        self._fetcher = ShareFetcher(
+            self.cluster,
+            self.membership.group_id,
+            lambda: self.membership.member_id,
+            self.acks,
+            self.buffer,
+            self.config,
+        )
+        link = CoordinatorLink(self.cluster, self.membership.group_id)
+        self._heartbeat = ShareHeartbeat(
+            self.cluster,
+            link,
+            self.membership,
+            self._fetcher.set_assignment,
+            max_poll_interval_s=int(self.config["max.poll.interval.ms"]) / 1000,
+            before_poll_timeout_leave=self._give_back,
+        )
+
+    @property
+    def started(self) -> bool:
+        return self._heartbeat is not None
+
+    async def _give_back(self) -> None:
+        """Before leaving for not polling: every record held is released (delivered or read
+        ahead; not processed, as far as anyone knows) and the share sessions close."""
+        self.settle_for_leaving(AcknowledgeType.RELEASE)
+        self.fetcher.results.extend(await self.fetcher.acknowledge(final=True))
+
+    @property
+    def fetcher(self) -> ShareFetcher:
+        assert self._fetcher is not None
+        return self._fetcher
+
+    @property
+    def heartbeat(self) -> ShareHeartbeat:
+        assert self._heartbeat is not None
+        return self._heartbeat
+
+    # -- subscription -------------------------------------------------------------------------
+
+    def subscribe(self, names: list[str]) -> None:
+        """Join with ``names`` (then start the heartbeat on the loop: :meth:`start_heartbeat`)."""
+        self.check_open()
+        if not all(isinstance(t, str) and t for t in names):
+            raise KcoreError(f"subscribe() takes topic names, got {names!r}")
+        self.membership.subscribe(names)
+        self.cluster.add_topics(names)
+        self.heartbeat.polled()  # the poll interval counts from here
+
+    def start_heartbeat(self) -> None:
+        """On the event loop."""
+        self.heartbeat.start()
+
+    def subscription(self) -> set[str]:
+        return set(self.membership.topics or [])
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._heartbeat.assigned) if self._heartbeat is not None else set()
+
+    async def leave(self) -> list[AckResult]:
+        """Unsubscribe, on the event loop: what is owed sent (see :meth:`settle_for_leaving`),
+        the share sessions closed, the group left. The outcomes are returned for the
+        callback."""
+        self.settle_for_leaving()
+        results = await self.fetcher.acknowledge(final=True)
+        self.membership.unsubscribe()
+        await self.heartbeat.leave(5.0)
+        return results
+
+    # -- polling ------------------------------------------------------------------------------
+
+    def poll_plan(
+        self, timeout: float, max_records: int | None
+    ) -> SharePollPlan[list[ShareRecord]]:
+        """One poll: at most ``max_records`` (default ``max.poll.records``) records acquired
+        for this member, waiting up to ``timeout`` seconds for some."""
+        self.check_open()
+        limit = record_limit(max_records, self.max_poll_records)
+        if self.membership.topics is None:
+            raise KcoreError("poll() on a share consumer with no subscription: subscribe() first")
+        if self.heartbeat.polled():
+            # It left the group for not polling within max.poll.interval.ms: what it held
+            # went back to the group, so nothing is owed any more; it joins again.
+            self.acks.forget()
+            self.buffer.drain()
+            yield StartHeartbeat()
+        self._settle_previous()
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            self.raise_errors()
+            self.run_callbacks()
+            records = self.buffer.take(limit)
+            if records:
+                # No fetch goes out to carry what is owed: it goes on its own, so that
+                # records read ahead do not hold acknowledgements back.
+                if self.acks.has_pending():
+                    yield SendPending()
+                self.acks.delivered(records)
+                return records
+            yield Fetch(max(deadline - time.monotonic(), 0.0))
+            if not len(self.buffer) and deadline - time.monotonic() <= 0:
+                self.raise_errors()
+                self.run_callbacks()
+                return []
+
+    def _settle_previous(self) -> None:
+        if not self.explicit:
+            self.acks.settle_all(AcknowledgeType.ACCEPT)
+        elif self.acks.unacknowledged():
+            raise AcknowledgementError(
+                f"explicit acknowledgement mode: {self.acks.unacknowledged()} record(s) of the "
+                "previous poll are not acknowledged; acknowledge() each before polling again"
+            )
+
+    # -- acknowledging ------------------------------------------------------------------------
+
+    def acknowledge(self, record: ShareRecord, type: AcknowledgeType | int) -> None:
+        kind = self._check_acknowledge("acknowledge", type)
+        if not isinstance(record, ShareRecord):
+            raise AcknowledgementError(
+                f"acknowledge() takes a record this consumer's poll returned, got {record!r}"
+            )
+        self.acks.acknowledge(TopicPartition(record.topic, record.partition), record.offset, kind)
+
+    def acknowledge_offset(
+        self, topic: str, partition: int, offset: int, type: AcknowledgeType | int
+    ) -> None:
+        kind = self._check_acknowledge("acknowledge_offset", type)
+        if not (
+            isinstance(topic, str)
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in (partition, offset))
+        ):
+            raise AcknowledgementError(
+                "acknowledge_offset() takes a topic name, a partition and an offset, got "
+                f"{topic!r}, {partition!r}, {offset!r}"
+            )
+        self.acks.acknowledge(TopicPartition(topic, partition), offset, kind)
+
+    def acknowledge_batch(self, batch: Any, type: AcknowledgeType | int) -> None:
+        kind = self._check_acknowledge("acknowledge_batch", type)
+        self.acks.acknowledge_many(batch_positions(batch), kind)
+
+    def _check_acknowledge(self, method: str, type: AcknowledgeType | int) -> AcknowledgeType:
+        self.check_open()
+        if not self.explicit:
+            raise AcknowledgementError(
+                f"{method}() needs share.acknowledgement.mode=explicit (in implicit mode a "
+                "poll's records are accepted at the next poll or commit)"
+            )
+        try:
+            return AcknowledgeType(type)
+        except ValueError:
+            raise AcknowledgementError(f"not an acknowledgement type: {type!r}") from None
+
+    def prepare_commit(self) -> None:
+        """Before a commit: implicit mode accepts the last poll's records."""
+        self.check_open()
+        if not self.explicit:
+            self.acks.settle_all(AcknowledgeType.ACCEPT)
+
+    def commit_results(self, results: list[AckResult]) -> dict[TopicPartition, Exception | None]:
+        """A commit's acknowledgement outcomes: the callback hears of them; how each
+        partition's ended (None: done)."""
+        self.run_callbacks(results)
+        out: dict[TopicPartition, Exception | None] = {}
+        for tp, _, err in results:
+            if out.get(tp) is None:
+                out[tp] = err
+        return out
+
+    async def send_pending(self) -> None:
+        """ShareAcknowledge in the background; the outcome goes to the commit callback."""
+        fetcher = self.fetcher
+        fetcher.results.extend(await fetcher.acknowledge())
+
+    def run_callbacks(self, results: list[AckResult] | None = None) -> None:
+        """The commit callback for ``results``, or (None) for the outcomes queued so far."""
+        if results is None:
+            results = []
+            pending = self.fetcher.results if self._fetcher is not None else None
+            while pending:
+                results.append(pending.popleft())
+        callback = self.callback
+        if callback is None:
+            return
+        for tp, offsets, err in results:
+            callback({tp: set(offsets)}, err)
+
+    # -- errors, close ------------------------------------------------------------------------
+
+    def raise_errors(self) -> None:
+        if self.membership.fatal is not None:
+            raise self.membership.fatal
+        hb = self._heartbeat
+        if hb is not None and hb.connect_error is not None:
+            raise hb.connect_error
+        fetcher = self._fetcher
+        if fetcher is not None and fetcher.error is not None:
+            err, fetcher.error = fetcher.error, None
+            raise err
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise KcoreError("the share consumer is closed")
+
+    def settle_for_leaving(self, kind: AcknowledgeType | None = None) -> None:
+        """Implicit mode: the last poll's records are accepted; explicit mode: those not
+        acknowledged are released (or all ``kind``). Records fetched but never handed out are
+        released."""
+        if kind is None:
+            kind = AcknowledgeType.RELEASE if self.explicit else AcknowledgeType.ACCEPT
+        self.acks.settle_all(kind)
+        by_tp: dict[TopicPartition, list[int]] = {}
+        for r in self.buffer.drain():
+            by_tp.setdefault(TopicPartition(r.topic, r.partition), []).append(r.offset)
+        for tp, offsets in by_tp.items():
+            self.acks.add(tp, offsets, AcknowledgeType.RELEASE)
+
+    async def finish(self, timeout: float) -> list[AckResult]:
+        """Close, on the event loop: fetches under way end, what is owed is sent (see
+        :meth:`settle_for_leaving`), the share sessions close and the member leaves. The
+        outcomes are returned for the callback; the connections stay (:meth:`close_cluster`)."""
+        fetcher, heartbeat = self.fetcher, self.heartbeat
+        # Fetches under way finish first (what they acquire is released with the rest).
+        await fetcher.stop(fetcher.max_wait_ms / 1000 + 1)
+        self.settle_for_leaving()
+        try:
+            results = await asyncio.wait_for(fetcher.acknowledge(final=True), timeout)
+        except asyncio.TimeoutError:
+            results = []
+        await heartbeat.leave(min(5.0, timeout))
+        return results
+
+    async def close_cluster(self) -> None:
+        await self.cluster.close()
+
+
+def record_limit(max_records: int | None, default: int) -> int:
+    if max_records is None:
+        return default
+    if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
+        raise KcoreError(f"max_records must be a positive int, got {max_records!r}")
+    return max_records
+
+
+def topic_names(topics: Iterable[str] | str) -> list[str]:
+    return [topics] if isinstance(topics, str) else list(topics)

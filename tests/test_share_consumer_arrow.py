@@ -1,0 +1,235 @@
+"""ShareConsumer.poll_arrow against a real Kafka broker: the acquired records as one Arrow record
+batch (the normal consumer's columns and delivery_count), acknowledged whole or row by row;
+released rows coming back with a higher delivery count; members reading batches, each record
+accepted once."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import kcore
+from kcore import AcknowledgeType, ShareConsumer
+from kcore.errors import AcknowledgementError, KcoreError, WakeupError
+from kcore.producer import Producer
+
+EXPLICIT = {"share.acknowledgement.mode": "explicit"}
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def produce(bootstrap: str, topic: str, n: int, partitions: int = 2) -> None:
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
+        for i in range(n):
+            p.send(
+                topic, b"v%d" % i, key=b"k%d" % i, partition=i % partitions, headers=[("h", b"x")]
+            )
+        p.flush(60)
+
+
+@pytest.fixture
+def share_topic(kafka_cluster: Any) -> tuple[str, str]:
+    topic, group = name("share"), name("sg")
+    kafka_cluster.create_topic(topic, 2)
+    kafka_cluster.run_tool(
+        "kafka-configs",
+        "--bootstrap-server",
+        kafka_cluster.bootstrap_servers,
+        "--alter",
+        "--entity-type",
+        "groups",
+        "--entity-name",
+        group,
+        "--add-config",
+        "share.auto.offset.reset=earliest",
+        check=True,
+    )
+    return topic, group
+
+
+def consumer(cluster: Any, group: str, **extra: Any) -> ShareConsumer:
+    return ShareConsumer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "group.id": group, **extra}
+    )
+
+
+def batches_until(c: ShareConsumer, want: int, timeout: float = 60, ack: Any = None) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while sum(b.num_rows for b in got) < want and time.monotonic() < deadline:
+        batch = c.poll_arrow(0.5)
+        if ack is not None and batch.num_rows:
+            c.acknowledge_batch(batch, ack)
+        if batch.num_rows:
+            got.append(batch)
+    return got
+
+
+def test_poll_arrow_has_the_consumer_s_columns_and_delivery_count(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    topic, group = share_topic
+    produce(kafka_cluster.bootstrap_servers, topic, 30)
+    # The normal consumer's columns, in its order, and delivery_count.
+    plain_config = {
+        "bootstrap.servers": kafka_cluster.bootstrap_servers,
+        "auto.offset.reset": "earliest",
+    }
+    with kcore.Consumer(plain_config) as plain:
+        plain.assign([kcore.TopicPartition(topic, 0)])
+        deadline = time.monotonic() + 30
+        normal = plain.poll_arrow(0.5)
+        while not normal.num_rows and time.monotonic() < deadline:
+            normal = plain.poll_arrow(0.5)
+    assert normal.num_rows
+    with consumer(kafka_cluster, group, **EXPLICIT) as c:
+        c.subscribe([topic])
+        empty = c.poll_arrow(0)  # nothing yet, or some rows: either way the same columns
+        if empty.num_rows:
+            c.acknowledge_batch(empty, AcknowledgeType.ACCEPT)
+        got = ([empty] if empty.num_rows else []) + batches_until(
+            c, 30 - empty.num_rows, ack=AcknowledgeType.ACCEPT
+        )
+        table = pa.Table.from_batches(got)
+        assert table.schema.names == [*normal.schema.names, "delivery_count"]
+        for field in normal.schema:
+            assert table.schema.field(field.name).type == field.type, field.name
+        assert empty.schema == table.schema
+        assert table.num_rows == 30
+        assert sorted(table.column("value").to_pylist()) == sorted(b"v%d" % i for i in range(30))
+        assert set(table.column("delivery_count").to_pylist()) == {1}
+        assert set(table.column("topic").to_pylist()) == {topic}
+        rows = table.to_pylist()
+        assert all(r["key"] == b"k" + r["value"][1:] for r in rows)
+        assert all(r["partition"] == int(r["value"][1:]) % 2 for r in rows)
+        assert all(r["headers"] == [{"key": "h", "value": b"x"}] for r in rows)
+        results = c.commit_sync(30)
+        assert all(err is None for err in results.values()), results
+        assert batches_until(c, 1, timeout=3) == []  # each accepted once: none left
+
+
+def test_rows_released_come_back_with_a_higher_delivery_count(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    topic, group = share_topic
+    produce(kafka_cluster.bootstrap_servers, topic, 10)
+    with consumer(kafka_cluster, group, **EXPLICIT) as c:
+        c.subscribe([topic])
+        seen: dict[bytes, list[int]] = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sum(len(v) for v in seen.values()) < 20:
+            batch = c.poll_arrow(0.5)
+            # Row by row: first deliveries released, second ones accepted.
+            for row in batch.to_pylist():
+                seen.setdefault(row["value"], []).append(row["delivery_count"])
+                first = row["delivery_count"] == 1
+                c.acknowledge_offset(
+                    row["topic"],
+                    row["partition"],
+                    row["offset"],
+                    AcknowledgeType.RELEASE if first else AcknowledgeType.ACCEPT,
+                )
+        assert seen == {b"v%d" % i: [1, 2] for i in range(10)}
+        assert all(err is None for err in c.commit_sync(30).values())
+        assert batches_until(c, 1, timeout=3) == []
+
+
+def test_a_batch_is_acknowledged_whole_or_not_at_all(kafka_cluster: Any, share_topic: Any) -> None:
+    topic, group = share_topic
+    produce(kafka_cluster.bootstrap_servers, topic, 6, partitions=1)
+    with consumer(kafka_cluster, group, **EXPLICIT) as c:
+        c.subscribe([topic])
+        batch = batches_until(c, 1)[0]
+        n = batch.num_rows
+        assert n >= 2  # one produce batch, one acquisition
+        c.acknowledge_offset(topic, 0, batch.column("offset")[0].as_py(), AcknowledgeType.ACCEPT)
+        # Its first row is acknowledged already: the whole batch is refused, nothing changed.
+        with pytest.raises(AcknowledgementError):
+            c.acknowledge_batch(batch, AcknowledgeType.RELEASE)
+        c.acknowledge_batch(batch.slice(1), AcknowledgeType.RELEASE)
+        with pytest.raises(AcknowledgementError):
+            c.acknowledge_batch(batch.slice(1), AcknowledgeType.ACCEPT)  # acknowledged already
+        with pytest.raises(KcoreError):
+            c.acknowledge_batch([1, 2], AcknowledgeType.ACCEPT)
+        with pytest.raises(AcknowledgementError):
+            c.acknowledge_offset(topic, 0, 10**9)
+        with pytest.raises(AcknowledgementError):
+            c.acknowledge_batch(batch, 9)
+        with pytest.raises(KcoreError):
+            c.poll_arrow(0, max_records=0)
+        assert all(err is None for err in c.commit_sync(30).values())
+        again = batches_until(c, n - 1, ack=AcknowledgeType.ACCEPT)
+        table = pa.Table.from_batches(again)
+        released = batch.slice(1).column("offset").to_pylist()
+        got = dict(
+            zip(
+                table.column("offset").to_pylist(),
+                table.column("delivery_count").to_pylist(),
+                strict=True,
+            )
+        )
+        assert {o: got.get(o) for o in released} == {o: 2 for o in released}
+    with consumer(kafka_cluster, group) as implicit:
+        implicit.subscribe([topic])
+        with pytest.raises(AcknowledgementError):
+            implicit.acknowledge_batch(batch, AcknowledgeType.ACCEPT)  # implicit mode
+
+
+class ArrowMember(threading.Thread):
+    """Polls Arrow batches in its own thread, accepting each whole batch."""
+
+    def __init__(self, cluster: Any, group: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        limit = {"max.poll.records": 10, "share.acquire.mode": "record_limit"}
+        self.consumer = consumer(cluster, group, **EXPLICIT, **limit)
+        self.topic = topic
+        self.values: list[bytes] = []
+        self.counts: list[int] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.consumer.subscribe([self.topic])
+            while not self.stop.is_set():
+                batch = self.consumer.poll_arrow(0.5)
+                self.values.extend(batch.column("value").to_pylist())
+                self.counts.extend(batch.column("delivery_count").to_pylist())
+                self.consumer.acknowledge_batch(batch, AcknowledgeType.ACCEPT)
+                time.sleep(0.005 * batch.num_rows)  # the work, during which others take theirs
+        except WakeupError:
+            pass
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.consumer.close()
+
+
+def test_arrow_members_accept_every_record_once(kafka_cluster: Any, share_topic: Any) -> None:
+    topic, group = share_topic
+    members = [ArrowMember(kafka_cluster, group, topic) for _ in range(3)]
+    for m in members:
+        m.start()
+    total = 300
+    produce(kafka_cluster.bootstrap_servers, topic, total)
+    deadline = time.monotonic() + 90
+    while sum(len(m.values) for m in members) < total and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for m in members:
+        m.stop.set()
+    for m in members:
+        m.join(30)
+        assert m.error is None, m.error
+    values = [v for m in members for v in m.values]
+    assert sorted(values) == sorted(b"v%d" % i for i in range(total))
+    assert all(n == 1 for m in members for n in m.counts)
+    with consumer(kafka_cluster, group) as late:
+        late.subscribe([topic])
+        assert batches_until(late, 1, timeout=4) == []
