@@ -1,0 +1,189 @@
+"""One round of bench/test_share_bench.py in a process of its own: ``members`` share consumers
+of one client (threads of this process, or processes of their own) read a topic as a fresh
+share group until ``records`` records were accepted, and the round's figures are printed as
+one JSON line.
+
+Usage: ``python bench/_share_child.py '<json spec>'`` with keys ``client`` (``kcore`` or
+``confluent``), ``bootstrap``, ``topic``, ``group``, ``records``, ``members``, ``spread``
+(``threads`` or ``processes``), ``ack`` (``explicit`` or ``implicit``) and ``config`` (extra
+consumer settings, the same for every client).
+
+The timed part runs from the moment every member exists (created, not yet subscribed) to the
+one at which the last member's acknowledgements of the N-th record were answered by the broker
+(``commit_sync``): joining the group, the fetches and the acknowledgements are inside it;
+creating and closing the consumers are not. A record counts once accepted: in explicit mode
+when ``acknowledge(record, ACCEPT)`` was called for it, in implicit mode when the poll after
+the one that returned it (or the final ``commit_sync``) accepts it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import sys
+import threading
+import time
+from typing import Any
+
+TIMEOUT_S = 240.0
+POLL_TIMEOUT_S = 0.5
+
+
+class Tally:
+    """Records accepted by all members together; the round is over once it reaches N."""
+
+    def __init__(self, target: int, shared: Any = None) -> None:
+        self.target = target
+        self.shared = shared  # a multiprocessing Value when members are processes
+        self.local = 0
+        self.lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        if self.shared is not None:
+            with self.shared.get_lock():
+                self.shared.value += n
+        else:
+            with self.lock:
+                self.local += n
+
+    @property
+    def total(self) -> int:
+        return int(self.shared.value) if self.shared is not None else self.local
+
+    def done(self) -> bool:
+        return self.total >= self.target
+
+
+def _open(spec: dict[str, Any]) -> Any:
+    config = {
+        "bootstrap.servers": spec["bootstrap"],
+        "group.id": spec["group"],
+        "share.acknowledgement.mode": spec["ack"],
+        **spec["config"],
+    }
+    if spec["client"] == "kcore":
+        import kcore
+
+        return kcore.ShareConsumer(config)
+    import confluent_kafka
+
+    return confluent_kafka.ShareConsumer(config)
+
+
+def _member(spec: dict[str, Any], consumer: Any, tally: Tally, start: Any) -> None:
+    """Poll until the group has accepted N records, acknowledging as ``spec["ack"]`` says."""
+    explicit = spec["ack"] == "explicit"
+    kcore_client = spec["client"] == "kcore"
+    start.wait()
+    deadline = time.monotonic() + TIMEOUT_S
+    consumer.subscribe([spec["topic"]])
+    owed = 0  # implicit mode: records of the last poll, accepted by the next poll or commit
+    while not tally.done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{tally.total} of {tally.target} records after {TIMEOUT_S:g}s")
+        records = consumer.poll(POLL_TIMEOUT_S)
+        if owed:
+            tally.add(owed)  # this poll accepted them
+            owed = 0
+        if kcore_client:
+            got = len(records)
+        else:
+            got = 0
+            for m in records:
+                if m.error() is None:
+                    got += 1
+                elif explicit:
+                    raise RuntimeError(f"confluent-kafka: {m.error()}")
+        if explicit:
+            ack = consumer.acknowledge
+            for record in records:
+                ack(record)
+            if got:
+                tally.add(got)
+        else:
+            owed = got
+    results = consumer.commit_sync()
+    for tp, error in (results or {}).items():
+        if error is not None:
+            raise RuntimeError(f"acknowledgement of {tp} failed: {error}")
+    if owed:
+        tally.add(owed)
+
+
+def _threads(spec: dict[str, Any]) -> dict[str, Any]:
+    tally = Tally(spec["records"])
+    consumers = [_open(spec) for _ in range(spec["members"])]
+    start = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(consumer: Any) -> None:
+        try:
+            _member(spec, consumer, tally, start)
+        except BaseException as e:  # noqa: BLE001 - reported by the round
+            errors.append(e)
+            tally.add(spec["records"])  # stop the others
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in consumers]
+    for t in threads:
+        t.start()
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    start.set()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    for c in consumers:
+        c.close()
+    if errors:
+        raise errors[0]
+    return {"wall_s": wall, "cpu_s": cpu, "records": tally.total}
+
+
+def _process_member(spec: dict[str, Any], shared: Any, ready: Any, start: Any, out: Any) -> None:
+    consumer = _open(spec)
+    tally = Tally(spec["records"], shared)
+    ready.put(True)
+    try:
+        cpu0 = time.process_time()
+        _member(spec, consumer, tally, start)
+        out.put(("ok", time.process_time() - cpu0))
+    except BaseException as e:  # noqa: BLE001 - reported by the round
+        tally.add(spec["records"])
+        out.put(("error", repr(e)))
+    finally:
+        consumer.close()
+
+
+def _processes(spec: dict[str, Any]) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")  # no client state (threads, sockets) shared by a fork
+    shared = ctx.Value("q", 0)
+    ready, out, start = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [
+        ctx.Process(target=_process_member, args=(spec, shared, ready, start, out))
+        for _ in range(spec["members"])
+    ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=60)
+    t0 = time.perf_counter()
+    start.set()
+    results = [out.get(timeout=TIMEOUT_S + 30) for _ in procs]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join(60)
+    failed = [r for kind, r in results if kind == "error"]
+    if failed:
+        raise RuntimeError(f"member failed: {failed[0]}")
+    return {"wall_s": wall, "cpu_s": sum(r for _, r in results), "records": int(shared.value)}
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    got = _processes(spec) if spec["spread"] == "processes" else _threads(spec)
+    print(json.dumps(got))
+
+
+if __name__ == "__main__":
+    main()
