@@ -18,14 +18,15 @@ round, ROUNDS rounds, ``KCORE_BENCH_SHARE_ROUNDS``):
   implicit;
 * Java ``org.apache.kafka.tools.ShareConsumerPerformance --threads 1`` (implicit
   acknowledgement), in a JVM with the JIT's full tiers and 1 GiB of heap; its figure is the
-  tool's own elapsed time (from its start.time to its end.time: creating the consumers,
-  joining, reading N records; not the JVM's start-up).
+  tool's own elapsed time (its start.time to its end.time, which leaves the JVM's start-up
+  out).
 
-Every client gets its defaults (``max.poll.records`` 500 in kcore and Java; ``fetch.max.wait.ms``
-500, ``fetch.min.bytes`` 1 everywhere) plus CONFIG. The Python cells' timed part runs from the
-moment their members exist to the broker's answer to the last member's ``commit_sync`` (see
-bench/_share_child.py). After every round the group's lag (``list_share_group_offsets``) must
-be 0 on every partition: the broker holds all N records as acknowledged.
+Every client gets its defaults (``max.poll.records`` 500 in kcore and Java) plus CONFIG
+(``KCORE_BENCH_SHARE_CONFIG``, JSON, the same keys for all three). The Python cells' timed part
+runs from the moment their members exist to the broker's answer to the last member's
+``commit_sync`` (see bench/_share_child.py). After every round the group's lag
+(``list_share_group_offsets``) must be 0 on every partition: the broker holds all N records
+as acknowledged.
 
 Run: ``pytest bench/test_share_bench.py -s --benchmark-json=out.json``; the table is printed
 and kept in the benchmark's extra_info (docs/share-groups.md, "Benchmark").
@@ -55,8 +56,9 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 N = int(os.environ.get("KCORE_BENCH_SHARE_N", "200000"))
 ROUNDS = int(os.environ.get("KCORE_BENCH_SHARE_ROUNDS", "3"))
 PARTITIONS = int(os.environ.get("KCORE_BENCH_SHARE_PARTITIONS", "6"))
-# Settings every client gets on top of its defaults.
-CONFIG: dict[str, Any] = {}
+# Settings every client gets on top of its defaults (JSON, e.g. '{"max.poll.records": 2000}':
+# kcore, librdkafka and Java all take that key).
+CONFIG: dict[str, Any] = json.loads(os.environ.get("KCORE_BENCH_SHARE_CONFIG", "{}"))
 LINGER_MS = 5
 BATCH_SIZE = 1_000_000
 TIMEOUT_S = 300.0
@@ -161,7 +163,7 @@ def _table(times: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]
     java = med.get("java 1 implicit")
     lines = [
         f"share-consume {N:,} records of 100 B, {PARTITIONS} partitions, "
-        f"{ROUNDS} rounds a cell, cells alternating",
+        f"{ROUNDS} rounds a cell, cells alternating, config {CONFIG or 'defaults'}",
         f"{'cell':34} {'median s':>9} {'records/s':>11} {'vs confluent':>13} {'vs java':>8}",
     ]
     summary: dict[str, Any] = {}
