@@ -28,8 +28,9 @@ runs from the moment their members exist to the broker's answer to the last memb
 (``list_share_group_offsets``) must be 0 on every partition: the broker holds all N records
 as acknowledged.
 
-Run: ``pytest bench/test_share_bench.py -s --benchmark-json=out.json``; the table is printed
-and kept in the benchmark's extra_info (docs/share-groups.md, "Benchmark").
+Run: ``pytest bench/test_share_bench.py -s --benchmark-json=out.json`` (``python
+bench/report.py out.json`` prints it again); the table is printed and kept in the benchmark's
+extra_info (docs/share-groups.md, "Benchmark").
 """
 
 from __future__ import annotations
@@ -164,16 +165,22 @@ def _table(times: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]
     lines = [
         f"share-consume {N:,} records of 100 B, {PARTITIONS} partitions, "
         f"{ROUNDS} rounds a cell, cells alternating, config {CONFIG or 'defaults'}",
-        f"{'cell':34} {'median s':>9} {'records/s':>11} {'vs confluent':>13} {'vs java':>8}",
+        f"{'cell':34} {'median s':>9} {'records/s':>11} {'CPU s':>6} {'vs confluent':>13} "
+        f"{'vs java':>8}",
     ]
     summary: dict[str, Any] = {}
     for label, m in med.items():
         peer = med.get(f"confluent 1 {label.rsplit(' ', 1)[1]}")
         vs_c = f"{peer / m:.2f}x" if peer and not label.startswith("confluent") else ""
         vs_j = f"{java / m:.2f}x" if java and label != "java 1 implicit" else ""
-        lines.append(f"{label:34} {m:9.3f} {N / m:11,.0f} {vs_c:>13} {vs_j:>8}")
+        cpu_rounds = [r["cpu_s"] for r in times[label] if "cpu_s" in r]
+        cpu = f"{statistics.median(cpu_rounds):.2f}" if cpu_rounds else ""
+        lines.append(f"{label:34} {m:9.3f} {N / m:11,.0f} {cpu:>6} {vs_c:>13} {vs_j:>8}")
         summary[label] = {"median_s": m, "records_per_s": N / m, "rounds": times[label]}
-    lines.append("vs X: X's median time / the row's (above 1: the row is faster)")
+    lines.append(
+        "vs X: X's median time / the row's (above 1: the row is faster); CPU: the round's "
+        "process time, all members' (Java's is not measured)"
+    )
     return "\n".join(lines), summary
 
 
