@@ -5,8 +5,9 @@ one JSON line.
 
 Usage: ``python bench/_share_child.py '<json spec>'`` with keys ``client`` (``kcore`` or
 ``confluent``), ``bootstrap``, ``topic``, ``group``, ``records``, ``members``, ``spread``
-(``threads`` or ``processes``), ``ack`` (``explicit`` or ``implicit``) and ``config`` (extra
-consumer settings, the same for every client).
+(``threads`` or ``processes``), ``ack`` (``explicit`` or ``implicit``), ``config`` (extra
+consumer settings, the same for every client) and, for kcore, ``api`` (``arrow``: ``poll_arrow``
+and ``acknowledge_batch`` instead of ``poll`` and ``acknowledge``).
 
 The timed part runs from the moment every member exists (created, not yet subscribed) to the
 one at which the last member's acknowledgements of the N-th record were answered by the broker
@@ -74,6 +75,7 @@ def _member(spec: dict[str, Any], consumer: Any, tally: Tally, start: Any) -> No
     """Poll until the group has accepted N records, acknowledging as ``spec["ack"]`` says."""
     explicit = spec["ack"] == "explicit"
     kcore_client = spec["client"] == "kcore"
+    arrow = spec.get("api") == "arrow"  # kcore: poll_arrow, acknowledge_batch
     start.wait()
     deadline = time.monotonic() + TIMEOUT_S
     consumer.subscribe([spec["topic"]])
@@ -81,6 +83,18 @@ def _member(spec: dict[str, Any], consumer: Any, tally: Tally, start: Any) -> No
     while not tally.done():
         if time.monotonic() > deadline:
             raise TimeoutError(f"{tally.total} of {tally.target} records after {TIMEOUT_S:g}s")
+        if arrow:
+            batch = consumer.poll_arrow(POLL_TIMEOUT_S)
+            if owed:
+                tally.add(owed)  # this poll accepted them
+                owed = 0
+            got = batch.num_rows
+            if explicit and got:
+                consumer.acknowledge_batch(batch)
+                tally.add(got)
+            elif not explicit:
+                owed = got
+            continue
         records = consumer.poll(POLL_TIMEOUT_S)
         if owed:
             tally.add(owed)  # this poll accepted them

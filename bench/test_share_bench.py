@@ -13,7 +13,8 @@ round, ROUNDS rounds, ``KCORE_BENCH_SHARE_ROUNDS``):
 
 * kcore ``ShareConsumer``: 1, 2 and 4 members as threads of one process, and 2 and 4 members
   as processes of their own; explicit (``acknowledge(record)`` for each) and implicit
-  acknowledgement;
+  acknowledgement; and 1 member reading ``poll_arrow`` batches (explicit: ``acknowledge_batch``
+  for each);
 * confluent-kafka ``ShareConsumer`` (librdkafka's share consumer preview): 1 member, explicit and
   implicit;
 * Java ``org.apache.kafka.tools.ShareConsumerPerformance --threads 1`` (implicit
@@ -77,6 +78,9 @@ def _cells() -> list[dict[str, Any]]:
             cells.append({"client": "kcore", "members": members, "spread": spread, "ack": ack})
         for members in (2, 4):
             cells.append({"client": "kcore", "members": members, "spread": "processes", "ack": ack})
+        cells.append(
+            {"client": "kcore", "members": 1, "spread": "threads", "ack": ack, "api": "arrow"}
+        )
         cells.append({"client": "confluent", "members": 1, "spread": "threads", "ack": ack})
     cells.append({"client": "java", "members": 1, "spread": "threads", "ack": "implicit"})
     return cells
@@ -84,7 +88,8 @@ def _cells() -> list[dict[str, Any]]:
 
 def _label(cell: dict[str, Any]) -> str:
     spread = "" if cell["members"] == 1 else f" {cell['spread']}"
-    return f"{cell['client']} {cell['members']}{spread} {cell['ack']}"
+    api = " arrow" if cell.get("api") == "arrow" else ""
+    return f"{cell['client']}{api} {cell['members']}{spread} {cell['ack']}"
 
 
 def _group_lag(admin: kcore.AdminClient, group: str, topic: str) -> dict[int, int | None]:
