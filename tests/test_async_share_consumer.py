@@ -6,51 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from typing import Any
 
 import pytest
+from share_helpers import group_config, new_share_topic, produce
 
 from kcore import AcknowledgeType, AsyncShareConsumer, ShareRecord
 from kcore.errors import AcknowledgementError, KcoreError
-from kcore.producer import Producer
 
 EXPLICIT = {"share.acknowledgement.mode": "explicit"}
 
 
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def produce(bootstrap: str, topic: str, n: int, partitions: int = 2) -> None:
-    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
-        for i in range(n):
-            p.send(topic, b"v%d" % i, key=b"k%d" % i, partition=i % partitions)
-        p.flush(60)
-
-
-def group_config(cluster: Any, group: str, pairs: str) -> None:
-    cluster.run_tool(
-        "kafka-configs",
-        "--bootstrap-server",
-        cluster.bootstrap_servers,
-        "--alter",
-        "--entity-type",
-        "groups",
-        "--entity-name",
-        group,
-        "--add-config",
-        pairs,
-        check=True,
-    )
-
-
 @pytest.fixture
 def share_topic(kafka_cluster: Any) -> tuple[str, str]:
-    topic, group = name("share"), name("sg")
-    kafka_cluster.create_topic(topic, 2)
-    group_config(kafka_cluster, group, "share.auto.offset.reset=earliest")
-    return topic, group
+    return new_share_topic(kafka_cluster)
 
 
 def consumer(cluster: Any, group: str, **extra: Any) -> AsyncShareConsumer:
@@ -145,7 +114,7 @@ def test_async_released_records_come_back_with_a_higher_delivery_count(
 def test_async_close_releases_what_the_consumer_holds(kafka_cluster: Any, share_topic: Any) -> None:
     topic, group = share_topic
     # Locks far longer than the test waits: records come back by release, not by expiry.
-    group_config(kafka_cluster, group, "share.record.lock.duration.ms=60000")
+    group_config(kafka_cluster, group, share_record_lock_duration_ms=60000)
     produce(kafka_cluster.bootstrap_servers, topic, 10)
 
     async def main() -> tuple[list[ShareRecord], list[ShareRecord]]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from share_helpers import total_lag, unique
+from share_helpers import wait_for as wait_until
 
 import kcore as kc
 from kcore.admin import (
@@ -27,19 +27,8 @@ from kcore.errors import GroupIdNotFoundError, KcoreError, NonEmptyGroupError
 WAIT_S = 90.0  # bound on waiting for the broker to show what a member did
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 def wait_for(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    """``check()``'s first true answer, asked again until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what} (last: {value!r})"
-        time.sleep(0.3)
+    return wait_until(check, what, timeout)
 
 
 def share_topic(admin: kc.AdminClient, bootstrap: str, partitions: int, per_partition: int):
@@ -83,12 +72,6 @@ def ours(offsets: dict[TopicPartition, SharePartitionOffsetInfo | None]):
         tp: (None, None) if info is None else (info.start_offset, info.lag)
         for tp, info in offsets.items()
     }
-
-
-def total_lag(admin: kc.AdminClient, group: str) -> int | None:
-    offsets = admin.list_share_group_offsets(group)
-    lags = [None if info is None else info.lag for info in offsets.values()]
-    return None if not lags or None in lags else sum(lags)  # type: ignore[arg-type]
 
 
 def test_share_group_listed_described_and_its_offsets_and_lag(kafka_cluster, share_members):

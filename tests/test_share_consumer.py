@@ -9,10 +9,10 @@ import asyncio
 import logging
 import threading
 import time
-import uuid
 from typing import Any
 
 import pytest
+from share_helpers import group_config, new_share_topic, produce, unique
 
 import kcore
 from kcore import AcknowledgeType, ShareConsumer, ShareRecord
@@ -22,42 +22,9 @@ from kcore.producer import Producer  # imported here, not first inside a test wi
 from kcore.testing import KafkaCluster
 
 
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def produce(bootstrap: str, topic: str, n: int, partitions: int = 2) -> None:
-    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
-        for i in range(n):
-            p.send(topic, b"v%d" % i, key=b"k%d" % i, partition=i % partitions)
-        p.flush(60)
-
-
-def group_config(cluster: Any, group: str, **settings: Any) -> None:
-    """Share group settings (``share.auto.offset.reset`` and such) with Kafka's own tool."""
-    pairs = ",".join(f"{k.replace('_', '.')}={v}" for k, v in settings.items())
-    cluster.run_tool(
-        "kafka-configs",
-        "--bootstrap-server",
-        cluster.bootstrap_servers,
-        "--alter",
-        "--entity-type",
-        "groups",
-        "--entity-name",
-        group,
-        "--add-config",
-        pairs,
-        check=True,
-    )
-
-
 @pytest.fixture
 def share_topic(kafka_cluster: Any) -> tuple[str, str]:
-    """A two-partition topic and a share group reading it from the earliest offset."""
-    topic, group = name("share"), name("sg")
-    kafka_cluster.create_topic(topic, 2)
-    group_config(kafka_cluster, group, share_auto_offset_reset="earliest")
-    return topic, group
+    return new_share_topic(kafka_cluster)
 
 
 def consumer(cluster: Any, group: str, **extra: Any) -> ShareConsumer:
@@ -270,7 +237,7 @@ def test_a_silent_members_records_return_when_its_locks_time_out(
     # One partition: the group's assignor gives it to both members (with two partitions and
     # two members each could get one, and the silent member's would wait for it).
     _, group = share_topic
-    topic = name("share1")
+    topic = unique("share1")
     kafka_cluster.create_topic(topic, 1)
     group_config(kafka_cluster, group, share_record_lock_duration_ms=2000)
     produce(kafka_cluster.bootstrap_servers, topic, 10, partitions=1)
@@ -402,7 +369,7 @@ def test_members_carry_on_when_the_coordinator_and_a_leader_die(kafka_cluster3: 
     share session there) and read what is written afterwards; every record is delivered at
     least once (those a dead leader had handed out may come again)."""
     boot = kafka_cluster3.bootstrap_servers
-    topic, group = name("share3"), name("sg3")
+    topic, group = unique("share3"), unique("sg3")
     kafka_cluster3.create_topic(topic, 2, 3)
     group_config(kafka_cluster3, group, share_auto_offset_reset="earliest")
     acks_all = {"bootstrap.servers": boot, "acks": "all", "linger.ms": 5}
@@ -472,7 +439,7 @@ def test_a_restarted_broker_s_lost_share_session_is_opened_again(
     (at the old epoch) is refused, and the member opens a new session and reads on. Its own
     single-node cluster, as the restart would disturb the shared ones."""
     with KafkaCluster(1, work_dir=tmp_path) as cluster:
-        topic, group = name("restart"), name("sg")
+        topic, group = unique("restart"), unique("sg")
         cluster.create_topic(topic, 2)
         group_config(cluster, group, share_auto_offset_reset="earliest")
         produce(cluster.bootstrap_servers, topic, 10)
@@ -522,7 +489,7 @@ def test_transaction_markers_in_acquired_ranges_are_acknowledged_as_gaps(
     offset move past them once every record is accepted."""
     topic, group = share_topic
     boot = kafka_cluster.bootstrap_servers
-    config = {"bootstrap.servers": boot, "transactional.id": name("txn")}
+    config = {"bootstrap.servers": boot, "transactional.id": unique("txn")}
     with Producer(config) as p:
         p.init_transactions(30)
         for txn in range(2):

@@ -7,51 +7,28 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from share_helpers import new_share_topic
+from share_helpers import produce as produce_numbered
 
 import kcore
 from kcore import AcknowledgeType, ShareConsumer
 from kcore.errors import AcknowledgementError, KcoreError, WakeupError
-from kcore.producer import Producer
 
 EXPLICIT = {"share.acknowledgement.mode": "explicit"}
 
 
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+@pytest.fixture
+def share_topic(kafka_cluster: Any) -> tuple[str, str]:
+    return new_share_topic(kafka_cluster)
 
 
 def produce(bootstrap: str, topic: str, n: int, partitions: int = 2) -> None:
-    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
-        for i in range(n):
-            p.send(
-                topic, b"v%d" % i, key=b"k%d" % i, partition=i % partitions, headers=[("h", b"x")]
-            )
-        p.flush(60)
-
-
-@pytest.fixture
-def share_topic(kafka_cluster: Any) -> tuple[str, str]:
-    topic, group = name("share"), name("sg")
-    kafka_cluster.create_topic(topic, 2)
-    kafka_cluster.run_tool(
-        "kafka-configs",
-        "--bootstrap-server",
-        kafka_cluster.bootstrap_servers,
-        "--alter",
-        "--entity-type",
-        "groups",
-        "--entity-name",
-        group,
-        "--add-config",
-        "share.auto.offset.reset=earliest",
-        check=True,
-    )
-    return topic, group
+    """Numbered records, each with a header (the Arrow headers column is not all null)."""
+    produce_numbered(bootstrap, topic, n, partitions, headers=[("h", b"x")])
 
 
 def consumer(cluster: Any, group: str, **extra: Any) -> ShareConsumer:

@@ -15,41 +15,21 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import confluent_kafka
+from share_helpers import total_lag, unique, wait_for
 
 import kcore as kc
 from kcore import AcknowledgeType
 from kcore.admin import AdminOperationError, NewTopic
 
 PARTITIONS = 2  # fewer than the members: the broker gives each partition to several of them
-WAIT_S = 120.0  # bound on the members reading everything / the broker showing it
 # Small acquisitions (KIP-1206's record_limit) so that the records spread over the members.
 SMALL = {"max.poll.records": "20", "share.acquire.mode": "record_limit"}
 JAVA_ARGS = [arg for k, v in SMALL.items() for arg in ("--command-property", f"{k}={v}")]
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what} (last: {value!r})"
-        time.sleep(0.3)
-
-
-def total_lag(admin: kc.AdminClient, group: str) -> int | None:
-    lags = [None if i is None else i.lag for i in admin.list_share_group_offsets(group).values()]
-    return None if not lags or None in lags else sum(lags)  # type: ignore[arg-type]
 
 
 class PythonMember(threading.Thread):
