@@ -73,6 +73,14 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
+def header_pairs(row: Any) -> list[tuple[str, Any]]:
+    """One record's headers as ``(key, value)`` pairs, from pairs or from an Arrow headers
+    column's ``{key:, value:}`` dicts."""
+    if not row:
+        return []
+    return [(h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1]) for h in row]
+
+
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
 

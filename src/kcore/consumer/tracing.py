@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kcore.cluster.otel import ClientOTel
+from kcore.cluster.otel import ClientOTel, header_pairs
 
 __all__ = ["observe_poll"]
 
@@ -41,4 +41,4 @@ def _arrow_rows(column: Any) -> Iterable[list[tuple[str, Any]]]:
     converted a slice at a time: the poll span stops reading at its link limit."""
     for start in range(0, len(column), ARROW_ROWS_AT_ONCE):
         for row in column.slice(start, ARROW_ROWS_AT_ONCE).to_pylist():
-            yield [(h["key"], h["value"]) for h in row] if row else []
+            yield header_pairs(row)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kcore.cluster.otel import ClientOTel
+from kcore.cluster.otel import ClientOTel, header_pairs
 from kcore.producer.accumulator import MemoryShortage
 from kcore.producer.results import SendBatchResult
 
@@ -73,7 +73,7 @@ def traced_send_batch(
         None
         if headers is None
         else [
-            _pairs(row)
+            header_pairs(row)
             for row in (headers.to_pylist() if hasattr(headers, "to_pylist") else headers)
         ]
     )
@@ -93,10 +93,3 @@ def traced_send_batch(
 
     result.add_done_callback(done)
     return result
-
-
-def _pairs(row: Any) -> list[tuple[str, Any]]:
-    """One record's headers as ``(key, value)`` pairs (Arrow gives ``{key:, value:}`` dicts)."""
-    if not row:
-        return []
-    return [(h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1]) for h in row]
