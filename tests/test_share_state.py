@@ -128,7 +128,7 @@ def record(offset: int) -> ShareRecord:
 def test_acknowledgements_once_per_delivery() -> None:
     acks = Acknowledgements()
     tp = TopicPartition("t", 0)
-    acks.delivered([record(1), record(2), record(3)])
+    acks.delivered([(tp, [record(1), record(2), record(3)])])
     acks.acknowledge(tp, 1, AcknowledgeType.ACCEPT)
     with pytest.raises(AcknowledgementError, match="already"):
         acks.acknowledge(tp, 1, AcknowledgeType.REJECT)
@@ -147,7 +147,7 @@ def test_acknowledgements_once_per_delivery() -> None:
     assert acks.unacknowledged() == 1
     acks.acknowledge(tp, 3, AcknowledgeType.ACCEPT)
     assert acks.take([tp]) == {tp: {3: 1}}
-    acks.delivered([record(4)])
+    acks.delivered([(tp, [record(4)])])
     acks.settle_all(AcknowledgeType.ACCEPT)
     assert acks.unacknowledged() == 0 and acks.take([tp]) == {tp: {4: 1}}
 
@@ -155,7 +155,7 @@ def test_acknowledgements_once_per_delivery() -> None:
 def test_acknowledge_many_is_all_or_nothing() -> None:
     acks = Acknowledgements()
     tp = TopicPartition("t", 0)
-    acks.delivered([record(1), record(2), record(3)])
+    acks.delivered([(tp, [record(1), record(2), record(3)])])
     acks.acknowledge(tp, 1, AcknowledgeType.ACCEPT)
     with pytest.raises(AcknowledgementError, match="already"):
         acks.acknowledge_many([(tp, 1), (tp, 2), (tp, 3)], AcknowledgeType.RELEASE)
@@ -188,3 +188,167 @@ def test_records_to_arrow_columns() -> None:
     assert [r["value"] for r in got] == [None, b"v"]
     assert batch_positions(batch) == [(TopicPartition("t", 1), 7), (TopicPartition("t", 0), 8)]
     assert records_to_arrow([]).num_rows == 0
+
+
+# -- the acquired records of a ShareFetch answer, made in the codec ------------------------------
+
+
+def raw_batch(base: int, deltas: list[int], last_delta: int | None = None) -> bytes:
+    """A v2 batch (no compression) holding records at ``base + delta`` for each of ``deltas``
+    (gaps where compaction removed records), its header ending at ``base + last_delta``."""
+    import struct
+
+    from kcore.codec import crc32c, encode_varint
+
+    body = b""
+    for i, delta in enumerate(deltas):
+        value = b"v%d" % (base + delta)
+        rec = (
+            b"\x00"
+            + encode_varint(i)  # timestamp delta
+            + encode_varint(delta)
+            + encode_varint(-1)  # no key
+            + encode_varint(len(value))
+            + value
+            + encode_varint(0)  # no headers
+        )
+        body += encode_varint(len(rec)) + rec
+    last = deltas[-1] if last_delta is None else last_delta
+    after_crc = struct.pack(">hiqqqhii", 0, last, 1000, 1000 + len(deltas), -1, -1, -1, len(deltas))
+    after_crc += body
+    head = struct.pack(">qiib", base, 4 + 1 + 4 + len(after_crc), 0, 2)
+    return head + struct.pack(">I", crc32c(after_crc)) + after_crc
+
+
+def acquired(data: bytes, ranges: list[tuple[int, int, int]]) -> tuple[list[Any], list[int]]:
+    from kcore.codec import decode_batches
+
+    gaps: list[int] = []
+    out: list[Any] = []
+    for batch in decode_batches(data):
+        out += batch.acquired_records(ShareRecord, "t", 0, ranges, gaps)
+    return out, gaps
+
+
+def reference(
+    base: int, deltas: list[int], last: int, ranges: list[tuple[int, int, int]]
+) -> tuple[list[tuple[int, int]], list[int]]:
+    """What acquired_records must give: (offset, delivery count) of the records inside the
+    ranges, and the offsets of the batch's span inside them holding no record."""
+    present = {base + d for d in deltas}
+    count = {o: c for first, end, c in ranges for o in range(first, end + 1)}
+    records = [(o, count[o]) for o in sorted(present) if o in count]
+    gaps = [o for o in range(base, base + last + 1) if o in count and o not in present]
+    return records, gaps
+
+
+@pytest.mark.parametrize(
+    ("deltas", "last", "ranges"),
+    [
+        ([0, 1, 2, 3, 4], 4, [(100, 104, 1)]),  # the whole batch
+        ([0, 1, 2, 3, 4], 4, [(98, 101, 1), (103, 110, 3)]),  # another member holds 102
+        ([0, 2, 3, 7], 9, [(100, 109, 2)]),  # compacted: gaps inside and at the end
+        ([0, 2, 3, 7], 9, [(101, 101, 1), (106, 108, 1)]),  # gaps only where acquired
+        ([0, 1, 2], 2, [(90, 95, 1)]),  # ranges before the batch
+        ([0, 1, 2], 2, [(103, 120, 1)]),  # ranges after it
+        ([0, 1, 2], 2, []),
+        ([5], 5, [(100, 105, 4)]),  # one record left at the end of its span
+    ],
+)
+def test_acquired_records_are_the_records_inside_the_ranges(
+    deltas: list[int], last: int, ranges: list[tuple[int, int, int]]
+) -> None:
+    records, gaps = acquired(raw_batch(100, deltas, last), ranges)
+    want_records, want_gaps = reference(100, deltas, last, ranges)
+    assert [(r.offset, r.delivery_count) for r in records] == want_records
+    assert gaps == want_gaps
+    for r in records:
+        assert type(r) is ShareRecord
+        assert (r.topic, r.partition, r.value, r.key, r.headers) == (
+            "t",
+            0,
+            b"v%d" % r.offset,
+            None,
+            (),
+        )
+        assert r.timestamp == 1000 + deltas.index(r.offset - 100) and r.timestamp_type == 0
+
+
+def test_acquired_records_against_the_reference_on_random_batches() -> None:
+    import random
+
+    rng = random.Random(932)
+    for _ in range(300):
+        n = rng.randint(1, 40)
+        deltas = sorted(rng.sample(range(60), n))
+        last = deltas[-1] + rng.choice([0, 0, rng.randint(1, 10)])
+        ranges: list[tuple[int, int, int]] = []
+        at = 100 + rng.randint(-10, 20)
+        while at < 100 + last + 10 and rng.random() < 0.8:
+            end = at + rng.randint(0, 15)
+            ranges.append((at, end, rng.randint(1, 5)))
+            at = end + rng.randint(1, 8)
+        records, gaps = acquired(raw_batch(100, deltas, last), ranges)
+        assert ([(r.offset, r.delivery_count) for r in records], gaps) == reference(
+            100, deltas, last, ranges
+        )
+
+
+def test_acquired_records_refuse_an_implausible_span() -> None:
+    """A hostile header claiming a span of billions of acquired offsets with no records is a
+    CorruptRecordError, not a list of billions of gaps."""
+    from kcore.errors import CorruptRecordError
+
+    with pytest.raises(CorruptRecordError, match="acquired offsets with no record"):
+        acquired(raw_batch(0, [0], 2**31 - 1), [(0, 2**40, 1)])
+    with pytest.raises(TypeError, match="9 fields"):
+        from kcore.codec import decode_batches
+
+        (batch,) = decode_batches(raw_batch(0, [0]))
+        batch.acquired_records(TopicPartition, "t", 0, [], [])
+
+
+def test_uncovered_offsets_are_the_acquired_ones_outside_the_decoded_batches() -> None:
+    from kcore.consumer.share.fetcher import _uncovered
+
+    ranges = [(0, 9, 1), (20, 29, 1)]
+    # Batches covering 2-4 and 6-24; the response's last whole batch ends at 26.
+    assert _uncovered(ranges, [(6, 24), (2, 4)], 26) == [0, 1, 5, 25, 26]
+    assert _uncovered(ranges, [], 5) == [0, 1, 2, 3, 4, 5]
+    assert _uncovered(ranges, [(0, 40)], 40) == []
+    from kcore.errors import CorruptRecordError
+
+    with pytest.raises(CorruptRecordError, match="acquired offsets"):
+        _uncovered([(0, 2**40, 1)], [], 2**40)  # a hostile control batch's span
+
+
+def test_offset_runs() -> None:
+    from kcore.consumer.share.acknowledgements import offset_runs
+
+    assert offset_runs([]) == []
+    assert offset_runs([5]) == [(5, 5)]
+    assert offset_runs(list(range(10, 20))) == [(10, 19)]
+    assert offset_runs([1, 2, 3, 7, 9, 10, 11, 12, 20]) == [(1, 3), (7, 7), (9, 12), (20, 20)]
+    import random
+
+    rng = random.Random(1)
+    for _ in range(200):
+        offsets = sorted(rng.sample(range(200), rng.randint(1, 120)))
+        runs = offset_runs(offsets)
+        assert [o for lo, hi in runs for o in range(lo, hi + 1)] == offsets
+        assert all(b[0] > a[1] + 1 for a, b in zip(runs, runs[1:], strict=False))
+
+
+def test_share_buffer_hands_out_runs_of_one_partition_up_to_the_limit() -> None:
+    from kcore.consumer.share.fetcher import ShareBuffer
+
+    a, b = TopicPartition("t", 0), TopicPartition("t", 1)
+    buf = ShareBuffer()
+    buf.put(a, [record(o) for o in range(5)])
+    buf.put(b, [record(o) for o in range(3)])
+    assert len(buf) == 8
+    first = buf.take(4)
+    assert [(tp, [r.offset for r in rs]) for tp, rs in first] == [(a, [0, 1, 2, 3])]
+    second = buf.take(10)
+    assert [(tp, [r.offset for r in rs]) for tp, rs in second] == [(a, [4]), (b, [0, 1, 2])]
+    assert len(buf) == 0 and buf.take(3) == [] and buf.drain() == []

@@ -14,6 +14,7 @@ Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | No
 
 COMPRESSION_CODECS: dict[str, int]
 DEFAULT_MAX_DECOMPRESSED_SIZE: int
+MAX_SHARE_GAPS: int
 DEFAULT_COMPRESSION_LEVEL: int
 XERIAL_MAGIC: bytes
 
@@ -159,6 +160,14 @@ class RecordBatch:
         topic: str | None,
         partition: int | None,
         min_offset: int = -1,
+    ) -> list[_T]: ...
+    def acquired_records(
+        self,
+        record_type: type[_T],
+        topic: str | None,
+        partition: int | None,
+        ranges: list[tuple[int, int, int]],
+        gaps: list[int],
     ) -> list[_T]: ...
 
 class LegacyBatch:

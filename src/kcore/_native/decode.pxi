@@ -132,13 +132,13 @@ cdef inline void set_item(object tup, Py_ssize_t i, object item):
     PyTuple_SET_ITEM(tup, i, item)
 
 
-cdef object check_record_type(object record_type):
+cdef object check_record_type(object record_type, Py_ssize_t n=7):
     if (not isinstance(record_type, type) or not issubclass(record_type, tuple)
             or record_type is tuple):
         raise TypeError(f"record_type must be a tuple subclass, not {record_type!r}")
     fields = getattr(record_type, "_fields", None)
-    if fields is None or len(fields) != 7:
-        raise TypeError(f"record_type must be a NamedTuple of 7 fields; "
+    if fields is None or len(fields) != n:
+        raise TypeError(f"record_type must be a NamedTuple of {n} fields; "
                         f"{record_type.__name__} has {0 if fields is None else len(fields)}")
     return record_type
 
@@ -164,6 +164,33 @@ cdef object headers_tuple(const uint8_t* p, RecordView* r, Py_ssize_t base):
         PyTuple_SET_ITEM(out, j, pair)
     PyObject_GC_UnTrack(<void*>out)
     return out
+
+
+# A share fetch's gaps are offsets of its acquired ranges: more than this in one batch's span
+# is no record batch a broker wrote (its span is a corrupt or hostile header).
+MAX_SHARE_GAPS = 1 << 22
+
+
+cdef void ranged_offsets(list ranges, int64_t lo, int64_t hi, list into) except *:
+    """Appends to ``into`` the offsets in [lo, hi] that lie inside ``ranges`` (sorted
+    ``(first, last, ...)`` tuples)."""
+    cdef int64_t first, last, o
+    for rng in ranges:
+        first, last = rng[0], rng[1]
+        if last < lo:
+            continue
+        if first > hi:
+            break
+        if first < lo:
+            first = lo
+        if last > hi:
+            last = hi
+        if len(into) + (last - first + 1) > MAX_SHARE_GAPS:
+            raise CorruptRecordError(
+                f"a batch leaves {last - first + 1} acquired offsets with no record: not a "
+                "batch a broker wrote", -1)
+        for o in range(first, last + 1):
+            into.append(o)
 
 
 cdef class RecordBatch:
@@ -262,6 +289,65 @@ cdef class RecordBatch:
                    and not kcore_type_has_dict(record_type))
         return self.collect(record_type, topic, partition, min_offset, untrack)
 
+    def acquired_records(self, object record_type, object topic, object partition,
+                         list ranges, list gaps):
+        """The records inside ``ranges`` (sorted, disjoint ``(first, last, delivery_count)``
+        offset ranges, as a ShareFetch acquires them), each made directly as
+        ``record_type(topic, partition, offset, timestamp_ms, key, value, headers,
+        delivery_count, timestamp_type)`` (a NamedTuple of 9 fields). The offsets of this
+        batch's span inside ``ranges`` that hold no record (compacted away) are appended to
+        ``gaps``: a share consumer acknowledges them all the same."""
+        check_record_type(record_type, 9)
+        untrack = ((topic is None or PyUnicode_Check(topic))
+                   and (partition is None or PyLong_CheckExact(partition))
+                   and not kcore_type_has_dict(record_type))
+        cdef ByteView v
+        cdef Py_buffer pybuf
+        cdef Py_ssize_t pos = 0, base, ri = 0, nr = len(ranges)
+        cdef int32_t i
+        cdef RecordView r
+        cdef int64_t o, first = 0, last = -1
+        cdef int64_t expect = self.base_offset
+        cdef int64_t span_last = self.base_offset + self.last_offset_delta
+        cdef list out = []
+        cdef tuple extra = None
+        ts_type = (self.attributes >> 3) & 1
+        if nr:
+            first, last = ranges[0][0], ranges[0][1]
+            extra = (ranges[0][2], ts_type)
+        payload = self.payload()
+        base = self.position + BATCH_HEADER_SIZE
+        view_open(payload, &v, &pybuf)
+        try:
+            check_record_count(self.record_count, v.size, self.position)
+            for i in range(self.record_count):
+                parse_record(v.data, v.size, &pos, &r, base)
+                o = self.base_offset + r.offset_delta
+                if o > expect:
+                    ranged_offsets(ranges, expect, o - 1, gaps)
+                if o >= expect:
+                    expect = o + 1
+                while ri < nr and last < o:
+                    ri += 1
+                    if ri < nr:
+                        first, last = ranges[ri][0], ranges[ri][1]
+                        extra = (ranges[ri][2], ts_type)
+                if ri == nr:
+                    break  # past the last range: the rest is another member's
+                if o >= first:
+                    out.append(self.make_record_as(record_type, topic, partition, v.data, &r,
+                                                   base, untrack, extra))
+            else:
+                if pos != v.size:
+                    raise CorruptRecordError(
+                        f"{v.size - pos} bytes left after the batch's {self.record_count} "
+                        "records", base + pos)
+        finally:
+            view_close(&v, &pybuf)
+        if expect <= span_last:
+            ranged_offsets(ranges, expect, span_last, gaps)
+        return out
+
     cdef list collect(self, object record_type, object topic, object partition,
                       int64_t min_offset, bint untrack):
         """records() (``record_type`` None) and records_as(): one pass over the batch."""
@@ -335,12 +421,17 @@ cdef class RecordBatch:
 
     cdef object make_record_as(self, object record_type, object topic, object partition,
                                const uint8_t* data, RecordView* r, Py_ssize_t base,
-                               bint untrack):
+                               bint untrack, tuple extra=None):
+        """``extra``: the values of fields past the seventh (a share record's delivery count
+        and timestamp type)."""
+        cdef Py_ssize_t j, n_extra = 0 if extra is None else len(extra)
         ts = self.timestamp_of(r)
         key = None if r.klen < 0 else PyBytes_FromStringAndSize(<const char*>r.key, r.klen)
         value = None if r.vlen < 0 else PyBytes_FromStringAndSize(<const char*>r.value, r.vlen)
         headers = headers_tuple(data, r, base)
-        record = kcore_tuple_subtype_alloc(record_type, 7)
+        record = kcore_tuple_subtype_alloc(record_type, 7 + n_extra)
+        for j in range(n_extra):
+            set_item(record, 7 + j, extra[j])
         set_item(record, 0, topic)
         set_item(record, 1, partition)
         set_item(record, 2, self.base_offset + r.offset_delta)

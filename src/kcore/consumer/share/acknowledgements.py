@@ -11,6 +11,7 @@ markers) are acknowledged as gaps at once."""
 from __future__ import annotations
 
 import enum
+import operator
 import threading
 from collections.abc import Iterable
 from typing import Any, NamedTuple
@@ -25,6 +26,7 @@ __all__ = [
     "AcknowledgementError",
     "ShareRecord",
     "ack_batches",
+    "offset_runs",
 ]
 
 GAP = 0  # the protocol's "no record at this offset" acknowledgement
@@ -53,52 +55,70 @@ class ShareRecord(NamedTuple):
 
 class Acknowledgements:
     """Owned by the share consumer core; the caller's thread and the event loop both use it, so
-    every method takes the lock."""
+    every method takes the lock. Partitions may be given as ``TopicPartition`` s or as plain
+    ``(topic, partition)`` tuples (equal to them, and cheaper to make per record); what goes
+    out (:meth:`take`, :meth:`pending_partitions`) is always ``TopicPartition`` s."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._delivered: dict[TopicPartition, set[int]] = {}
-        self._pending: dict[TopicPartition, dict[int, int]] = {}
-        self._renewing: dict[TopicPartition, set[int]] = {}
+        self._delivered: dict[tuple[str, int], set[int]] = {}
+        self._pending: dict[tuple[str, int], dict[int, int]] = {}
+        self._renewing: dict[tuple[str, int], set[int]] = {}
 
-    def delivered(self, records: Iterable[ShareRecord]) -> None:
+    def delivered(self, runs: Iterable[tuple[TopicPartition, list[ShareRecord]]]) -> None:
+        """A poll handed ``runs`` (one partition's records each) out."""
         with self._lock:
-            for r in records:
-                self._delivered.setdefault(TopicPartition(r.topic, r.partition), set()).add(
-                    r.offset
-                )
+            for tp, records in runs:
+                owed = self._delivered.get(tp)
+                if owed is None:
+                    owed = self._delivered[tp] = set()
+                owed.update(map(_OFFSET, records))
 
-    def acknowledge(self, tp: TopicPartition, offset: int, kind: int) -> None:
+    def acknowledge(self, tp: tuple[str, int], offset: int, kind: int) -> None:
         with self._lock:
             owed = self._delivered.get(tp)
-            if owed is None or offset not in owed:
-                pending = self._pending.get(tp, {})
-                if pending.get(offset) == AcknowledgeType.RENEW:
-                    # A renewal not sent yet: the new acknowledgement replaces it.
-                    pending[offset] = int(kind)
-                    if kind != AcknowledgeType.RENEW:
-                        self._renewing[tp].discard(offset)
-                    return
-                if offset in pending:
-                    raise AcknowledgementError(
-                        f"{tp.topic}-{tp.partition}@{offset} is acknowledged already"
-                    )
-                if offset in self._renewing.get(tp, ()):
-                    raise AcknowledgementError(
-                        f"{tp.topic}-{tp.partition}@{offset}: its RENEW is under way; "
-                        "acknowledge it after the next poll or commit"
-                    )
+            if owed is not None and offset in owed and kind != AcknowledgeType.RENEW:
+                # The common case: a delivered record's first acknowledgement.
+                owed.discard(offset)
+                if not owed:
+                    del self._delivered[tp]
+                pending = self._pending.get(tp)
+                if pending is None:
+                    pending = self._pending[tp] = {}
+                pending[offset] = kind
+                return
+            self._acknowledge_other(tp, offset, kind, owed)
+
+    def _acknowledge_other(
+        self, tp: tuple[str, int], offset: int, kind: int, owed: set[int] | None
+    ) -> None:
+        """RENEW, a renewal replaced, or a record this consumer may not acknowledge (raises).
+        The lock is held."""
+        if owed is None or offset not in owed:
+            pending = self._pending.get(tp, {})
+            if pending.get(offset) == AcknowledgeType.RENEW:
+                # A renewal not sent yet: the new acknowledgement replaces it.
+                pending[offset] = int(kind)
+                if kind != AcknowledgeType.RENEW:
+                    self._renewing[tp].discard(offset)
+                return
+            where = f"{tp[0]}-{tp[1]}@{offset}"
+            if offset in pending:
+                raise AcknowledgementError(f"{where} is acknowledged already")
+            if offset in self._renewing.get(tp, ()):
                 raise AcknowledgementError(
-                    f"{tp.topic}-{tp.partition}@{offset} was not delivered by this consumer "
-                    "(or its delivery ended: acknowledged, or given up at close)"
+                    f"{where}: its RENEW is under way; acknowledge it after the next poll or commit"
                 )
-            if kind == AcknowledgeType.RENEW:
-                # Still this consumer's to acknowledge once the renewal went out.
-                self._renewing.setdefault(tp, set()).add(offset)
-            owed.discard(offset)
-            if not owed:
-                del self._delivered[tp]
-            self._pending.setdefault(tp, {})[offset] = int(kind)
+            raise AcknowledgementError(
+                f"{where} was not delivered by this consumer "
+                "(or its delivery ended: acknowledged, or given up at close)"
+            )
+        # RENEW: still this consumer's to acknowledge once the renewal went out.
+        self._renewing.setdefault(tp, set()).add(offset)
+        owed.discard(offset)
+        if not owed:
+            del self._delivered[tp]
+        self._pending.setdefault(tp, {})[offset] = int(kind)
 
     def acknowledge_many(self, records: Iterable[tuple[TopicPartition, int]], kind: int) -> None:
         """Each of ``records`` acknowledged as ``kind``, all or none: a record not delivered
@@ -136,17 +156,18 @@ class Acknowledgements:
         poll or commit; close: RELEASE)."""
         with self._lock:
             for tp, offsets in self._delivered.items():
-                pending = self._pending.setdefault(tp, {})
-                for offset in offsets:
-                    pending[offset] = kind
+                pending = self._pending.get(tp)
+                if pending is None:
+                    self._pending[tp] = dict.fromkeys(offsets, kind)
+                else:
+                    pending.update(dict.fromkeys(offsets, kind))
             self._delivered.clear()
 
     def add(self, tp: TopicPartition, offsets: Iterable[int], kind: int) -> None:
         """Acknowledgements of records never delivered (gaps; a buffer released at close)."""
         with self._lock:
             pending = self._pending.setdefault(tp, {})
-            for offset in offsets:
-                pending[offset] = kind
+            pending.update(dict.fromkeys(offsets, kind))
             if not pending:
                 del self._pending[tp]
 
@@ -156,12 +177,16 @@ class Acknowledgements:
 
     def pending_partitions(self) -> set[TopicPartition]:
         with self._lock:
-            return set(self._pending)
+            return {TopicPartition(*tp) for tp in self._pending}
 
     def take(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, dict[int, int]]:
         """The pending acknowledgements of ``partitions``, removed (they are being sent)."""
         with self._lock:
-            return {tp: self._pending.pop(tp) for tp in partitions if tp in self._pending}
+            return {
+                TopicPartition(*tp): self._pending.pop(tp)
+                for tp in partitions
+                if tp in self._pending
+            }
 
     def sent(self, acks: dict[TopicPartition, dict[int, int]]) -> None:
         """``acks`` were answered (either way): renewed records are this consumer's to
@@ -186,26 +211,51 @@ class Acknowledgements:
             self._renewing.clear()
 
 
+_OFFSET = operator.itemgetter(2)  # a ShareRecord's offset
+
+
 def ack_batches(acks: dict[int, int], batch_type: Any) -> list[Any]:
     """Offsets and their acknowledgement types as the protocol's batches (``batch_type``: the
     ShareFetch or the ShareAcknowledge message's): runs of consecutive offsets, each with one
     type when the whole run shares it, else one type per offset."""
-    out: list[Any] = []
-    run: list[tuple[int, int]] = []
-    for offset, kind in sorted(acks.items()):
-        if run and offset != run[-1][0] + 1:
-            out.append(_batch(run, batch_type))
-            run = []
-        run.append((offset, kind))
-    if run:
-        out.append(_batch(run, batch_type))
+    offsets = sorted(acks)
+    if len(set(acks.values())) == 1:
+        kinds = [acks[offsets[0]]] if offsets else []
+        return [
+            batch_type(first_offset=lo, last_offset=hi, acknowledge_types=kinds)
+            for lo, hi in offset_runs(offsets)
+        ]
+    out = []
+    for lo, hi in offset_runs(offsets):
+        run_kinds = list(map(acks.__getitem__, range(lo, hi + 1)))
+        out.append(
+            batch_type(
+                first_offset=lo,
+                last_offset=hi,
+                acknowledge_types=run_kinds[:1] if len(set(run_kinds)) == 1 else run_kinds,
+            )
+        )
     return out
 
 
-def _batch(run: list[tuple[int, int]], batch_type: Any) -> Any:
-    kinds = [k for _, k in run]
-    return batch_type(
-        first_offset=run[0][0],
-        last_offset=run[-1][0],
-        acknowledge_types=kinds[:1] if len(set(kinds)) == 1 else kinds,
-    )
+def offset_runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """The runs of consecutive offsets in ``offsets`` (sorted, distinct) as (first, last)
+    pairs. Within a run ``offsets[i] - i`` is constant and it grows between runs, so each
+    run's end is found by bisection: the cost goes with the number of runs, not of offsets."""
+    out: list[tuple[int, int]] = []
+    n = len(offsets)
+    i = 0
+    while i < n:
+        key = offsets[i] - i
+        lo, hi = i, n - 1
+        if offsets[hi] - hi != key:
+            while hi - lo > 1:  # offsets[lo] is in the run, offsets[hi] is not
+                mid = (lo + hi) // 2
+                if offsets[mid] - mid == key:
+                    lo = mid
+                else:
+                    hi = mid
+            hi = lo
+        out.append((offsets[i], offsets[hi]))
+        i = hi + 1
+    return out

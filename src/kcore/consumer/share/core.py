@@ -12,6 +12,7 @@ callback runs where the front end drains :meth:`ShareConsumerCore.run_callbacks`
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, NamedTuple, TypeVar
@@ -30,6 +31,7 @@ __all__ = [
     "CLOSE_TIMEOUT_S",
     "AcknowledgementCommitCallback",
     "Fetch",
+    "Prefetch",
     "SendPending",
     "ShareConsumerCore",
     "SharePollPlan",
@@ -43,6 +45,11 @@ T = TypeVar("T")
 AcknowledgementCommitCallback = Callable[[dict[TopicPartition, set[int]], Exception | None], None]
 
 CLOSE_TIMEOUT_S = 30.0
+# While records are buffered, what is owed waits up to this long for the fetch that will carry
+# it, rather than going in a ShareAcknowledge of its own at every poll: requests to a leader
+# are answered one at a time, so each separate one delays the fetches behind it. Far below any
+# acquisition lock (30 s by default), so waiting never costs a record its lock.
+ACK_LINGER_S = 0.05
 
 
 class Fetch(NamedTuple):
@@ -59,7 +66,11 @@ class SendPending(NamedTuple):
     """A poll asks its driver to send what is owed in the background."""
 
 
-SharePollPlan = Generator[Fetch | StartHeartbeat | SendPending, None, T]
+class Prefetch(NamedTuple):
+    """A poll asks its driver to fetch in the background (and send what is owed)."""
+
+
+SharePollPlan = Generator[Fetch | StartHeartbeat | SendPending | Prefetch, None, T]
 
 
 class ShareConsumerCore:
@@ -83,6 +94,7 @@ class ShareConsumerCore:
         self.callback: AcknowledgementCommitCallback | None = None
         self.closed = False
         self._fetcher: ShareFetcher | None = None
+        self._owed_sent_at = 0.0  # when a poll last sent what was owed (or a fetch took it)
         self._heartbeat: ShareHeartbeat | None = None
 
     async def start(self) -> None:
@@ -182,14 +194,24 @@ class ShareConsumerCore:
         while True:
             self.raise_errors()
             self.run_callbacks()
-            records = self.buffer.take(limit)
-            if records:
-                # No fetch goes out to carry what is owed: it goes on its own, so that
-                # records read ahead do not hold acknowledgements back.
-                if self.acks.has_pending():
+            runs = self.buffer.take(limit)
+            if runs:
+                now = time.monotonic()
+                if len(self.buffer) < limit:
+                    # The next poll would wait for a fetch: it starts now, while the caller
+                    # works on these records, and carries what is owed.
+                    self._owed_sent_at = now
+                    yield Prefetch()
+                elif self.acks.has_pending() and now - self._owed_sent_at >= ACK_LINGER_S:
+                    # No fetch goes out soon to carry what is owed: it goes on its own, so
+                    # that records read ahead do not hold acknowledgements back for long.
+                    self._owed_sent_at = now
                     yield SendPending()
-                self.acks.delivered(records)
-                return records
+                self.acks.delivered(runs)
+                if len(runs) == 1:
+                    return runs[0][1]
+                return list(itertools.chain.from_iterable(records for _, records in runs))
+            self._owed_sent_at = time.monotonic()
             yield Fetch(max(deadline - time.monotonic(), 0.0))
             if not len(self.buffer) and deadline - time.monotonic() <= 0:
                 self.raise_errors()
@@ -208,12 +230,18 @@ class ShareConsumerCore:
     # -- acknowledging ------------------------------------------------------------------------
 
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType | int) -> None:
-        kind = self._check_acknowledge("acknowledge", type)
-        if not isinstance(record, ShareRecord):
+        # Called per record: checks as cheap as they can be, the same ones as the others'.
+        try:
+            kind = _KINDS[type] if self.explicit and not self.closed else None
+        except (KeyError, TypeError):
+            kind = None
+        if kind is None:
+            kind = self._check_acknowledge("acknowledge", type)
+        if record.__class__ is not ShareRecord and not isinstance(record, ShareRecord):
             raise AcknowledgementError(
                 f"acknowledge() takes a record this consumer's poll returned, got {record!r}"
             )
-        self.acks.acknowledge(TopicPartition(record.topic, record.partition), record.offset, kind)
+        self.acks.acknowledge((record[0], record[1]), record[2], kind)
 
     def acknowledge_offset(
         self, topic: str, partition: int, offset: int, type: AcknowledgeType | int
@@ -233,17 +261,17 @@ class ShareConsumerCore:
         kind = self._check_acknowledge("acknowledge_batch", type)
         self.acks.acknowledge_many(batch_positions(batch), kind)
 
-    def _check_acknowledge(self, method: str, type: AcknowledgeType | int) -> AcknowledgeType:
+    def _check_acknowledge(self, method: str, type: AcknowledgeType | int) -> int:
         self.check_open()
         if not self.explicit:
             raise AcknowledgementError(
                 f"{method}() needs share.acknowledgement.mode=explicit (in implicit mode a "
                 "poll's records are accepted at the next poll or commit)"
             )
-        try:
-            return AcknowledgeType(type)
-        except ValueError:
-            raise AcknowledgementError(f"not an acknowledgement type: {type!r}") from None
+        kind = _KINDS.get(type) if isinstance(type, int) else None
+        if kind is None:
+            raise AcknowledgementError(f"not an acknowledgement type: {type!r}")
+        return kind
 
     def prepare_commit(self) -> None:
         """Before a commit: implicit mode accepts the last poll's records."""
@@ -261,10 +289,16 @@ class ShareConsumerCore:
                 out[tp] = err
         return out
 
+    async def prefetch(self) -> None:
+        """Fetches in the background (see :meth:`ShareFetcher.prefetch`); what is owed to
+        leaders with a fetch under way already goes by ShareAcknowledge."""
+        self.fetcher.prefetch()
+        await asyncio.sleep(0)  # the fetches just started take what they carry first
+        await self.fetcher.send_pending()
+
     async def send_pending(self) -> None:
         """ShareAcknowledge in the background; the outcome goes to the commit callback."""
-        fetcher = self.fetcher
-        fetcher.results.extend(await fetcher.acknowledge())
+        await self.fetcher.send_pending()
 
     def run_callbacks(self, results: list[AckResult] | None = None) -> None:
         """The commit callback for ``results``, or (None) for the outcomes queued so far."""
@@ -303,11 +337,8 @@ class ShareConsumerCore:
         if kind is None:
             kind = AcknowledgeType.RELEASE if self.explicit else AcknowledgeType.ACCEPT
         self.acks.settle_all(kind)
-        by_tp: dict[TopicPartition, list[int]] = {}
-        for r in self.buffer.drain():
-            by_tp.setdefault(TopicPartition(r.topic, r.partition), []).append(r.offset)
-        for tp, offsets in by_tp.items():
-            self.acks.add(tp, offsets, AcknowledgeType.RELEASE)
+        for tp, records in self.buffer.drain():
+            self.acks.add(tp, (r.offset for r in records), AcknowledgeType.RELEASE)
 
     async def finish(self, timeout: float) -> list[AckResult]:
         """Close, on the event loop: fetches under way end, what is owed is sent (see
@@ -326,6 +357,11 @@ class ShareConsumerCore:
 
     async def close_cluster(self) -> None:
         await self.cluster.close()
+
+
+# The acknowledgement types as the plain ints they are sent as (an AcknowledgeType or its
+# number looks itself up).
+_KINDS: dict[int, int] = {int(k): int(k) for k in AcknowledgeType}
 
 
 def record_limit(max_records: int | None, default: int) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
-from kcore.codec import decode_batches
+from kcore.codec import MAX_SHARE_GAPS, RecordBatch, decode_batches
 from kcore.consumer.collector import ConsumerRecord
 from kcore.consumer.share.acknowledgements import (
     GAP,
@@ -35,6 +35,7 @@ from kcore.consumer.share.acknowledgements import (
 )
 from kcore.errors import (
     BrokerConnectionError,
+    CorruptRecordError,
     ErrorCode,
     KafkaError,
     KcoreError,
@@ -104,30 +105,46 @@ class ShareSession:
 
 
 class ShareBuffer:
-    """Acquired records not handed out yet: filled on the event loop, taken by ``poll`` on the
-    caller's thread."""
+    """Acquired records not handed out yet, as runs of one partition's records in offset order:
+    filled on the event loop, taken by ``poll`` on the caller's thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._records: collections.deque[ShareRecord] = collections.deque()
+        self._runs: collections.deque[tuple[TopicPartition, list[ShareRecord]]] = (
+            collections.deque()
+        )
+        self._count = 0
 
-    def put(self, records: list[ShareRecord]) -> None:
+    def put(self, tp: TopicPartition, records: list[ShareRecord]) -> None:
         with self._lock:
-            self._records.extend(records)
+            self._runs.append((tp, records))
+            self._count += len(records)
 
-    def take(self, limit: int) -> list[ShareRecord]:
+    def take(self, limit: int) -> list[tuple[TopicPartition, list[ShareRecord]]]:
+        """Up to ``limit`` records, oldest first, as runs of one partition each."""
+        out: list[tuple[TopicPartition, list[ShareRecord]]] = []
         with self._lock:
-            n = min(limit, len(self._records))
-            return [self._records.popleft() for _ in range(n)]
+            while limit > 0 and self._runs:
+                tp, records = self._runs[0]
+                if len(records) <= limit:
+                    self._runs.popleft()
+                else:
+                    self._runs[0] = (tp, records[limit:])
+                    records = records[:limit]
+                out.append((tp, records))
+                limit -= len(records)
+                self._count -= len(records)
+        return out
 
-    def drain(self) -> list[ShareRecord]:
+    def drain(self) -> list[tuple[TopicPartition, list[ShareRecord]]]:
         with self._lock:
-            out = list(self._records)
-            self._records.clear()
+            out = list(self._runs)
+            self._runs.clear()
+            self._count = 0
             return out
 
     def __len__(self) -> int:
-        return len(self._records)
+        return self._count
 
 
 class ShareFetcher:
@@ -158,6 +175,7 @@ class ShareFetcher:
         self._locks: dict[int, asyncio.Lock] = {}
         self._inflight: dict[int, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()  # acknowledgements sent on their own
+        self._sending = False  # a send_pending round is under way
         self._changed = asyncio.Event()
         # Acknowledgement outcomes not yet reported to the application (the commit callback
         # runs on its thread); a fatal fetch error to raise from poll.
@@ -202,20 +220,7 @@ class ShareFetcher:
         are buffered, every fetch has answered, or ``timeout``. Fetches outlive a wait cut
         short: what they acquire is buffered for the next poll."""
         deadline = time.monotonic() + max(timeout, 0.0)
-        max_wait_ms = min(self.max_wait_ms, int(timeout * 1000))
-        by_node = self._leaders(self.assigned)
-        for node in by_node:
-            task = self._inflight.get(node)
-            if task is None or task.done():
-                self._inflight[node] = asyncio.get_running_loop().create_task(
-                    self._fetch_node(node, max_wait_ms)
-                )
-        # Acknowledgements for partitions no fetch goes to: sent on their own.
-        stray = self.acks.pending_partitions() - {tp for tps in by_node.values() for tp in tps}
-        if stray:
-            task = asyncio.get_running_loop().create_task(self._acknowledge_in_background(stray))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+        by_node = self._start_fetches(min(self.max_wait_ms, int(timeout * 1000)))
         self._changed.clear()
         while not len(self.buffer):
             left = deadline - time.monotonic()
@@ -235,6 +240,28 @@ class ShareFetcher:
                     return
                 return
             await asyncio.wait(tasks, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+
+    def prefetch(self) -> None:
+        """A ShareFetch that answers at once (no wait) to every leader without one under way:
+        what the next poll would otherwise wait a round trip for is fetched while the caller
+        works on this poll's records. What is owed rides along."""
+        self._start_fetches(0)
+
+    def _start_fetches(self, max_wait_ms: int) -> dict[int, set[TopicPartition]]:
+        """A ShareFetch task for every leader of the assignment without one under way; what
+        is owed for partitions no fetch goes to is sent on its own. The leaders are returned."""
+        loop = asyncio.get_running_loop()
+        by_node = self._leaders(self.assigned)
+        for node in by_node:
+            task = self._inflight.get(node)
+            if task is None or task.done():
+                self._inflight[node] = loop.create_task(self._fetch_node(node, max_wait_ms))
+        stray = self.acks.pending_partitions() - {tp for tps in by_node.values() for tp in tps}
+        if stray:
+            task = loop.create_task(self._acknowledge_in_background(stray))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return by_node
 
     async def _fetch_node(self, node: int, max_wait_ms: int) -> None:
         session, lock = self._session(node)
@@ -367,39 +394,47 @@ class ShareFetcher:
         )
         first_acquired = ranges[0][0]
         out: list[ShareRecord] = []
-        present: set[int] = set()
+        gaps: list[int] = []  # acquired offsets that hold no record
+        spans: list[tuple[int, int]] = []  # offsets the data batches decoded here cover
         covered = -1  # the last offset of the last whole batch in the response
         for batch in decode_batches(p.records, True, check_crcs=self.check_crcs):
             covered = max(covered, batch.next_offset - 1)
             if batch.is_control or batch.next_offset <= first_acquired:
                 continue
-            i = 0
-            ts_type = batch.timestamp_type
-            for rec in batch.records_as(ConsumerRecord, tp.topic, tp.partition, first_acquired):
-                while i < len(ranges) and rec.offset > ranges[i][1]:
-                    i += 1
-                if i == len(ranges):
-                    break
-                first, _, count = ranges[i]
-                if rec.offset >= first:
-                    out.append(ShareRecord._make((*rec, count, ts_type)))
-                    present.add(rec.offset)
-        # Offsets acquired that hold no record (transaction markers, compacted away) are
-        # acknowledged as gaps so that they do not come back; only within the batches the
-        # response carried whole (a batch cut short at its end is fetched again).
-        gaps = [
-            o
-            for first, end, _ in ranges
-            for o in range(first, min(end, covered) + 1)
-            if o not in present
-        ]
+            if isinstance(batch, RecordBatch):
+                out += batch.acquired_records(ShareRecord, tp.topic, tp.partition, ranges, gaps)
+                spans.append((batch.base_offset, batch.next_offset - 1))
+            else:  # magic 0 or 1: one record per offset, made the plain way
+                for rec in batch.records_as(ConsumerRecord, tp.topic, tp.partition):
+                    count = _delivery_count(ranges, rec.offset)
+                    if count:
+                        out.append(ShareRecord._make((*rec, count, batch.timestamp_type)))
+                        spans.append((rec.offset, rec.offset))
+        # Acquired offsets no decoded batch covers (transaction markers, batches compacted
+        # away) are acknowledged as gaps too, so that they do not come back; only up to the
+        # last batch the response carried whole (a batch cut short at its end is fetched
+        # again).
+        gaps += _uncovered(ranges, spans, covered)
         if gaps:
             self.acks.add(tp, gaps, GAP)
         if out:
-            self.buffer.put(out)
+            self.buffer.put(tp, out)
         return False
 
     # -- acknowledging ------------------------------------------------------------------------
+
+    async def send_pending(self) -> None:
+        """Everything owed, by ShareAcknowledge, the outcomes kept for the commit callback. One
+        such round at a time: what becomes owed while it is under way goes in its next request
+        (or with a fetch), not in a request of its own queued behind it."""
+        if self._sending:
+            return
+        self._sending = True
+        try:
+            while self.acks.has_pending():
+                self.results.extend(await self.acknowledge())
+        finally:
+            self._sending = False
 
     async def _acknowledge_in_background(self, partitions: set[TopicPartition]) -> None:
         self.results.extend(await self.acknowledge(partitions))
@@ -510,6 +545,44 @@ class ShareFetcher:
             task.cancel()
         await asyncio.gather(*self._inflight.values(), return_exceptions=True)
         self._inflight.clear()
+
+
+def _delivery_count(ranges: list[tuple[int, int, int]], offset: int) -> int:
+    """The delivery count of ``offset`` if it is inside ``ranges``, else 0."""
+    for first, last, count in ranges:
+        if first <= offset <= last:
+            return count
+    return 0
+
+
+def _uncovered(
+    ranges: list[tuple[int, int, int]], spans: list[tuple[int, int]], covered: int
+) -> list[int]:
+    """The offsets of ``ranges`` up to ``covered`` outside every one of ``spans``."""
+    out: list[int] = []
+
+    def add(lo: int, hi: int) -> None:
+        if len(out) + hi - lo + 1 > MAX_SHARE_GAPS:
+            raise CorruptRecordError(
+                f"a ShareFetch answer leaves {hi - lo + 1} acquired offsets ({lo}-{hi}) with "
+                "no record: not batches a broker wrote"
+            )
+        out.extend(range(lo, hi + 1))
+
+    spans = sorted(spans)
+    for first, last, _ in ranges:
+        lo, hi = first, min(last, covered)
+        for span_lo, span_hi in spans:
+            if lo > hi:
+                break
+            if span_hi < lo:
+                continue
+            if span_lo > hi:
+                break
+            add(lo, min(span_lo - 1, hi))
+            lo = span_hi + 1
+        add(lo, hi)
+    return out
 
 
 def _has_renew(acks: dict[TopicPartition, dict[int, int]]) -> bool:
