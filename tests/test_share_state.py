@@ -352,3 +352,51 @@ def test_share_buffer_hands_out_runs_of_one_partition_up_to_the_limit() -> None:
     second = buf.take(10)
     assert [(tp, [r.offset for r in rs]) for tp, rs in second] == [(a, [4]), (b, [0, 1, 2])]
     assert len(buf) == 0 and buf.take(3) == [] and buf.drain() == []
+
+
+def test_record_columns_match_the_records_field_by_field() -> None:
+    """The codec's columns of records already made hold what the records hold, over mixed
+    partitions, topics, None keys and values, headers and timestamp types."""
+    import random
+
+    from kcore.consumer.share.arrow import records_to_arrow
+
+    rng = random.Random(7)
+    rows = []
+    for i in range(500):
+        headers = tuple(
+            (f"h{j}é", None if rng.random() < 0.3 else rng.randbytes(rng.randint(0, 5)))
+            for j in range(rng.choice([0, 0, 1, 3]))
+        )
+        rows.append(
+            ShareRecord(
+                rng.choice(["a", "b", "ü"]),
+                rng.randint(0, 3),
+                i * 3,
+                1_700_000_000_000 + i,
+                None if rng.random() < 0.2 else rng.randbytes(rng.randint(0, 20)),
+                None if rng.random() < 0.1 else rng.randbytes(rng.randint(0, 300)),
+                headers,
+                rng.randint(1, 5),
+                rng.randint(0, 1),
+            )
+        )
+    got = records_to_arrow(rows).to_pylist()
+    for row, rec in zip(got, rows, strict=True):
+        assert (row["topic"], row["partition"], row["offset"]) == rec[:3]
+        assert int(row["timestamp"].timestamp() * 1000) == rec.timestamp
+        assert (row["key"], row["value"]) == (rec.key, rec.value)
+        assert [(h["key"], h["value"]) for h in row["headers"]] == list(rec.headers)
+        assert (row["delivery_count"], row["timestampType"]) == (
+            rec.delivery_count,
+            rec.timestamp_type,
+        )
+
+
+def test_record_columns_refuse_what_is_not_a_record() -> None:
+    from kcore.codec import record_columns
+
+    with pytest.raises(TypeError, match="at least 8 fields"):
+        record_columns([("t", 0, 1, 2, None, b"v", ())], 7)
+    with pytest.raises(TypeError, match="key and value bytes"):
+        record_columns([("t", 0, 1, 2, "not bytes", b"v", ())])

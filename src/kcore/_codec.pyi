@@ -242,6 +242,9 @@ class ColumnarRecords:
     def to_arrow(self) -> Any: ...
 
 def columnar_records() -> ColumnarRecords: ...
+def record_columns(
+    records: list[Any], count_field: int = -1
+) -> tuple[ColumnarRecords, ColumnBuffer]: ...
 def decode_batches(
     buf: Buffer,
     allow_partial: bool = False,

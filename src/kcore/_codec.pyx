@@ -30,7 +30,7 @@ cdef extern from "Python.h":
     int PyObject_GC_IsTracked(object op)
 from cpython.ref cimport Py_CLEAR, Py_INCREF, Py_XDECREF
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeUTF8
 
 cdef extern from "Python.h":

@@ -535,6 +535,68 @@ def columnar_records():
     return cols
 
 
+def record_columns(list records, Py_ssize_t count_field=-1):
+    """Records already made, as ``records_as`` and ``acquired_records`` make them (tuples of
+    topic, partition, offset, timestamp_ms, key, value, headers, then for a share record its
+    delivery count and timestamp type), as a :class:`ColumnarRecords` with the source
+    columns (``to_arrow`` as :func:`columnar_records`'), in one pass with no Python object
+    per value. Returns ``(columns, counts)``: ``counts`` holds the int32 field
+    ``count_field`` of each record (none when it is negative). A record's ninth field, when
+    it has one, is its timestamp type (else 0)."""
+    cdef ColumnarRecords cols = columnar_records()
+    cdef ColumnBuffer counts = ColumnBuffer()
+    cdef Py_ssize_t n = len(records), total = 0, klen, vlen, run = 0, i
+    cdef Py_ssize_t min_fields = max(7, count_field + 1)
+    cdef int32_t ts_type, count, run_partition = 0
+    cdef object run_topic = None
+    cdef bytes topic_bytes = b""
+    for rec in records:  # checked first: a bad record leaves nothing half-appended
+        if not PyTuple_Check(rec) or PyTuple_GET_SIZE(rec) < min_fields:
+            raise TypeError(f"record_columns takes records of at least {min_fields} fields, "
+                            f"got {type(rec).__name__}")
+        key = <object>PyTuple_GET_ITEM(rec, 4)
+        value = <object>PyTuple_GET_ITEM(rec, 5)
+        if not ((key is None or PyBytes_Check(key)) and (value is None or PyBytes_Check(value))
+                and PyUnicode_Check(<object>PyTuple_GET_ITEM(rec, 0))):
+            raise TypeError("record_columns: a record's topic must be a str, its key and "
+                            "value bytes or None")
+        total += (0 if key is None else PyBytes_GET_SIZE(key)) + (
+            0 if value is None else PyBytes_GET_SIZE(value))
+    cols.reserve(n, total)
+    if count_field >= 0:
+        buf_presize(&counts.buf, n * 4)
+    for i in range(n):
+        rec = <object>PyList_GET_ITEM(records, i)
+        topic = <object>PyTuple_GET_ITEM(rec, 0)
+        partition = <object>PyTuple_GET_ITEM(rec, 1)
+        if run and (topic is not run_topic or partition != run_partition):
+            cols.add_source(run, <const uint8_t*>PyBytes_AS_STRING(topic_bytes),
+                            len(topic_bytes), run_partition)
+            run = 0
+        if topic is not run_topic:
+            run_topic = topic
+            topic_bytes = topic.encode("utf-8")
+        run_partition = partition
+        run += 1
+        key = <object>PyTuple_GET_ITEM(rec, 4)
+        value = <object>PyTuple_GET_ITEM(rec, 5)
+        klen = -1 if key is None else PyBytes_GET_SIZE(key)
+        vlen = -1 if value is None else PyBytes_GET_SIZE(value)
+        ts_type = <object>PyTuple_GET_ITEM(rec, 8) if PyTuple_GET_SIZE(rec) > 8 else 0
+        cols.add_reserved(
+            <object>PyTuple_GET_ITEM(rec, 2), <object>PyTuple_GET_ITEM(rec, 3), ts_type,
+            NULL if key is None else <const uint8_t*>PyBytes_AS_STRING(key), klen,
+            NULL if value is None else <const uint8_t*>PyBytes_AS_STRING(value), vlen)
+        cols.add_header_objects(<object>PyTuple_GET_ITEM(rec, 6))
+        if count_field >= 0:
+            count = <object>PyTuple_GET_ITEM(rec, count_field)
+            out_write(&counts.buf, &count, 4)
+    if run:
+        cols.add_source(run, <const uint8_t*>PyBytes_AS_STRING(topic_bytes), len(topic_bytes),
+                        run_partition)
+    return cols, counts
+
+
 def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
                    bint include_headers=True, bint allow_partial=True, str timestamp_unit="ms",
                    Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE,

@@ -2,15 +2,14 @@
 (key, value, topic, partition, offset, timestamp, timestampType, headers, as the codec's
 ``ColumnarRecords.to_arrow`` makes them) and ``delivery_count``.
 
-Rows come from records already decoded: a share fetch hands out only the acquired offsets of
-what it read, so the rows are the acquired records (picked out record by record), not whole
-batches of the response."""
+Rows come from the records a poll hands out (a share fetch hands out only the acquired offsets
+of what it read, made as records in the codec), written into the columns by the codec."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
+from kcore.codec import record_columns
 from kcore.consumer.share.acknowledgements import ShareRecord
 from kcore.errors import KcoreError
 from kcore.types import TopicPartition
@@ -38,28 +37,21 @@ def _pyarrow() -> Any:
     return pa
 
 
-def records_to_arrow(records: Sequence[ShareRecord]) -> Any:
+def records_to_arrow(records: list[ShareRecord]) -> Any:
     """``records`` as a ``pyarrow.RecordBatch`` with :data:`ARROW_COLUMNS` (types as the
     codec's: binary key/value, string topic, int32 partition, int64 offset, UTC millisecond
     timestamp, int32 timestampType, list of {key: string, value: binary} headers; int32
-    delivery_count)."""
+    delivery_count). The columns are filled in the codec, in one pass over the records."""
     pa = _pyarrow()
-    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
-    arrays = [
-        pa.array([r.key for r in records], pa.binary()),
-        pa.array([r.value for r in records], pa.binary()),
-        pa.array([r.topic for r in records], pa.string()),
-        pa.array([r.partition for r in records], pa.int32()),
-        pa.array([r.offset for r in records], pa.int64()),
-        pa.array([r.timestamp for r in records], pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
-        pa.array([r.timestamp_type for r in records], pa.int32()),
-        pa.array(
-            [[{"key": k, "value": v} for k, v in r.headers] for r in records],
-            pa.list_(header),
-        ),
-        pa.array([r.delivery_count for r in records], pa.int32()),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, names=list(ARROW_COLUMNS))
+    columns, counts = record_columns(records, _DELIVERY_COUNT)
+    batch = columns.to_arrow()
+    delivery_count = pa.Array.from_buffers(pa.int32(), len(records), [None, pa.py_buffer(counts)])
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, delivery_count], names=[*batch.schema.names, "delivery_count"]
+    )
+
+
+_DELIVERY_COUNT = ShareRecord._fields.index("delivery_count")
 
 
 def batch_positions(batch: Any) -> list[tuple[TopicPartition, int]]:
