@@ -12,9 +12,11 @@ and ``acknowledge_batch`` instead of ``poll`` and ``acknowledge``).
 The timed part runs from the moment every member exists (created, not yet subscribed) to the
 one at which the last member's acknowledgements of the N-th record were answered by the broker
 (``commit_sync``): joining the group, the fetches and the acknowledgements are inside it;
-creating and closing the consumers are not. A record counts once accepted: in explicit mode
-when ``acknowledge(record, ACCEPT)`` was called for it, in implicit mode when the poll after
-the one that returned it (or the final ``commit_sync``) accepts it.
+creating and closing the consumers are not. ``after_first_s`` is the same end measured from
+the first poll (of any member) that returned records: the round without the join. A record
+counts once accepted: in explicit mode when ``acknowledge(record, ACCEPT)`` was called for
+it, in implicit mode when the poll after the one that returned it (or the final
+``commit_sync``) accepts it.
 """
 
 from __future__ import annotations
@@ -33,11 +35,30 @@ POLL_TIMEOUT_S = 0.5
 class Tally:
     """Records accepted by all members together; the round is over once it reaches N."""
 
-    def __init__(self, target: int, shared: Any = None) -> None:
+    def __init__(self, target: int, shared: Any = None, first_shared: Any = None) -> None:
         self.target = target
         self.shared = shared  # a multiprocessing Value when members are processes
+        self.first_shared = first_shared  # (processes) when the first member got records
         self.local = 0
+        self.first_local = 0.0
         self.lock = threading.Lock()
+
+    def got_records(self) -> None:
+        """A member's poll returned records: the first such moment of the round is kept
+        (perf_counter is the system's monotonic clock, the same in every process)."""
+        now = time.perf_counter()
+        if self.first_shared is not None:
+            with self.first_shared.get_lock():
+                if not self.first_shared.value:
+                    self.first_shared.value = now
+        else:
+            with self.lock:
+                if not self.first_local:
+                    self.first_local = now
+
+    @property
+    def first(self) -> float:
+        return float(self.first_shared.value) if self.first_shared is not None else self.first_local
 
     def add(self, n: int) -> None:
         if self.shared is not None:
@@ -80,6 +101,7 @@ def _member(spec: dict[str, Any], consumer: Any, tally: Tally, start: Any) -> No
     deadline = time.monotonic() + TIMEOUT_S
     consumer.subscribe([spec["topic"]])
     owed = 0  # implicit mode: records of the last poll, accepted by the next poll or commit
+    seen = False  # whether a poll of this member returned records yet
     while not tally.done():
         if time.monotonic() > deadline:
             raise TimeoutError(f"{tally.total} of {tally.target} records after {TIMEOUT_S:g}s")
@@ -89,6 +111,9 @@ def _member(spec: dict[str, Any], consumer: Any, tally: Tally, start: Any) -> No
                 tally.add(owed)  # this poll accepted them
                 owed = 0
             got = batch.num_rows
+            if got and not seen:
+                seen = True
+                tally.got_records()
             if explicit and got:
                 consumer.acknowledge_batch(batch)
                 tally.add(got)
@@ -108,6 +133,9 @@ def _member(spec: dict[str, Any], consumer: Any, tally: Tally, start: Any) -> No
                     got += 1
                 elif explicit:
                     raise RuntimeError(f"confluent-kafka: {m.error()}")
+        if got and not seen:
+            seen = True
+            tally.got_records()
         if explicit:
             ack = consumer.acknowledge
             for record in records:
@@ -145,18 +173,25 @@ def _threads(spec: dict[str, Any]) -> dict[str, Any]:
     start.set()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    end = time.perf_counter()
     cpu = time.process_time() - cpu0
     for c in consumers:
         c.close()
     if errors:
         raise errors[0]
-    return {"wall_s": wall, "cpu_s": cpu, "records": tally.total}
+    return {
+        "wall_s": end - t0,
+        "after_first_s": end - tally.first,
+        "cpu_s": cpu,
+        "records": tally.total,
+    }
 
 
-def _process_member(spec: dict[str, Any], shared: Any, ready: Any, start: Any, out: Any) -> None:
+def _process_member(
+    spec: dict[str, Any], shared: Any, first: Any, ready: Any, start: Any, out: Any
+) -> None:
     consumer = _open(spec)
-    tally = Tally(spec["records"], shared)
+    tally = Tally(spec["records"], shared, first)
     ready.put(True)
     try:
         cpu0 = time.process_time()
@@ -171,10 +206,10 @@ def _process_member(spec: dict[str, Any], shared: Any, ready: Any, start: Any, o
 
 def _processes(spec: dict[str, Any]) -> dict[str, Any]:
     ctx = mp.get_context("spawn")  # no client state (threads, sockets) shared by a fork
-    shared = ctx.Value("q", 0)
+    shared, first = ctx.Value("q", 0), ctx.Value("d", 0.0)
     ready, out, start = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_process_member, args=(spec, shared, ready, start, out))
+        ctx.Process(target=_process_member, args=(spec, shared, first, ready, start, out))
         for _ in range(spec["members"])
     ]
     for p in procs:
@@ -184,13 +219,18 @@ def _processes(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     start.set()
     results = [out.get(timeout=TIMEOUT_S + 30) for _ in procs]
-    wall = time.perf_counter() - t0
+    end = time.perf_counter()
     for p in procs:
         p.join(60)
     failed = [r for kind, r in results if kind == "error"]
     if failed:
         raise RuntimeError(f"member failed: {failed[0]}")
-    return {"wall_s": wall, "cpu_s": sum(r for _, r in results), "records": int(shared.value)}
+    return {
+        "wall_s": end - t0,
+        "after_first_s": end - float(first.value),
+        "cpu_s": sum(r for _, r in results),
+        "records": int(shared.value),
+    }
 
 
 def main() -> None:

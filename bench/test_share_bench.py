@@ -166,25 +166,46 @@ def _parse_java(out: str) -> dict[str, Any]:
 
 def _table(times: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
     med = {label: statistics.median(r["wall_s"] for r in rows) for label, rows in times.items()}
+    # The Python cells also from their first records on (the join left out); Java's tool
+    # does not say when its first records came.
+    steady = {
+        label: statistics.median(r["after_first_s"] for r in rows)
+        for label, rows in times.items()
+        if rows and all("after_first_s" in r for r in rows)
+    }
     java = med.get("java 1 implicit")
     lines = [
         f"share-consume {N:,} records of 100 B, {PARTITIONS} partitions, "
         f"{ROUNDS} rounds a cell, cells alternating, config {CONFIG or 'defaults'}",
         f"{'cell':34} {'median s':>9} {'records/s':>11} {'CPU s':>6} {'vs confluent':>13} "
-        f"{'vs java':>8}",
+        f"{'vs java':>8} {'after 1st s':>12} {'vs confluent':>13}",
     ]
     summary: dict[str, Any] = {}
     for label, m in med.items():
-        peer = med.get(f"confluent 1 {label.rsplit(' ', 1)[1]}")
+        peer_label = f"confluent 1 {label.rsplit(' ', 1)[1]}"
+        peer = med.get(peer_label)
         vs_c = f"{peer / m:.2f}x" if peer and not label.startswith("confluent") else ""
         vs_j = f"{java / m:.2f}x" if java and label != "java 1 implicit" else ""
         cpu_rounds = [r["cpu_s"] for r in times[label] if "cpu_s" in r]
         cpu = f"{statistics.median(cpu_rounds):.2f}" if cpu_rounds else ""
-        lines.append(f"{label:34} {m:9.3f} {N / m:11,.0f} {cpu:>6} {vs_c:>13} {vs_j:>8}")
+        after = f"{steady[label]:.3f}" if label in steady else ""
+        peer_after = steady.get(peer_label)
+        vs_c_after = (
+            f"{peer_after / steady[label]:.2f}x"
+            if peer_after and label in steady and not label.startswith("confluent")
+            else ""
+        )
+        lines.append(
+            f"{label:34} {m:9.3f} {N / m:11,.0f} {cpu:>6} {vs_c:>13} {vs_j:>8} {after:>12} "
+            f"{vs_c_after:>13}"
+        )
         summary[label] = {"median_s": m, "records_per_s": N / m, "rounds": times[label]}
+        if label in steady:
+            summary[label]["after_first_s"] = steady[label]
     lines.append(
         "vs X: X's median time / the row's (above 1: the row is faster); CPU: the round's "
-        "process time, all members' (Java's is not measured)"
+        "process time, all members' (Java's is not measured); after 1st: from the first "
+        "poll that returned records to the end (the join left out)"
     )
     return "\n".join(lines), summary
 

@@ -400,3 +400,24 @@ def test_record_columns_refuse_what_is_not_a_record() -> None:
         record_columns([("t", 0, 1, 2, None, b"v", ())], 7)
     with pytest.raises(TypeError, match="key and value bytes"):
         record_columns([("t", 0, 1, 2, "not bytes", b"v", ())])
+
+
+def test_a_member_without_partitions_asks_early_after_joining() -> None:
+    """The coordinator assigns apart from the heartbeats: after the join (an empty
+    assignment) the waits double from 250 ms up to the broker's interval; once partitions
+    came, and for a member that never gets any, the interval is kept."""
+    m = ShareMembership("g")
+    m.subscribe(["a"])
+    assert m.on_response(m.request(), answer(epoch=2, parts=[])) is Outcome.JOINED
+    assert m.interval_s == 1.0
+    assert [m.next_heartbeat_s() for _ in range(4)] == [0.25, 0.5, 1.0, 1.0]
+    m = ShareMembership("g")
+    m.subscribe(["a"])
+    m.on_response(m.request(), answer(epoch=2, parts=[]))
+    assert m.next_heartbeat_s() == 0.25
+    m.on_response(m.request(), answer(epoch=3, parts=[0]))
+    assert m.next_heartbeat_s() == 1.0
+    # Fenced, then joined again: early again.
+    assert m.on_response(m.request(), answer(ErrorCode.FENCED_MEMBER_EPOCH)) is Outcome.REJOIN
+    m.on_response(m.request(), answer(epoch=5, parts=[]))
+    assert m.next_heartbeat_s() == 0.25

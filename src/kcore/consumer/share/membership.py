@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -43,6 +44,11 @@ REJOIN_CODES = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBE
 SHARE_FATAL_CODES = FATAL_CODES | {ErrorCode.TOPIC_AUTHORIZATION_FAILED}
 
 
+# While a member waits for its first assignment it heartbeats this often (or at the broker's
+# interval if that is shorter).
+FIRST_ASSIGNMENT_POLL_S = 0.25
+
+
 class Outcome(enum.Enum):
     JOINED = "joined"  # answered; the assignment (if it changed) is in ``assigned_ids``
     REJOIN = "rejoin"  # fenced: join again at once
@@ -64,10 +70,29 @@ class ShareMembership:
         # The broker's latest assignment (topic id, partitions); None: none received yet.
         self.assigned_ids: list[tuple[uuid.UUID, list[int]]] | None = None
         self.fatal: KcoreError | None = None
+        self._early_wait_s = FIRST_ASSIGNMENT_POLL_S  # see next_heartbeat_s
 
     @property
     def joined(self) -> bool:
         return self.epoch > 0
+
+    @property
+    def has_partitions(self) -> bool:
+        return any(parts for _, parts in self.assigned_ids or ())
+
+    def next_heartbeat_s(self) -> float:
+        """How long until the next heartbeat: the broker's interval, except while a member
+        that joined has no partitions yet. The coordinator computes assignments apart from
+        the heartbeats (every ``share.assignment.interval.ms``, KIP-1263), so the join's
+        answer usually carries an empty one; asking again sooner than the interval (5 s by
+        default) gets the member its partitions that much sooner. The early waits double
+        from FIRST_ASSIGNMENT_POLL_S up to the interval: a few more requests per join, and
+        none once partitions came (or for a member the group has none for)."""
+        if self.joined and not self.has_partitions and self._early_wait_s < self.interval_s:
+            wait = self._early_wait_s
+            self._early_wait_s *= 2
+            return wait
+        return self.interval_s
 
     def subscribe(self, topics: list[str]) -> None:
         self.topics = sorted(set(topics))
@@ -104,6 +129,8 @@ class ShareMembership:
         if code == ErrorCode.NONE:
             if response.member_id:
                 self.member_id = response.member_id
+            if self.epoch == 0:  # joined (again): its partitions are asked for early
+                self._early_wait_s = FIRST_ASSIGNMENT_POLL_S
             self.epoch = response.member_epoch
             self.interval_s = max(response.heartbeat_interval_ms, 100) / 1000
             if request.subscribed_topic_names is not None and request.subscribed_topic_names == (
@@ -114,6 +141,8 @@ class ShareMembership:
                 self.assigned_ids = [
                     (t.topic_id, list(t.partitions)) for t in response.assignment.topic_partitions
                 ]
+                if self.has_partitions:
+                    self._early_wait_s = math.inf
             return Outcome.JOINED
         if code in REJOIN_CODES:
             log.info(
@@ -244,7 +273,7 @@ class ShareHeartbeat:
                     self._assign(await resolve_topic_ids(self.cluster, m.assigned_ids))
                 # Awake at the poll deadline too, to leave on time.
                 poll_due = self.last_poll + self.max_poll_interval_s - time.monotonic()
-                await wait_event(self._wake, max(0.0, min(m.interval_s, poll_due + 0.01)))
+                await wait_event(self._wake, max(0.0, min(m.next_heartbeat_s(), poll_due + 0.01)))
                 self._wake.clear()
             elif outcome is Outcome.REJOIN:
                 self._assign(set())
