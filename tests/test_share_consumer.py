@@ -560,11 +560,17 @@ def test_members_follow_partitions_whose_leader_moves_while_they_consume(
             everything = {b"v%d" % i for i in range(total)}
             wait_for(lambda: set(accepted()) >= everything, "every record to be accepted")
             wait_for(lambda: total_lag(admin, group) == 0, "the group's lag to fall to 0")
-            # Both members' metadata followed the moves.
-            for m in members:
-                for tp in tps:
-                    leader = m.consumer.cluster.metadata.leader_for(tp.topic, tp.partition)
-                    assert leader is not None and leader.node_id == moved_to[tp]
+
+            # Each member follows the partitions assigned to it to their leaders.
+            def followed() -> bool:
+                for m in members:
+                    for tp in m.consumer.assignment():
+                        leader = m.consumer.cluster.metadata.leader_for(tp.topic, tp.partition)
+                        if leader is None or leader.node_id != moved_to[tp]:
+                            return False
+                return True
+
+            wait_for(followed, "the members' metadata to name the new leaders")
         finally:
             for m in members:
                 m.stop.set()
