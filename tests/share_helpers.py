@@ -23,10 +23,12 @@ def produce(
     n: int,
     partitions: int = 2,
     headers: Sequence[tuple[str, bytes]] | None = None,
+    start: int = 0,
 ) -> None:
-    """Values ``v0`` .. ``v<n-1>`` (keys ``k<i>``), record i on partition i % ``partitions``."""
+    """Values ``v<start>`` .. ``v<start+n-1>`` (keys ``k<i>``), record i on partition
+    i % ``partitions``."""
     with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
-        for i in range(n):
+        for i in range(start, start + n):
             p.send(topic, b"v%d" % i, key=b"k%d" % i, partition=i % partitions, headers=headers)
         p.flush(60)
 
