@@ -77,7 +77,7 @@ class Acknowledgements:
     def acknowledge(self, tp: tuple[str, int], offset: int, kind: int) -> None:
         with self._lock:
             owed = self._delivered.get(tp)
-            if owed is not None and offset in owed and kind != AcknowledgeType.RENEW:
+            if owed is not None and offset in owed and kind != _RENEW:
                 # The common case: a delivered record's first acknowledgement.
                 owed.discard(offset)
                 if not owed:
@@ -212,6 +212,7 @@ class Acknowledgements:
 
 
 _OFFSET = operator.itemgetter(2)  # a ShareRecord's offset
+_RENEW = int(AcknowledgeType.RENEW)  # as a plain int: compared once per acknowledgement
 
 
 def ack_batches(acks: dict[int, int], batch_type: Any) -> list[Any]:
