@@ -716,3 +716,54 @@ def test_a_member_that_stops_polling_leaves_and_joins_again(
         while not slow.assignment() and time.monotonic() < deadline:
             slow.poll(0.2)
         assert slow.assignment() == {kcore.TopicPartition(topic, 0), kcore.TopicPartition(topic, 1)}
+
+
+def test_metrics_count_what_was_fetched_polled_and_acknowledged(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    """Java's share-fetch-manager and consumer-share metrics, against what the test saw:
+    records consumed are those the polls returned, acknowledgements sent those it made (the
+    released ones counted too), none failed; fetches, their sizes and the time between polls
+    recorded."""
+    topic, group = share_topic
+    produce(kafka_cluster.bootstrap_servers, topic, 300)
+    with consumer(kafka_cluster, group, **{"share.acknowledgement.mode": "explicit"}) as c:
+        c.subscribe([topic])
+        got = poll_until(
+            c,
+            300,
+            ack=lambda r: AcknowledgeType.RELEASE if r.offset % 10 == 0 else AcknowledgeType.ACCEPT,
+        )
+        acknowledged = len(got)
+        results = c.commit_sync(30)
+        assert results and all(err is None for err in results.values())
+        m = c.metrics()
+    assert m["records-consumed-total"] == len(got) >= 300
+    assert m["acknowledgements-send-total"] == acknowledged
+    assert m["acknowledgements-error-total"] == 0
+    assert m["fetch-total"] >= 1 and m["fetch-latency-avg"] > 0
+    assert m["bytes-consumed-total"] > 300 and m["fetch-size-max"] > 0
+    assert m["records-per-request-max"] >= 1
+    assert m["time-between-poll-max"] >= 0 and m["last-poll-seconds-ago"] >= 0
+    assert m["assigned-partitions"] == 2
+    assert m["request-total"] > 0 and m["connection-count"] >= 1  # as every client has
+
+
+def test_async_share_consumer_has_the_same_metrics(kafka_cluster: Any, share_topic: Any) -> None:
+    topic, group = share_topic
+    produce(kafka_cluster.bootstrap_servers, topic, 20)
+
+    async def run() -> dict[str, float]:
+        config = {"bootstrap.servers": kafka_cluster.bootstrap_servers, "group.id": group}
+        async with kcore.AsyncShareConsumer(config) as c:
+            c.subscribe([topic])
+            seen = 0
+            deadline = time.monotonic() + 60
+            while seen < 20 and time.monotonic() < deadline:
+                seen += len(await c.poll(0.5))
+            await c.commit_sync(30)
+            return c.metrics()
+
+    m = asyncio.run(run())
+    assert m["records-consumed-total"] >= 20
+    assert m["acknowledgements-send-total"] >= 20 and m["acknowledgements-error-total"] == 0

@@ -152,6 +152,13 @@ class ShareConsumer:
         :meth:`poll_arrow` batch)."""
         self._core.acknowledge_offset(topic, partition, offset, type)
 
+    def metrics(self) -> dict[str, float]:
+        """The share consumer's metrics by their Java names (``records-consumed-rate``,
+        ``fetch-latency-avg``, ``records-per-request-avg``, ``acknowledgements-send-total``,
+        ``acknowledgements-error-total``, ``time-between-poll-avg``, ...) and the connection
+        metrics every client has: see :mod:`kcore.metrics`."""
+        return self._core.metrics()
+
     def acknowledge_batch(
         self, batch: Any, type: AcknowledgeType | int = AcknowledgeType.ACCEPT
     ) -> None:
@@ -341,6 +348,10 @@ class AsyncShareConsumer:
     ) -> None:
         """As :meth:`ShareConsumer.acknowledge_offset`."""
         self._core.acknowledge_offset(topic, partition, offset, type)
+
+    def metrics(self) -> dict[str, float]:
+        """As :meth:`ShareConsumer.metrics`."""
+        return self._core.metrics()
 
     def acknowledge_batch(
         self, batch: Any, type: AcknowledgeType | int = AcknowledgeType.ACCEPT

@@ -95,6 +95,8 @@ class ShareConsumerCore:
         self.closed = False
         self._fetcher: ShareFetcher | None = None
         self._owed_sent_at = 0.0  # when a poll last sent what was owed (or a fetch took it)
+        self._last_poll: float | None = None
+        _declare_metrics(self)
         self._heartbeat: ShareHeartbeat | None = None
 
     async def start(self) -> None:
@@ -181,6 +183,10 @@ class ShareConsumerCore:
         for this member, waiting up to ``timeout`` seconds for some."""
         self.check_open()
         limit = record_limit(max_records, self.max_poll_records)
+        now = time.monotonic()
+        if self._last_poll is not None:
+            self.cluster.metrics.record("time-between-poll", (now - self._last_poll) * 1000)
+        self._last_poll = now
         if self.membership.topics is None:
             raise KcoreError("poll() on a share consumer with no subscription: subscribe() first")
         if self.heartbeat.polled():
@@ -208,9 +214,13 @@ class ShareConsumerCore:
                     self._owed_sent_at = now
                     yield SendPending()
                 self.acks.delivered(runs)
-                if len(runs) == 1:
-                    return runs[0][1]
-                return list(itertools.chain.from_iterable(records for _, records in runs))
+                records = (
+                    runs[0][1]
+                    if len(runs) == 1
+                    else list(itertools.chain.from_iterable(records for _, records in runs))
+                )
+                self.cluster.metrics.record("records-consumed", len(records))
+                return records
             self._owed_sent_at = time.monotonic()
             yield Fetch(max(deadline - time.monotonic(), 0.0))
             if not len(self.buffer) and deadline - time.monotonic() <= 0:
@@ -313,6 +323,10 @@ class ShareConsumerCore:
         for tp, offsets, err in results:
             callback({tp: set(offsets)}, err)
 
+    def metrics(self) -> dict[str, float]:
+        """The client's metrics (see :func:`_declare_metrics`)."""
+        return self.cluster.metrics.snapshot()
+
     # -- errors, close ------------------------------------------------------------------------
 
     def raise_errors(self) -> None:
@@ -362,6 +376,29 @@ class ShareConsumerCore:
 # The acknowledgement types as the plain ints they are sent as (an AcknowledgeType or its
 # number looks itself up).
 _KINDS: dict[int, int] = {int(k): int(k) for k in AcknowledgeType}
+
+
+def _declare_metrics(core: ShareConsumerCore) -> None:
+    """The share consumer's metrics, named as Java's share-fetch-manager-metrics and
+    consumer-share-metrics groups have them (beside the connection metrics every client
+    has). Recorded per fetch, per acknowledgement answer and per poll, never per record."""
+    metrics = core.cluster.metrics
+    metrics.declare("records-consumed", "total", "rate")
+    metrics.declare("bytes-consumed", "total", "rate")
+    metrics.declare("fetch-latency", "avg", "max")
+    metrics.declare("fetch-size", "avg", "max")
+    metrics.declare("records-per-request", "avg", "max")
+    metrics.declare("fetch-throttle-time", "avg", "max")
+    metrics.declare("acknowledgements-send", "total", "rate")
+    metrics.declare("acknowledgements-error", "total", "rate")
+    metrics.declare("time-between-poll", "avg", "max")
+    metrics.gauge("fetch-total", lambda: metrics.count("fetch-latency"))
+    metrics.gauge("fetch-rate", lambda: metrics.rate_of("fetch-latency"))
+    metrics.gauge(
+        "last-poll-seconds-ago",
+        lambda: -1.0 if core._last_poll is None else time.monotonic() - core._last_poll,
+    )
+    metrics.gauge("assigned-partitions", lambda: len(core.assignment()))
 
 
 def record_limit(max_records: int | None, default: int) -> int:

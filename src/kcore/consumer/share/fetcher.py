@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -331,11 +332,15 @@ class ShareFetcher:
         )
         version = await self.cluster.version_for(node, ApiKey.SHARE_FETCH)
         timeout = self.cluster.settings.request_timeout_s + max_wait_ms / 1000
+        started = time.monotonic()
         try:
             response = await self.cluster.send(node, request, version, timeout=timeout)
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
             self._report(acks, exc)
             raise
+        metrics = self.cluster.metrics
+        metrics.record("fetch-latency", (time.monotonic() - started) * 1000)
+        metrics.record("fetch-throttle-time", response.throttle_time_ms or 0)
         self.acks.sent(acks)
         code = response.error_code
         if code != ErrorCode.NONE:
@@ -355,6 +360,8 @@ class ShareFetcher:
         apply_leader_hints(self.cluster.cache, response)
         answered: set[TopicPartition] = set()
         stale = False
+        results: list[AckResult] = []
+        fetched_bytes = fetched_records = 0
         for topic in response.responses:
             name = names.get(topic.topic_id)
             if name is None:
@@ -368,10 +375,17 @@ class ShareFetcher:
                         ack_err = _error(
                             p.acknowledge_error_code, p.acknowledge_error_message, "acknowledge"
                         )
-                    self.results.append((tp, acks[tp], ack_err))
+                    results.append((tp, acks[tp], ack_err))
+                before = len(self.buffer)
                 stale = self._partition(tp, p) or stale
-        for tp in set(acks) - answered:
-            self.results.append((tp, acks[tp], None))
+                fetched_records += len(self.buffer) - before
+                fetched_bytes += len(p.records or b"")
+        results.extend((tp, acks[tp], None) for tp in set(acks) - answered)
+        self._count_acks(results)
+        self.results.extend(results)
+        metrics.record("fetch-size", fetched_bytes)
+        metrics.record("records-per-request", fetched_records)
+        metrics.record("bytes-consumed", fetched_bytes)
         if stale:  # a pause for the metadata refresh, rather than asking the old leader again
             await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
 
@@ -467,6 +481,7 @@ class ShareFetcher:
                 continue
             results.extend(outcome)
         self.acks.sent(acks)
+        self._count_acks(results)
         return results
 
     async def _acknowledge_node(
@@ -533,8 +548,20 @@ class ShareFetcher:
             return out
 
     def _report(self, acks: dict[TopicPartition, dict[int, int]], err: KcoreError) -> None:
-        for tp, offsets in acks.items():
-            self.results.append((tp, offsets, err))
+        results: list[AckResult] = [(tp, offsets, err) for tp, offsets in acks.items()]
+        self._count_acks(results)
+        self.results.extend(results)
+
+    def _count_acks(self, results: list[AckResult]) -> None:
+        """Java's acknowledgements-send and -error sensors: records whose acknowledgements
+        were answered, and those of them that failed (gaps, which no record holds, aside)."""
+        metrics = self.cluster.metrics
+        for _, offsets, err in results:
+            n = len(offsets) - operator.countOf(offsets.values(), GAP)
+            if n:
+                metrics.record("acknowledgements-send", n)
+                if err is not None:
+                    metrics.record("acknowledgements-error", n)
 
     async def stop(self, wait_s: float) -> None:
         """Let the fetches under way answer (up to ``wait_s``), then cancel what is left."""
