@@ -178,7 +178,7 @@ def _table(times: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]
         f"share-consume {N:,} records of 100 B, {PARTITIONS} partitions, "
         f"{ROUNDS} rounds a cell, cells alternating, config {CONFIG or 'defaults'}",
         f"{'cell':34} {'median s':>9} {'records/s':>11} {'CPU s':>6} {'vs confluent':>13} "
-        f"{'vs java':>8} {'after 1st s':>12} {'vs confluent':>13}",
+        f"{'vs java':>8} {'after 1st s':>12} {'vs confluent':>13} {'broker CPU s':>13}",
     ]
     summary: dict[str, Any] = {}
     for label, m in med.items():
@@ -195,9 +195,11 @@ def _table(times: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]
             if peer_after and label in steady and not label.startswith("confluent")
             else ""
         )
+        broker_rounds = [r["broker_cpu_s"] for r in times[label] if "broker_cpu_s" in r]
+        broker_cpu = f"{statistics.median(broker_rounds):.2f}" if broker_rounds else ""
         lines.append(
             f"{label:34} {m:9.3f} {N / m:11,.0f} {cpu:>6} {vs_c:>13} {vs_j:>8} {after:>12} "
-            f"{vs_c_after:>13}"
+            f"{vs_c_after:>13} {broker_cpu:>13}"
         )
         summary[label] = {"median_s": m, "records_per_s": N / m, "rounds": times[label]}
         if label in steady:
@@ -205,7 +207,8 @@ def _table(times: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]
     lines.append(
         "vs X: X's median time / the row's (above 1: the row is faster); CPU: the round's "
         "process time, all members' (Java's is not measured); after 1st: from the first "
-        "poll that returned records to the end (the join left out)"
+        "poll that returned records to the end (the join left out); broker CPU: the broker "
+        "JVM's CPU time over the round's process (its start and close included)"
     )
     return "\n".join(lines), summary
 
@@ -217,8 +220,10 @@ def test_share_consume(benchmark: Any, kafka_cluster: Any) -> None:
     values = make_values(N)
     cells = _cells()
     times: dict[str, list[dict[str, Any]]] = {_label(c): [] for c in cells}
+    nodes = getattr(kafka_cluster, "nodes", [])
+    process = getattr(nodes[0], "process", None) if len(nodes) == 1 else None
     with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
-        broker = Broker(bootstrap, admin, None)
+        broker = Broker(bootstrap, admin, process.pid if process else None)
         topic = f"bench-share-{broker.run}"
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)], timeout=30)
         broker.created.append(topic)
@@ -254,10 +259,15 @@ def test_share_consume(benchmark: Any, kafka_cluster: Any) -> None:
                 "records": N,
                 "config": CONFIG,
             }
+            broker_cpu0 = broker.cpu_s()
             if cell["client"] == "java":
                 got = _java_round(spec, java_config)
             else:
                 got = _python_round(cell, spec)
+            broker_cpu1 = broker.cpu_s()
+            if broker_cpu0 is not None and broker_cpu1 is not None:
+                # Joining, setting up and closing included (the JVM's whole run for Java).
+                got["broker_cpu_s"] = broker_cpu1 - broker_cpu0
             assert got["records"] >= N, (_label(cell), got)
             lag = _group_lag(admin, group, topic)
             assert set(lag.values()) == {0}, (_label(cell), lag)
