@@ -158,13 +158,13 @@ def test_acknowledge_many_is_all_or_nothing() -> None:
     acks.delivered([(tp, [record(1), record(2), record(3)])])
     acks.acknowledge(tp, 1, AcknowledgeType.ACCEPT)
     with pytest.raises(AcknowledgementError, match="already"):
-        acks.acknowledge_many([(tp, 1), (tp, 2), (tp, 3)], AcknowledgeType.RELEASE)
+        acks.acknowledge_many({tp: [1, 2, 3]}, AcknowledgeType.RELEASE)
     assert acks.unacknowledged() == 2  # nothing of the refused lot was taken
     with pytest.raises(AcknowledgementError, match="twice"):
-        acks.acknowledge_many([(tp, 2), (tp, 2)], AcknowledgeType.RELEASE)
-    acks.acknowledge_many([(tp, 2), (tp, 3)], AcknowledgeType.RENEW)  # one by one
+        acks.acknowledge_many({tp: [2, 2]}, AcknowledgeType.RELEASE)
+    acks.acknowledge_many({tp: [2, 3]}, AcknowledgeType.RENEW)  # one by one
     acks.sent(acks.take([tp]))
-    acks.acknowledge_many([(tp, 2), (tp, 3)], AcknowledgeType.RELEASE)
+    acks.acknowledge_many({tp: [2, 3]}, AcknowledgeType.RELEASE)
     assert acks.unacknowledged() == 0
     assert acks.take([tp]) == {tp: {2: 2, 3: 2}}
 
@@ -172,7 +172,7 @@ def test_acknowledge_many_is_all_or_nothing() -> None:
 def test_records_to_arrow_columns() -> None:
     import pyarrow as pa
 
-    from kcore.consumer.share.arrow import ARROW_COLUMNS, batch_positions, records_to_arrow
+    from kcore.consumer.share.arrow import ARROW_COLUMNS, batch_offsets, records_to_arrow
 
     rows = [
         ShareRecord("t", 1, 7, 1000, b"k", None, (("h", b"x"), ("n", None)), 2, 1),
@@ -186,7 +186,8 @@ def test_records_to_arrow_columns() -> None:
     assert [r["delivery_count"] for r in got] == [2, 1]
     assert [r["timestampType"] for r in got] == [1, 0]
     assert [r["value"] for r in got] == [None, b"v"]
-    assert batch_positions(batch) == [(TopicPartition("t", 1), 7), (TopicPartition("t", 0), 8)]
+    assert batch_offsets(batch) == {TopicPartition("t", 1): [7], TopicPartition("t", 0): [8]}
+    assert batch_offsets(batch.slice(1)) == {TopicPartition("t", 0): [8]}
     assert records_to_arrow([]).num_rows == 0
 
 

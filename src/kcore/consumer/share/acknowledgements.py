@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import operator
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from kcore.errors import AcknowledgementError
@@ -120,32 +120,46 @@ class Acknowledgements:
             del self._delivered[tp]
         self._pending.setdefault(tp, {})[offset] = int(kind)
 
-    def acknowledge_many(self, records: Iterable[tuple[TopicPartition, int]], kind: int) -> None:
-        """Each of ``records`` acknowledged as ``kind``, all or none: a record not delivered
-        (its RENEW under way aside) refuses the lot. Only RENEW, or a record whose RENEW is
-        not sent yet, goes one by one."""
-        pairs = list(records)
-        if len(set(pairs)) != len(pairs):
+    def acknowledge_many(self, offsets: Mapping[TopicPartition, list[int]], kind: int) -> None:
+        """Each of ``offsets`` (by partition) acknowledged as ``kind``, all or none: a record
+        not delivered (its RENEW under way aside) refuses the lot. Checked and applied per
+        partition in bulk; only RENEW, or a record whose RENEW is not sent yet, goes one by
+        one."""
+        if any(len(set(offs)) != len(offs) for offs in offsets.values()):
             raise AcknowledgementError("a record appears twice in one acknowledgement")
         refused: tuple[TopicPartition, int] | None = None
         with self._lock:
-            missing = [(tp, o) for tp, o in pairs if o not in self._delivered.get(tp, ())]
-            if not missing and kind != AcknowledgeType.RENEW:
-                for tp, offset in pairs:
-                    owed = self._delivered[tp]
-                    owed.discard(offset)
+            delivered = self._delivered
+            if kind != _RENEW and all(
+                tp in delivered and delivered[tp].issuperset(offs) for tp, offs in offsets.items()
+            ):
+                for tp, offs in offsets.items():
+                    if not offs:
+                        continue
+                    owed = delivered[tp]
+                    owed.difference_update(offs)
                     if not owed:
-                        del self._delivered[tp]
-                    self._pending.setdefault(tp, {})[offset] = int(kind)
+                        del delivered[tp]
+                    pending = self._pending.get(tp)
+                    if pending is None:
+                        self._pending[tp] = dict.fromkeys(offs, int(kind))
+                    else:
+                        pending.update(dict.fromkeys(offs, int(kind)))
                 return
-            for tp, offset in missing:
-                if self._pending.get(tp, {}).get(offset) != AcknowledgeType.RENEW:
-                    refused = (tp, offset)
+            for tp, offs in offsets.items():
+                owed = delivered.get(tp, set())
+                pending = self._pending.get(tp, {})
+                for offset in offs:
+                    if offset not in owed and pending.get(offset) != _RENEW:
+                        refused = (tp, offset)
+                        break
+                if refused is not None:
                     break
         if refused is not None:
             self.acknowledge(*refused, kind)  # raises (its record is not owed), changing nothing
-        for tp, offset in pairs:
-            self.acknowledge(tp, offset, kind)
+        for tp, offs in offsets.items():
+            for offset in offs:
+                self.acknowledge(tp, offset, kind)
 
     def unacknowledged(self) -> int:
         with self._lock:

@@ -14,7 +14,7 @@ from kcore.consumer.share.acknowledgements import ShareRecord
 from kcore.errors import KcoreError
 from kcore.types import TopicPartition
 
-__all__ = ["ARROW_COLUMNS", "batch_positions", "records_to_arrow"]
+__all__ = ["ARROW_COLUMNS", "batch_offsets", "records_to_arrow"]
 
 ARROW_COLUMNS = (
     "key",
@@ -54,9 +54,9 @@ def records_to_arrow(records: list[ShareRecord]) -> Any:
 _DELIVERY_COUNT = ShareRecord._fields.index("delivery_count")
 
 
-def batch_positions(batch: Any) -> list[tuple[TopicPartition, int]]:
-    """The (partition, offset) of each row of a record batch with topic, partition and offset
-    columns (one ``poll_arrow`` returned, or rows of it)."""
+def batch_offsets(batch: Any) -> dict[TopicPartition, list[int]]:
+    """The offsets of the rows of a record batch with topic, partition and offset columns (one
+    ``poll_arrow`` returned, or rows of it), by partition, in row order."""
     names = getattr(getattr(batch, "schema", None), "names", None)
     if names is None or not {"topic", "partition", "offset"} <= set(names):
         raise KcoreError(
@@ -68,4 +68,10 @@ def batch_positions(batch: Any) -> list[tuple[TopicPartition, int]]:
     offsets = batch.column("offset").to_pylist()
     if None in topics or None in partitions or None in offsets:
         raise KcoreError("acknowledge_batch(): a row with no topic, partition or offset")
-    return [(TopicPartition(t, p), o) for t, p, o in zip(topics, partitions, offsets, strict=True)]
+    keys = set(zip(topics, partitions, strict=True))
+    if len(keys) == 1:  # one partition's rows: no grouping to do
+        return {TopicPartition(*keys.pop()): offsets}
+    out: dict[TopicPartition, list[int]] = {TopicPartition(*key): [] for key in keys}
+    for topic, partition, offset in zip(topics, partitions, offsets, strict=True):
+        out[(topic, partition)].append(offset)  # type: ignore[index]  # equal to its tuple
+    return out

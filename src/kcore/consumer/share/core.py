@@ -21,7 +21,7 @@ from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import CoordinatorLink
 from kcore.config import ClientConfig
 from kcore.consumer.share.acknowledgements import Acknowledgements, AcknowledgeType, ShareRecord
-from kcore.consumer.share.arrow import batch_positions
+from kcore.consumer.share.arrow import batch_offsets
 from kcore.consumer.share.fetcher import AckResult, ShareBuffer, ShareFetcher
 from kcore.consumer.share.membership import ShareHeartbeat, ShareMembership
 from kcore.errors import AcknowledgementError, KcoreError
@@ -269,7 +269,7 @@ class ShareConsumerCore:
 
     def acknowledge_batch(self, batch: Any, type: AcknowledgeType | int) -> None:
         kind = self._check_acknowledge("acknowledge_batch", type)
-        self.acks.acknowledge_many(batch_positions(batch), kind)
+        self.acks.acknowledge_many(batch_offsets(batch), kind)
 
     def _check_acknowledge(self, method: str, type: AcknowledgeType | int) -> int:
         self.check_open()
