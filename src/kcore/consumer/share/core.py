@@ -300,11 +300,11 @@ class ShareConsumerCore:
         return out
 
     async def prefetch(self) -> None:
-        """Fetches in the background (see :meth:`ShareFetcher.prefetch`); what is owed to
-        leaders with a fetch under way already goes by ShareAcknowledge."""
+        """Fetches in the background (see :meth:`ShareFetcher.prefetch`). What is owed to a
+        leader with a fetch under way already waits for the next one (or for a later poll's
+        SendPending): each request a leader answers costs it a share-state update, so
+        acknowledgements are not sent on their own while a fetch will carry them soon."""
         self.fetcher.prefetch()
-        await asyncio.sleep(0)  # the fetches just started take what they carry first
-        await self.fetcher.send_pending()
 
     async def send_pending(self) -> None:
         """ShareAcknowledge in the background; the outcome goes to the commit callback."""
