@@ -23,7 +23,7 @@ from kcore.cluster.telemetry_sender import TelemetrySender
 from kcore.config import ClientConfig
 from kcore.consumer.collector import ConsumerRecord, FetchCollector
 from kcore.consumer.fetch_buffer import FetchBuffer
-from kcore.consumer.fetcher import Fetcher
+from kcore.consumer.fetcher import Fetcher, declare_fetch_metrics
 from kcore.consumer.group import GroupCoordinator, Listener
 from kcore.consumer.positions import PartitionState, Positions
 from kcore.consumer.statistics import ConsumerStatistics
@@ -46,15 +46,9 @@ def _declare_metrics(core: ConsumerCore) -> None:
     """The consumer's metrics, named as Java's consumer-fetch-manager-metrics and
     consumer-coordinator-metrics groups have them."""
     metrics = core.cluster.metrics
-    metrics.declare("records-consumed", "total", "rate")
-    metrics.declare("bytes-consumed", "total", "rate")
-    metrics.declare("fetch-latency", "avg", "max")
-    metrics.declare("fetch-size", "avg", "max")
-    metrics.declare("fetch-throttle-time", "avg", "max")
+    declare_fetch_metrics(metrics)
     metrics.declare("records-lag", "max")
     metrics.declare("commit-latency", "avg", "max")
-    metrics.gauge("fetch-total", lambda: metrics.count("fetch-latency"))
-    metrics.gauge("fetch-rate", lambda: metrics.rate_of("fetch-latency"))
     metrics.gauge("commit-total", lambda: metrics.count("commit-latency"))
     metrics.gauge("commit-rate", lambda: metrics.rate_of("commit-latency"))
     metrics.gauge("assigned-partitions", lambda: len(core.positions))

@@ -55,6 +55,7 @@ from kcore.errors import (
     OffsetOutOfRangeError,
     error_for_code,
 )
+from kcore.metrics import ClientMetrics
 from kcore.network.events import wait_event
 from kcore.network.retry import Deadline, RetryPacing, is_retriable
 from kcore.protocol import ApiKey
@@ -62,7 +63,7 @@ from kcore.protocol.messages import FetchRequest
 from kcore.protocol.messages.fetch_request import FetchPartition, FetchTopic, ForgottenTopic
 from kcore.types import TopicPartition
 
-__all__ = ["PREFETCH_RESPONSES", "Fetcher"]
+__all__ = ["PREFETCH_RESPONSES", "Fetcher", "declare_fetch_metrics"]
 
 BATCH_HEADER = 12  # base offset (8) and length (4): the same in magic 0, 1 and 2
 # The shortest a batch's length field can be: a magic 0 message with neither key nor value
@@ -87,6 +88,19 @@ TOPIC_ID_VERSION = 13
 CommittedLookup = Callable[
     [list[TopicPartition]], Awaitable[dict[TopicPartition, tuple[int, int] | None]]
 ]
+
+
+def declare_fetch_metrics(metrics: ClientMetrics) -> None:
+    """The sensors every consumer's fetching records, under Java's fetch-manager names (the
+    plain and the share consumer's alike): records and bytes consumed, and each fetch's
+    latency, size and throttle time, with the fetch count and rate they give."""
+    metrics.declare("records-consumed", "total", "rate")
+    metrics.declare("bytes-consumed", "total", "rate")
+    metrics.declare("fetch-latency", "avg", "max")
+    metrics.declare("fetch-size", "avg", "max")
+    metrics.declare("fetch-throttle-time", "avg", "max")
+    metrics.gauge("fetch-total", lambda: metrics.count("fetch-latency"))
+    metrics.gauge("fetch-rate", lambda: metrics.rate_of("fetch-latency"))
 
 
 @dataclass

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import CoordinatorLink
 from kcore.config import ClientConfig
+from kcore.consumer.fetcher import declare_fetch_metrics
 from kcore.consumer.share.acknowledgements import Acknowledgements, AcknowledgeType, ShareRecord
 from kcore.consumer.share.arrow import batch_offsets
 from kcore.consumer.share.fetcher import AckResult, ShareBuffer, ShareFetcher
@@ -383,17 +384,11 @@ def _declare_metrics(core: ShareConsumerCore) -> None:
     consumer-share-metrics groups have them (beside the connection metrics every client
     has). Recorded per fetch, per acknowledgement answer and per poll, never per record."""
     metrics = core.cluster.metrics
-    metrics.declare("records-consumed", "total", "rate")
-    metrics.declare("bytes-consumed", "total", "rate")
-    metrics.declare("fetch-latency", "avg", "max")
-    metrics.declare("fetch-size", "avg", "max")
+    declare_fetch_metrics(metrics)
     metrics.declare("records-per-request", "avg", "max")
-    metrics.declare("fetch-throttle-time", "avg", "max")
     metrics.declare("acknowledgements-send", "total", "rate")
     metrics.declare("acknowledgements-error", "total", "rate")
     metrics.declare("time-between-poll", "avg", "max")
-    metrics.gauge("fetch-total", lambda: metrics.count("fetch-latency"))
-    metrics.gauge("fetch-rate", lambda: metrics.rate_of("fetch-latency"))
     metrics.gauge(
         "last-poll-seconds-ago",
         lambda: -1.0 if core._last_poll is None else time.monotonic() - core._last_poll,
