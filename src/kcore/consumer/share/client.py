@@ -26,7 +26,6 @@ from kcore.consumer.share.core import (
     CLOSE_TIMEOUT_S,
     AcknowledgementCommitCallback,
     Fetch,
-    Prefetch,
     SendPending,
     ShareConsumerCore,
     SharePollPlan,
@@ -122,8 +121,6 @@ class ShareConsumer:
                 self._loop.run(self._core.fetcher.fetch(effect.timeout), interrupt=self._woken)
             elif isinstance(effect, SendPending):
                 self._loop.submit(self._core.send_pending())
-            elif isinstance(effect, Prefetch):
-                self._loop.submit(self._core.prefetch())
             else:
                 assert isinstance(effect, StartHeartbeat)
                 self._start_heartbeat()
@@ -312,8 +309,6 @@ class AsyncShareConsumer:
                 await self._core.fetcher.fetch(effect.timeout)
             elif isinstance(effect, SendPending):
                 self._spawn(self._core.send_pending())
-            elif isinstance(effect, Prefetch):
-                self._spawn(self._core.prefetch())
             else:
                 assert isinstance(effect, StartHeartbeat)
                 self._core.start_heartbeat()

@@ -32,7 +32,6 @@ __all__ = [
     "CLOSE_TIMEOUT_S",
     "AcknowledgementCommitCallback",
     "Fetch",
-    "Prefetch",
     "SendPending",
     "ShareConsumerCore",
     "SharePollPlan",
@@ -67,11 +66,7 @@ class SendPending(NamedTuple):
     """A poll asks its driver to send what is owed in the background."""
 
 
-class Prefetch(NamedTuple):
-    """A poll asks its driver to fetch in the background (and send what is owed)."""
-
-
-SharePollPlan = Generator[Fetch | StartHeartbeat | SendPending | Prefetch, None, T]
+SharePollPlan = Generator[Fetch | StartHeartbeat | SendPending, None, T]
 
 
 class ShareConsumerCore:
@@ -204,12 +199,7 @@ class ShareConsumerCore:
             runs = self.buffer.take(limit)
             if runs:
                 now = time.monotonic()
-                if len(self.buffer) < limit:
-                    # The next poll would wait for a fetch: it starts now, while the caller
-                    # works on these records, and carries what is owed.
-                    self._owed_sent_at = now
-                    yield Prefetch()
-                elif self.acks.has_pending() and now - self._owed_sent_at >= ACK_LINGER_S:
+                if self.acks.has_pending() and now - self._owed_sent_at >= ACK_LINGER_S:
                     # No fetch goes out soon to carry what is owed: it goes on its own, so
                     # that records read ahead do not hold acknowledgements back for long.
                     self._owed_sent_at = now
@@ -299,13 +289,6 @@ class ShareConsumerCore:
             if out.get(tp) is None:
                 out[tp] = err
         return out
-
-    async def prefetch(self) -> None:
-        """Fetches in the background (see :meth:`ShareFetcher.prefetch`). What is owed to a
-        leader with a fetch under way already waits for the next one (or for a later poll's
-        SendPending): each request a leader answers costs it a share-state update, so
-        acknowledgements are not sent on their own while a fetch will carry them soon."""
-        self.fetcher.prefetch()
 
     async def send_pending(self) -> None:
         """ShareAcknowledge in the background; the outcome goes to the commit callback."""

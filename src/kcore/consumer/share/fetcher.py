@@ -242,12 +242,6 @@ class ShareFetcher:
                 return
             await asyncio.wait(tasks, timeout=left, return_when=asyncio.FIRST_COMPLETED)
 
-    def prefetch(self) -> None:
-        """A ShareFetch that answers at once (no wait) to every leader without one under way:
-        what the next poll would otherwise wait a round trip for is fetched while the caller
-        works on this poll's records. What is owed rides along."""
-        self._start_fetches(0)
-
     def _start_fetches(self, max_wait_ms: int) -> dict[int, set[TopicPartition]]:
         """A ShareFetch task for every leader of the assignment without one under way; what
         is owed for partitions no fetch goes to is sent on its own. The leaders are returned."""
