@@ -41,11 +41,13 @@ fnmatch patterns, e.g. ``produce:*,*:lz4``) picks a subset. Sections:
 
 Rounds. Every round of every client is a process of its own (bench/_matrix_child.py), which
 first sends or reads a few thousand records untimed (connections, metadata, producer id,
-warm code paths) and then times N records (``KCORE_BENCH_MATRIX_N``, default 100,000, capped at
-``KCORE_BENCH_MATRIX_MB`` MB of values, default 20: 1 KB values are 20,000 records, 10 KB
-2,000). Within a cell the clients take turns, ``KCORE_BENCH_MATRIX_ROUNDS`` rounds each (default
-2); the first cell of each section gets one more round of each client first, untimed (the
-broker's JIT). Besides wall time each round reports its process CPU time (every thread:
+warm code paths) and then times N records (``KCORE_BENCH_MATRIX_N``, default 200,000, capped at
+``KCORE_BENCH_MATRIX_MB`` MB of values, default 40: 1 KB values are 40,000 records, 10 KB
+4,000). Within a cell the clients take turns, ``KCORE_BENCH_MATRIX_ROUNDS`` rounds each (default
+2), each round starting with the next client; the first cell of each section gets one more
+round of each client first, untimed (the broker's JIT). A producer cell's topic is new, with a
+record written to each partition before the rounds (the broker's first append to a partition
+is slower). Besides wall time each round reports its process CPU time (every thread:
 librdkafka's and kcore's network threads too) and its peak RSS (``VmHWM``, reset just before
 the timed part: the process's highest RSS during it, interpreter and imports included).
 
@@ -84,8 +86,8 @@ from kcore.admin import NewTopic
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
-N = int(os.environ.get("KCORE_BENCH_MATRIX_N", "100000"))
-MB = float(os.environ.get("KCORE_BENCH_MATRIX_MB", "20"))
+N = int(os.environ.get("KCORE_BENCH_MATRIX_N", "200000"))
+MB = float(os.environ.get("KCORE_BENCH_MATRIX_MB", "40"))
 ROUNDS = int(os.environ.get("KCORE_BENCH_MATRIX_ROUNDS", "2"))
 CELLS = [p.strip() for p in os.environ.get("KCORE_BENCH_MATRIX_CELLS", "*").split(",") if p]
 KAFKA_PYTHON_EVERYWHERE = os.environ.get("KCORE_BENCH_MATRIX_KAFKA_PYTHON", "") == "all"
@@ -206,6 +208,19 @@ def _new_topic(broker: Broker, prefix: str, partitions: int) -> str:
     return name
 
 
+def _warm_topic(broker: Broker, partitions: int) -> str:
+    """A new topic with a record in every partition, written untimed: the broker's first
+    append to a partition costs more than the next ones (600 partitions: the first client's
+    first round took 1.7 s where its second took 0.09 s), and would land on whichever client
+    writes to it first."""
+    topic = _new_topic(broker, "bench-matrix", partitions)
+    with kcore.Producer({"bootstrap.servers": broker.bootstrap}) as producer:
+        for p in range(partitions):
+            producer.send(topic, b"warm-up", partition=p)
+        producer.flush(TIMEOUT_S)
+    return topic
+
+
 def _end_offsets(broker: Broker, topic: str, partitions: int) -> dict[int, int]:
     got = broker.admin.list_offsets({(topic, p): "latest" for p in range(partitions)})
     return {tp.partition: r.offset for tp, r in got.items()}
@@ -288,8 +303,11 @@ def _run_cells(
             for client in cell.clients:
                 one_round(cell, client)
         cell.results = {client: [] for client in cell.clients}
-        for _ in range(ROUNDS):
-            for client in cell.clients:
+        k = len(cell.clients)
+        for r in range(ROUNDS):
+            # Each round starts with the next client: none is always first after the cell's
+            # setup (or after whatever the machine's other tenants did between cells).
+            for client in cell.clients[r % k :] + cell.clients[: r % k]:
                 got = one_round(cell, client)
                 cell.results[client].append(got)
                 print(f"{cell.name} {client}: {got['wall_s']:.3f} s", flush=True)
@@ -364,6 +382,12 @@ class ConsumeTopics:
             (_write_java if writer == "java" else _write_librdkafka)(self.broker, topic, shape)
             ends = _end_offsets(self.broker, topic, shape.partitions)
             assert sum(ends.values()) == shape.records, (writer, shape, ends)
+            counts = sorted(ends.values())
+            print(
+                f"{writer} wrote {topic}: {shape.records:,} records, per partition "
+                f"{counts[0]:,}..{counts[-1]:,}, {counts.count(0)} partitions empty",
+                flush=True,
+            )
             self.made[key] = (topic, ends)
         return self.made[key]
 
@@ -457,7 +481,7 @@ def test_produce(benchmark: Any, kafka_cluster: Any) -> None:
             if cell.name not in topics:
                 for name in list(topics):  # the last cell's topic, done with
                     _delete(broker, topics.pop(name))
-                topics[cell.name] = _new_topic(broker, "bench-matrix", cell.shape.partitions)
+                topics[cell.name] = _warm_topic(broker, cell.shape.partitions)
             return _produce_round(broker, cell, client, topics[cell.name])
 
         try:
@@ -538,7 +562,7 @@ def test_defaults(benchmark: Any, kafka_cluster: Any) -> None:
         def one(cell: Cell, client: str) -> dict[str, Any]:
             if cell is produce:
                 if not produce_topic:
-                    produce_topic.append(_new_topic(broker, "bench-matrix", MAIN.partitions))
+                    produce_topic.append(_warm_topic(broker, MAIN.partitions))
                 return _produce_round(broker, cell, client, produce_topic[0])
             topic, ends = written.get("java", MAIN)
             return _consume_round(broker, cell, client, topic, ends)
