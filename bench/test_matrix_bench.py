@@ -45,9 +45,12 @@ warm code paths) and then times N records (``KCORE_BENCH_MATRIX_N``, default 200
 ``KCORE_BENCH_MATRIX_MB`` MB of values, default 40: 1 KB values are 40,000 records, 10 KB
 4,000). Within a cell the clients take turns, ``KCORE_BENCH_MATRIX_ROUNDS`` rounds each (default
 2), each round starting with the next client; the first cell of each section gets one more
-round of each client first, untimed (the broker's JIT). A producer cell's topic is new, with a
-record written to each partition before the rounds (the broker's first append to a partition
-is slower). Besides wall time each round reports its process CPU time (every thread:
+round of each client first, untimed (the broker's JIT). A producer cell's topic is new, and
+written to before the rounds, untimed (a record in each partition, then N records of the
+cell's shape by kcore ``send_batch``): the broker's first writes of a shape are slower, and
+would land on whichever client came first. Before every round the page cache's dirty data is
+written back (``os.sync``, untimed), and a cell's topic is deleted (its files gone) before the
+next cell starts. Besides wall time each round reports its process CPU time (every thread:
 librdkafka's and kcore's network threads too) and its peak RSS (``VmHWM``, reset just before
 the timed part: the process's highest RSS during it, interpreter and imports included).
 
@@ -78,7 +81,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _matrix_child import make_values
+from _matrix_child import make_keys, make_values
 from test_producer_bench import Broker, _need, _optional
 
 import kcore
@@ -208,16 +211,21 @@ def _new_topic(broker: Broker, prefix: str, partitions: int) -> str:
     return name
 
 
-def _warm_topic(broker: Broker, partitions: int) -> str:
-    """A new topic with a record in every partition, written untimed: the broker's first
-    append to a partition costs more than the next ones (600 partitions: the first client's
-    first round took 1.7 s where its second took 0.09 s), and would land on whichever client
-    writes to it first."""
-    topic = _new_topic(broker, "bench-matrix", partitions)
-    with kcore.Producer({"bootstrap.servers": broker.bootstrap}) as producer:
-        for p in range(partitions):
+def _warm_topic(broker: Broker, cell: Cell) -> str:
+    """A new topic for a producer cell, written to untimed first: a record in every
+    partition, then N records of the cell's shape and settings (kcore ``send_batch``). The
+    broker's first writes of a shape cost more than the next ones (600 partitions: the first
+    client's first round took 1.7-2.0 s where its second took 0.14-0.18 s, a record in each
+    partition first or not), and would land on whichever client writes first."""
+    shape = cell.shape
+    topic = _new_topic(broker, "bench-matrix", shape.partitions)
+    config = {"bootstrap.servers": broker.bootstrap, **(cell.settings or {})}
+    with kcore.Producer(config) as producer:
+        for p in range(shape.partitions):
             producer.send(topic, b"warm-up", partition=p)
-        producer.flush(TIMEOUT_S)
+        values = make_values(shape.records, shape.value_size)
+        keys = make_keys(shape.records) if shape.keyed else None
+        producer.send_batch(topic, values, keys).result(TIMEOUT_S)
     return topic
 
 
@@ -227,8 +235,10 @@ def _end_offsets(broker: Broker, topic: str, partitions: int) -> dict[int, int]:
 
 
 def _delete(broker: Broker, topic: str) -> None:
-    broker.admin.delete_topics([topic], timeout=60)
-    broker.created.remove(topic)
+    """The topic, deleted now, and (on bench/conftest.py's cluster, which deletes its files
+    0.2 s later) its files gone before the next round: their unlinking and the freeing of their
+    page cache landed in the next cell's first round otherwise."""
+    broker.delete(topic)
 
 
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -301,6 +311,7 @@ def _run_cells(
     for i, cell in enumerate(cells):
         if warm_up and i == 0:
             for client in cell.clients:
+                os.sync()
                 one_round(cell, client)
         cell.results = {client: [] for client in cell.clients}
         k = len(cell.clients)
@@ -308,6 +319,10 @@ def _run_cells(
             # Each round starts with the next client: none is always first after the cell's
             # setup (or after whatever the machine's other tenants did between cells).
             for client in cell.clients[r % k :] + cell.clients[: r % k]:
+                # The log data of earlier rounds (and of the topic a consumer cell reads, just
+                # written) is dirty in the page cache until the kernel writes it back, 30 s
+                # later, i.e. during some later round: written back here, untimed.
+                os.sync()
                 got = one_round(cell, client)
                 cell.results[client].append(got)
                 print(f"{cell.name} {client}: {got['wall_s']:.3f} s", flush=True)
@@ -456,7 +471,12 @@ def _finish(benchmark: Any, tables: list[str], cells: list[Cell]) -> None:
 
 
 def _open_broker(kafka_cluster: Any, admin: kcore.AdminClient) -> Broker:
-    return Broker(kafka_cluster.bootstrap_servers, admin, None)
+    broker = Broker(kafka_cluster.bootstrap_servers, admin, None)
+    nodes = getattr(kafka_cluster, "nodes", [])
+    if len(nodes) == 1 and getattr(nodes[0], "process", None) is not None:
+        broker.own_cluster()  # delete() deletes at once
+        broker.data_dir = Path(nodes[0].data_dir)  # and waits until the files are gone
+    return broker
 
 
 @pytest.mark.benchmark(group="matrix:produce")
@@ -481,7 +501,7 @@ def test_produce(benchmark: Any, kafka_cluster: Any) -> None:
             if cell.name not in topics:
                 for name in list(topics):  # the last cell's topic, done with
                     _delete(broker, topics.pop(name))
-                topics[cell.name] = _warm_topic(broker, cell.shape.partitions)
+                topics[cell.name] = _warm_topic(broker, cell)
             return _produce_round(broker, cell, client, topics[cell.name])
 
         try:
@@ -562,7 +582,7 @@ def test_defaults(benchmark: Any, kafka_cluster: Any) -> None:
         def one(cell: Cell, client: str) -> dict[str, Any]:
             if cell is produce:
                 if not produce_topic:
-                    produce_topic.append(_warm_topic(broker, MAIN.partitions))
+                    produce_topic.append(_warm_topic(broker, cell))
                 return _produce_round(broker, cell, client, produce_topic[0])
             topic, ends = written.get("java", MAIN)
             return _consume_round(broker, cell, client, topic, ends)
