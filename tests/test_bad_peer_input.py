@@ -764,6 +764,73 @@ def test_poll_raises_a_corrupt_batch_naming_topic_partition_and_offset(corrupt_l
 
 
 @pytest.mark.timeout(60)
+def test_fetches_of_caught_up_partitions_wait_briefly_while_others_are_held_back():
+    """t-0 has more records than the read-ahead holds, t-1 none. Once t-0's read-ahead is
+    full (nothing polls), the fetches that ask for t-1 alone must not hold the node for
+    fetch.max.wait.ms: once poll drained t-0, its next fetch would wait behind them (one
+    fetch in flight a node), a stall of up to 500 ms."""
+    import time
+
+    from kcore.protocol.messages import FetchResponse
+    from kcore.protocol.messages.fetch_response import FetchableTopicResponse, PartitionData
+
+    asked: list[tuple[list[int], int]] = []  # (partitions asked, max_wait_ms) per request
+
+    def fetch(request: Any, version: int) -> Any:
+        asked.append(
+            (sorted(p.partition for t in request.topics for p in t.partitions), request.max_wait_ms)
+        )
+        parts = [
+            PartitionData(
+                partition_index=p.partition,
+                high_watermark=10**6 if p.partition == 0 else 0,
+                last_stable_offset=10**6 if p.partition == 0 else 0,
+                log_start_offset=0,
+                aborted_transactions=[],
+                records=batch(p.fetch_offset, 10) if p.partition == 0 else b"",
+            )
+            for t in request.topics
+            for p in t.partitions
+        ]
+        return FetchResponse(responses=[FetchableTopicResponse(topic="t", partitions=parts)])
+
+    def two_partitions(request: Any, version: int) -> Any:
+        answer = metadata_answer([(1, "127.0.0.1", broker.port)], {"t": 1})(request, version)
+        (topic,) = answer.topics
+        (p0,) = topic.partitions
+        topic.partitions = [
+            p0,
+            MetadataResponsePartition(
+                partition_index=1,
+                leader_id=1,
+                leader_epoch=0,
+                replica_nodes=[1],
+                isr_nodes=[1],
+                offline_replicas=[],
+            ),
+        ]
+        return answer
+
+    with FakeBroker({ApiKey.FETCH: fetch}) as broker:
+        broker.handlers[ApiKey.METADATA] = two_partitions
+        with Consumer({"bootstrap.servers": broker.address, "fetch.max.wait.ms": 500}) as c:
+            tps = [TopicPartition("t", 0), TopicPartition("t", 1)]
+            c.assign(tps)
+            for tp in tps:
+                c.seek(tp, 0)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not any(a == [1] for a, _ in list(asked)):
+                time.sleep(0.05)
+            time.sleep(0.2)
+            got = list(asked)
+    assert any(a == [0, 1] for a, _ in got)
+    alone = [wait for a, wait in got if a == [1]]
+    assert alone, got
+    assert set(alone) == {50}, got  # not fetch.max.wait.ms
+    assert {wait for a, wait in got if 0 in a} == {500}
+
+
+@pytest.mark.timeout(60)
 def test_poll_moves_past_a_compacted_batch_whose_records_end_before_the_position():
     """Compaction removed offsets 7-9 from the batch holding the position (8): poll moves on
     to the next batch without a backoff, as a real broker's log requires."""

@@ -71,6 +71,9 @@ BATCH_HEADER = 12  # base offset (8) and length (4): the same in magic 0, 1 and 
 MIN_BATCH_LENGTH = 14
 MAX_INT32 = 2**31 - 1
 PREFETCH_RESPONSES = 3  # per partition, queued ahead of poll
+# The longest a fetch waits (below fetch.max.wait.ms) while other partitions of its node are
+# held back for what they have queued (see _send_fetches).
+HELD_BACK_WAIT_MS = 50
 # Answers in a row holding only record batches that end before the fetch offset, after which
 # each such answer stops the partition with CorruptRecordError. A broker answers from the batch
 # that holds the offset, so one never sends such an answer; a peer that keeps doing so would
@@ -338,14 +341,17 @@ class Fetcher:
                 st.validating = ValidationAsk(st.position, st.offset_epoch, info.leader_epoch)
                 to_validate.setdefault(leader.node_id, {})[tp] = st.validating
             full = sum(st.queued_bytes for _, st in self.positions.items()) >= self.max_bytes
-            ready = [
-                (st.served, tp, st)
-                for tp, st in self.positions.items()
-                if not (st.paused or st.position is None or st.queued >= PREFETCH_RESPONSES)
-                and not (full and st.queued)
-                and st.validating is None
-                and st.retry_at <= now
-            ]
+            ready: list[tuple[Any, TopicPartition, PartitionState]] = []
+            held_back: set[TopicPartition] = set()  # fetchable but for what is queued already
+            for tp, st in self.positions.items():
+                if st.paused or st.position is None or st.validating is not None:
+                    continue
+                if st.retry_at > now:
+                    continue
+                if st.queued >= PREFETCH_RESPONSES or (full and st.queued):
+                    held_back.add(tp)
+                else:
+                    ready.append((st.served, tp, st))
             ready.sort(key=lambda item: item[0])  # stable: assignment order among equals
             for _, tp, st in ready:
                 leader = md.leader_for(tp.topic, tp.partition)
@@ -366,10 +372,22 @@ class Fetcher:
                     info.leader_epoch if info is not None else -1,
                     max(self.partition_max_bytes, st.batch_bytes),
                 )
+            # A node whose other partitions are held back gets a short wait: a fetch of only
+            # partitions read to their end would otherwise hold it for fetch.max.wait.ms while
+            # the held-back ones, once poll drains them, wait behind it (one fetch in flight
+            # a node).
+            waiting_nodes: set[int] = set()
+            for tp in held_back:
+                held_leader = md.leader_for(tp.topic, tp.partition)
+                if held_leader is not None:
+                    waiting_nodes.add(held_leader.node_id)
         loop = asyncio.get_running_loop()
         for node, parts in by_node.items():
             self._busy_nodes.add(node)
-            task = loop.create_task(self._fetch(node, parts))
+            max_wait_ms = (
+                min(self.max_wait_ms, HELD_BACK_WAIT_MS) if node in waiting_nodes else None
+            )
+            task = loop.create_task(self._fetch(node, parts, max_wait_ms))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         for node, asks in to_validate.items():
@@ -377,10 +395,13 @@ class Fetcher:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _fetch(self, node: int, parts: dict[TopicPartition, PartitionFetch]) -> None:
+    async def _fetch(
+        self, node: int, parts: dict[TopicPartition, PartitionFetch], max_wait_ms: int | None
+    ) -> None:
+        """``max_wait_ms``: the fetch's wait, when not fetch.max.wait.ms."""
         session = self._sessions.setdefault(node, FetchSession(node))
         try:
-            await self._fetch_once(session, parts)
+            await self._fetch_once(session, parts, max_wait_ms)
         except (BrokerConnectionError, KcoreTimeoutError, KafkaError) as exc:
             session.on_failure()
             log.debug("fetch from node %s failed: %s", node, exc)
@@ -400,9 +421,13 @@ class Fetcher:
             self.wakeup()
 
     async def _fetch_once(
-        self, session: FetchSession, wanted: dict[TopicPartition, PartitionFetch]
+        self,
+        session: FetchSession,
+        wanted: dict[TopicPartition, PartitionFetch],
+        max_wait_ms: int | None = None,
     ) -> None:
         node = session.node_id
+        wait_ms = self.max_wait_ms if max_wait_ms is None else max_wait_ms
         version = await self.cluster.version_for(node, ApiKey.FETCH)
         md = self.cluster.metadata
         ids: dict[str, Any] = {}
@@ -445,7 +470,7 @@ class Fetcher:
             forget = [ForgottenTopic(topic=t, partitions=ps) for t, ps in forgotten.items()]
         request = FetchRequest(
             replica_id=-1,
-            max_wait_ms=self.max_wait_ms,
+            max_wait_ms=wait_ms,
             min_bytes=self.min_bytes,
             max_bytes=self.max_bytes,
             isolation_level=self.isolation_level,
@@ -454,7 +479,7 @@ class Fetcher:
             topics=fetch_topics,
             forgotten_topics_data=forget,
         )
-        timeout = self.cluster.settings.request_timeout_s + self.max_wait_ms / 1000
+        timeout = self.cluster.settings.request_timeout_s + wait_ms / 1000
         started = time.monotonic()
         response = await self.cluster.send(node, request, version, timeout=timeout)
         metrics = self.cluster.metrics
