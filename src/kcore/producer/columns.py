@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kcore.codec import partitions_for_keys, prepare_headers
@@ -102,9 +102,9 @@ class ColumnAppender:
         if partition is not None and not 0 <= partition < count:  # as send's check
             raise KcoreError(f"{topic} has {count} partitions; there is no partition {partition}")
 
-        def append_rows(to: int | None, k: Any, v: Any, t: Any, h: Any) -> None:
+        def append_rows(to: int | None, k: Any, v: Any, t: Any, h: Any) -> Iterator[None]:
             """Every row of these columns, chunk by chunk, to partition ``to`` (None: the
-            sticky partitioner's choice for each chunk)."""
+            sticky partitioner's choice for each chunk); a step per chunk queued."""
             nonlocal window, first
             start, size = 0, len(v)
             while start < size:
@@ -121,11 +121,13 @@ class ColumnAppender:
                 first = False
                 window = _next_window(window, stop - start, taken, chunk)
                 start += taken
+                yield
 
         try:
             if partition is not None or keys is None or self.ignore_keys:
                 # One partition for everything given, or sticky chunks for unkeyed records.
-                append_rows(partition, keys, values, ts, headers)
+                for _ in append_rows(partition, keys, values, ts, headers):
+                    pass
             else:
                 import numpy as np
 
@@ -136,9 +138,10 @@ class ColumnAppender:
                 order = np.argsort(parts, kind="stable")  # keeps send order within a partition
                 sorted_parts = parts[order]
                 bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-                for group in np.split(order, bounds):
-                    if not len(group):
-                        continue
+                # The partitions' chunks are queued in turn, a batch of each, as a send loop
+                # queues them: a produce request then carries a batch of every partition
+                # ready, not many requests a batch of one partition each.
+                feeds = [
                     append_rows(
                         int(parts[group[0]]),
                         _take(keys, group),
@@ -146,6 +149,11 @@ class ColumnAppender:
                         ts if isinstance(ts, int) else _take(ts, group),
                         _take(headers, group) if headers is not None else None,
                     )
+                    for group in np.split(order, bounds)
+                    if len(group)
+                ]
+                while feeds:
+                    feeds = [feed for feed in feeds if next(feed, _DONE) is not _DONE]
         except Exception as exc:
             # Bad content (a value of the wrong type, say) in a later chunk: the earlier
             # chunks are queued and will be delivered; say which, and hand over their result.
@@ -262,6 +270,9 @@ def _next_window(window: int, offered: int, taken: int, chunk: int) -> int:
     if offered < window:  # the rows (a partition's group) ran out first: nothing learnt
         return window
     return 2 * window  # it took every row offered: records smaller than the estimate said
+
+
+_DONE = object()  # a feed of append_rows has queued all its chunks
 
 
 def _take(column: Any, indices: Any) -> Any:
