@@ -483,6 +483,33 @@ def _open_broker(kafka_cluster: Any, admin: kcore.AdminClient) -> Broker:
     return broker
 
 
+def _rounds_and_tables(
+    benchmark: Any,
+    broker: Broker,
+    sync: list[Cell],
+    aio: list[Cell],
+    one: Callable[[Cell, str], dict[str, Any]],
+    what: str,
+    settings: str,
+) -> None:
+    """The blocking cells' rounds, then the asyncio ones', as one benchmark; the broker's
+    topics deleted after; a table for each kind of cell."""
+    try:
+        benchmark.pedantic(
+            lambda: (_run_cells(sync, one, True), _run_cells(aio, one, not sync)),
+            rounds=1,
+            iterations=1,
+        )
+    finally:
+        broker.delete_all()
+    tables = []
+    if sync:
+        tables.append(_table(f"{what}, {settings}", sync))
+    if aio:
+        tables.append(_table(f"{what} on asyncio, {settings}", aio))
+    _finish(benchmark, tables, sync + aio)
+
+
 @pytest.mark.benchmark(group="matrix:produce")
 def test_produce(benchmark: Any, kafka_cluster: Any) -> None:
     _need(confluent, "confluent-kafka")
@@ -508,20 +535,7 @@ def test_produce(benchmark: Any, kafka_cluster: Any) -> None:
                 topics[cell.name] = _warm_topic(broker, cell)
             return _produce_round(broker, cell, client, topics[cell.name])
 
-        try:
-            benchmark.pedantic(
-                lambda: (_run_cells(sync, one, True), _run_cells(aio, one, not sync)),
-                rounds=1,
-                iterations=1,
-            )
-        finally:
-            broker.delete_all()
-    tables = []
-    if sync:
-        tables.append(_table("Producers, the same settings", sync))
-    if aio:
-        tables.append(_table("Producers on asyncio, the same settings", aio))
-    _finish(benchmark, tables, sync + aio)
+        _rounds_and_tables(benchmark, broker, sync, aio, one, "Producers", "the same settings")
 
 
 @pytest.mark.benchmark(group="matrix:consume")
@@ -553,20 +567,9 @@ def test_consume(benchmark: Any, kafka_cluster: Any) -> None:
             topic, ends = written.get(cell.writer, cell.shape)
             return _consume_round(broker, cell, client, topic, ends)
 
-        try:
-            benchmark.pedantic(
-                lambda: (_run_cells(sync, one, True), _run_cells(aio, one, not sync)),
-                rounds=1,
-                iterations=1,
-            )
-        finally:
-            broker.delete_all()
-    tables = []
-    if sync:
-        tables.append(_table("Consumers, the same fetch settings", sync))
-    if aio:
-        tables.append(_table("Consumers on asyncio, the same fetch settings", aio))
-    _finish(benchmark, tables, sync + aio)
+        _rounds_and_tables(
+            benchmark, broker, sync, aio, one, "Consumers", "the same fetch settings"
+        )
 
 
 @pytest.mark.benchmark(group="matrix:defaults")
