@@ -868,40 +868,49 @@ def _async_run(
     loop: asyncio.AbstractEventLoop,
     produce: Callable[[str, list[bytes]], Any],
     records: list[bytes],
+    close: Callable[[], Any],
 ) -> None:
-    """Rounds of ``produce(topic, records)`` (a coroutine function) on ``loop``."""
+    """Rounds of ``produce(topic, records)`` (a coroutine function) on ``loop``; then the
+    producer's ``close()`` (a coroutine function) on it, and the loop closed."""
 
     def produce_to(topic: str, vs: list[bytes]) -> None:
         loop.run_until_complete(produce(topic, vs))
 
-    Rounds(broker, benchmark, records=len(records)).run(
-        lambda topic: produce_to(topic, records[:PRIME_RECORDS]),
-        lambda topic: produce_to(topic, records),
-    )
+    try:
+        Rounds(broker, benchmark, records=len(records)).run(
+            lambda topic: produce_to(topic, records[:PRIME_RECORDS]),
+            lambda topic: produce_to(topic, records),
+        )
+    finally:
+        loop.run_until_complete(close())
+        loop.close()
 
 
 def _async_check(metadata: list[Any], n: int) -> None:
     assert len(metadata) == n and all(m is not None for m in metadata[:: max(1, n // 100)])
 
 
+def _gathered(send: Callable[[str, bytes], Any]) -> Callable[[str, list[bytes]], Any]:
+    """``await send(topic, value)`` for each value (each returns its delivery future), then
+    the futures gathered: the way every client's asyncio API is measured here."""
+
+    async def send_each(topic: str, vs: list[bytes]) -> None:
+        futures = [await send(topic, v) for v in vs]
+        _async_check(await asyncio.gather(*futures), len(vs))
+
+    return send_each
+
+
 def _kcore_async(benchmark: Any, broker: Broker, records: list[bytes], batch: bool) -> None:
     loop = asyncio.new_event_loop()
     producer = loop.run_until_complete(kcore.AsyncProducer(_kcore_config(broker, "none")).start())
-
-    async def send_each(topic: str, vs: list[bytes]) -> None:
-        send = producer.send
-        futures = [await send(topic, v) for v in vs]
-        _async_check(await asyncio.gather(*futures), len(vs))
 
     async def send_batch(topic: str, vs: list[bytes]) -> None:
         parts = await (await producer.send_batch(topic, vs))
         assert sum(count for _, _, count in parts) == len(vs)
 
-    try:
-        _async_run(benchmark, broker, loop, send_batch if batch else send_each, records)
-    finally:
-        loop.run_until_complete(producer.close(TIMEOUT_S))
-        loop.close()
+    produce = send_batch if batch else _gathered(producer.send)
+    _async_run(benchmark, broker, loop, produce, records, lambda: producer.close(TIMEOUT_S))
 
 
 def _aiokafka_async(benchmark: Any, broker: Broker, records: list[bytes]) -> None:
@@ -921,16 +930,8 @@ def _aiokafka_async(benchmark: Any, broker: Broker, records: list[bytes]) -> Non
 
     producer = loop.run_until_complete(start())
 
-    async def send_each(topic: str, vs: list[bytes]) -> None:
-        send = producer.send
-        futures = [await send(topic, v) for v in vs]  # send() returns a future
-        _async_check(await asyncio.gather(*futures), len(vs))
-
-    try:
-        _async_run(benchmark, broker, loop, send_each, records)
-    finally:
-        loop.run_until_complete(producer.stop())
-        loop.close()
+    # send() returns a future
+    _async_run(benchmark, broker, loop, _gathered(producer.send), records, producer.stop)
 
 
 def _confluent_async(benchmark: Any, broker: Broker, records: list[bytes]) -> None:
@@ -953,16 +954,8 @@ def _confluent_async(benchmark: Any, broker: Broker, records: list[bytes]) -> No
 
     producer = loop.run_until_complete(start())
 
-    async def send_each(topic: str, vs: list[bytes]) -> None:
-        produce = producer.produce
-        futures = [await produce(topic, v) for v in vs]  # produce() returns a future
-        _async_check(await asyncio.gather(*futures), len(vs))
-
-    try:
-        _async_run(benchmark, broker, loop, send_each, records)
-    finally:
-        loop.run_until_complete(producer.close())
-        loop.close()
+    # produce() returns a future
+    _async_run(benchmark, broker, loop, _gathered(producer.produce), records, producer.close)
 
 
 ASYNC_LABELS = {
