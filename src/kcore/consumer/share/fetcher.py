@@ -221,7 +221,19 @@ class ShareFetcher:
         are buffered, every fetch has answered, or ``timeout``. Fetches outlive a wait cut
         short: what they acquire is buffered for the next poll."""
         deadline = time.monotonic() + max(timeout, 0.0)
-        by_node = self._start_fetches(min(self.max_wait_ms, int(timeout * 1000)))
+        max_wait_ms = min(self.max_wait_ms, int(timeout * 1000))
+        loop = asyncio.get_running_loop()
+        by_node = self._leaders(self.assigned)
+        for node in by_node:
+            task = self._inflight.get(node)
+            if task is None or task.done():
+                self._inflight[node] = loop.create_task(self._fetch_node(node, max_wait_ms))
+        # Acknowledgements for partitions no fetch goes to: sent on their own.
+        stray = self.acks.pending_partitions() - {tp for tps in by_node.values() for tp in tps}
+        if stray:
+            task = loop.create_task(self._acknowledge_in_background(stray))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         self._changed.clear()
         while not len(self.buffer):
             left = deadline - time.monotonic()
@@ -241,22 +253,6 @@ class ShareFetcher:
                     return
                 return
             await asyncio.wait(tasks, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-
-    def _start_fetches(self, max_wait_ms: int) -> dict[int, set[TopicPartition]]:
-        """A ShareFetch task for every leader of the assignment without one under way; what
-        is owed for partitions no fetch goes to is sent on its own. The leaders are returned."""
-        loop = asyncio.get_running_loop()
-        by_node = self._leaders(self.assigned)
-        for node in by_node:
-            task = self._inflight.get(node)
-            if task is None or task.done():
-                self._inflight[node] = loop.create_task(self._fetch_node(node, max_wait_ms))
-        stray = self.acks.pending_partitions() - {tp for tps in by_node.values() for tp in tps}
-        if stray:
-            task = loop.create_task(self._acknowledge_in_background(stray))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-        return by_node
 
     async def _fetch_node(self, node: int, max_wait_ms: int) -> None:
         session, lock = self._session(node)
@@ -370,9 +366,9 @@ class ShareFetcher:
                             p.acknowledge_error_code, p.acknowledge_error_message, "acknowledge"
                         )
                     results.append((tp, acks[tp], ack_err))
-                before = len(self.buffer)
-                stale = self._partition(tp, p) or stale
-                fetched_records += len(self.buffer) - before
+                partition_stale, buffered = self._partition(tp, p)
+                stale = stale or partition_stale
+                fetched_records += buffered
                 fetched_bytes += len(p.records or b"")
         results.extend((tp, acks[tp], None) for tp in set(acks) - answered)
         self._count_acks(results)
@@ -383,20 +379,21 @@ class ShareFetcher:
         if stale:  # a pause for the metadata refresh, rather than asking the old leader again
             await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
 
-    def _partition(self, tp: TopicPartition, p: Any) -> bool:
+    def _partition(self, tp: TopicPartition, p: Any) -> tuple[bool, int]:
         """One partition of a ShareFetch answer: its records buffered, its gaps owed. Returns
-        whether it said the metadata is stale."""
+        whether it said the metadata is stale, and how many records it buffered (counted
+        here: the caller's poll takes from the buffer meanwhile)."""
         code = p.error_code
         if code != ErrorCode.NONE:
             if code in STALE_METADATA_CODES:
                 self.cluster.handle_error_code(code)
-                return True
+                return True, 0
             err = _error(code, p.error_message, f"ShareFetch of {tp.topic}-{tp.partition}")
             if not err.retriable:
                 self.error = err
-            return False
+            return False, 0
         if not p.acquired_records or not p.records:
-            return False
+            return False, 0
         ranges = sorted(
             (a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records
         )
@@ -427,7 +424,7 @@ class ShareFetcher:
             self.acks.add(tp, gaps, GAP)
         if out:
             self.buffer.put(tp, out)
-        return False
+        return False, len(out)
 
     # -- acknowledging ------------------------------------------------------------------------
 
