@@ -5,8 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from kcore.codec import decode_batches
-from kcore.errors import KcoreError
+from kcore.errors import ClusterAuthorizationFailedError, KcoreError
 from kcore.producer.accumulator import RecordAccumulator
 from kcore.types import TopicPartition
 
@@ -505,3 +507,18 @@ def test_send_batch_offers_each_chunk_about_what_the_last_one_took() -> None:
     assert _next_window(2000, 2000, 1, chunk) == chunk
     assert _next_window(2000, 3, 3, chunk) == 2000  # a partition's last 3 rows
     assert _next_window(2000, 2000, 2000, chunk) == 4000
+
+
+def test_appends_after_a_fatal_broker_error_raise_that_error_s_class() -> None:
+    """A producer closed by a broker's fatal answer (e.g. no IDEMPOTENT_WRITE for its producer
+    id) refuses later records with the same class, so one ``except`` catches both a failed
+    record and a refused one; a producer closed for another reason raises KcoreError."""
+    acc = _accumulator(buffer_memory=1000)
+    acc.close(ClusterAuthorizationFailedError("no IDEMPOTENT_WRITE"))
+    with pytest.raises(ClusterAuthorizationFailedError, match="closed: no IDEMPOTENT_WRITE"):
+        acc.append(TP, None, b"x", 0, None, 1.0)
+    other = _accumulator(buffer_memory=1000)
+    other.close(KcoreError("the sender stopped"))
+    with pytest.raises(KcoreError, match="the producer is closed: the sender stopped") as info:
+        other.append(TP, None, b"x", 0, None, 1.0)
+    assert type(info.value) is KcoreError

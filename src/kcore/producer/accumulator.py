@@ -17,7 +17,7 @@ from typing import Any
 
 from kcore._codec import BatchBufferPool
 from kcore.codec import DEFAULT_COMPRESSION_LEVEL, RecordBatchBuilder, decode_batches
-from kcore.errors import KcoreError, KcoreTimeoutError
+from kcore.errors import KafkaError, KcoreError, KcoreTimeoutError
 from kcore.producer._sendpath import ProducerBatchBase
 from kcore.producer.results import BatchResult
 from kcore.types import TopicPartition
@@ -525,7 +525,11 @@ class RecordAccumulator:
             self._cond.notify_all()
 
     def _closed_error(self) -> KcoreError:
+        # A broker's fatal answer keeps its class, so a caller catches a later append's error
+        # by the same type as the records it failed (Java fails later sends with that error).
         cause = self._cause
+        if isinstance(cause, KafkaError):
+            return cause.with_message(f"the producer is closed: {cause.message}")
         return KcoreError("the producer is closed" + (f": {cause}" if cause is not None else ""))
 
     def pending_results(self) -> list[BatchResult]:
