@@ -71,8 +71,9 @@ BATCH_HEADER = 12  # base offset (8) and length (4): the same in magic 0, 1 and 
 MIN_BATCH_LENGTH = 14
 MAX_INT32 = 2**31 - 1
 PREFETCH_RESPONSES = 3  # per partition, queued ahead of poll
-# The longest a fetch waits (below fetch.max.wait.ms) while other partitions of its node are
-# held back for what they have queued (see _send_fetches).
+# While other partitions of a node are held back for what they have queued, a fetch of only
+# partitions read to their end is put off this long and then asked not to wait at the broker
+# (see _send_fetches).
 HELD_BACK_WAIT_MS = 50
 # Answers in a row holding only record batches that end before the fetch offset, after which
 # each such answer stops the partition with CorruptRecordError. A broker answers from the batch
@@ -128,6 +129,8 @@ class Fetcher:
     _reported_no_position: set[TopicPartition] = field(default_factory=set)
     _last_reset_error: str | None = None
     _served: int = 0
+    # Nodes whose fetch of caught-up partitions is put off (see _send_fetches): when it is due
+    _put_off: dict[int, float] = field(default_factory=dict)
     # Set when the consumer has a group.id.
     committed_lookup: CommittedLookup | None = None
     validator: PositionValidator = field(init=False)  # checks positions after leader changes
@@ -165,7 +168,8 @@ class Fetcher:
                 log.exception("fetcher")
                 self._deliver_error(KcoreError(f"the fetcher failed: {exc!r}"))
                 await asyncio.sleep(self.cluster.retry_backoff.initial_ms / 1000)
-            await wait_event(self._wakeup, 0.5)
+            due = min(self._put_off.values(), default=math.inf) - time.monotonic()
+            await wait_event(self._wakeup, min(0.5, due))
 
     def leader_epoch(self, tp: TopicPartition) -> int:
         """The partition leader's epoch in the current metadata (-1: unknown)."""
@@ -227,7 +231,9 @@ class Fetcher:
     async def _reset_positions(self) -> bool:
         """Partitions without a position get one: a pending seek_to_beginning/end, else the
         group's committed offset (manual assignment with a group.id), else
-        ``auto.offset.reset``. True when some partition got one."""
+        ``auto.offset.reset``. True when some partition got one, or was sought to the other
+        end during the lookup (the fetch loop, woken, looks it up at once, not at its next
+        turn)."""
         found = await self._positions_from_committed()
         with self.positions.locked():
             # Not those still waiting for their committed offset (added during that lookup).
@@ -251,13 +257,11 @@ class Fetcher:
             for tp, result in found_offsets.offsets.items():
                 st = self.positions.get(tp)
                 # A seek meanwhile (to an offset, or to the other end) wins over this answer.
-                if (
-                    st is not None
-                    and st.position is None
-                    and todo.get(tp) == (st.reset_to or self.reset_policy)
-                ):
+                if st is None or st.position is not None:
+                    continue
+                if todo.get(tp) == (st.reset_to or self.reset_policy):
                     st.seek(result.offset)  # no epoch, as Java's reset: nothing to validate
-                    found = True
+                found = True  # a position, or a new reset to look up
         found_offsets.result()  # raises OffsetLookupError naming the partitions that failed
         return found
 
@@ -353,6 +357,7 @@ class Fetcher:
                 else:
                     ready.append((st.served, tp, st))
             ready.sort(key=lambda item: item[0])  # stable: assignment order among equals
+            unread_nodes: set[int] = set()  # asked for a partition not known read to its end
             for _, tp, st in ready:
                 leader = md.leader_for(tp.topic, tp.partition)
                 if leader is None:
@@ -367,26 +372,39 @@ class Fetcher:
                 st.leader_epoch = current  # no epoch to check the position by
                 offset = st.fetch_position if st.fetch_position is not None else st.position
                 assert offset is not None  # filtered above
+                if not st.read_to(offset):
+                    unread_nodes.add(leader.node_id)
                 by_node.setdefault(leader.node_id, {})[tp] = PartitionFetch(
                     offset,
                     info.leader_epoch if info is not None else -1,
                     max(self.partition_max_bytes, st.batch_bytes),
                 )
-            # A node whose other partitions are held back gets a short wait: a fetch of only
-            # partitions read to their end would otherwise hold it for fetch.max.wait.ms while
-            # the held-back ones, once poll drains them, wait behind it (one fetch in flight
-            # a node).
+            # A node with held-back partitions: a fetch there would hold the node (one fetch
+            # in flight a node) while poll drains them, for up to fetch.max.wait.ms when it
+            # asks only for partitions read to their end. Such a fetch is put off for
+            # HELD_BACK_WAIT_MS (a drained partition goes out with it meanwhile, at once) and
+            # then waits at the broker for nothing; a fetch that also asks for unread data is
+            # answered at once anyway, and waits at most HELD_BACK_WAIT_MS.
             waiting_nodes: set[int] = set()
             for tp in held_back:
                 held_leader = md.leader_for(tp.topic, tp.partition)
                 if held_leader is not None:
                     waiting_nodes.add(held_leader.node_id)
+            caught_up_nodes = waiting_nodes.intersection(by_node) - unread_nodes
+        for node in list(self._put_off):
+            if node not in caught_up_nodes:
+                del self._put_off[node]
         loop = asyncio.get_running_loop()
         for node, parts in by_node.items():
+            max_wait_ms: int | None = None
+            if node in caught_up_nodes:
+                if now < self._put_off.setdefault(node, now + HELD_BACK_WAIT_MS / 1000):
+                    continue
+                del self._put_off[node]
+                max_wait_ms = 0
+            elif node in waiting_nodes:
+                max_wait_ms = min(self.max_wait_ms, HELD_BACK_WAIT_MS)
             self._busy_nodes.add(node)
-            max_wait_ms = (
-                min(self.max_wait_ms, HELD_BACK_WAIT_MS) if node in waiting_nodes else None
-            )
             task = loop.create_task(self._fetch(node, parts, max_wait_ms))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

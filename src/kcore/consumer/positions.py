@@ -86,6 +86,11 @@ class PartitionState:
         self.validating = None
         self.behind_at, self.behind_answers = -1, 0  # a seek gives a stuck offset a new try
 
+    def read_to(self, offset: int) -> bool:
+        """Whether a fetch from ``offset`` is known to find nothing yet: the last answer's high
+        watermark (read_committed: last stable offset) is not past it."""
+        return 0 <= self.lag_end <= offset
+
     def unvalidated(self, current_leader_epoch: int) -> bool:
         """Whether the position must be checked under the leader of ``current_leader_epoch``
         before more of the partition is fetched or handed out: it has an epoch, and the leader
