@@ -192,6 +192,11 @@ class ProducerCore:
             if self.otel.traces_on:
                 self.send = traced_send(self.otel, self.send_path.send)
         self.loop: asyncio.AbstractEventLoop | None = None
+        # A wake-up of the sender handed to the loop from another thread and not run yet: a
+        # second one would add nothing (the sender drains everything when it runs) but a
+        # write to the loop's self-pipe, per new batch. (As Java's Selector.wakeup: once
+        # until the next select.)
+        self._wake_pending = False
         self._counts_memo: tuple[Any, dict[str, tuple[int, list[int]]]] = (None, {})
         self._sender_task: asyncio.Task[None] | None = None
         self.closed = False
@@ -661,8 +666,18 @@ class ProducerCore:
             return
         if self._on_loop():
             self.sender.wakeup()
-        else:
-            loop.call_soon_threadsafe(self.sender.wakeup)
+        elif not self._wake_pending:
+            self._wake_pending = True
+            try:
+                loop.call_soon_threadsafe(self._wake_on_loop)
+            except RuntimeError:  # the loop is closed: nothing left to wake
+                self._wake_pending = False
+
+    def _wake_on_loop(self) -> None:
+        # Cleared before the wake-up: a batch made after this line wakes the sender again,
+        # one made before it is drained by the wake-up below.
+        self._wake_pending = False
+        self.sender.wakeup()
 
     def _let_sender_start(self) -> None:
         """Off the loop's thread: give up the GIL for a moment, so the sender sends the first

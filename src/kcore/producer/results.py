@@ -28,6 +28,7 @@ class BatchResult:
         "record_errors",
         "parts",
         "_done",
+        "_lock",
         "_cond",
         "_callbacks",
         "_watchers",
@@ -46,8 +47,12 @@ class BatchResult:
         # producers may write between them), so a record's outcome is its part's (``locate``).
         self.parts: list[tuple[int, int, BatchResult]] | None = None
         self._done = False
-        # Notified when the batch is done or split (waiters for one record move to its part).
-        self._cond = threading.Condition(threading.Lock())
+        # Guards the outcome. A thread that waits makes ``_cond`` on it, notified when the
+        # batch is done or split (waiters for one record move to its part): most batches are
+        # never waited on by a thread, and a Condition costs more to make than a small batch
+        # takes to fill.
+        self._lock = threading.Lock()
+        self._cond: threading.Condition | None = None
         # (callback, index of the record it is for, or -1 for the whole batch)
         self._callbacks: list[tuple[Callable[[BatchResult], Any], int]] | None = None
         # Per event loop, what waits there for the batch or one of its records (``watch``):
@@ -77,7 +82,7 @@ class BatchResult:
         return self.record_errors.get(index, self.error)
 
     def _finish(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
-        with self._cond:
+        with self._lock:
             if self._done:  # the first outcome stands (e.g. a timeout, then a late answer)
                 return
             self.base_offset = base_offset
@@ -86,7 +91,8 @@ class BatchResult:
             self._done = True
             callbacks, self._callbacks = self._callbacks, None
             watchers, self._watchers = self._watchers, None
-            self._cond.notify_all()
+            if self._cond is not None:
+                self._cond.notify_all()
         # The loops first: a callback below may wake a flush, which then finds them run.
         for loop, entries in (watchers or {}).items():
             _hand_over(loop, entries)
@@ -103,7 +109,7 @@ class BatchResult:
         every part is; ``error`` is the first failed part's, ``base_offset`` the first part's.
         A record's own callbacks and waiters move to its part: a part delivered answers for
         its records without waiting for the others."""
-        with self._cond:
+        with self._lock:
             assert not self._done and self.parts is None
             self.parts = parts
             self._parts_left = len(parts)
@@ -115,7 +121,8 @@ class BatchResult:
                 for loop, entries in watchers.items()
                 if (kept := [w for w in entries if type(w) is tuple and w[1] < 0])
             } or None
-            self._cond.notify_all()
+            if self._cond is not None:
+                self._cond.notify_all()
         try:
             for callback, index in callbacks:
                 if index >= 0:
@@ -140,7 +147,7 @@ class BatchResult:
                 part.add_callback(self._part_done)
 
     def _part_done(self, _part: BatchResult) -> None:
-        with self._cond:
+        with self._lock:
             self._parts_left -= 1
             if self._parts_left:
                 return
@@ -176,7 +183,7 @@ class BatchResult:
     def add_callback(self, callback: Callable[[BatchResult], Any], index: int = -1) -> None:
         """Call ``callback(result)`` once the batch is done, or with ``index`` once the record
         at that index is (its part's result, for a split batch)."""
-        with self._cond:
+        with self._lock:
             if not self._done:
                 if index < 0 or self.parts is None:
                     if self._callbacks is None:
@@ -202,7 +209,7 @@ class BatchResult:
         # A DeliveryFuture goes in as it is (no allocation per record): it finds its record
         # again after a split.
         entry = waiter if type(waiter) is DeliveryFuture else (waiter, index)
-        with self._cond:
+        with self._lock:
             if self._done:
                 return False
             if index < 0 or self.parts is None:
@@ -222,8 +229,14 @@ class BatchResult:
         """Wait until the whole batch is done."""
         if self._done:
             return True
-        with self._cond:
-            return self._cond.wait_for(lambda: self._done, timeout)
+        with self._lock:
+            return self._condition().wait_for(lambda: self._done, timeout)
+
+    def _condition(self) -> threading.Condition:
+        """What a thread waits on (made at the first wait); ``_lock`` held."""
+        if self._cond is None:
+            self._cond = threading.Condition(self._lock)
+        return self._cond
 
     def wait_record(self, index: int, timeout: float | None) -> bool:
         """Wait until the record at ``index`` is delivered or failed: its part's outcome when
@@ -233,12 +246,12 @@ class BatchResult:
         deadline = None if timeout is None else time.monotonic() + timeout
         result = self
         while True:
-            with result._cond:
+            with result._lock:
                 while not result._done and result.parts is None:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return False
-                    result._cond.wait(left)
+                    result._condition().wait(left)
                 if result._done:
                     return True
             result, index = result._part_of(index)  # split meanwhile: follow the record
