@@ -170,8 +170,8 @@ def test_a_split_batch_s_halves_take_its_place_sequences_memory_and_futures() ->
         futures.append(DeliveryFuture(batch.result, index, TP.topic, 0, 1000 + i))
     batch.closed = True
     later, _, _ = acc.append(TP, None, b"later", 2000, None, 5.0)
-    used = acc._used
     (sent,) = acc.drain(time.monotonic() + 1, lambda tp, b, n: True)
+    used = acc._used  # (a batch sent part full keeps reserved what it holds)
     assert sent is batch
     sent.sequence, sent.producer = 40, (7, 0)
     sent.payload = sent.builder.build()
@@ -522,3 +522,24 @@ def test_appends_after_a_fatal_broker_error_raise_that_error_s_class() -> None:
     with pytest.raises(KcoreError, match="the producer is closed: the sender stopped") as info:
         other.append(TP, None, b"x", 0, None, 1.0)
     assert type(info.value) is KcoreError
+
+
+def test_a_batch_sent_part_full_keeps_reserved_only_what_it_holds() -> None:
+    """Without a buffer pool a batch's buffer grows with its records, so a batch sent with a
+    few records (many partitions, little each) keeps reserved its buffer and one copy of its
+    bytes, not batch.size: the memory it gives back lets a blocked send go on at once."""
+    acc = RecordAccumulator(
+        batch_size=16384, linger_s=0.0, buffer_memory=2 * 16384, compression="none"
+    )
+    for p in range(2):
+        acc.append(TopicPartition("t", p), None, b"x" * 100, 0, None, 1.0)
+    assert acc.available_bytes == 0  # batch.size reserved for each
+    sent = acc.drain(time.monotonic() + 1, lambda tp, b, n: True)
+    assert len(sent) == 2
+    for batch in sent:
+        assert batch.reserved == batch.builder.capacity + batch.builder.size_in_bytes < 16384
+    assert acc.available_bytes == 2 * 16384 - sum(b.reserved for b in sent)
+    acc.append(TopicPartition("t", 2), None, b"x" * 100, 0, None, 0.0)  # no wait needed
+    for batch in sent:
+        acc.done(batch)
+    assert acc.available_bytes == 2 * 16384 - 16384  # the third partition's batch

@@ -380,6 +380,7 @@ class RecordAccumulator:
         leader is known, ordering allows it)."""
         out: list[ProducerBatch] = []
         emptied: list[TopicPartition] = []
+        freed = False
         with self._cond:
             for tp, queue in self._queues.items():
                 in_flight = self._in_flight.get(tp, 0)
@@ -399,6 +400,8 @@ class RecordAccumulator:
                 head.in_flight = True
                 self._in_flight[tp] = in_flight + 1
                 out.append(head)
+                if self._pool is None and self._shrink_reservation(head):
+                    freed = True
             # Empty queues go (the next batch makes a new one): every drain and wait walks
             # the queues, and a producer that wrote to many topics (a topic per hour, say)
             # would walk every partition it ever wrote to. The compiled send path only
@@ -406,7 +409,22 @@ class RecordAccumulator:
             for tp in emptied:
                 if not self._queues.get(tp):  # (sendable may have requeued one meanwhile)
                     self._queues.pop(tp, None)
+            if freed:
+                self._cond.notify_all()
         return out
+
+    def _shrink_reservation(self, batch: ProducerBatch) -> bool:
+        """A batch taken to be sent, whose buffer grew with its records (no pool), keeps
+        reserved only what it can hold from now on: its buffer and one copy of its bytes
+        (the built payload), below batch.size when it went out part full. Many partitions
+        with little each (batches of a few records) otherwise ran out of buffer.memory with
+        a fraction of it in use, and the send loop waited for memory. ``_cond`` held."""
+        held = batch.builder.capacity + batch.builder.size_in_bytes
+        if held >= batch.reserved:
+            return False
+        self._used -= batch.reserved - held
+        batch.reserved = held
+        return True
 
     def requeue(self, batch: ProducerBatch, retry_at: float) -> None:
         """Put a batch that must be retried back into its partition's queue in creation order,
