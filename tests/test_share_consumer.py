@@ -767,3 +767,35 @@ def test_async_share_consumer_has_the_same_metrics(kafka_cluster: Any, share_top
     m = asyncio.run(run())
     assert m["records-consumed-total"] >= 20
     assert m["acknowledgements-send-total"] >= 20 and m["acknowledgements-error-total"] == 0
+
+
+def test_statistics_name_the_share_group_and_its_partitions(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    """statistics.interval.ms on a share consumer: librdkafka's document, with the records
+    consumed, each assigned partition's leader and records waiting for poll, and the share
+    group's member (no offsets: the broker tracks delivery)."""
+    import json
+
+    topic, group = share_topic
+    produce(kafka_cluster.bootstrap_servers, topic, 100)
+    documents: list[dict[str, Any]] = []
+    extra = {"statistics.interval.ms": 100, "stats_cb": lambda s: documents.append(json.loads(s))}
+    with consumer(kafka_cluster, group, **extra) as c:
+        c.subscribe([topic])
+        got = poll_until(c, 100)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+            documents and documents[-1]["rxmsgs"] >= len(got)
+        ):
+            time.sleep(0.05)
+        last = documents[-1]
+    assert last["type"] == "share_consumer" and last["rxmsgs"] == len(got) >= 100
+    assert last["rxmsg_bytes"] > 0
+    group_stats = last["cgrp"]
+    assert group_stats["type"] == "share" and group_stats["group_id"] == group
+    assert group_stats["state"] == "up" and group_stats["member_epoch"] > 0
+    assert group_stats["assignment_size"] == 2 and group_stats["subscription"] == [topic]
+    partitions = last["topics"][topic]["partitions"]
+    assert sorted(partitions) == ["0", "1"]
+    assert all(p["leader"] >= 0 and p["fetchq_cnt"] >= 0 for p in partitions.values())

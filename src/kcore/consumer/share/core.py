@@ -25,6 +25,7 @@ from kcore.consumer.share.acknowledgements import Acknowledgements, AcknowledgeT
 from kcore.consumer.share.arrow import batch_offsets
 from kcore.consumer.share.fetcher import AckResult, ShareBuffer, ShareFetcher
 from kcore.consumer.share.membership import ShareHeartbeat, ShareMembership
+from kcore.consumer.share.statistics import ShareConsumerStatistics
 from kcore.errors import AcknowledgementError, KcoreError
 from kcore.types import TopicPartition
 
@@ -94,6 +95,16 @@ class ShareConsumerCore:
         self._last_poll: float | None = None
         _declare_metrics(self)
         self._heartbeat: ShareHeartbeat | None = None
+        if self.cluster.statistics is not None:  # statistics.interval.ms, as the consumer's
+            self.cluster.statistics.add_section(
+                ShareConsumerStatistics(
+                    self.membership,
+                    self.assignment,
+                    self.buffer,
+                    self.cluster.cache,
+                    self.cluster.metrics,
+                )
+            )
 
     async def start(self) -> None:
         try:

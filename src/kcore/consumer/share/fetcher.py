@@ -147,6 +147,14 @@ class ShareBuffer:
     def __len__(self) -> int:
         return self._count
 
+    def counts(self) -> dict[TopicPartition, int]:
+        """Records waiting for poll, by partition."""
+        out: dict[TopicPartition, int] = {}
+        with self._lock:
+            for tp, records in self._runs:
+                out[tp] = out.get(tp, 0) + len(records)
+        return out
+
 
 class ShareFetcher:
     """Runs on the client's event loop; the consumer's poll asks it for a round of fetches."""
