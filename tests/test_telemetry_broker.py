@@ -222,6 +222,35 @@ def test_consumer_and_async_producer_push(telemetry_cluster):
     assert all(n.startswith(PRODUCER) for x in got for n in x.names)
 
 
+def test_share_consumer_pushes_under_its_share_metric_groups(telemetry_cluster):
+    """A share consumer (KIP-932) pushes as Java's does: its metrics under the consumer-share
+    groups (fetch manager, coordinator, its own), the share group as a resource attribute, a
+    terminating push at close."""
+    from share_helpers import new_share_topic
+    from share_helpers import produce as produce_records
+
+    cluster = telemetry_cluster
+    cid = new_client_id("share")
+    topic, group = new_share_topic(cluster)
+    produce_records(cluster.bootstrap_servers, topic, 20)
+    subscribe(cluster, cid, CONSUMER, cid)
+    config = {"bootstrap.servers": cluster.bootstrap_servers, "client.id": cid, "group.id": group}
+    with kcore.ShareConsumer(config) as consumer:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + WAIT_S
+        while len(pushes(cluster, cid)) < 2:
+            consumer.poll(0.2)
+            assert time.monotonic() < deadline, "no share consumer pushes"
+    got = wait_for(cluster, cid, lambda p: any(x.terminating for x in p), "a terminating push")
+    assert got[0].resource == {"group_id": group}
+    names = set().union(*(x.names for x in got))
+    share = CONSUMER + "share."
+    assert all(n.startswith(share) for n in names), names
+    assert share + "fetch.manager.records.consumed.total" in names
+    assert share + "coordinator.assigned.partitions" in names
+    assert share + "time.between.poll.max" in names
+
+
 def test_consumer_pushes_each_partitions_lag_with_topic_and_partition(telemetry_cluster):
     """A known backlog: 100 records in partition 0 and 30 in partition 1, the consumer at 40
     and 25 (it never polls, so its positions stay there while the fetcher learns the high

@@ -76,6 +76,7 @@ FIRST_PUSH_JITTER = (0.5, 1.5)
 _CLIENT_GROUP = {
     "producer": "producer-metrics",
     "consumer": "consumer-metrics",
+    "share_consumer": "consumer-share-metrics",
     "admin": "admin-client-metrics",
 }
 _CONSUMER_GROUPS = {
@@ -90,6 +91,16 @@ _CONSUMER_GROUPS = {
     "commit": "consumer-coordinator-metrics",  # commit-total, commit-rate
     "assigned-partitions": "consumer-coordinator-metrics",
 }
+# A share consumer's (KIP-932): Java's consumer-share-fetch-manager and -coordinator groups.
+_SHARE_FETCH = "consumer-share-fetch-manager-metrics"
+_SHARE_CONSUMER_GROUPS = {
+    **{name: _SHARE_FETCH for name, group in _CONSUMER_GROUPS.items() if "fetch" in group},
+    "records-per-request": _SHARE_FETCH,
+    "acknowledgements-send": _SHARE_FETCH,
+    "acknowledgements-error": _SHARE_FETCH,
+    "assigned-partitions": "consumer-share-coordinator-metrics",
+}
+_GROUPS_OF = {"consumer": _CONSUMER_GROUPS, "share_consumer": _SHARE_CONSUMER_GROUPS}
 _STAT_SUFFIXES = ("-total", "-rate", "-avg", "-max")
 
 
@@ -98,13 +109,14 @@ def telemetry_name(kind: str, name: str) -> str:
     client under (e.g. ``record-send-rate`` of a producer:
     ``org.apache.kafka.producer.record.send.rate``)."""
     group = _CLIENT_GROUP[kind]
-    if kind == "consumer":
+    groups = _GROUPS_OF.get(kind)
+    if groups is not None:
         base = name
         for suffix in _STAT_SUFFIXES:
             if name.endswith(suffix):
                 base = name[: -len(suffix)]
                 break
-        group = _CONSUMER_GROUPS.get(base, _CONSUMER_GROUPS.get(name, group))
+        group = groups.get(base, groups.get(name, group))
     group = group.removesuffix("-metrics")
     return f"{DOMAIN}.{group}.{name}".lower().replace("-", ".")
 
@@ -125,6 +137,7 @@ def resource_attributes(kind: str, config: Mapping[str, Any]) -> dict[str, str]:
             ("group.instance.id", "group_instance_id"),
             ("client.rack", "client_rack"),
         ),
+        "share_consumer": (("group.id", "group_id"), ("client.rack", "client_rack")),
     }.get(kind, ())
     out: dict[str, str] = {}
     for key, label in keys:
@@ -180,9 +193,9 @@ class ClientTelemetry:
     """The telemetry state of one client: its instance id, its subscription, when the next
     request is due and the last values of its pushed sums (for delta temporality).
 
-    ``kind``: "producer", "consumer" or "admin"; ``resource``: the resource attributes of every
-    push; ``backoff``: the pauses after requests that got no answer; ``start_ns``: the client's
-    start (wall clock), where cumulative sums start."""
+    ``kind``: "producer", "consumer", "share_consumer" or "admin"; ``resource``: the resource
+    attributes of every push; ``backoff``: the pauses after requests that got no answer;
+    ``start_ns``: the client's start (wall clock), where cumulative sums start."""
 
     def __init__(
         self,

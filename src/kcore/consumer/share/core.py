@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import CoordinatorLink
+from kcore.cluster.telemetry_sender import TelemetrySender
 from kcore.config import ClientConfig
 from kcore.consumer.fetcher import declare_fetch_metrics
 from kcore.consumer.share.acknowledgements import Acknowledgements, AcknowledgeType, ShareRecord
@@ -95,6 +96,9 @@ class ShareConsumerCore:
         self._last_poll: float | None = None
         _declare_metrics(self)
         self._heartbeat: ShareHeartbeat | None = None
+        # KIP-714: the metrics a client-metrics subscription asks for, pushed on a timer (as
+        # Java's share consumer, under its consumer-share metric groups).
+        self.telemetry = TelemetrySender(self.cluster, "share_consumer", cfg)
         if self.cluster.statistics is not None:  # statistics.interval.ms, as the consumer's
             self.cluster.statistics.add_section(
                 ShareConsumerStatistics(
@@ -129,6 +133,7 @@ class ShareConsumerCore:
             max_poll_interval_s=int(self.config["max.poll.interval.ms"]) / 1000,
             before_poll_timeout_leave=self._give_back,
         )
+        self.telemetry.start()
 
     @property
     def started(self) -> bool:
@@ -365,6 +370,7 @@ class ShareConsumerCore:
         return results
 
     async def close_cluster(self) -> None:
+        await self.telemetry.close()  # (its terminating push needs the connections)
         await self.cluster.close()
 
 
