@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
+from share_helpers import new_share_topic
+from share_helpers import produce as produce_records
 
 import kcore
 from kcore.cluster.client import ClusterClient
@@ -104,6 +106,15 @@ def wait_for(cluster, client_id: str, done, what: str) -> list[Push]:
             return got
         assert time.monotonic() < deadline, f"{what}: got {got}"
         time.sleep(0.1)
+
+
+def poll_until_pushes(cluster, client_id: str, consumer, what: str) -> None:
+    """Poll ``consumer`` (its pushes go out from its event loop meanwhile) until two pushes
+    of ``client_id`` came."""
+    deadline = time.monotonic() + WAIT_S
+    while len(pushes(cluster, client_id)) < 2:
+        consumer.poll(0.2)
+        assert time.monotonic() < deadline, what
 
 
 def subscribe(cluster, name: str, prefixes: str, client_id: str) -> None:
@@ -196,10 +207,7 @@ def test_consumer_and_async_producer_push(telemetry_cluster):
     }
     with kcore.Consumer(config) as consumer:
         consumer.subscribe([topic])
-        deadline = time.monotonic() + WAIT_S
-        while len(pushes(cluster, cid)) < 2:
-            consumer.poll(0.2)
-            assert time.monotonic() < deadline, "no consumer pushes"
+        poll_until_pushes(cluster, cid, consumer, "no consumer pushes")
     got = wait_for(cluster, cid, lambda p: any(x.terminating for x in p), "a terminating push")
     assert got[0].resource == {"group_id": cid}
     for push in got:
@@ -226,9 +234,6 @@ def test_share_consumer_pushes_under_its_share_metric_groups(telemetry_cluster):
     """A share consumer (KIP-932) pushes as Java's does: its metrics under the consumer-share
     groups (fetch manager, coordinator, its own), the share group as a resource attribute, a
     terminating push at close."""
-    from share_helpers import new_share_topic
-    from share_helpers import produce as produce_records
-
     cluster = telemetry_cluster
     cid = new_client_id("share")
     topic, group = new_share_topic(cluster)
@@ -237,10 +242,7 @@ def test_share_consumer_pushes_under_its_share_metric_groups(telemetry_cluster):
     config = {"bootstrap.servers": cluster.bootstrap_servers, "client.id": cid, "group.id": group}
     with kcore.ShareConsumer(config) as consumer:
         consumer.subscribe([topic])
-        deadline = time.monotonic() + WAIT_S
-        while len(pushes(cluster, cid)) < 2:
-            consumer.poll(0.2)
-            assert time.monotonic() < deadline, "no share consumer pushes"
+        poll_until_pushes(cluster, cid, consumer, "no share consumer pushes")
     got = wait_for(cluster, cid, lambda p: any(x.terminating for x in p), "a terminating push")
     assert got[0].resource == {"group_id": group}
     names = set().union(*(x.names for x in got))
