@@ -33,8 +33,8 @@ import pytest
 from eos_app import GroupProgress, Processor, read_committed_kcore
 
 import kcore
-from kcore.admin import NewTopic
-from kcore.errors import KcoreTimeoutError
+from kcore.errors import KcoreError, KcoreTimeoutError
+from kcore.testing import KafkaCluster
 
 pytestmark = pytest.mark.slow
 
@@ -57,16 +57,23 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
-        admin.create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})])
+def create_topic(cluster: KafkaCluster, name: str, partitions: int) -> None:
+    # Returns once the metadata gives every partition a leader.
+    cluster.create_topic(name, partitions, 3, {"min.insync.replicas": "2"})
 
 
 def leader_of(bootstrap: str, topic: str, partition: int) -> int:
+    # Each broker applies a new topic's metadata on its own time: a broker that has not yet
+    # answers UNKNOWN_TOPIC_OR_PARTITION, so that answer is waited out like a missing leader.
     with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
         deadline = time.monotonic() + 30
         while True:
-            leader = admin.describe_topics([topic])[topic].partitions[partition].leader
+            try:
+                leader = admin.describe_topics([topic])[topic].partitions[partition].leader
+            except KcoreError:
+                if time.monotonic() > deadline:
+                    raise
+                leader = -1
             if leader >= 0 or time.monotonic() > deadline:
                 return leader
             time.sleep(0.1)
@@ -150,7 +157,7 @@ def test_idempotent_producer_loses_and_repeats_nothing_while_its_leader_is_cut_o
     cluster = kafka_cluster3_isolated
     bootstrap = cluster.bootstrap_servers
     topic, partitions = unique("cut-leader"), 3
-    create_topic(bootstrap, topic, partitions)
+    create_topic(cluster, topic, partitions)
     leader = leader_of(bootstrap, topic, 0)
     producer = SequenceProducer(bootstrap, topic, partitions)
     producer.start()
@@ -322,7 +329,7 @@ def test_a_member_cut_off_from_its_coordinator_loses_its_partitions_and_rejoins(
     cluster = kafka_cluster3_isolated
     bootstrap = cluster.bootstrap_servers
     topic, group, partitions = unique("cut-member"), unique("cut-member"), 6
-    create_topic(bootstrap, topic, partitions)
+    create_topic(cluster, topic, partitions)
     stop_file = tmp_path / "stop"
     host = cluster.client_host("member_b")
     script = [sys.executable, "-c", MEMBER, bootstrap, group, topic, str(stop_file)]
@@ -426,7 +433,7 @@ def test_consume_transform_produce_is_exactly_once_while_its_coordinator_is_cut_
     tag = uuid.uuid4().hex[:8]
     source, sink, group, txn_id = f"cut-in-{tag}", f"cut-out-{tag}", f"cut-{tag}", f"cut-{tag}"
     for t in (source, sink):
-        create_topic(bootstrap, t, partitions)
+        create_topic(cluster, t, partitions)
     with kcore.Producer({"bootstrap.servers": bootstrap, "acks": "all"}) as p:
         p.send_batch(source, [b"%d" % i for i in range(n)], keys=[b"k%d" % i for i in range(n)])
         p.flush(120)
@@ -462,7 +469,7 @@ def test_offsets_whose_send_timed_out_still_commit_with_the_transaction(kafka_cl
     bootstrap = cluster.bootstrap_servers
     source, sink, group = unique("offs-in"), unique("offs-out"), unique("offs")
     for t in (source, sink):
-        create_topic(bootstrap, t, 1)
+        create_topic(cluster, t, 1)
     with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
         admin.alter_consumer_group_offsets(group, {(source, 0): 0})  # the group exists
         coordinator = admin.describe_consumer_groups([group])[group].coordinator
