@@ -135,22 +135,31 @@ class ColumnAppender:
                 if (parts < 0).any():  # null keys: sticky, as for unkeyed records
                     parts = parts.copy()
                     parts[parts < 0] = self.sticky_partition(topic, count, available, 0)
-                order = np.argsort(parts, kind="stable")  # keeps send order within a partition
+                # Stable, so send order holds within a partition. Partition numbers fit 16 bits
+                # (a topic has at most a few thousand), for which numpy's stable sort is a
+                # radix sort: ~6x faster than on int32 at 10,000 rows.
+                sort_key = parts.astype(np.uint16) if count <= 1 << 16 else parts
+                order = np.argsort(sort_key, kind="stable")
                 sorted_parts = parts[order]
-                bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+                starts = [0, *(np.flatnonzero(np.diff(sorted_parts)) + 1).tolist()]
+                ends = [*starts[1:], n]
+                # One take per column in partition order, then a slice per partition (no copy
+                # for arrays): a take per partition costs a call per column and partition.
+                k_sorted, v_sorted = _take(keys, order), _take(values, order)
+                t_sorted = ts if isinstance(ts, int) else _take(ts, order)
+                h_sorted = _take(headers, order) if headers is not None else None
                 # The partitions' chunks are queued in turn, a batch of each, as a send loop
                 # queues them: a produce request then carries a batch of every partition
                 # ready, not many requests a batch of one partition each.
                 feeds = [
                     append_rows(
-                        int(parts[group[0]]),
-                        _take(keys, group),
-                        _take(values, group),
-                        ts if isinstance(ts, int) else _take(ts, group),
-                        _take(headers, group) if headers is not None else None,
+                        int(sorted_parts[a]),
+                        k_sorted[a:b],
+                        v_sorted[a:b],
+                        t_sorted if isinstance(t_sorted, int) else t_sorted[a:b],
+                        h_sorted[a:b] if h_sorted is not None else None,
                     )
-                    for group in np.split(order, bounds)
-                    if len(group)
+                    for a, b in zip(starts, ends, strict=True)
                 ]
                 while feeds:
                     feeds = [feed for feed in feeds if next(feed, _DONE) is not _DONE]
