@@ -167,14 +167,21 @@ class ClientMetrics:
                 self._sensors[name] = Sensor(name, stats, self._window_s, self._samples)
 
     def record(self, name: str, value: float = 1.0) -> None:
+        self.record_all((name, value))
+
+    def record_all(self, *values: tuple[str, float]) -> None:
+        """``record`` of each (name, value), at one time and under one lock: the producer
+        records several per batch and per request."""
         now = time.monotonic()
         with self._lock:
-            sensor = self._sensors.get(name)
-            if sensor is None:  # undeclared: every stat
-                sensor = self._sensors[name] = Sensor(
-                    name, (TOTAL, RATE, AVG, MAX), self._window_s, self._samples
-                )
-            sensor.record(value, now)
+            sensors = self._sensors
+            for name, value in values:
+                sensor = sensors.get(name)
+                if sensor is None:  # undeclared: every stat
+                    sensor = sensors[name] = Sensor(
+                        name, (TOTAL, RATE, AVG, MAX), self._window_s, self._samples
+                    )
+                sensor.record(value, now)
 
     def count(self, name: str) -> float:
         """How many values ``name`` has recorded since the start (Java's CumulativeCount,

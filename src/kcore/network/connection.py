@@ -665,8 +665,7 @@ class BrokerConnection:
         sent_at = self.last_active = time.monotonic()
         metrics = self.settings.metrics
         if metrics is not None:
-            metrics.record("request")
-            metrics.record("outgoing-byte", sum(len(s) for s in segments))
+            metrics.record_all(("request", 1.0), ("outgoing-byte", sum(len(s) for s in segments)))
         if counters is not None:
             counters.sent(APIS[request.API_KEY].name, sum(len(s) for s in segments))
         stream.send(segments)

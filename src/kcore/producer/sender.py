@@ -448,8 +448,10 @@ class Sender:
             self._retry_all(sent, exc)
             return
         if response is not None:
-            metrics.record("request-latency", (time.monotonic() - started) * 1000)
-            metrics.record("produce-throttle-time", response.throttle_time_ms or 0)
+            metrics.record_all(
+                ("request-latency", (time.monotonic() - started) * 1000),
+                ("produce-throttle-time", response.throttle_time_ms or 0),
+            )
         # Let go of the request (it holds every batch's bytes) before the batches land, so
         # that a delivered batch's buffer is free to go back to the producer's pool.
         del request
@@ -514,14 +516,14 @@ class Sender:
 
     def _record_batch(self, batch: ProducerBatch, size: int) -> None:
         """A batch goes out (again): its records, its size and how well it compressed."""
-        metrics = self.metrics
-        metrics.record("record-send", batch.records)
-        metrics.record("batch-size", size)
         raw = batch.builder.size_in_bytes
         if raw > 0:  # 1.0 uncompressed, as Java's
-            metrics.record(
-                "compression-rate", size / raw if self.acc.compression != "none" else 1.0
+            rate = size / raw if self.acc.compression != "none" else 1.0
+            self.metrics.record_all(
+                ("record-send", batch.records), ("batch-size", size), ("compression-rate", rate)
             )
+        else:
+            self.metrics.record_all(("record-send", batch.records), ("batch-size", size))
 
     def _handle_response(self, response: Any, batches: list[ProducerBatch], version: int) -> None:
         names_by_id = {t.topic_id: n for n, t in self.cluster.metadata.topics.items() if t.topic_id}
