@@ -407,6 +407,44 @@ def test_append_many_takes_headers_as_arrow_lists_or_python_pairs() -> None:
     assert b.build() == _headers_one_by_one(rows[3:14], values[3:14])
 
 
+def test_append_many_through_rows_matches_the_rows_taken() -> None:
+    """``rows`` reorders: entries start:stop of it pick the columns' rows (keys, values,
+    per-record times, Python or Arrow headers), byte for byte as the taken columns; a row
+    number out of range, or rows not an int64 array, raise before anything is written."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = 40
+    keys = [None if i % 7 == 0 else b"k%d" % i for i in range(n)]
+    values = [b"v%d" % i for i in range(n)]
+    times = np.arange(1_700_000_000_000, 1_700_000_000_000 + n, dtype=np.int64)
+    py_headers = [[("h", b"%d" % i)] if i % 3 else None for i in range(n)]
+    entry = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    arrow_headers = pa.array(
+        [None if r is None else [{"key": k, "value": v} for k, v in r] for r in py_headers],
+        pa.list_(entry),
+    )
+    rows = np.random.default_rng(5).permutation(n).astype(np.int64)
+    start, stop = 5, 30
+    taken = rows[start:stop].tolist()
+    for headers in (None, py_headers, arrow_headers):
+        want = RecordBatchBuilder()
+        want.append_many(
+            [keys[i] for i in taken],
+            [values[i] for i in taken],
+            times[taken],
+            None if headers is None else [py_headers[i] for i in taken],
+        )
+        got = RecordBatchBuilder()
+        assert got.append_many(keys, values, times, headers, start, stop, 0, rows) == len(taken)
+        assert got.build() == want.build()
+    for bad, error in ((np.array([0, n], dtype=np.int64), IndexError), ([0, 1], TypeError)):
+        b = RecordBatchBuilder()
+        with pytest.raises(error):
+            b.append_many(keys, values, 0, None, 0, 2, 0, bad)
+        assert b.record_count == 0
+
+
 def test_append_many_rejects_bad_headers() -> None:
     import pyarrow as pa
 

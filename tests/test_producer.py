@@ -317,6 +317,30 @@ def test_send_batch(kafka_cluster, form):
     assert all(m.timestamp()[1] == BASE_TS for m in with_keys)
 
 
+def test_send_batch_keyed_lists_keep_each_records_time_and_order(kafka_cluster):
+    """Keyed lists are read in place through the rows sorted by partition (no copies): each
+    record keeps its own time (a list of them), null keys go sticky, and per partition the
+    records land in send order."""
+    topic = name("batch-keyed-times")
+    create(kafka_cluster.bootstrap_servers, topic, 5)
+    n = 12000
+    values = [b"value-%06d" % i for i in range(n)]
+    keys = [None if i % 10 == 0 else b"key-%04d" % (i % 700) for i in range(n)]
+    times = [BASE_TS + i for i in range(n)]
+    with kcore.Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as producer:
+        producer.send_batch(topic, values, keys, timestamp_ms=times).result(60)
+    back = read_all(kafka_cluster.bootstrap_servers, topic, 5, n)
+    assert sum(len(ms) for ms in back.values()) == n
+    for p, msgs in back.items():
+        indices = [int(m.value().split(b"-")[1]) for m in msgs]
+        assert indices == sorted(indices), p  # send order within the partition
+        for i, m in zip(indices, msgs, strict=True):
+            assert m.timestamp()[1] == BASE_TS + i
+            assert m.key() == keys[i]
+            if m.key() is not None:
+                assert p == partition_for_key(m.key(), 5)
+
+
 @pytest.mark.parametrize(("form", "size"), [("list", 100), ("pyarrow", 100), ("list", 2)])
 def test_send_batch_fills_batches_up_to_batch_size(kafka_cluster, form, size):
     """send_batch's batches end at batch.size, as Java's producer fills one, not where an

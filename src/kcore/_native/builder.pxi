@@ -677,7 +677,7 @@ cdef class RecordBatchBuilder:
 
     def append_many(self, object keys, object values, object timestamp_ms,
                     object headers=None, Py_ssize_t start=0, Py_ssize_t stop=-1,
-                    Py_ssize_t max_bytes=0):
+                    Py_ssize_t max_bytes=0, object rows=None):
         """Add many records in one call. ``values`` (and ``keys``, or None for no keys) are
         sequences of bytes-like objects, str (written as UTF-8) or None, numpy fixed-width
         bytes or str arrays, or pyarrow binary/string arrays; ``timestamp_ms`` one int for
@@ -691,8 +691,11 @@ cdef class RecordBatchBuilder:
         headers) is checked or converted whole on each call, so slice those instead.
         ``max_bytes`` (0: no limit) ends the call before a record that would take the batch
         past that size, as a producer fills a batch up to ``batch.size`` (a batch still
-        empty takes its first record whatever its size). Returns how many records were
-        added."""
+        empty takes its first record whatever its size). ``rows`` (an int64 array, or None)
+        reorders: record ``i`` of the call is row ``rows[i]`` of the columns, and
+        ``start``/``stop`` then pick entries of ``rows`` (send_batch's partitions, each a
+        range of one sort of the rows, read without copying the columns into that order).
+        Returns how many records were added."""
         cdef Column kc, vc
         cdef _ColumnHolder kh = _ColumnHolder(), vh = _ColumnHolder()
         cdef _ColumnHolder hkh = _ColumnHolder(), hvh = _ColumnHolder()
@@ -714,6 +717,9 @@ cdef class RecordBatchBuilder:
         cdef Py_ssize_t added = 0, body
         cdef HeaderColumns* row_hc = NULL
         cdef object entry = None
+        cdef object rows_view = None
+        cdef const int64_t* row_of = NULL
+        cdef Py_ssize_t r, count
         column_open(values, &vc, vh)
         column_open(keys, &kc, kh)
         if vc.kind == COL_NULL:
@@ -721,10 +727,21 @@ cdef class RecordBatchBuilder:
         n = vc.length
         if kc.kind != COL_NULL and kc.length != n:
             raise ValueError(f"{kc.length} keys for {n} values")
+        count = n  # entries start:stop index: the rows, or rows' entries
+        if rows is not None:
+            rows_view = _int64_view(rows)
+            if rows_view is None:
+                raise TypeError("rows must be a contiguous int64 array")
+            row_of = <const int64_t*><Py_ssize_t>_address_of(rows_view)
+            count = len(rows_view)
         if stop == -1:
-            stop = n
-        if not 0 <= start <= stop <= n:
-            raise ValueError(f"rows {start}:{stop} of a column of {n}")
+            stop = count
+        if not 0 <= start <= stop <= count:
+            raise ValueError(f"rows {start}:{stop} of a column of {count}")
+        if row_of != NULL:
+            for i in range(start, stop):
+                if not 0 <= row_of[i] < n:
+                    raise IndexError(f"row {row_of[i]} of a column of {n}")
         hcols.present = False
         if headers is not None:
             if (type(headers).__module__ or "").startswith("pyarrow"):
@@ -732,7 +749,11 @@ cdef class RecordBatchBuilder:
             else:
                 # Python pairs: normalised (private copies) and sized before the loop, which
                 # must run no Python code.
-                if start != 0 or stop != n:  # only the rows taken: send_batch's chunks
+                if row_of != NULL:  # the rows taken, in their order
+                    if len(headers) != n:
+                        raise ValueError(f"{len(headers)} header lists for {n} values")
+                    headers = [headers[row_of[i]] for i in range(start, stop)]
+                elif start != 0 or stop != n:  # only the rows taken: send_batch's chunks
                     if len(headers) != n:
                         raise ValueError(f"{len(headers)} header lists for {n} values")
                     headers = headers[start:stop]
@@ -758,8 +779,14 @@ cdef class RecordBatchBuilder:
                 if len(ts_view) != n:
                     raise ValueError(f"{len(ts_view)} timestamps for {n} values")
                 ts_array = <const int64_t*><Py_ssize_t>_address_of(ts_view)
-        self.reserve_for(&kc, &vc, start, stop, max_bytes)
-        for i in range(start, stop):
+        if row_of == NULL:  # (the sample would read rows in order: only without rows)
+            self.reserve_for(&kc, &vc, start, stop, max_bytes)
+        for r in range(start, stop):
+            i = r
+            if row_of != NULL:
+                i = row_of[r]
+                if not 0 <= i < n:  # checked above; again, in case the array changed since
+                    raise IndexError(f"row {i} of a column of {n}")
             if ts_array != NULL:
                 ts = ts_array[i]
             elif ts_list is not None:
@@ -796,8 +823,8 @@ cdef class RecordBatchBuilder:
                         hsize = header_columns_size(&hcols, h_start, h_end) if hcount else 0
                         row_hc = &hcols
                     elif (prepared is not None
-                          and PyList_GET_ITEM(prepared, i - start) != <PyObject*>None):
-                        entry, hsize, hcount = <tuple>PyList_GET_ITEM(prepared, i - start)
+                          and PyList_GET_ITEM(prepared, r - start) != <PyObject*>None):
+                        entry, hsize, hcount = <tuple>PyList_GET_ITEM(prepared, r - start)
                     body = self.body_size(klen, vlen, ts, hcount, hsize)
                     if (max_bytes > 0 and self.record_count > 0
                             and self.out.size + framed_size(body) > max_bytes):

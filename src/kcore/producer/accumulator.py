@@ -286,6 +286,7 @@ class RecordAccumulator:
         stop: int,
         estimate: int,
         max_block_s: float,
+        rows: Any = None,
     ) -> tuple[ProducerBatch, int]:
         """Add rows ``start:stop`` of the columns, as many as fit ``batch.size``, as one batch
         of their own, queued closed (``_new_batch`` closes the partition's open batch): Python
@@ -300,7 +301,7 @@ class RecordAccumulator:
             batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s, closed=True)
             try:
                 taken: int = batch.builder.append_many(
-                    keys, values, timestamp_ms, headers, start, stop, self.batch_size
+                    keys, values, timestamp_ms, headers, start, stop, self.batch_size, rows
                 )
             except BaseException:
                 # Bad input: none of the chunk's records may go out (out of its queue, then

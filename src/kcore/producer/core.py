@@ -722,12 +722,13 @@ class ProducerCore:
         start: int,
         stop: int,
         estimate: int,
+        rows: Any = None,
     ) -> tuple[ProducerBatch, int]:
         """One chunk of send_batch's rows into a batch of its own, waiting for buffer.memory
         up to max.block.ms (which, inside a transaction, fails the transaction too)."""
         try:
             return self.accumulator.append_chunk(
-                tp, keys, values, ts, headers, start, stop, estimate, self.max_block_s
+                tp, keys, values, ts, headers, start, stop, estimate, self.max_block_s, rows
             )
         except KcoreTimeoutError as exc:
             self._failed_in_transaction(exc)
