@@ -438,6 +438,20 @@ def test_append_many_through_rows_matches_the_rows_taken() -> None:
         got = RecordBatchBuilder()
         assert got.append_many(keys, values, times, headers, start, stop, 0, rows) == len(taken)
         assert got.build() == want.build()
+    # Times as a list of ints (read in the loop), and a batch limit that stops part way.
+    want = RecordBatchBuilder()
+    want.append_many([keys[i] for i in taken], [values[i] for i in taken], times[taken])
+    got = RecordBatchBuilder()
+    assert got.append_many(keys, values, times.tolist(), None, start, stop, 0, rows) == 25
+    assert got.build() == want.build()
+    limit = 200
+    part = RecordBatchBuilder()
+    took = part.append_many(keys, values, times.tolist(), None, start, stop, limit, rows)
+    assert 0 < took < len(taken)
+    want = RecordBatchBuilder()
+    first = taken[:took]
+    want.append_many([keys[i] for i in first], [values[i] for i in first], times[first])
+    assert part.build() == want.build()
     for bad, error in ((np.array([0, n], dtype=np.int64), IndexError), ([0, 1], TypeError)):
         b = RecordBatchBuilder()
         with pytest.raises(error):

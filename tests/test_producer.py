@@ -328,9 +328,22 @@ def test_send_batch_keyed_lists_keep_each_records_time_and_order(kafka_cluster):
     keys = [None if i % 10 == 0 else b"key-%04d" % (i % 700) for i in range(n)]
     times = [BASE_TS + i for i in range(n)]
     with kcore.Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as producer:
+        chunks = []
+        append_chunk = producer._core.accumulator.append_chunk
+
+        def spy(*args):
+            chunks.append(args[-1] is not None)  # rows given: the columns read in place
+            return append_chunk(*args)
+
+        producer._core.accumulator.append_chunk = spy
         producer.send_batch(topic, values, keys, timestamp_ms=times).result(60)
+        assert chunks and all(chunks)
+        # Times that are not all signed ints take the path that checks them (and refuses).
+        with pytest.raises(TypeError):
+            producer.send_batch(topic, values, keys, timestamp_ms=[1.5] * n)
     back = read_all(kafka_cluster.bootstrap_servers, topic, 5, n)
     assert sum(len(ms) for ms in back.values()) == n
+    assert len({p for p, msgs in back.items() for m in msgs if m.key() is None}) == 1
     for p, msgs in back.items():
         indices = [int(m.value().split(b"-")[1]) for m in msgs]
         assert indices == sorted(indices), p  # send order within the partition

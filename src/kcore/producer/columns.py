@@ -157,16 +157,16 @@ class ColumnAppender:
                 # The partitions' chunks are queued in turn, a batch of each, as a send loop
                 # queues them: a produce request then carries a batch of every partition
                 # ready, not many requests a batch of one partition each.
+                t_all = ts if isinstance(ts, int) else _signed_int64(ts)
                 if (
                     type(values) in (list, tuple)
                     and (keys is None or type(keys) in (list, tuple))
-                    and (isinstance(ts, (int, np.ndarray)) or type(ts) in (list, tuple))
+                    and t_all is not None
                 ):
                     # Python sequences stay as they are, read through the sorted row numbers:
                     # copies in partition order cost a take each and, being containers of
                     # every record, 15-40 ms of the collector's time per 200,000 rows.
                     rows = order.astype(np.int64, copy=False)
-                    t_all = ts if isinstance(ts, int) else np.asarray(ts, dtype=np.int64)
                     feeds = [
                         append_rows(int(sorted_parts[a]), keys, values, t_all, headers, a, b, rows)
                         for a, b in zip(starts, ends, strict=True)
@@ -308,6 +308,21 @@ def _next_window(window: int, offered: int, taken: int, chunk: int) -> int:
 
 
 _DONE = object()  # a feed of append_rows has queued all its chunks
+
+
+def _signed_int64(column: Any) -> Any:
+    """A numpy array or Python sequence of signed integers as one contiguous int64 array (read
+    by every chunk through send_batch's row numbers), else None: other columns (floats,
+    unsigned, ints past 64 bits, nulls) keep the path that checks them chunk by chunk."""
+    import numpy as np
+
+    if not isinstance(column, np.ndarray):
+        if type(column) not in (list, tuple):
+            return None
+        column = np.array(column)  # Python ints past int64: dtype object
+    if column.dtype.kind != "i":
+        return None
+    return np.ascontiguousarray(column, dtype=np.int64)
 
 
 def _take(column: Any, indices: Any) -> Any:
