@@ -749,14 +749,13 @@ cdef class RecordBatchBuilder:
             else:
                 # Python pairs: normalised (private copies) and sized before the loop, which
                 # must run no Python code.
-                if row_of != NULL:  # the rows taken, in their order
+                if row_of != NULL or start != 0 or stop != n:  # only the rows taken
                     if len(headers) != n:
                         raise ValueError(f"{len(headers)} header lists for {n} values")
-                    headers = [headers[row_of[i]] for i in range(start, stop)]
-                elif start != 0 or stop != n:  # only the rows taken: send_batch's chunks
-                    if len(headers) != n:
-                        raise ValueError(f"{len(headers)} header lists for {n} values")
-                    headers = headers[start:stop]
+                    if row_of != NULL:  # in their order
+                        headers = [headers[row_of[i]] for i in range(start, stop)]
+                    else:  # send_batch's chunks
+                        headers = headers[start:stop]
                 prepared = [None if row is None else (row, headers_size(row), len(row))
                             for row in prepare_headers(headers, stop - start)]
         # (an exact int first: the ABC check runs Python code, ~2 us a call)

@@ -664,10 +664,12 @@ class BrokerConnection:
             self._waiters[correlation_id] = waiter
         sent_at = self.last_active = time.monotonic()
         metrics = self.settings.metrics
-        if metrics is not None:
-            metrics.record_all(("request", 1.0), ("outgoing-byte", sum(len(s) for s in segments)))
-        if counters is not None:
-            counters.sent(APIS[request.API_KEY].name, sum(len(s) for s in segments))
+        if metrics is not None or counters is not None:
+            nbytes = sum(len(s) for s in segments)
+            if metrics is not None:
+                metrics.record_all(("request", 1.0), ("outgoing-byte", nbytes))
+            if counters is not None:
+                counters.sent(APIS[request.API_KEY].name, nbytes)
         stream.send(segments)
         del segments  # sent or buffered: not kept while the answer is awaited
         await stream.drain()

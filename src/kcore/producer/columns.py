@@ -158,6 +158,7 @@ class ColumnAppender:
                 # queues them: a produce request then carries a batch of every partition
                 # ready, not many requests a batch of one partition each.
                 t_all = ts if isinstance(ts, int) else _signed_int64(ts)
+                rows = None
                 if (
                     type(values) in (list, tuple)
                     and (keys is None or type(keys) in (list, tuple))
@@ -167,22 +168,17 @@ class ColumnAppender:
                     # copies in partition order cost a take each and, being containers of
                     # every record, 15-40 ms of the collector's time per 200,000 rows.
                     rows = order.astype(np.int64, copy=False)
-                    feeds = [
-                        append_rows(int(sorted_parts[a]), keys, values, t_all, headers, a, b, rows)
-                        for a, b in zip(starts, ends, strict=True)
-                    ]
+                    k, v, t, h = keys, values, t_all, headers
                 else:
-                    # Arrays: one take per column in partition order (no Python objects),
-                    # each partition's rows a range of it.
-                    k_sorted, v_sorted = _take(keys, order), _take(values, order)
-                    t_sorted = ts if isinstance(ts, int) else _take(ts, order)
-                    h_sorted = _take(headers, order) if headers is not None else None
-                    feeds = [
-                        append_rows(
-                            int(sorted_parts[a]), k_sorted, v_sorted, t_sorted, h_sorted, a, b
-                        )
-                        for a, b in zip(starts, ends, strict=True)
-                    ]
+                    # Arrays: one take per column in partition order (no Python objects).
+                    k, v = _take(keys, order), _take(values, order)
+                    t = ts if isinstance(ts, int) else _take(ts, order)
+                    h = _take(headers, order) if headers is not None else None
+                # Each partition's rows are a range of that order.
+                feeds = [
+                    append_rows(int(sorted_parts[a]), k, v, t, h, a, b, rows)
+                    for a, b in zip(starts, ends, strict=True)
+                ]
                 while feeds:
                     feeds = [feed for feed in feeds if next(feed, _DONE) is not _DONE]
         except Exception as exc:

@@ -516,14 +516,13 @@ class Sender:
 
     def _record_batch(self, batch: ProducerBatch, size: int) -> None:
         """A batch goes out (again): its records, its size and how well it compressed."""
+        values: list[tuple[str, float]] = [("record-send", batch.records), ("batch-size", size)]
         raw = batch.builder.size_in_bytes
         if raw > 0:  # 1.0 uncompressed, as Java's
-            rate = size / raw if self.acc.compression != "none" else 1.0
-            self.metrics.record_all(
-                ("record-send", batch.records), ("batch-size", size), ("compression-rate", rate)
+            values.append(
+                ("compression-rate", size / raw if self.acc.compression != "none" else 1.0)
             )
-        else:
-            self.metrics.record_all(("record-send", batch.records), ("batch-size", size))
+        self.metrics.record_all(*values)
 
     def _handle_response(self, response: Any, batches: list[ProducerBatch], version: int) -> None:
         names_by_id = {t.topic_id: n for n, t in self.cluster.metadata.topics.items() if t.topic_id}
