@@ -1,5 +1,5 @@
-"""What observability costs kcore's producer and consumer: each with everything off, with
-librdkafka-style statistics (``statistics.interval.ms`` 1000, a callback that parses the
+"""What observability costs kcore's producer, consumer and share consumer: each with everything
+off, with librdkafka-style statistics (``statistics.interval.ms`` 1000, a callback that parses the
 JSON), with OpenTelemetry metrics (the SDK's MeterProvider, a reader collecting every second),
 with OpenTelemetry traces (the SDK's TracerProvider, a batch span processor feeding an exporter
 that drops what it gets) and with all three; against one real broker, in one run.
@@ -12,7 +12,9 @@ spell of the shared machine lands on every variant alike. Each round:
   the per-batch hooks (metrics) run as often as a default producer makes batches;
 * ``poll`` / ``poll_arrow``: a fresh consumer reads the N records of a topic written once by a
   producer with traces on (so every record carries a ``traceparent`` header and a consumer with
-  traces on links every record: the worst case), assigned all partitions, no group.
+  traces on links every record: the worst case), assigned all partitions, no group;
+* share ``poll``: a fresh share consumer in a new share group reads the same N records
+  (implicit acknowledgement) and commits, timed from its first records.
 
 The send table has one more row: the SDK alone making N spans like the send spans (started,
 context injected, attributes set, ended) with no client, which bounds what "otel traces" can
@@ -273,3 +275,48 @@ def test_poll_overhead(
     benchmark.pedantic(lambda: times.update(_alternate(ROUNDS, one)), rounds=1, iterations=1)
     what = "poll_arrow" if arrow else "poll (10,000 records a call)"
     _report(benchmark, f"{what}, every record with a traceparent header", times)
+
+
+def _share_consume(bootstrap: str, source: str, config: dict[str, Any]) -> tuple[float, float]:
+    """A new share group reads the N records (implicit acknowledgement) and commits; timed from
+    the first poll that returned records (joining the group left out: it is the broker's
+    assignment, not the client's work) to the commit's answer."""
+    group = f"obs-share-{uuid.uuid4().hex[:6]}"
+    with kcore.AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.alter_configs({("group", group): {"share.auto.offset.reset": "earliest"}})
+    consumer = kcore.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **config})
+    try:
+        consumer.subscribe([source])
+        deadline = time.monotonic() + TIMEOUT_S
+        got = 0
+        while not got and time.monotonic() < deadline:
+            got = len(consumer.poll(1.0))
+
+        def run() -> None:
+            nonlocal got
+            while got < N and time.monotonic() < deadline:
+                got += len(consumer.poll(1.0))
+            consumer.commit_sync(TIMEOUT_S)
+
+        measured = _timed(run)
+        assert got == N
+        return measured
+    finally:
+        consumer.close()
+
+
+def test_share_poll_overhead(
+    benchmark: Any, setup: tuple[str, Telemetry, str, list[bytes]]
+) -> None:
+    bootstrap, telemetry, source, _ = setup
+
+    def one(variant: str) -> tuple[float, float]:
+        return _share_consume(bootstrap, source, telemetry.config(variant))
+
+    times: dict[str, list[tuple[float, float]]] = {}
+    benchmark.pedantic(lambda: times.update(_alternate(ROUNDS, one)), rounds=1, iterations=1)
+    _report(
+        benchmark,
+        "share consumer poll (500 records a call, implicit), from its first records",
+        times,
+    )

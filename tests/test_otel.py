@@ -2,7 +2,8 @@
 OpenTelemetry SDK's in-memory metric reader and span exporter: the messaging conventions'
 metrics counted against what was sent and consumed, the client's own metrics under their
 KIP-714 names, spans per send and per poll with trace context carried in record headers from
-producer to consumer, and nothing of OpenTelemetry loaded while both keys are off."""
+producer to consumer, share consumers' polls and commits, and nothing of OpenTelemetry loaded
+while both keys are off."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -23,6 +25,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from share_helpers import group_config, new_share_topic, produce, unique
 
 import kcore
 import kcore.errors
@@ -381,6 +384,139 @@ def test_async_clients_trace_and_count_too(kafka_cluster):
     assert sum(p.value for p in otel.points("messaging.client.consumed.messages")) == 50
 
 
+def _share_poll(consumer: Any, want: int, explicit: bool = False) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + 60
+    while len(got) < want and time.monotonic() < deadline:
+        records = consumer.poll(0.5)
+        if explicit:
+            for r in records:
+                consumer.acknowledge(r, kcore.AcknowledgeType.ACCEPT)
+        got.extend(records)
+    assert len(got) >= want, f"{len(got)} of {want} records"
+    return got
+
+
+def test_a_share_consumer_counts_links_and_settles(kafka_cluster):
+    """A share consumer's polls are counted per partition and traced (CONSUMER spans linked to
+    the senders' spans) as a consumer's are; its commit_sync is a settle operation: a duration
+    and a CLIENT span counting the acknowledgements it sent; the client's own metrics are there
+    under the share consumer's KIP-714 names."""
+    bs = kafka_cluster.bootstrap_servers
+    topic, group = new_share_topic(kafka_cluster)
+    otel = Telemetry()
+    with kcore.Producer(otel.config(bs, **{"otel.metrics.enable": False})) as producer:
+        futures = [producer.send(topic, b"v%d" % i, partition=i % 2) for i in range(N)]
+        producer.flush(30)
+        written = Counter(f.result(10).partition for f in futures)
+    sends = {s.context.span_id for s in otel.finished(SpanKind.PRODUCER)}
+    assert len(sends) == N
+
+    # Polls of at most 100 records: each poll span links every record's sender (limit 128).
+    extra = {"group.id": group, "share.acknowledgement.mode": "explicit", "max.poll.records": 100}
+    with kcore.ShareConsumer(otel.config(bs, **extra)) as consumer:
+        consumer.subscribe([topic])
+        got = _share_poll(consumer, N, explicit=True)
+        committed = consumer.commit_sync(30)
+        assert committed and all(err is None for err in committed.values())
+    assert Counter(r.partition for r in got) == written  # each delivered once
+
+    consumed = otel.points("messaging.client.consumed.messages")
+    assert {p.attributes["messaging.destination.partition.id"]: p.value for p in consumed} == {
+        str(p): n for p, n in written.items()
+    }
+    for point in consumed:
+        assert point.attributes["messaging.consumer.group.name"] == group
+        assert point.attributes["messaging.operation.type"] == "receive"
+    durations = otel.points("messaging.client.operation.duration")
+    by_type = Counter(p.attributes["messaging.operation.type"] for p in durations)
+    assert set(by_type) == {"receive", "settle"}
+    (settle,) = [p for p in durations if p.attributes["messaging.operation.type"] == "settle"]
+    assert settle.count == 1 and "error.type" not in settle.attributes
+    assert settle.attributes["messaging.operation.name"] == "commit"
+    assert settle.attributes["messaging.destination.name"] == topic
+    (total,) = otel.points("org.apache.kafka.consumer.share.fetch.manager.records.consumed.total")
+    assert total.value == len(got)
+    (acks,) = otel.points(
+        "org.apache.kafka.consumer.share.fetch.manager.acknowledgements.send.total"
+    )
+    assert acks.value == len(got)
+
+    polls = otel.finished(SpanKind.CONSUMER)
+    assert sum(p.attributes["messaging.batch.message_count"] for p in polls) == len(got)
+    assert {link.context.span_id for p in polls for link in p.links} == sends
+    assert all(p.name == f"poll {topic}" for p in polls)
+    (commit,) = otel.finished(SpanKind.CLIENT)
+    assert commit.name == f"commit {topic}"
+    assert commit.attributes["messaging.operation.type"] == "settle"
+    assert commit.attributes["messaging.consumer.group.name"] == group
+    # What the fetches did not carry: at least the last poll's acknowledgements.
+    assert 1 <= commit.attributes["messaging.batch.message_count"] <= len(got)
+    assert commit.status.status_code != StatusCode.ERROR
+
+
+def test_a_share_commit_that_fails_carries_its_error(kafka_cluster):
+    """A member acknowledges records after their acquisition locks expired (they are no
+    longer its to acknowledge): its commit_sync's settle duration and span carry the error."""
+    bs = kafka_cluster.bootstrap_servers
+    _, group = new_share_topic(kafka_cluster)
+    topic = unique("share1")
+    kafka_cluster.create_topic(topic, 1)
+    group_config(kafka_cluster, group, share_record_lock_duration_ms=1000)
+    produce(bs, topic, 10, partitions=1)
+    otel = Telemetry()
+    config = otel.config(bs, **{"group.id": group, "share.acknowledgement.mode": "explicit"})
+    with kcore.ShareConsumer(config) as late:
+        late.subscribe([topic])
+        held = _share_poll(late, 1)
+        time.sleep(2.5)  # not polling: nothing is fetched again, the locks run out
+        for r in held:
+            late.acknowledge(r, kcore.AcknowledgeType.ACCEPT)
+        results = late.commit_sync(30)
+    errors = {type(err).__name__ for err in results.values() if err is not None}
+    assert errors, results
+    (settle,) = [
+        p
+        for p in otel.points("messaging.client.operation.duration")
+        if p.attributes["messaging.operation.type"] == "settle"
+    ]
+    assert settle.attributes["error.type"] in errors
+    (commit,) = otel.finished(SpanKind.CLIENT)
+    assert commit.status.status_code == StatusCode.ERROR
+    assert commit.attributes["error.type"] == settle.attributes["error.type"]
+
+
+def test_async_share_consumer_counts_too(kafka_cluster):
+    bs = kafka_cluster.bootstrap_servers
+    topic, group = new_share_topic(kafka_cluster)
+    produce(bs, topic, 50)
+    otel = Telemetry()
+
+    async def run() -> int:
+        got = 0
+        async with kcore.AsyncShareConsumer(otel.config(bs, **{"group.id": group})) as c:
+            c.subscribe([topic])
+            deadline = time.monotonic() + 60
+            while got < 50 and time.monotonic() < deadline:
+                batch = await c.poll_arrow(0.5)
+                got += batch.num_rows
+            await c.commit_sync(30)
+        return got
+
+    got = asyncio.run(run())
+    assert got >= 50
+    assert sum(p.value for p in otel.points("messaging.client.consumed.messages")) == got
+    assert (
+        sum(
+            p.attributes["messaging.batch.message_count"]
+            for p in otel.finished()
+            if p.kind == SpanKind.CONSUMER
+        )
+        == got
+    )
+    assert [s.name for s in otel.finished(SpanKind.CLIENT)] == [f"commit {topic}"]
+
+
 def test_nothing_of_opentelemetry_is_loaded_while_off(kafka_cluster):
     """The zero-cost rule: a producer and a consumer with both keys off import nothing of
     OpenTelemetry, and the producer's send is the compiled path itself."""
@@ -400,6 +536,11 @@ def test_nothing_of_opentelemetry_is_loaded_while_off(kafka_cluster):
             assert c._core.otel is None
             while not c.poll(1.0):
                 pass
+        with kcore.ShareConsumer({{**config, "group.id": "g"}}) as s:
+            s.subscribe([{topic!r}])
+            assert s._core.otel is None
+            s.poll(0.1)
+            s.commit_sync(30)
         loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry"))
         assert not loaded, loaded
         print("ok")

@@ -1,5 +1,6 @@
-"""OpenTelemetry for producers and consumers (the ``kcore[otel]`` extra: ``opentelemetry-api``).
-kcore records through the API; the application's SDK (or agent) exports, as for any library.
+"""OpenTelemetry for producers, consumers and share consumers (the ``kcore[otel]`` extra:
+``opentelemetry-api``). kcore records through the API; the application's SDK (or agent)
+exports, as for any library.
 
 Turned on per client with ``otel.metrics.enable`` and ``otel.traces.enable``; the providers are
 ``otel.meter.provider`` / ``otel.tracer.provider`` or else the global ones. What is recorded:
@@ -12,7 +13,8 @@ Turned on per client with ``otel.metrics.enable`` and ``otel.traces.enable``; th
   them (``org.apache.kafka.producer.record.send.rate``, ...), their tags (topic, partition) as
   attributes;
 - a span per send (PRODUCER, ended at delivery) whose context goes into the record's headers,
-  and a span per poll that returned records (CONSUMER), linked to each record's sender span.
+  a span per poll that returned records (CONSUMER), linked to each record's sender span, and a
+  span per share consumer ``commit_sync`` (CLIENT, operation type ``settle``).
 
 Rules kept: nothing of OpenTelemetry is imported or called while both keys are off (the clients
 hold ``None`` and test it once per batch or call). Metrics are recorded per batch (a produce
@@ -219,6 +221,52 @@ class ClientOTel:
             attrs["messaging.consumer.group.name"] = self.group_id
         self.duration.record(now - started, attrs)
         self._maybe_refresh(now)
+
+    def commit_done(
+        self,
+        started: float,
+        started_ns: int,
+        topics: Sequence[str],
+        count: int,
+        error: BaseException | None,
+    ) -> None:
+        """A share consumer's ``commit_sync`` answered (``started``: its call, as
+        time.monotonic() and time.time_ns()): ``count`` acknowledgements of ``topics``,
+        ``error`` the first partition's failure. Operation ``commit``, type ``settle``: its
+        duration, and with traces on a CLIENT span over it."""
+        attrs: dict[str, Any] = {
+            "messaging.system": SYSTEM,
+            "messaging.operation.name": "commit",
+            "messaging.operation.type": "settle",
+        }
+        if len(topics) == 1:
+            attrs["messaging.destination.name"] = topics[0]
+        if self.group_id is not None:
+            attrs["messaging.consumer.group.name"] = self.group_id
+        cluster_id = self._cluster_id()
+        if cluster_id:
+            attrs["messaging.kafka.cluster.id"] = cluster_id
+        if error is not None:
+            attrs["error.type"] = type(error).__name__
+        if self.metrics_on:
+            now = time.monotonic()
+            self.duration.record(now - started, attrs)
+            self._maybe_refresh(now)
+        if self.traces_on:
+            span = self.tracer.start_span(
+                f"commit {topics[0]}" if len(topics) == 1 else "commit",
+                kind=self._trace.SpanKind.CLIENT,
+                attributes={
+                    **attrs,
+                    "messaging.batch.message_count": count,
+                    "messaging.client.id": self.client_id,
+                },
+                start_time=started_ns,
+            )
+            if error is not None:
+                span.record_exception(error)
+                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(error)))
+            span.end()
 
     # -- metrics: the client's own (metrics()) as observable instruments --------------------------
 

@@ -168,9 +168,9 @@ class ShareConsumer:
         """Send the acknowledgements made so far (implicit mode: of the last poll's records)
         and wait for the brokers: how each partition's ended (None: done)."""
         core = self._core
-        core.prepare_commit()
+        started = core.prepare_commit()
         t = core.api_timeout_s if timeout is None else timeout
-        return core.commit_results(self._loop.run(core.fetcher.acknowledge(), t))
+        return core.commit_results(self._loop.run(core.fetcher.acknowledge(), t), started)
 
     def commit_async(self) -> None:
         """As :meth:`commit_sync` without waiting: the outcome goes to the acknowledgement
@@ -360,13 +360,13 @@ class AsyncShareConsumer:
         """As :meth:`ShareConsumer.commit_sync`."""
         self._check_started()
         core = self._core
-        core.prepare_commit()
+        started = core.prepare_commit()
         t = core.api_timeout_s if timeout is None else timeout
         try:
             results = await asyncio.wait_for(core.fetcher.acknowledge(), t)
         except asyncio.TimeoutError:
             raise KcoreTimeoutError(f"commit_sync did not finish within {t:g}s") from None
-        return core.commit_results(results)
+        return core.commit_results(results, started)
 
     def commit_async(self) -> None:
         """As :meth:`ShareConsumer.commit_async` (call it on the consumer's loop)."""

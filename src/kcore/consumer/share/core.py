@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.coordinator import CoordinatorLink
+from kcore.cluster.otel import ClientOTel
 from kcore.cluster.telemetry_sender import TelemetrySender
 from kcore.config import ClientConfig
 from kcore.consumer.fetcher import declare_fetch_metrics
@@ -27,6 +28,7 @@ from kcore.consumer.share.arrow import batch_offsets
 from kcore.consumer.share.fetcher import AckResult, ShareBuffer, ShareFetcher
 from kcore.consumer.share.membership import ShareHeartbeat, ShareMembership
 from kcore.consumer.share.statistics import ShareConsumerStatistics
+from kcore.consumer.tracing import observe_poll
 from kcore.errors import AcknowledgementError, KcoreError
 from kcore.types import TopicPartition
 
@@ -109,6 +111,17 @@ class ShareConsumerCore:
                     self.cluster.metrics,
                 )
             )
+        # OpenTelemetry (otel.metrics.enable / otel.traces.enable): None while both are off.
+        self.otel: ClientOTel | None = None
+        if cfg["otel.metrics.enable"] or cfg["otel.traces.enable"]:
+            self.otel = ClientOTel(
+                "share_consumer",
+                cfg,
+                client_id=self.cluster.settings.client_id,
+                read_metrics=self.metrics,
+                cluster_id=lambda: self.cluster.cache.current.cluster_id,
+                group_id=self.membership.group_id,
+            )
 
     async def start(self) -> None:
         try:
@@ -134,6 +147,8 @@ class ShareConsumerCore:
             before_poll_timeout_leave=self._give_back,
         )
         self.telemetry.start()
+        if self.otel is not None:
+            self.otel.start()
 
     @property
     def started(self) -> bool:
@@ -196,6 +211,7 @@ class ShareConsumerCore:
         self.check_open()
         limit = record_limit(max_records, self.max_poll_records)
         now = time.monotonic()
+        otel, started, started_ns = self.otel, now, time.time_ns()
         if self._last_poll is not None:
             self.cluster.metrics.record("time-between-poll", (now - self._last_poll) * 1000)
         self._last_poll = now
@@ -227,6 +243,11 @@ class ShareConsumerCore:
                     else list(itertools.chain.from_iterable(records for _, records in runs))
                 )
                 self.cluster.metrics.record("records-consumed", len(records))
+                if otel is not None:
+                    if otel.metrics_on:
+                        for tp, run in runs:
+                            otel.records_taken(tp.topic, tp.partition, len(run))
+                    observe_poll(otel, records, started, started_ns)
                 return records
             self._owed_sent_at = time.monotonic()
             yield Fetch(max(deadline - time.monotonic(), 0.0))
@@ -290,20 +311,32 @@ class ShareConsumerCore:
             raise AcknowledgementError(f"not an acknowledgement type: {type!r}")
         return kind
 
-    def prepare_commit(self) -> None:
-        """Before a commit: implicit mode accepts the last poll's records."""
+    def prepare_commit(self) -> tuple[float, int]:
+        """Before a commit: implicit mode accepts the last poll's records. Returns when the
+        commit started (time.monotonic(), time.time_ns()), for :meth:`commit_results`."""
         self.check_open()
         if not self.explicit:
             self.acks.settle_all(AcknowledgeType.ACCEPT)
+        return time.monotonic(), time.time_ns()
 
-    def commit_results(self, results: list[AckResult]) -> dict[TopicPartition, Exception | None]:
-        """A commit's acknowledgement outcomes: the callback hears of them; how each
-        partition's ended (None: done)."""
+    def commit_results(
+        self, results: list[AckResult], started: tuple[float, int] | None = None
+    ) -> dict[TopicPartition, Exception | None]:
+        """A commit's acknowledgement outcomes: the callback hears of them, OpenTelemetry of
+        the commit (one that sent something); how each partition's ended (None: done)."""
         self.run_callbacks(results)
         out: dict[TopicPartition, Exception | None] = {}
         for tp, _, err in results:
             if out.get(tp) is None:
                 out[tp] = err
+        otel = self.otel
+        if otel is not None and started is not None and results:
+            otel.commit_done(
+                *started,
+                topics=sorted({tp.topic for tp in out}),
+                count=sum(len(offsets) for _, offsets, _ in results),
+                error=next((err for err in out.values() if err is not None), None),
+            )
         return out
 
     async def send_pending(self) -> None:
