@@ -170,6 +170,7 @@ PROBE = textwrap.dedent(
         import kcore.producer._sendpath as sendpath
         import kcore.protocol._decoders as decoders
         import kcore.cluster._metadata_apply as metadata_apply
+        import kcore.consumer.share._acknowledge as share_acknowledge
 
         cramjam = sys.modules["cramjam"]  # the codec's (a bundle's serves it once kcore loads)
 
@@ -181,6 +182,7 @@ PROBE = textwrap.dedent(
             "sendpath": sendpath.__file__,
             "decoders": decoders.__file__,
             "metadata_apply": metadata_apply.__file__,
+            "share_acknowledge": share_acknowledge.__file__,
             "cramjam": cramjam.__file__,
             "zstd": pub.decompress("zstd", pub.compress("zstd", data)) == data,
             "lz4": pub.decompress("lz4", pub.compress("lz4", data)) == data,
@@ -237,6 +239,7 @@ def check_executor_probe(raw: str, cache: Path, bundle_name: str, python: Path) 
     for key, module in (
         ("decoders", "kcore.protocol._decoders"),
         ("metadata_apply", "kcore.cluster._metadata_apply"),
+        ("share_acknowledge", "kcore.consumer.share._acknowledge"),
     ):
         path = Path(p[key])
         assert path.suffix == ".so" and path.parent.parent == cache, path

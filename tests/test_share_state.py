@@ -6,6 +6,8 @@ test_share_consumer.py."""
 
 from __future__ import annotations
 
+import random
+import threading
 import uuid
 from typing import Any
 
@@ -20,7 +22,12 @@ from kcore.consumer.share.acknowledgements import (
 )
 from kcore.consumer.share.fetcher import INT32_MAX, ShareSession
 from kcore.consumer.share.membership import Outcome, ShareMembership
-from kcore.errors import AcknowledgementError, ErrorCode, GroupAuthorizationFailedError
+from kcore.errors import (
+    AcknowledgementError,
+    ErrorCode,
+    GroupAuthorizationFailedError,
+    KcoreError,
+)
 from kcore.protocol.messages.share_fetch_request import AcknowledgementBatch
 from kcore.protocol.messages.share_group_heartbeat_response import (
     Assignment,
@@ -121,8 +128,8 @@ def test_ack_batches_merge_runs_of_offsets() -> None:
     assert got == [(5, 7, [1]), (9, 10, [2, 3]), (12, 12, [0])]
 
 
-def record(offset: int) -> ShareRecord:
-    return ShareRecord("t", 0, offset, 0, None, b"v", (), 1)
+def record(offset: int, tp: tuple[str, int] = ("t", 0)) -> ShareRecord:
+    return ShareRecord(tp[0], tp[1], offset, 0, None, b"v", (), 1)
 
 
 def test_acknowledgements_once_per_delivery() -> None:
@@ -150,6 +157,104 @@ def test_acknowledgements_once_per_delivery() -> None:
     acks.delivered([(tp, [record(4)])])
     acks.settle_all(AcknowledgeType.ACCEPT)
     assert acks.unacknowledged() == 0 and acks.take([tp]) == {tp: {4: 1}}
+
+
+def _explicit_core(**extra: Any) -> Any:
+    from kcore.consumer.share.core import ShareConsumerCore
+
+    return ShareConsumerCore(
+        {
+            "bootstrap.servers": "127.0.0.1:1",
+            "group.id": "g",
+            "share.acknowledgement.mode": "explicit",
+            **extra,
+        }
+    )
+
+
+def _outcome(call: Any, *args: Any) -> str:
+    try:
+        call(*args)
+    except Exception as exc:  # the outcome compared, whatever it is
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+def test_the_compiled_acknowledge_does_what_the_checked_one_does() -> None:
+    """Random acknowledgements (types as enums, ints and wrong values; records delivered or
+    not, twice, renewed, of another kind) given to the compiled path of one core and to the
+    checked Python path of another: the same outcome each time, the same state after."""
+    rng = random.Random(7)
+    compiled, checked = _explicit_core(), _explicit_core()
+    fast = compiled.record_acknowledger.acknowledge
+    tps = [TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)]
+    kinds: list[Any] = [*AcknowledgeType, 1, 2, 3, 4, 0, 5, None, "ACCEPT", True]
+    next_offset = 0
+    for step in range(3000):
+        roll = rng.random()
+        if roll < 0.05:
+            tp = rng.choice(tps)
+            records = [record(next_offset + i, tp) for i in range(rng.randint(1, 5))]
+            next_offset += len(records)
+            for core in (compiled, checked):
+                core.acks.delivered([(tp, records)])
+            continue
+        if roll < 0.08:
+            for core in (compiled, checked):
+                core.acks.sent(core.acks.take(tps))
+            continue
+        tp = rng.choice(tps)
+        offset = rng.randrange(max(next_offset, 1))
+        r: Any = record(offset, tp)
+        if roll < 0.1:
+            r = tuple(r)  # not a ShareRecord
+        kind = rng.choice(kinds)
+        if rng.random() < 0.1:  # no type given: ACCEPT
+            got, want = _outcome(fast, r), _outcome(checked.acknowledge, r, AcknowledgeType.ACCEPT)
+        else:
+            got, want = _outcome(fast, r, kind), _outcome(checked.acknowledge, r, kind)
+        assert got == want, f"step {step}: compiled {got!r}, checked {want!r}"
+        assert compiled.acks.unacknowledged() == checked.acks.unacknowledged()
+        assert compiled.acks.pending_partitions() == checked.acks.pending_partitions()
+    assert compiled.acks.take(tps) == checked.acks.take(tps)
+
+
+def test_the_compiled_acknowledge_defaults_to_accept_and_refuses_once_closed() -> None:
+    core = _explicit_core()
+    tp = TopicPartition("t", 0)
+    core.acks.delivered([(tp, [record(1), record(2), record(3)])])
+    fast = core.record_acknowledger.acknowledge
+    fast(record(1))
+    fast(record(2), type=AcknowledgeType.REJECT)
+    core.mark_closed()
+    with pytest.raises(KcoreError, match="closed"):
+        fast(record(3))
+    assert core.acks.take([tp]) == {tp: {1: 1, 2: 3}}
+    implicit = _explicit_core(**{"share.acknowledgement.mode": "implicit"})
+    implicit.acks.delivered([(tp, [record(1)])])
+    with pytest.raises(AcknowledgementError, match="explicit"):
+        implicit.record_acknowledger.acknowledge(record(1))
+
+
+def test_the_compiled_acknowledge_waits_for_a_held_lock() -> None:
+    """While the event loop holds the state's lock, an acknowledge waits for it (the checked
+    path, the GIL released meanwhile) rather than changing the state under it."""
+    core = _explicit_core()
+    tp = TopicPartition("t", 0)
+    core.acks.delivered([(tp, [record(1)])])
+    done = threading.Event()
+
+    def acknowledge() -> None:
+        core.record_acknowledger.acknowledge(record(1))
+        done.set()
+
+    with core.acks._lock:
+        thread = threading.Thread(target=acknowledge)
+        thread.start()
+        assert not done.wait(0.2)
+        assert not core.acks._pending  # (the state read as the lock's holder)
+    thread.join(5)
+    assert done.is_set() and core.acks.take([tp]) == {tp: {1: 1}}
 
 
 def test_acknowledge_many_is_all_or_nothing() -> None:

@@ -66,11 +66,13 @@ def test_wheel_is_manylinux_by_auditwheels_policy(kcore_dist: KcoreDist, version
     assert f"kcore/producer/_sendpath.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names
     assert f"kcore/protocol/_decoders.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names
     assert f"kcore/cluster/_metadata_apply.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names
+    assert f"kcore/consumer/share/_acknowledge.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names
     assert {
         "kcore/_codec.pyi",
         "kcore/producer/_sendpath.pyi",
         "kcore/protocol/_decoders.pyi",
         "kcore/cluster/_metadata_apply.pyi",
+        "kcore/consumer/share/_acknowledge.pyi",
         "kcore/_codec.pxd",
     } <= set(names)
     assert not [n for n in names if n.endswith((".c", ".pyx"))]
@@ -89,6 +91,7 @@ def test_sdist_carries_the_sources_not_generated_c(kcore_dist: KcoreDist) -> Non
         "src/kcore/protocol/_decoders.pyx",
         "src/kcore/protocol/_decode_runtime.pxi",
         "src/kcore/cluster/_metadata_apply.pyx",
+        "src/kcore/consumer/share/_acknowledge.pyx",
         "src/kcore/_native/crc32c.h",
     ):
         assert source in names

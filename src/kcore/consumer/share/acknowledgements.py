@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import enum
 import operator
-import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from kcore.consumer.share._acknowledge import AcknowledgementState
 from kcore.errors import AcknowledgementError
 from kcore.types import TopicPartition
 
@@ -53,17 +53,13 @@ class ShareRecord(NamedTuple):
     timestamp_type: int = 0  # 0: the producer's create time; 1: the broker's log-append time
 
 
-class Acknowledgements:
+class Acknowledgements(AcknowledgementState):
     """Owned by the share consumer core; the caller's thread and the event loop both use it, so
     every method takes the lock. Partitions may be given as ``TopicPartition`` s or as plain
     ``(topic, partition)`` tuples (equal to them, and cheaper to make per record); what goes
-    out (:meth:`take`, :meth:`pending_partitions`) is always ``TopicPartition`` s."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._delivered: dict[tuple[str, int], set[int]] = {}
-        self._pending: dict[tuple[str, int], dict[int, int]] = {}
-        self._renewing: dict[tuple[str, int], set[int]] = {}
+    out (:meth:`take`, :meth:`pending_partitions`) is always ``TopicPartition`` s. The state
+    (``_delivered``, ``_pending``, ``_renewing``, ``_lock``) lives in the compiled base, whose
+    ``RecordAcknowledger`` does :meth:`acknowledge`'s common case without a Python frame."""
 
     def delivered(self, runs: Iterable[tuple[TopicPartition, list[ShareRecord]]]) -> None:
         """A poll handed ``runs`` (one partition's records each) out."""

@@ -47,6 +47,8 @@ class ShareConsumer:
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._core = ShareConsumerCore(config)
+        # The compiled path is the method itself: no Python frame per record acknowledged.
+        self.acknowledge = self._core.record_acknowledger.acknowledge  # type: ignore[method-assign]
         self.config = self._core.config
         self._woken = threading.Event()
         self._loop = start_on_loop_thread("kcore-share-consumer", self._core.start)
@@ -205,7 +207,7 @@ class ShareConsumer:
         core = self._core
         if core.closed:
             return
-        core.closed = True
+        core.mark_closed()
         if not self._loop.is_running:
             return
         try:
@@ -236,6 +238,8 @@ class AsyncShareConsumer:
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._core = ShareConsumerCore(config)
+        # The compiled path is the method itself: no Python frame per record acknowledged.
+        self.acknowledge = self._core.record_acknowledger.acknowledge  # type: ignore[method-assign]
         self.config = self._core.config
         self._background: set[asyncio.Task[None]] = set()  # commit_async's sends
         self._closing: asyncio.Future[None] | None = None
@@ -389,7 +393,7 @@ class AsyncShareConsumer:
 
     async def _close(self, timeout: float) -> None:
         core = self._core
-        core.closed = True
+        core.mark_closed()
         try:
             if core.started:
                 for task in list(self._background):  # commit_async's sends end first
