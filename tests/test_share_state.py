@@ -257,6 +257,42 @@ def test_the_compiled_acknowledge_waits_for_a_held_lock() -> None:
     assert done.is_set() and core.acks.take([tp]) == {tp: {1: 1}}
 
 
+def test_batch_offsets_by_partition_in_row_order() -> None:
+    import pyarrow as pa
+
+    from kcore.consumer.share.arrow import batch_offsets
+
+    def batch(topics: list[Any], partitions: list[Any], offsets: list[Any], **types: Any) -> Any:
+        return pa.record_batch(
+            [
+                pa.array(topics, pa.string()),
+                pa.array(partitions, types.get("partition", pa.int32())),
+                pa.array(offsets, types.get("offset", pa.int64())),
+            ],
+            names=["topic", "partition", "offset"],
+        )
+
+    one = batch(["t"] * 4, [1] * 4, [7, 5, 6, 9])
+    assert batch_offsets(one) == {TopicPartition("t", 1): [7, 5, 6, 9]}
+    assert batch_offsets(one.slice(1, 2)) == {TopicPartition("t", 1): [5, 6]}
+    assert batch_offsets(one.slice(4)) == {}
+    # The same partition number in two topics, and two partitions of one topic.
+    mixed = batch(["t", "u", "t", "t", "u"], [1, 1, 1, 2, 1], [3, 4, 5, 6, 7])
+    assert batch_offsets(mixed) == {
+        TopicPartition("t", 1): [3, 5],
+        TopicPartition("u", 1): [4, 7],
+        TopicPartition("t", 2): [6],
+    }
+    table = pa.Table.from_batches([one.slice(0, 2), one.slice(2)])  # chunked columns
+    assert batch_offsets(table) == {TopicPartition("t", 1): [7, 5, 6, 9]}
+    with pytest.raises(KcoreError, match="no topic, partition or offset"):
+        batch_offsets(batch(["t", None], [1, 1], [1, 2]))
+    with pytest.raises(KcoreError, match="integer columns"):
+        batch_offsets(batch(["t"], ["1"], [1], partition=pa.string()))
+    with pytest.raises(KcoreError, match="record batch with topic, partition and offset"):
+        batch_offsets(pa.record_batch([pa.array([1])], names=["offset"]))
+
+
 def test_acknowledge_many_is_all_or_nothing() -> None:
     acks = Acknowledgements()
     tp = TopicPartition("t", 0)

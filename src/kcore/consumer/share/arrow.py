@@ -63,15 +63,34 @@ def batch_offsets(batch: Any) -> dict[TopicPartition, list[int]]:
             "acknowledge_batch() takes a record batch with topic, partition and offset "
             f"columns (as poll_arrow returns), got {type(batch).__name__}"
         )
-    topics = batch.column("topic").to_pylist()
-    partitions = batch.column("partition").to_pylist()
-    offsets = batch.column("offset").to_pylist()
-    if None in topics or None in partitions or None in offsets:
+    topic_column, partition_column = batch.column("topic"), batch.column("partition")
+    offset_column = batch.column("offset")
+    if topic_column.null_count or partition_column.null_count or offset_column.null_count:
         raise KcoreError("acknowledge_batch(): a row with no topic, partition or offset")
-    keys = set(zip(topics, partitions, strict=True))
-    if len(keys) == 1:  # one partition's rows: no grouping to do
-        return {TopicPartition(*keys.pop()): offsets}
-    out: dict[TopicPartition, list[int]] = {TopicPartition(*key): [] for key in keys}
-    for topic, partition, offset in zip(topics, partitions, offsets, strict=True):
-        out[(topic, partition)].append(offset)  # type: ignore[index]  # equal to its tuple
+    pa = _pyarrow()
+    if not (pa.types.is_integer(partition_column.type) and pa.types.is_integer(offset_column.type)):
+        raise KcoreError(
+            "acknowledge_batch(): partition and offset must be integer columns, got "
+            f"{partition_column.type} and {offset_column.type}"
+        )
+    offsets = offset_column.to_numpy().tolist()
+    if not offsets:
+        return {}
+    # One partition's rows (what a poll of one partition's run gives): no grouping to do, and
+    # the columns are compared in Arrow rather than read row by row.
+    partitions = partition_column.to_numpy()
+    if (partitions == partitions[0]).all():
+        distinct = topic_column.unique()
+        if len(distinct) == 1:
+            return {TopicPartition(distinct[0].as_py(), int(partitions[0])): offsets}
+    out: dict[TopicPartition, list[int]] = {}
+    for topic, partition, offset in zip(
+        topic_column.to_pylist(), partitions.tolist(), offsets, strict=True
+    ):
+        key = TopicPartition(topic, partition)
+        got = out.get(key)
+        if got is None:
+            out[key] = [offset]
+        else:
+            got.append(offset)
     return out
