@@ -468,9 +468,12 @@ class BaseCluster:
         timeout: float = 120.0,
     ) -> None:
         """Create a topic (kcore's admin client: no JVM, so it works in every mode) and return
-        once the cluster's metadata gives each partition a leader, so a test can use it at
-        once. ``replication_factor`` defaults to min(3, nodes) here, the broker default
-        elsewhere. A topic that exists already raises kcore's TopicAlreadyExistsError."""
+        once the cluster's metadata gives each partition a leader and that leader answers for
+        it (a ListOffsets: a broker named leader in the metadata can still refuse a produce
+        with NOT_LEADER_OR_FOLLOWER for a moment, until it has taken the partition over), so
+        a test can use it at once. ``replication_factor`` defaults to min(3, nodes) here, the
+        broker default elsewhere. A topic that exists already raises kcore's
+        TopicAlreadyExistsError."""
         from kcore.admin import AdminClient, AdminOperationError, NewTopic
 
         rf = replication_factor or (min(3, len(self.nodes)) if self.nodes else -1)
@@ -485,6 +488,11 @@ class BaseCluster:
             except AdminOperationError as exc:  # one topic: its own error, as Java's get()
                 raise exc.errors.get(name, exc) from None
             self._wait_for_leaders(admin, name, partitions, deadline)
+            # list_offsets waits out NOT_LEADER_OR_FOLLOWER and such, up to its timeout.
+            admin.list_offsets(
+                {(name, p): "latest" for p in range(partitions)},
+                timeout=max(deadline - time.monotonic(), 1.0),
+            )
 
     def delete_topic(
         self, name: str, *, bootstrap_servers: str | None = None, timeout: float = 120.0
