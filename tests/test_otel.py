@@ -162,6 +162,19 @@ def test_a_failed_batch_is_counted_with_its_error_type(kafka_cluster):
     assert {s.attributes["error.type"] for s in spans} == set(errors)
 
 
+def _assert_consumed_per_partition(otel: Telemetry, written: Counter[int], group: str) -> None:
+    """The consumed-records counter: one point per partition, as many as were written, each
+    with the group's name and the receive operation."""
+    consumed = otel.points("messaging.client.consumed.messages")
+    assert {p.attributes["messaging.destination.partition.id"]: p.value for p in consumed} == {
+        str(p): n for p, n in written.items()
+    }
+    for point in consumed:
+        assert point.attributes["messaging.consumer.group.name"] == group
+        assert point.attributes["messaging.operation.type"] == "receive"
+        assert point.attributes["messaging.operation.name"] == "poll"
+
+
 def test_consumer_metrics_count_what_polls_handed_out(kafka_cluster):
     bs = kafka_cluster.bootstrap_servers
     topic = _topic(bs)
@@ -175,14 +188,9 @@ def test_consumer_metrics_count_what_polls_handed_out(kafka_cluster):
     got = Counter(r.partition for r in _consume(config, topic, N))
     assert got == written
 
+    _assert_consumed_per_partition(otel, written, group)
     consumed = otel.points("messaging.client.consumed.messages")
-    assert {p.attributes["messaging.destination.partition.id"]: p.value for p in consumed} == {
-        str(p): n for p, n in written.items()
-    }
-    for point in consumed:
-        assert point.attributes["messaging.consumer.group.name"] == group
-        assert point.attributes["messaging.operation.name"] == "poll"
-        assert point.attributes["messaging.destination.name"] == topic
+    assert all(p.attributes["messaging.destination.name"] == topic for p in consumed)
     polls = [
         p
         for p in otel.points("messaging.client.operation.duration")
@@ -421,13 +429,7 @@ def test_a_share_consumer_counts_links_and_settles(kafka_cluster):
         assert committed and all(err is None for err in committed.values())
     assert Counter(r.partition for r in got) == written  # each delivered once
 
-    consumed = otel.points("messaging.client.consumed.messages")
-    assert {p.attributes["messaging.destination.partition.id"]: p.value for p in consumed} == {
-        str(p): n for p, n in written.items()
-    }
-    for point in consumed:
-        assert point.attributes["messaging.consumer.group.name"] == group
-        assert point.attributes["messaging.operation.type"] == "receive"
+    _assert_consumed_per_partition(otel, written, group)
     durations = otel.points("messaging.client.operation.duration")
     by_type = Counter(p.attributes["messaging.operation.type"] for p in durations)
     assert set(by_type) == {"receive", "settle"}

@@ -98,8 +98,9 @@ def trace_context(record_or_headers: Any) -> Any:
 
 
 class ClientOTel:
-    """One producer's or consumer's instruments and tracer. Made only when one of the two
-    keys is on; called by the client's batch and poll owners."""
+    """One producer's, consumer's or share consumer's instruments and tracer. Made only when
+    one of the two keys is on (:meth:`of_client`); called by the client's batch and poll
+    owners."""
 
     def __init__(
         self,
@@ -160,6 +161,31 @@ class ClientOTel:
             self._context_keys = frozenset(self._propagator.fields)
             # The SDK's span link limit (OTEL_SPAN_LINK_COUNT_LIMIT, default 128).
             self.max_links = _env_int("OTEL_SPAN_LINK_COUNT_LIMIT", DEFAULT_MAX_LINKS)
+
+    @classmethod
+    def of_client(
+        cls,
+        kind: str,
+        config: Mapping[str, Any],
+        cluster: Any,
+        read_metrics: Callable[[], dict[str, float]],
+        *,
+        group_id: str | None = None,
+        tagged_names: Sequence[str] = (),
+    ) -> ClientOTel | None:
+        """A client's (``cluster``: its ClusterClient, for the client id and the cluster id),
+        or None while both keys are off."""
+        if not (config["otel.metrics.enable"] or config["otel.traces.enable"]):
+            return None
+        return cls(
+            kind,
+            config,
+            client_id=cluster.settings.client_id,
+            read_metrics=read_metrics,
+            cluster_id=lambda: cluster.cache.current.cluster_id,
+            group_id=group_id,
+            tagged_names=tagged_names,
+        )
 
     # -- attributes -------------------------------------------------------------------------------
 

@@ -131,19 +131,16 @@ class ConsumerCore:
         # of metrics(), so the per-partition lag goes too (a point per partition).
         self.telemetry = TelemetrySender(self.cluster, "consumer", cfg, read_metrics=self.metrics)
         # OpenTelemetry (otel.metrics.enable / otel.traces.enable): None while both are off.
-        self.otel: ClientOTel | None = None
-        if cfg["otel.metrics.enable"] or cfg["otel.traces.enable"]:
-            self.otel = ClientOTel(
-                "consumer",
-                cfg,
-                client_id=self.cluster.settings.client_id,
-                read_metrics=self.metrics,
-                cluster_id=lambda: self.cluster.cache.current.cluster_id,
-                group_id=cfg["group.id"],
-                tagged_names=("records-lag",),
-            )
-            if self.otel.metrics_on:
-                self.collector.on_taken = self.otel.records_taken
+        self.otel = ClientOTel.of_client(
+            "consumer",
+            cfg,
+            self.cluster,
+            self.metrics,
+            group_id=cfg["group.id"],
+            tagged_names=("records-lag",),
+        )
+        if self.otel is not None and self.otel.metrics_on:
+            self.collector.on_taken = self.otel.records_taken
 
     async def wait_until_ready(self, timeout: float | None) -> None:
         """Until the first bootstrap has succeeded, up to ``timeout`` (default

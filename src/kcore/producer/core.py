@@ -176,17 +176,12 @@ class ProducerCore:
             let_sender_start=self._let_sender_start,
         )
         # OpenTelemetry (otel.metrics.enable / otel.traces.enable): None while both are off.
-        self.otel: ClientOTel | None = None
+        self.otel = ClientOTel.of_client(
+            "producer", cfg, self.cluster, self.cluster.metrics.snapshot
+        )
         # What Producer.send is: the compiled path, or it inside a span (otel.traces.enable).
         self.send: Callable[..., DeliveryFuture] = self.send_path.send
-        if cfg["otel.metrics.enable"] or cfg["otel.traces.enable"]:
-            self.otel = ClientOTel(
-                "producer",
-                cfg,
-                client_id=self.cluster.settings.client_id,
-                read_metrics=self.cluster.metrics.snapshot,
-                cluster_id=lambda: self.cluster.cache.current.cluster_id,
-            )
+        if self.otel is not None:
             if self.otel.metrics_on:
                 self.sender.on_batch_done = self.otel.batch_done
             if self.otel.traces_on:

@@ -124,16 +124,9 @@ class ShareConsumerCore:
                 )
             )
         # OpenTelemetry (otel.metrics.enable / otel.traces.enable): None while both are off.
-        self.otel: ClientOTel | None = None
-        if cfg["otel.metrics.enable"] or cfg["otel.traces.enable"]:
-            self.otel = ClientOTel(
-                "share_consumer",
-                cfg,
-                client_id=self.cluster.settings.client_id,
-                read_metrics=self.metrics,
-                cluster_id=lambda: self.cluster.cache.current.cluster_id,
-                group_id=self.membership.group_id,
-            )
+        self.otel = ClientOTel.of_client(
+            "share_consumer", cfg, self.cluster, self.metrics, group_id=self.membership.group_id
+        )
 
     async def start(self) -> None:
         try:
