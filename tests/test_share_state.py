@@ -494,6 +494,17 @@ def test_share_buffer_hands_out_runs_of_one_partition_up_to_the_limit() -> None:
     second = buf.take(10)
     assert [(tp, [r.offset for r in rs]) for tp, rs in second] == [(a, [4]), (b, [0, 1, 2])]
     assert len(buf) == 0 and buf.take(3) == [] and buf.drain() == []
+    # A run taken a part at a time; what is left of it counted and drained as it stands.
+    buf.put(a, [record(o) for o in range(10)])
+    buf.put(b, [record(o) for o in range(2)])
+    assert [r.offset for _, rs in buf.take(3) for r in rs] == [0, 1, 2]
+    assert [r.offset for _, rs in buf.take(3) for r in rs] == [3, 4, 5]
+    assert len(buf) == 6 and buf.counts() == {a: 4, b: 2}
+    assert [(tp, [r.offset for r in rs]) for tp, rs in buf.drain()] == [
+        (a, [6, 7, 8, 9]),
+        (b, [0, 1]),
+    ]
+    assert len(buf) == 0 and buf.counts() == {}
 
 
 def test_record_columns_match_the_records_field_by_field() -> None:

@@ -107,18 +107,19 @@ class ShareSession:
 
 class ShareBuffer:
     """Acquired records not handed out yet, as runs of one partition's records in offset order:
-    filled on the event loop, taken by ``poll`` on the caller's thread."""
+    filled on the event loop, taken by ``poll`` on the caller's thread. A run is kept with the
+    index of its first record not taken (a fetch's run is thousands of records, a poll takes
+    hundreds: slicing off the rest at each poll would copy it again and again)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: collections.deque[tuple[TopicPartition, list[ShareRecord]]] = (
-            collections.deque()
-        )
+        # [partition, records, index of the first not taken]
+        self._runs: collections.deque[list[Any]] = collections.deque()
         self._count = 0
 
     def put(self, tp: TopicPartition, records: list[ShareRecord]) -> None:
         with self._lock:
-            self._runs.append((tp, records))
+            self._runs.append([tp, records, 0])
             self._count += len(records)
 
     def take(self, limit: int) -> list[tuple[TopicPartition, list[ShareRecord]]]:
@@ -126,20 +127,23 @@ class ShareBuffer:
         out: list[tuple[TopicPartition, list[ShareRecord]]] = []
         with self._lock:
             while limit > 0 and self._runs:
-                tp, records = self._runs[0]
-                if len(records) <= limit:
+                run = self._runs[0]
+                tp, records, first = run
+                left = len(records) - first
+                if left <= limit:
                     self._runs.popleft()
+                    taken = records[first:] if first else records
                 else:
-                    self._runs[0] = (tp, records[limit:])
-                    records = records[:limit]
-                out.append((tp, records))
-                limit -= len(records)
-                self._count -= len(records)
+                    taken = records[first : first + limit]
+                    run[2] = first + limit
+                out.append((tp, taken))
+                limit -= len(taken)
+                self._count -= len(taken)
         return out
 
     def drain(self) -> list[tuple[TopicPartition, list[ShareRecord]]]:
         with self._lock:
-            out = list(self._runs)
+            out = [(tp, records[first:] if first else records) for tp, records, first in self._runs]
             self._runs.clear()
             self._count = 0
             return out
@@ -151,8 +155,8 @@ class ShareBuffer:
         """Records waiting for poll, by partition."""
         out: dict[TopicPartition, int] = {}
         with self._lock:
-            for tp, records in self._runs:
-                out[tp] = out.get(tp, 0) + len(records)
+            for tp, records, first in self._runs:
+                out[tp] = out.get(tp, 0) + len(records) - first
         return out
 
 
