@@ -91,6 +91,8 @@ def test_share_group_listed_described_and_its_offsets_and_lag(kafka_cluster, sha
         assert group in {g.group_id for g in admin.list_groups(types=["share"])}
         assert group in {g.group_id for g in admin.list_groups()}
         assert group not in {g.group_id for g in admin.list_groups(types=["consumer"])}
+        # As Java's listConsumerGroups: consumer groups only.
+        assert group not in {g.group_id for g in admin.list_consumer_groups()}
         assert group in {g.group_id for g in admin.list_share_groups(states=["stable"])}
         assert group not in {g.group_id for g in admin.list_share_groups(states=["Empty"])}
 
@@ -224,6 +226,8 @@ def test_share_group_errors(kafka_cluster):
         assert isinstance(error, GroupIdNotFoundError)
         assert "not a share group" in str(error)
         assert consumer_group not in {g.group_id for g in admin.list_share_groups()}
+        # A group that only committed offsets (no protocol type) is a consumer group.
+        assert consumer_group in {g.group_id for g in admin.list_consumer_groups()}
 
         # A group that does not exist is made by altering its offsets, as Kafka does.
         with pytest.raises(AdminOperationError) as altering:

@@ -72,6 +72,10 @@ class ConsumerGroupListing(GroupListing):
 
 # A group's protocol type by its type, for brokers before ListGroups v5 (no type filter).
 PROTOCOL_TYPES = {"classic": "consumer", "consumer": "consumer", "share": "share"}
+# What list_consumer_groups lists (Java's ListGroupsOptions.forConsumerGroups()): groups of
+# these types whose protocol type is one of these ("": a group that only committed offsets).
+CONSUMER_GROUP_TYPES = ("classic", "consumer")
+CONSUMER_PROTOCOL_TYPES = frozenset({"consumer", ""})
 
 
 class GroupOperations(AdminClientPart):
@@ -105,11 +109,19 @@ class GroupOperations(AdminClientPart):
     async def list_consumer_groups(
         self, *, timeout: float | None = None
     ) -> list[ConsumerGroupListing]:
-        """Every broker is asked (each coordinates some groups), as Java's. A broker that does
-        not answer in time fails the call with ``AdminOperationError`` naming it, ``results``
+        """The consumer groups (classic and consumer type, of the ``consumer`` protocol or none:
+        groups that only committed offsets), as Java's ``listConsumerGroups``, which is
+        ``listGroups(ListGroupsOptions.forConsumerGroups())``: no share, streams or Connect
+        groups. Every broker is asked (each coordinates some groups). A broker that does not
+        answer in time fails the call with ``AdminOperationError`` naming it, ``results``
         holding the groups the others listed."""
         return await self._list_groups(
-            "list_consumer_groups", ConsumerGroupListing, None, None, timeout=timeout
+            "list_consumer_groups",
+            ConsumerGroupListing,
+            CONSUMER_GROUP_TYPES,
+            None,
+            timeout=timeout,
+            protocol_types=CONSUMER_PROTOCOL_TYPES,
         )
 
     async def _list_groups(
@@ -120,10 +132,12 @@ class GroupOperations(AdminClientPart):
         states: Iterable[str] | None,
         *,
         timeout: float | None,
+        protocol_types: frozenset[str] | None = None,
     ) -> list[L]:
         """ListGroups on every broker, with the type filter where the broker takes it (v5),
         applied here too (an older broker lists every group), as is the state filter (names
-        compared without case, which brokers' own filter does not promise)."""
+        compared without case, which brokers' own filter does not promise) and
+        ``protocol_types`` (a group's protocol type one of them)."""
         type_names = None if types is None else sorted({t.lower() for t in types})
         state_names = None if states is None else sorted({s.lower() for s in states})
         await self.cluster.ready(self._timeout(timeout))
@@ -135,11 +149,16 @@ class GroupOperations(AdminClientPart):
             kind = getattr(g, "group_type", "") or ""
             if state_names is not None and state and state.lower() not in state_names:
                 return False
+            if protocol_types is not None and g.protocol_type not in protocol_types:
+                return False
             if type_names is None:
                 return True
             if kind:
                 return kind.lower() in type_names
-            return g.protocol_type in {PROTOCOL_TYPES.get(t) for t in type_names}
+            # A broker before ListGroups v5 names no type: the protocol type tells it.
+            return protocol_types is not None or g.protocol_type in {
+                PROTOCOL_TYPES.get(t) for t in type_names
+            }
 
         async def one(node: int) -> list[L]:
             async def attempt() -> list[L]:
