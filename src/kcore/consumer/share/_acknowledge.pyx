@@ -124,7 +124,11 @@ cdef class RecordAcknowledger:
             type = self.accept
         if self.open and Py_TYPE(record) is self.record_type:
             found = PyDict_GetItem(self.kinds, type)
-            if found is not NULL and <object>found != self.renew and self.state._lock.try_acquire():
+            if (
+                found is not NULL
+                and <object>found != self.renew
+                and self.state._lock.try_acquire()
+            ):
                 try:
                     if self.first_acknowledgement(record, <object>found):
                         return
@@ -133,9 +137,9 @@ cdef class RecordAcknowledger:
         self.fallback(record, type)
 
     cdef bint first_acknowledgement(self, object record, object kind) except -1:
-        """A delivered record's (a ShareRecord: a tuple) first acknowledgement, as ``Acknowledgements.acknowledge``
-        does it (the lock is held); False when the record is not owed (the checked path then
-        says why)."""
+        """A delivered record's (a ShareRecord: a tuple) first acknowledgement, as
+        ``Acknowledgements.acknowledge`` does it (the lock is held); False when the record is
+        not owed (the checked path then says why)."""
         cdef AcknowledgementState state = self.state
         tp = (<object>PyTuple_GET_ITEM(record, 0), <object>PyTuple_GET_ITEM(record, 1))
         offset = <object>PyTuple_GET_ITEM(record, 2)
