@@ -229,10 +229,11 @@ class AdminClient(ProcessLocal):
 
     def list_consumer_groups(self, *, timeout: float | None = None) -> list[ConsumerGroupListing]:
         """The consumer groups (classic and consumer type, of the ``consumer`` protocol or none:
-        groups that only committed offsets), as Java's ``listConsumerGroups``: no share,
-        streams or Connect groups. Every broker is asked (each coordinates some groups). A
-        broker that does not answer in time fails the call with ``AdminOperationError`` naming
-        it, ``results`` holding the groups the others listed."""
+        groups that only committed offsets), as Java's ``listConsumerGroups``, which is
+        ``listGroups(ListGroupsOptions.forConsumerGroups())``: no share, streams or Connect
+        groups. Every broker is asked (each coordinates some groups). A broker that does not
+        answer in time fails the call with ``AdminOperationError`` naming it, ``results``
+        holding the groups the others listed."""
         return self._loop.run(self._async.list_consumer_groups(timeout=timeout))
 
     def describe_consumer_groups(
