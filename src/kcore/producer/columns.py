@@ -157,20 +157,18 @@ class ColumnAppender:
                 # The partitions' chunks are queued in turn, a batch of each, as a send loop
                 # queues them: a produce request then carries a batch of every partition
                 # ready, not many requests a batch of one partition each.
-                t_all = ts if isinstance(ts, int) else _signed_int64(ts)
-                rows = None
-                if (
-                    type(values) in (list, tuple)
-                    and (keys is None or type(keys) in (list, tuple))
-                    and t_all is not None
-                ):
+                rows = t_all = None
+                if type(values) in (list, tuple) and (keys is None or type(keys) in (list, tuple)):
+                    t_all = ts if isinstance(ts, int) else _signed_int64(ts)
+                if t_all is not None:
                     # Python sequences stay as they are, read through the sorted row numbers:
                     # copies in partition order cost a take each and, being containers of
                     # every record, 15-40 ms of the collector's time per 200,000 rows.
                     rows = order.astype(np.int64, copy=False)
                     k, v, t, h = keys, values, t_all, headers
                 else:
-                    # Arrays: one take per column in partition order (no Python objects).
+                    # Arrays (and sequences whose times are not all signed ints, which the
+                    # checked path refuses): one take per column in partition order.
                     k, v = _take(keys, order), _take(values, order)
                     t = ts if isinstance(ts, int) else _take(ts, order)
                     h = _take(headers, order) if headers is not None else None

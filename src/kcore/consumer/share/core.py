@@ -216,7 +216,8 @@ class ShareConsumerCore:
         self.check_open()
         limit = record_limit(max_records, self.max_poll_records)
         now = time.monotonic()
-        otel, started, started_ns = self.otel, now, time.time_ns()
+        otel, started = self.otel, now
+        started_ns = time.time_ns() if otel is not None else 0
         if self._last_poll is not None:
             self.cluster.metrics.record("time-between-poll", (now - self._last_poll) * 1000)
         self._last_poll = now

@@ -132,7 +132,7 @@ class ShareBuffer:
                 left = len(records) - first
                 if left <= limit:
                     self._runs.popleft()
-                    taken = records[first:] if first else records
+                    taken = _untaken(records, first)
                 else:
                     taken = records[first : first + limit]
                     run[2] = first + limit
@@ -143,7 +143,7 @@ class ShareBuffer:
 
     def drain(self) -> list[tuple[TopicPartition, list[ShareRecord]]]:
         with self._lock:
-            out = [(tp, records[first:] if first else records) for tp, records, first in self._runs]
+            out = [(tp, _untaken(records, first)) for tp, records, first in self._runs]
             self._runs.clear()
             self._count = 0
             return out
@@ -158,6 +158,11 @@ class ShareBuffer:
             for tp, records, first in self._runs:
                 out[tp] = out.get(tp, 0) + len(records) - first
         return out
+
+
+def _untaken(records: list[ShareRecord], first: int) -> list[ShareRecord]:
+    """A run's records from ``first`` on (the run itself when none was taken)."""
+    return records[first:] if first else records
 
 
 class ShareFetcher:
