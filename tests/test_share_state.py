@@ -557,20 +557,26 @@ def test_record_columns_refuse_what_is_not_a_record() -> None:
 
 def test_a_member_without_partitions_asks_early_after_joining() -> None:
     """The coordinator assigns apart from the heartbeats: after the join (an empty
-    assignment) the waits double from 250 ms up to the broker's interval; once partitions
-    came, and for a member that never gets any, the interval is kept."""
+    assignment) the member asks again after a fifth of the time it has waited (at least
+    100 ms, at most the broker's interval); once partitions came, and after a rejoin's own
+    early waits, the interval is kept."""
     m = ShareMembership("g")
     m.subscribe(["a"])
     assert m.on_response(m.request(), answer(epoch=2, parts=[])) is Outcome.JOINED
     assert m.interval_s == 1.0
-    assert [m.next_heartbeat_s() for _ in range(4)] == [0.25, 0.5, 1.0, 1.0]
+    # The clock starts at the first question.
+    waits = [m.next_heartbeat_s(t) for t in (100.0, 100.1, 100.5, 101.0, 103.0, 110.0)]
+    assert waits == pytest.approx([0.1, 0.1, 0.1, 0.2, 0.6, 1.0])
     m = ShareMembership("g")
     m.subscribe(["a"])
     m.on_response(m.request(), answer(epoch=2, parts=[]))
-    assert m.next_heartbeat_s() == 0.25
+    assert m.next_heartbeat_s(5.0) == 0.1
     m.on_response(m.request(), answer(epoch=3, parts=[0]))
-    assert m.next_heartbeat_s() == 1.0
-    # Fenced, then joined again: early again.
+    assert m.next_heartbeat_s(5.1) == 1.0
+    # Partitions taken away later: the interval still (the member is not joining).
+    m.on_response(m.request(), answer(epoch=4, parts=[]))
+    assert m.next_heartbeat_s(6.0) == 1.0
+    # Fenced, then joined again: early again, from the new join.
     assert m.on_response(m.request(), answer(ErrorCode.FENCED_MEMBER_EPOCH)) is Outcome.REJOIN
     m.on_response(m.request(), answer(epoch=5, parts=[]))
-    assert m.next_heartbeat_s() == 0.25
+    assert m.next_heartbeat_s(20.0) == 0.1

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -44,9 +43,12 @@ REJOIN_CODES = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBE
 SHARE_FATAL_CODES = FATAL_CODES | {ErrorCode.TOPIC_AUTHORIZATION_FAILED}
 
 
-# While a member waits for its first assignment it heartbeats this often (or at the broker's
-# interval if that is shorter).
-FIRST_ASSIGNMENT_POLL_S = 0.25
+# While a member that joined waits for its first partitions it heartbeats again after a
+# fifth of the time it has waited so far, at least EARLY_HEARTBEAT_MIN_S and at most the
+# broker's interval: it learns of an assignment at most ~20% (or 100 ms) after the
+# coordinator made it, whatever the broker's share.assignment.interval.ms.
+EARLY_HEARTBEAT_MIN_S = 0.1
+EARLY_HEARTBEAT_FRACTION = 0.2
 
 
 class Outcome(enum.Enum):
@@ -70,7 +72,10 @@ class ShareMembership:
         # The broker's latest assignment (topic id, partitions); None: none received yet.
         self.assigned_ids: list[tuple[uuid.UUID, list[int]]] | None = None
         self.fatal: KcoreError | None = None
-        self._early_wait_s = FIRST_ASSIGNMENT_POLL_S  # see next_heartbeat_s
+        # Between a join and its first partitions (see next_heartbeat_s): since when, on the
+        # clock of next_heartbeat_s's caller (None: not asked yet).
+        self._awaiting_partitions = False
+        self._waiting_since: float | None = None
 
     @property
     def joined(self) -> bool:
@@ -80,18 +85,20 @@ class ShareMembership:
     def has_partitions(self) -> bool:
         return any(parts for _, parts in self.assigned_ids or ())
 
-    def next_heartbeat_s(self) -> float:
-        """How long until the next heartbeat: the broker's interval, except while a member
-        that joined has no partitions yet. The coordinator computes assignments apart from
-        the heartbeats (every ``share.assignment.interval.ms``, KIP-1263), so the join's
-        answer usually carries an empty one; asking again sooner than the interval (5 s by
-        default) gets the member its partitions that much sooner. The early waits double
-        from FIRST_ASSIGNMENT_POLL_S up to the interval: a few more requests per join, and
-        none once partitions came (or for a member the group has none for)."""
-        if self.joined and not self.has_partitions and self._early_wait_s < self.interval_s:
-            wait = self._early_wait_s
-            self._early_wait_s *= 2
-            return wait
+    def next_heartbeat_s(self, now: float) -> float:
+        """How long from ``now`` (a monotonic clock) until the next heartbeat: the broker's
+        interval, except while a member that joined has no partitions yet. The coordinator
+        computes assignments apart from the heartbeats (every ``share.assignment.interval.ms``,
+        1 s by default, KIP-1263), so the join's answer usually carries an empty one; waiting
+        the whole heartbeat interval (5 s by default) would leave the member idle that long.
+        The early waits grow with the time waited (see EARLY_HEARTBEAT_FRACTION): about ten
+        requests in the first second, fewer and fewer after, none once partitions came."""
+        if self._awaiting_partitions and self.joined and not self.has_partitions:
+            if self._waiting_since is None:
+                self._waiting_since = now
+            waited = now - self._waiting_since
+            early = max(EARLY_HEARTBEAT_MIN_S, waited * EARLY_HEARTBEAT_FRACTION)
+            return min(early, self.interval_s)
         return self.interval_s
 
     def subscribe(self, topics: list[str]) -> None:
@@ -130,7 +137,7 @@ class ShareMembership:
             if response.member_id:
                 self.member_id = response.member_id
             if self.epoch == 0:  # joined (again): its partitions are asked for early
-                self._early_wait_s = FIRST_ASSIGNMENT_POLL_S
+                self._awaiting_partitions, self._waiting_since = True, None
             self.epoch = response.member_epoch
             self.interval_s = max(response.heartbeat_interval_ms, 100) / 1000
             if request.subscribed_topic_names is not None and request.subscribed_topic_names == (
@@ -142,7 +149,7 @@ class ShareMembership:
                     (t.topic_id, list(t.partitions)) for t in response.assignment.topic_partitions
                 ]
                 if self.has_partitions:
-                    self._early_wait_s = math.inf
+                    self._awaiting_partitions = False
             return Outcome.JOINED
         if code in REJOIN_CODES:
             log.info(
@@ -208,9 +215,14 @@ class ShareHeartbeat:
         return left
 
     def start(self) -> None:
+        """Heartbeat from now on; when already heartbeating, once more at once (the
+        subscription changed). A new task's first heartbeat goes at once: a wake left set
+        would send a second one right after it."""
         if self._task is None or self._task.done():
+            self._wake.clear()
             self._task = asyncio.get_running_loop().create_task(self._run())
-        self.wake()
+        else:
+            self.wake()
 
     def wake(self) -> None:
         self._wake.set()
@@ -273,7 +285,8 @@ class ShareHeartbeat:
                     self._assign(await resolve_topic_ids(self.cluster, m.assigned_ids))
                 # Awake at the poll deadline too, to leave on time.
                 poll_due = self.last_poll + self.max_poll_interval_s - time.monotonic()
-                await wait_event(self._wake, max(0.0, min(m.next_heartbeat_s(), poll_due + 0.01)))
+                next_s = m.next_heartbeat_s(time.monotonic())
+                await wait_event(self._wake, max(0.0, min(next_s, poll_due + 0.01)))
                 self._wake.clear()
             elif outcome is Outcome.REJOIN:
                 self._assign(set())
