@@ -16,7 +16,9 @@ creating and closing the consumers are not. ``after_first_s`` is the same end me
 the first poll (of any member) that returned records: the round without the join. A record
 counts once accepted: in explicit mode when ``acknowledge(record, ACCEPT)`` was called for
 it, in implicit mode when the poll after the one that returned it (or the final
-``commit_sync``) accepts it.
+``commit_sync``) accepts it. In implicit mode the members stop polling once together they
+received N records, and each one's ``commit_sync`` accepts its last poll's: one more poll
+would wait its whole timeout for records that are not coming.
 """
 
 from __future__ import annotations
@@ -35,11 +37,19 @@ POLL_TIMEOUT_S = 0.5
 class Tally:
     """Records accepted by all members together; the round is over once it reaches N."""
 
-    def __init__(self, target: int, shared: Any = None, first_shared: Any = None) -> None:
+    def __init__(
+        self,
+        target: int,
+        shared: Any = None,
+        first_shared: Any = None,
+        received_shared: Any = None,
+    ) -> None:
         self.target = target
         self.shared = shared  # a multiprocessing Value when members are processes
         self.first_shared = first_shared  # (processes) when the first member got records
+        self.received_shared = received_shared  # (processes) records polls returned
         self.local = 0
+        self.received_local = 0
         self.first_local = 0.0
         self.lock = threading.Lock()
 
@@ -75,6 +85,19 @@ class Tally:
     def done(self) -> bool:
         return self.total >= self.target
 
+    def add_received(self, n: int) -> None:
+        if self.received_shared is not None:
+            with self.received_shared.get_lock():
+                self.received_shared.value += n
+        else:
+            with self.lock:
+                self.received_local += n
+
+    def all_received(self) -> bool:
+        """Whether the members' polls returned N records between them."""
+        shared = self.received_shared
+        return (int(shared.value) if shared is not None else self.received_local) >= self.target
+
 
 def _open(spec: dict[str, Any]) -> Any:
     config = {
@@ -102,7 +125,7 @@ def _member(spec: dict[str, Any], consumer: Any, tally: Tally, start: Any) -> No
     consumer.subscribe([spec["topic"]])
     owed = 0  # implicit mode: records of the last poll, accepted by the next poll or commit
     seen = False  # whether a poll of this member returned records yet
-    while not tally.done():
+    while not tally.done() and (explicit or not tally.all_received()):
         if time.monotonic() > deadline:
             raise TimeoutError(f"{tally.total} of {tally.target} records after {TIMEOUT_S:g}s")
         if arrow:
@@ -119,6 +142,7 @@ def _member(spec: dict[str, Any], consumer: Any, tally: Tally, start: Any) -> No
                 tally.add(got)
             elif not explicit:
                 owed = got
+                tally.add_received(got)
             continue
         records = consumer.poll(POLL_TIMEOUT_S)
         if owed:
@@ -144,6 +168,7 @@ def _member(spec: dict[str, Any], consumer: Any, tally: Tally, start: Any) -> No
                 tally.add(got)
         else:
             owed = got
+            tally.add_received(got)
     results = consumer.commit_sync()
     for tp, error in (results or {}).items():
         if error is not None:
@@ -188,10 +213,16 @@ def _threads(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _process_member(
-    spec: dict[str, Any], shared: Any, first: Any, ready: Any, start: Any, out: Any
+    spec: dict[str, Any],
+    shared: Any,
+    first: Any,
+    received: Any,
+    ready: Any,
+    start: Any,
+    out: Any,
 ) -> None:
     consumer = _open(spec)
-    tally = Tally(spec["records"], shared, first)
+    tally = Tally(spec["records"], shared, first, received)
     ready.put(True)
     try:
         cpu0 = time.process_time()
@@ -206,10 +237,10 @@ def _process_member(
 
 def _processes(spec: dict[str, Any]) -> dict[str, Any]:
     ctx = mp.get_context("spawn")  # no client state (threads, sockets) shared by a fork
-    shared, first = ctx.Value("q", 0), ctx.Value("d", 0.0)
+    shared, first, received = ctx.Value("q", 0), ctx.Value("d", 0.0), ctx.Value("q", 0)
     ready, out, start = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_process_member, args=(spec, shared, first, ready, start, out))
+        ctx.Process(target=_process_member, args=(spec, shared, first, received, ready, start, out))
         for _ in range(spec["members"])
     ]
     for p in procs:
