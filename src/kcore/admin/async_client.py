@@ -169,13 +169,17 @@ class AsyncAdminClient(GroupOperations, ShareGroupOperations, AclOperations, Scr
             before_retry=lambda _exc: self.cluster.cache.request_update(),
         )
 
-    async def _send_any(self, build: Callable[[int], Any], api_key: int) -> Any:
+    async def _any_node(self) -> int:
         node = self.cluster.least_loaded_node()
         if node is None:
             await self.cluster.refresh_metadata()
             node = self.cluster.least_loaded_node()
             if node is None:
                 raise BrokerConnectionError("cluster", "connect", "no broker is known")
+        return node
+
+    async def _send_any(self, build: Callable[[int], Any], api_key: int) -> Any:
+        node = await self._any_node()
         version = await self.cluster.version_for(node, api_key)
         return await self.cluster.send(node, build(version), version)
 
@@ -381,10 +385,19 @@ class AsyncAdminClient(GroupOperations, ShareGroupOperations, AclOperations, Scr
         self, *, include_internal: bool = False, timeout: float | None = None
     ) -> list[str]:
         async def attempt() -> list[str]:
-            md = await self.cluster.refresh_metadata(None)
-            return sorted(n for n, t in md.topics.items() if include_internal or not t.is_internal)
+            # As Java's listTopics: the names come from the answer; the cluster's metadata
+            # cache (and its merge of every topic) is left to its own refreshes.
+            response = await self._metadata_answer(None)
+            return sorted(t.name for t in response.topics if include_internal or not t.is_internal)
 
         return await self._retrying("list_topics", attempt, timeout)
+
+    async def _metadata_answer(self, topics: list[str] | None) -> Any:
+        """A Metadata answer about ``topics`` (None: every topic) from any broker."""
+        node = await self._any_node()
+        conn = await self.cluster.connection(node)
+        request, version = self.cluster.metadata_request(conn, topics)
+        return await self.cluster.send(node, request, version)
 
     async def describe_topics(
         self, names: Iterable[str], *, timeout: float | None = None
@@ -394,14 +407,7 @@ class AsyncAdminClient(GroupOperations, ShareGroupOperations, AclOperations, Scr
         wanted = list(dict.fromkeys(names))
 
         async def attempt() -> dict[str, TopicDescription]:
-            conn_node = self.cluster.least_loaded_node()
-            if conn_node is None:
-                await self.cluster.refresh_metadata()
-                conn_node = self.cluster.least_loaded_node()
-            assert conn_node is not None
-            conn = await self.cluster.connection(conn_node)
-            request, version = self.cluster.metadata_request(conn, wanted)
-            response = await self.cluster.send(conn_node, request, version)
+            response = await self._metadata_answer(wanted)
             out: dict[str, TopicDescription] = {}
             errors: dict[Any, KafkaError] = {}
             by_name = {t.name: t for t in response.topics}
