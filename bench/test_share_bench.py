@@ -15,12 +15,15 @@ round, ROUNDS rounds, ``KCORE_BENCH_SHARE_ROUNDS``):
   as processes of their own; explicit (``acknowledge(record)`` for each) and implicit
   acknowledgement; and 1 member reading ``poll_arrow`` batches (explicit: ``acknowledge_batch``
   for each);
-* confluent-kafka ``ShareConsumer`` (librdkafka's share consumer preview): 1 member, explicit and
-  implicit;
-* Java ``org.apache.kafka.tools.ShareConsumerPerformance --threads 1`` (implicit
+* confluent-kafka ``ShareConsumer`` (librdkafka's share consumer preview): the same member
+  counts and spreads, explicit and implicit;
+* Java ``org.apache.kafka.tools.ShareConsumerPerformance --threads 1`` (and 2 and 4; implicit
   acknowledgement), in a JVM with the JIT's full tiers and 1 GiB of heap; its figure is the
   tool's own elapsed time (its start.time to its end.time, which leaves the JVM's start-up
   out).
+
+Each kcore cell is compared with confluent-kafka's cell of the same members, spread and
+acknowledgement, and with Java's of the same number of members (threads, implicit).
 
 Every client gets its defaults (``max.poll.records`` 500 in kcore and Java) plus CONFIG
 (``KCORE_BENCH_SHARE_CONFIG``, JSON, the same keys for all three). The Python cells' timed part
@@ -71,18 +74,27 @@ JAVA_HEAP = "1g"
 confluent = _optional("confluent_kafka")
 
 
+SPREADS = ((1, "threads"), (2, "threads"), (4, "threads"), (2, "processes"), (4, "processes"))
+
+
 def _cells() -> list[dict[str, Any]]:
     cells: list[dict[str, Any]] = []
     for ack in ("explicit", "implicit"):
-        for members, spread in ((1, "threads"), (2, "threads"), (4, "threads")):
-            cells.append({"client": "kcore", "members": members, "spread": spread, "ack": ack})
-        for members in (2, 4):
-            cells.append({"client": "kcore", "members": members, "spread": "processes", "ack": ack})
-        cells.append(
-            {"client": "kcore", "members": 1, "spread": "threads", "ack": ack, "api": "arrow"}
-        )
-        cells.append({"client": "confluent", "members": 1, "spread": "threads", "ack": ack})
-    cells.append({"client": "java", "members": 1, "spread": "threads", "ack": "implicit"})
+        for client in ("kcore", "confluent"):
+            for members, spread in SPREADS:
+                cells.append({"client": client, "members": members, "spread": spread, "ack": ack})
+            if client == "kcore":
+                cells.append(
+                    {
+                        "client": "kcore",
+                        "members": 1,
+                        "spread": "threads",
+                        "ack": ack,
+                        "api": "arrow",
+                    }
+                )
+    for members in (1, 2, 4):
+        cells.append({"client": "java", "members": members, "spread": "threads", "ack": "implicit"})
     return cells
 
 
@@ -109,7 +121,7 @@ def _python_round(cell: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _java_round(spec: dict[str, Any], config_file: str) -> dict[str, Any]:
+def _java_round(spec: dict[str, Any], config_file: str, members: int) -> dict[str, Any]:
     """One run of Java's tool; its elapsed time from its own start.time and end.time."""
     from kcore.testing import _cds, jars
     from kcore.testing.versions import KAFKA_VERSION
@@ -132,7 +144,7 @@ def _java_round(spec: dict[str, Any], config_file: str) -> dict[str, Any]:
         "--num-records",
         str(spec["records"]),
         "--threads",
-        "1",
+        str(members),
         "--timeout",
         "60000",
         "--command-config",
@@ -173,7 +185,6 @@ def _table(times: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]
         for label, rows in times.items()
         if rows and all("after_first_s" in r for r in rows)
     }
-    java = med.get("java 1 implicit")
     lines = [
         f"share-consume {N:,} records of 100 B, {PARTITIONS} partitions, "
         f"{ROUNDS} rounds a cell, cells alternating, config {CONFIG or 'defaults'}",
@@ -182,17 +193,23 @@ def _table(times: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]
     ]
     summary: dict[str, Any] = {}
     for label, m in med.items():
-        peer_label = f"confluent 1 {label.rsplit(' ', 1)[1]}"
+        # The peers' cell of the same members (and for confluent-kafka the same spread and
+        # acknowledgement): "kcore arrow 2 processes explicit" -> "confluent 2 processes
+        # explicit", "java 2 threads implicit".
+        client, rest = label.split(" arrow ", 1) if " arrow " in label else label.split(" ", 1)
+        members = rest.split(" ", 1)[0]
+        peer_label = f"confluent {rest}"
+        java = med.get(f"java {members}{'' if members == '1' else ' threads'} implicit")
         peer = med.get(peer_label)
-        vs_c = f"{peer / m:.2f}x" if peer and not label.startswith("confluent") else ""
-        vs_j = f"{java / m:.2f}x" if java and label != "java 1 implicit" else ""
+        vs_c = f"{peer / m:.2f}x" if peer and client != "confluent" else ""
+        vs_j = f"{java / m:.2f}x" if java and client != "java" else ""
         cpu_rounds = [r["cpu_s"] for r in times[label] if "cpu_s" in r]
         cpu = f"{statistics.median(cpu_rounds):.2f}" if cpu_rounds else ""
         after = f"{steady[label]:.3f}" if label in steady else ""
         peer_after = steady.get(peer_label)
         vs_c_after = (
             f"{peer_after / steady[label]:.2f}x"
-            if peer_after and label in steady and not label.startswith("confluent")
+            if peer_after and label in steady and client != "confluent"
             else ""
         )
         broker_rounds = [r["broker_cpu_s"] for r in times[label] if "broker_cpu_s" in r]
@@ -205,7 +222,8 @@ def _table(times: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]
         if label in steady:
             summary[label]["after_first_s"] = steady[label]
     lines.append(
-        "vs X: X's median time / the row's (above 1: the row is faster); CPU: the round's "
+        "vs X: X's median time / the row's (above 1: the row is faster), X's cell of the "
+        "same members (confluent: and spread, acknowledgement); CPU: the round's "
         "process time, all members' (Java's is not measured); after 1st: from the first "
         "poll that returned records to the end (the join left out); broker CPU: the broker "
         "JVM's CPU time over the round's process (its start and close included)"
@@ -261,7 +279,7 @@ def test_share_consume(benchmark: Any, kafka_cluster: Any) -> None:
             }
             broker_cpu0 = broker.cpu_s()
             if cell["client"] == "java":
-                got = _java_round(spec, java_config)
+                got = _java_round(spec, java_config, cell["members"])
             else:
                 got = _python_round(cell, spec)
             broker_cpu1 = broker.cpu_s()
