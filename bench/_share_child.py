@@ -34,6 +34,28 @@ TIMEOUT_S = 240.0
 POLL_TIMEOUT_S = 0.5
 
 
+class Count:
+    """A count the members add to: a multiprocessing Value when they are processes (``shared``),
+    else an int under a lock."""
+
+    def __init__(self, shared: Any = None) -> None:
+        self.shared = shared
+        self.local = 0
+        self.lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        if self.shared is not None:
+            with self.shared.get_lock():
+                self.shared.value += n
+        else:
+            with self.lock:
+                self.local += n
+
+    @property
+    def value(self) -> int:
+        return int(self.shared.value) if self.shared is not None else self.local
+
+
 class Tally:
     """Records accepted by all members together; the round is over once it reaches N."""
 
@@ -45,11 +67,9 @@ class Tally:
         received_shared: Any = None,
     ) -> None:
         self.target = target
-        self.shared = shared  # a multiprocessing Value when members are processes
+        self.accepted = Count(shared)
+        self.received = Count(received_shared)  # records the members' polls returned
         self.first_shared = first_shared  # (processes) when the first member got records
-        self.received_shared = received_shared  # (processes) records polls returned
-        self.local = 0
-        self.received_local = 0
         self.first_local = 0.0
         self.lock = threading.Lock()
 
@@ -71,32 +91,21 @@ class Tally:
         return float(self.first_shared.value) if self.first_shared is not None else self.first_local
 
     def add(self, n: int) -> None:
-        if self.shared is not None:
-            with self.shared.get_lock():
-                self.shared.value += n
-        else:
-            with self.lock:
-                self.local += n
+        self.accepted.add(n)
 
     @property
     def total(self) -> int:
-        return int(self.shared.value) if self.shared is not None else self.local
+        return self.accepted.value
 
     def done(self) -> bool:
         return self.total >= self.target
 
     def add_received(self, n: int) -> None:
-        if self.received_shared is not None:
-            with self.received_shared.get_lock():
-                self.received_shared.value += n
-        else:
-            with self.lock:
-                self.received_local += n
+        self.received.add(n)
 
     def all_received(self) -> bool:
         """Whether the members' polls returned N records between them."""
-        shared = self.received_shared
-        return (int(shared.value) if shared is not None else self.received_local) >= self.target
+        return self.received.value >= self.target
 
 
 def _open(spec: dict[str, Any]) -> Any:
