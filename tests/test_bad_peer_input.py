@@ -22,7 +22,13 @@ import pytest
 from kcore import AdminClient, Consumer, TopicPartition
 from kcore.cluster import ClusterClient
 from kcore.config import ClientConfig
-from kcore.errors import BootstrapError, BrokerConnectionError, ConfigError
+from kcore.errors import (
+    BootstrapError,
+    BrokerConnectionError,
+    ConfigError,
+    ErrorCode,
+    RebootstrapRequiredError,
+)
 from kcore.network.address import address_problem
 from kcore.network.connection import BrokerConnection, ConnectionSettings
 from kcore.protocol import ApiKey, request_class, request_header_version, response_header_version
@@ -40,7 +46,7 @@ BAD_HOSTS = ["kafka..example.com", "a" * 64 + ".example.com", "x" * 300]
 # What the fake broker says it supports: few versions, each within kcore's range.
 VERSIONS = {
     ApiKey.API_VERSIONS: (0, 3),
-    ApiKey.METADATA: (1, 12),
+    ApiKey.METADATA: (1, 13),  # (13: the top-level error code, KIP-1102)
     ApiKey.FETCH: (4, 12),  # (before topic ids: the fake answers by name)
     ApiKey.LIST_OFFSETS: (1, 5),
 }
@@ -232,6 +238,31 @@ def test_one_bad_bootstrap_name_and_one_good_bootstrap(bad_first, monkeypatch):
         servers = f"kafka..example.com:9092,{broker.address}"
         with AdminClient({"bootstrap.servers": servers}) as admin:
             assert "t" in admin.list_topics(timeout=20)
+
+
+@pytest.mark.timeout(60)
+def test_a_metadata_answer_with_a_top_level_error_is_an_error_not_an_empty_cluster():
+    """KIP-1102: a Metadata answer whose top-level error is REBOOTSTRAP_REQUIRED lists no
+    topics; list_topics raises the error (it returned [] before), and the client bootstraps again
+    before its next refresh, after which list_topics works."""
+    with FakeBroker({ApiKey.METADATA: metadata_answer([(1, "127.0.0.1", 0)])}) as broker:
+        good = metadata_answer([(1, "127.0.0.1", broker.port)], {"t": 1})
+        broker.handlers[ApiKey.METADATA] = good
+        with AdminClient({"bootstrap.servers": broker.address}) as admin:
+            assert admin.list_topics(timeout=20) == ["t"]
+
+            def stale(request: Any, version: int) -> Any:
+                answer = good(request, version)
+                answer.topics = []
+                answer.error_code = ErrorCode.REBOOTSTRAP_REQUIRED
+                return answer
+
+            broker.handlers[ApiKey.METADATA] = stale
+            with pytest.raises(RebootstrapRequiredError, match="Metadata from node 1"):
+                admin.list_topics(timeout=20)
+            assert admin.cluster.bootstrapped is False
+            broker.handlers[ApiKey.METADATA] = good
+            assert admin.list_topics(timeout=20) == ["t"]
 
 
 @pytest.mark.timeout(60)

@@ -397,7 +397,16 @@ class AsyncAdminClient(GroupOperations, ShareGroupOperations, AclOperations, Scr
         node = await self._any_node()
         conn = await self.cluster.connection(node)
         request, version = self.cluster.metadata_request(conn, topics)
-        return await self.cluster.send(node, request, version)
+        response = await self.cluster.send(node, request, version)
+        code = getattr(response, "error_code", ErrorCode.NONE)
+        if code != ErrorCode.NONE:
+            # (KIP-1102: REBOOTSTRAP_REQUIRED) The answer is void, not an empty cluster; the
+            # cluster rebootstraps before its next refresh.
+            self.cluster.check_metadata_answer(response)
+            err = error_for_code(code, getattr(response, "error_message", None))
+            assert err is not None
+            raise err.with_message(f"Metadata from node {node}: {err.message}")
+        return response
 
     async def describe_topics(
         self, names: Iterable[str], *, timeout: float | None = None

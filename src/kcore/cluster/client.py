@@ -313,7 +313,7 @@ class ClusterClient:
             self.connections.bootstrap_counters,
         )
         await self._merge(response, all_topics=self.all_topics or topics is None)
-        self._check_top_level_error(response)
+        self.check_metadata_answer(response)
         self.bootstrapped = True
         self.connections.forget_failures()
         log.info("bootstrapped from %s: %s", address, self._brokers_text())
@@ -350,8 +350,10 @@ class ClusterClient:
             include_topic_authorized_operations=False,
         ), version
 
-    def _check_top_level_error(self, response: Any) -> None:
-        # KIP-1102: the broker tells the client to re-bootstrap.
+    def check_metadata_answer(self, response: Any) -> None:
+        """Act on a Metadata answer's top-level error, whoever asked for the answer: KIP-1102's
+        REBOOTSTRAP_REQUIRED (the broker tells the client to re-bootstrap) makes the next
+        refresh a bootstrap."""
         if getattr(response, "error_code", ErrorCode.NONE) == ErrorCode.REBOOTSTRAP_REQUIRED:
             self.cache.request_update()
             self.bootstrapped = False
@@ -481,7 +483,7 @@ class ClusterClient:
             await self._merge(
                 response, all_topics=self.all_topics or topics is None, partial=named_only
             )
-            self._check_top_level_error(response)
+            self.check_metadata_answer(response)
             if not self.bootstrapped:
                 return await self._rebootstrap(topics)
             return self.cache.current
