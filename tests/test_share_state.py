@@ -580,3 +580,36 @@ def test_a_member_without_partitions_asks_early_after_joining() -> None:
     assert m.on_response(m.request(), answer(ErrorCode.FENCED_MEMBER_EPOCH)) is Outcome.REJOIN
     m.on_response(m.request(), answer(epoch=5, parts=[]))
     assert m.next_heartbeat_s(20.0) == 0.1
+
+
+def test_a_new_heartbeat_task_sends_one_join_then_waits_early() -> None:
+    """start() of a new heartbeat task sends the join once: a wake left set by start() sent a
+    second heartbeat right behind it, which used up the first early wait. (Lower bounds only:
+    a loaded machine can only delay the heartbeats.)"""
+    import asyncio
+    import time
+    from types import SimpleNamespace
+
+    from kcore.consumer.share.membership import ShareHeartbeat
+    from kcore.network.backoff import ExponentialBackoff
+
+    sent: list[float] = []
+
+    class Link:
+        async def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(time.monotonic())
+            return answer(epoch=2)  # joined, no assignment yet
+
+    async def main() -> None:
+        m = ShareMembership("g")
+        m.subscribe(["a"])
+        cluster = SimpleNamespace(retry_backoff=ExponentialBackoff(100, 1000))
+        hb = ShareHeartbeat(cluster, Link(), m, lambda _: None)  # type: ignore[arg-type]
+        hb.start()
+        await asyncio.sleep(0.35)
+        await hb.leave(0.1)
+
+    asyncio.run(main())
+    assert len(sent) >= 2
+    assert sent[1] - sent[0] >= 0.08  # the first early wait (100 ms), not at once
+    assert len(sent) <= 5  # join, then early heartbeats every 100 ms or more (and the leave)
