@@ -199,7 +199,8 @@ def _table(times: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, Any]]
         client, rest = label.split(" arrow ", 1) if " arrow " in label else label.split(" ", 1)
         members = rest.split(" ", 1)[0]
         peer_label = f"confluent {rest}"
-        java = med.get(f"java {members}{'' if members == '1' else ' threads'} implicit")
+        java_cell = {"client": "java", "members": int(members), "spread": "threads"}
+        java = med.get(_label({**java_cell, "ack": "implicit"}))
         peer = med.get(peer_label)
         vs_c = f"{peer / m:.2f}x" if peer and client != "confluent" else ""
         vs_j = f"{java / m:.2f}x" if java and client != "java" else ""
