@@ -40,9 +40,14 @@ extensions = [
     extension(
         "kcore.protocol._decoders",
         "src/kcore/protocol/_decoders.pyx",
-        depends=["src/kcore/protocol/_decode_runtime.pxi"],
+        depends=["src/kcore/protocol/_decode_runtime.pxi", "src/kcore/protocol/_decoders.pxd"],
     ),
-    extension("kcore.cluster._metadata_apply", "src/kcore/cluster/_metadata_apply.pyx", []),
+    # cimports kcore.protocol._decoders (its StructArray) through src/kcore/protocol/_decoders.pxd
+    extension(
+        "kcore.cluster._metadata_apply",
+        "src/kcore/cluster/_metadata_apply.pyx",
+        ["src/kcore/protocol/_decoders.pxd"],
+    ),
     extension("kcore.consumer.share._acknowledge", "src/kcore/consumer/share/_acknowledge.pyx", []),
 ]
 

@@ -4,6 +4,7 @@ refresh bookkeeping; and the connection layer's handling of peers that are not K
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 import socket
 import struct
@@ -13,8 +14,10 @@ import uuid
 import pytest
 
 from kcore.cluster import MetadataCache, PartitionInfo, apply_leader_hints
+from kcore.cluster._metadata_apply import rows_unchanged
 from kcore.errors import BrokerConnectionError, ErrorCode, KcoreTimeoutError
 from kcore.network import BrokerConnection, ConnectionSettings, ExponentialBackoff
+from kcore.protocol._decoders import decode_metadata_response
 from kcore.protocol.messages import FetchResponse, MetadataResponse, ProduceResponse
 from kcore.protocol.messages.fetch_response import FetchableTopicResponse, PartitionData
 from kcore.protocol.messages.fetch_response import LeaderIdAndEpoch as FetchLeader
@@ -588,3 +591,128 @@ def test_rows_share_equal_replica_tuples_and_never_mix_up_different_ones():
     shared = metadata({p: (1, 5) for p in range(10)})
     rows = MetadataCache().update(shared, all_topics=True).topics["t"].partitions
     assert len({id(row.replicas) for row in rows.values()}) == 1
+
+
+# The compiled decoder's partitions (a StructArray) are merged from their bytes: the same rows
+# and the same kept entries as the partition objects give.
+
+
+def wire(answer, how):
+    """``answer`` as a client may get it: the objects as built, or encoded and decoded by the
+    Python decoder or the compiled one."""
+    if how == "built":
+        return copy.deepcopy(answer)  # (merging in steps empties the answer's lists)
+    data = answer.encode(12)
+    if how == "python":
+        return MetadataResponse.decode(data, 12)[0]
+    return decode_metadata_response(data, 12)[0]
+
+
+def random_partitions(rng, count):
+    return {
+        p: dict(
+            leader=rng.choice([1, 2, 3, -1]),
+            epoch=rng.randrange(0, 4),
+            replicas=[rng.randrange(1, 6) for _ in range(rng.randrange(0, 4))],
+            isr=[rng.randrange(1, 6) for _ in range(rng.randrange(0, 3))],
+            offline=[rng.randrange(1, 6)] if rng.random() < 0.1 else [],
+            error=rng.choice([0, 0, 0, ErrorCode.LEADER_NOT_AVAILABLE]),
+        )
+        for p in range(count)
+    }
+
+
+def answer_of(parts, order=None, error_code=0):
+    return MetadataResponse(
+        brokers=[MetadataResponseBroker(node_id=n, host="h", port=9000 + n) for n in (1, 2, 3)],
+        topics=[
+            MetadataResponseTopic(
+                name="t",
+                topic_id=TOPIC_ID,
+                error_code=error_code,
+                partitions=[
+                    MetadataResponsePartition(
+                        partition_index=p,
+                        leader_id=parts[p]["leader"],
+                        leader_epoch=parts[p]["epoch"],
+                        replica_nodes=parts[p]["replicas"],
+                        isr_nodes=parts[p]["isr"],
+                        offline_replicas=parts[p]["offline"],
+                        error_code=parts[p]["error"],
+                    )
+                    for p in (order if order is not None else parts)
+                ],
+            )
+        ],
+    )
+
+
+def changed_answer(rng, parts):
+    """A later answer: some partitions changed, some answered by a broker that is behind,
+    sometimes in another order, one missing, or one listed twice."""
+    after = {p: dict(v) for p, v in parts.items()}
+    for p in rng.sample(sorted(after), k=min(len(after), rng.randrange(0, 4))):
+        field = rng.choice(["leader", "epoch", "replicas", "isr", "offline", "error", "stale"])
+        if field == "stale":
+            after[p]["epoch"] -= 1  # an older epoch: the cached row stays
+            after[p]["leader"] = 3
+        elif field in ("replicas", "isr", "offline"):
+            after[p][field] = after[p][field] + [7]
+        elif field == "error":
+            after[p]["error"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        else:
+            after[p][field] += 1
+    order = list(after)
+    shape = rng.choice(["same", "same", "shuffled", "missing", "twice", "added"])
+    if not order:
+        shape = "same"
+    if shape == "shuffled":
+        rng.shuffle(order)
+    elif shape == "missing":
+        order.remove(rng.choice(order))
+    elif shape == "twice":
+        order[rng.randrange(len(order))] = rng.choice(order)
+    elif shape == "added":
+        after[len(order)] = dict(after[0])
+        order.append(len(order))
+    return answer_of(after, order)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_decoded_partitions_merge_as_the_objects_do(seed):
+    rng = random.Random(seed)
+    parts = random_partitions(rng, rng.choice([0, 1, 5, 60]))
+    first, later = answer_of(parts), changed_answer(rng, parts)
+    results = {}
+    for how in ("built", "python", "compiled"):
+        cache = MetadataCache()
+        before = cache.update(wire(first, how), all_topics=True)
+        steps_of(cache, wire(later, how), rng.choice([7, 1000]), all_topics=True)
+        after = cache.current
+        kept_topic = after.topics["t"] is before.topics["t"]
+        kept_rows = {
+            p
+            for p, row in after.topics["t"].partitions.items()
+            if before.topics["t"].partitions.get(p) is row
+        }
+        results[how] = (after.topics, kept_topic, kept_rows)
+    assert results["compiled"] == results["python"] == results["built"]
+
+
+def test_an_unchanged_topic_is_compared_without_building_its_rows():
+    answer = metadata({p: (1, 5) for p in range(300)})
+    cache = MetadataCache()
+    first = cache.update(wire(answer, "compiled"), all_topics=True)
+    rows = first.topics["t"].partitions
+    partitions = wire(answer, "compiled").topics[0].partitions
+    cursor = 0
+    for start in range(0, 300, 64):  # in steps, as update_in_steps does
+        cursor = rows_unchanged(partitions, rows, PartitionInfo, start, start + 64, cursor)
+        assert cursor > 0
+    assert rows_unchanged(partitions, dict(reversed(rows.items())), PartitionInfo, 0, 300, 0) < 0
+    assert rows_unchanged(list(partitions), rows, PartitionInfo, 0, 300, 0) < 0  # objects: build
+    assert cache.update(wire(answer, "compiled"), all_topics=True).topics["t"] is first.topics["t"]
+    # Nothing was made of the answer's partitions: they are still bytes.
+    second = wire(answer, "compiled")
+    cache.update(second, all_topics=True)
+    assert not second.topics[0].partitions.elements_made

@@ -9,20 +9,23 @@ the same kcore error class, never a crash or a non-kcore exception. No broker ne
 
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 import random
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kcore.errors import KcoreError, ProtocolError
+from kcore.errors import InvalidLengthError, KcoreError, ProtocolError
 from kcore.protocol import framing
-from kcore.protocol._decoders import DECODERS, decode_metadata_response
+from kcore.protocol._decoders import DECODERS, StructArray, decode_metadata_response
 from kcore.protocol.messages import MetadataRequest, MetadataResponse
 from kcore.protocol.messages.metadata_response import (
     MetadataResponseBroker,
@@ -237,6 +240,44 @@ def test_decoded_containers_are_left_to_reference_counting() -> None:
     partition = obj.topics[0].partitions[0]
     assert not any(gc.is_tracked(o) for o in (obj, obj.topics, partition, partition.replica_nodes))
     assert MetadataResponse.decode(data, MetadataResponse.VALID_VERSIONS[1])[0] == obj
+
+
+def test_partitions_are_a_sequence_equal_to_the_python_decoders_list() -> None:
+    # The compiled decoder leaves a topic's partitions as a StructArray: checked when decoded,
+    # made into objects on first use. To every reader it is the list the Python decoder makes.
+    obj = response(12, random.Random(6), topics=2, partitions=40)
+    data = bytearray(obj.encode(12))
+    decoded, _ = decode_metadata_response(data, 12)
+    data[:] = b"\x00" * len(data)  # the array keeps its own copy of its bytes
+    partitions = decoded.topics[1].partitions
+    expected = obj.topics[1].partitions
+    assert type(partitions) is StructArray and type(expected) is list
+    assert partitions.element_type is MetadataResponsePartition
+    assert isinstance(partitions, Sequence) and len(partitions) == 41
+    assert partitions == expected and expected == partitions and not partitions != expected
+    assert partitions != expected[:-1] and partitions != "x" and partitions != 41
+    assert partitions == decode_metadata_response(obj.encode(12), 12)[0].topics[1].partitions
+    assert partitions[0] == expected[0] and partitions[-1] == expected[-1]
+    assert partitions[3:7] == expected[3:7] and list(reversed(partitions)) == expected[::-1]
+    assert list(partitions) == expected and repr(partitions) == repr(expected)
+    assert expected[5] in partitions and partitions.index(expected[5]) == 5
+    assert partitions.count(expected[5]) == 1
+    assert partitions + [] == expected and [] + partitions == expected
+    assert partitions[2] is partitions[2]  # made once
+    assert pickle.loads(pickle.dumps(partitions)) == expected
+    assert copy.deepcopy(partitions) == expected
+    with pytest.raises(TypeError):
+        hash(partitions)
+    with pytest.raises(IndexError):
+        partitions[41]
+    assert not gc.is_tracked(partitions) and not gc.is_tracked(partitions[0])
+    # An element's bytes are checked when the answer is decoded, not when it is first used.
+    with_bad_partition = bytearray(obj.encode(12))
+    at = with_bad_partition.index(obj.topics[1].partitions[-1].encode(12)) + 14
+    with_bad_partition[at] = 0  # a null replica list
+    check_decoders_agree(MetadataResponse, bytes(with_bad_partition), 12)
+    with pytest.raises(InvalidLengthError):
+        decode_metadata_response(bytes(with_bad_partition), 12)
 
 
 def test_framing_decodes_metadata_with_the_compiled_decoder() -> None:

@@ -74,6 +74,7 @@ def test_wheel_is_manylinux_by_auditwheels_policy(kcore_dist: KcoreDist, version
         "kcore/cluster/_metadata_apply.pyi",
         "kcore/consumer/share/_acknowledge.pyi",
         "kcore/_codec.pxd",
+        "kcore/protocol/_decoders.pxd",
     } <= set(names)
     assert not [n for n in names if n.endswith((".c", ".pyx"))]
 
@@ -90,6 +91,7 @@ def test_sdist_carries_the_sources_not_generated_c(kcore_dist: KcoreDist) -> Non
         "src/kcore/producer/_sendpath.pyx",
         "src/kcore/protocol/_decoders.pyx",
         "src/kcore/protocol/_decode_runtime.pxi",
+        "src/kcore/protocol/_decoders.pxd",
         "src/kcore/cluster/_metadata_apply.pyx",
         "src/kcore/consumer/share/_acknowledge.pyx",
         "src/kcore/_native/crc32c.h",

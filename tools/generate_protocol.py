@@ -1307,6 +1307,16 @@ COMPILED_MODULE = "_decoders"
 # Fixed-width type -> the runtime's reader of one value (src/kcore/protocol/_decode_runtime.pxi).
 FIXED_READERS = {t: "fixed_" + t for t in FIXED_TYPES}
 
+# Arrays of these structs decode to a StructArray (_decode_runtime.pxi): every element is read
+# and checked at once, its objects made only when first asked for, and compiled code can read
+# an element's fields as C values (its "raw" struct, declared in _decoders.pxd) without them. A
+# 100,000-partition Metadata answer is 400,000 objects otherwise. Only structs of integers and
+# arrays of integers qualify (their raw struct holds int64_t values and (start, count) pairs).
+LAZY_STRUCTS = ("MetadataResponsePartition",)
+RAW_INT_TYPES = {"int8", "int16", "uint16", "int32", "uint32", "int64"}
+RAW_READERS = {t: "c_" + t for t in RAW_INT_TYPES}
+RAW_SCRATCH = 512  # bytes _decoders.pxd reserves for any raw struct (16 a field at most)
+
 
 class CompiledDecoderGen(ModuleGen):
     """The decoders of one message as Cython, branch for branch the Python decoder's (the same
@@ -1352,7 +1362,119 @@ class CompiledDecoderGen(ModuleGen):
                 w(f"{INDENT}{self.cls(s)}, {py_str(attr)}")
                 w(")")
 
+    # -- raw readers (LAZY_STRUCTS) ---------------------------------------------------------
+
+    def lazy_structs(self) -> list[StructSpec]:
+        found = [s for s in self.spec.structs if s.name in LAZY_STRUCTS]
+        for s in found:
+            for f in s.fields:
+                ok = f.elem in RAW_INT_TYPES and f.tagged.empty and f.tag is None
+                if f.is_array:
+                    ok = ok and (f.nullable & s.context).empty and default_expr(f) == "[]"
+                if not ok:
+                    raise ValueError(f"{s.name}.{f.attr} ({f.type}) has no raw form")
+            if 16 * len(s.fields) > RAW_SCRATCH:
+                raise ValueError(f"{s.name} has too many fields for a raw struct")
+        return found
+
+    def raw_type(self, s: StructSpec) -> str:
+        return f"{s.name}Raw"
+
+    def raw_fn(self, s: StructSpec) -> str:
+        return f"_r_{self.prefix}{s.name}"
+
+    def emit_raw_struct(self, w: Writer, s: StructSpec) -> None:
+        """The C struct (in _decoders.pxd) an element's raw reader fills: integers as int64_t,
+        arrays of integers as where their big-endian values start in StructArray.data and how
+        many there are."""
+        w(f"ctypedef struct {self.raw_type(s)}:")
+        with w.indented():
+            for f in s.fields:
+                if f.is_array:
+                    w(f"Py_ssize_t {f.attr}_at  # {f.elem} values, big-endian")
+                    w(f"Py_ssize_t {f.attr}_n")
+                else:
+                    w(f"int64_t {f.attr}")
+
+    def emit_raw_reader(self, w: Writer, s: StructSpec) -> None:
+        """The decoder of ``s`` with the same checks in the same order, storing C values into
+        its raw struct instead of objects into an instance."""
+        w(
+            f"cdef int {self.raw_fn(s)}(Reader* r, Py_ssize_t* at, int version, void* dest) "
+            "except -1:"
+        )
+        with w.indented():
+            w(f"cdef {self.raw_type(s)}* out = <{self.raw_type(s)}*>dest")
+            w("cdef Py_ssize_t pos = at[0]")
+            w("cdef int64_t n")
+            w("cdef const uint8_t* p")
+            for group in self.plan(s):
+                if self.is_group(group):
+                    self.emit_raw_group(w, s, group)
+                else:
+                    self.emit_raw_field(w, s, group[0])
+            flex = self.flexible_in(s)
+            if not flex.empty:
+                test = range_test(flex.lo, flex.hi, s.context)
+                body = Writer(w.level + (1 if test else 0))
+                body("need(r, pos, 1)")
+                with body.block("if r.data[pos] == 0:"):
+                    body("pos += 1")
+                with body.block("else:"):
+                    body("v, pos = _read_unknown_tags(<object>r.obj, pos)")
+                if test:
+                    w(f"if {test}:")
+                w.extend(body)
+            w("at[0] = pos")
+            w("return 0")
+
+    def emit_raw_group(self, w: Writer, s: StructSpec, group: list[FieldSpec]) -> None:
+        def emit(body: Writer, fields: tuple[FieldSpec, ...]) -> None:
+            if fields:
+                total = sum(FIXED_TYPES[f.type][1] for f in fields)
+                body(f"need(r, pos, {total})")
+                body("p = r.data + pos")
+                at = 0
+                for f in fields:
+                    where = "p" if at == 0 else f"p + {at}"
+                    body(f"out.{f.attr} = {RAW_READERS[f.type]}({where})")
+                    at += FIXED_TYPES[f.type][1]
+                body(f"pos += {total}")
+            for f in group:
+                if f not in fields:
+                    body(f"out.{f.attr} = {default_expr(f)}")
+
+        emit_chain(w, s.context, self.group_runs(s, group), emit)
+
+    def emit_raw_field(self, w: Writer, s: StructSpec, f: FieldSpec) -> None:
+        assert f.is_array
+        size = FIXED_TYPES[f.elem][1]
+
+        def emit(body: Writer, lay: Layout) -> None:
+            if lay == ABSENT:
+                body(f"out.{f.attr}_at = 0")
+                body(f"out.{f.attr}_n = 0")
+                return
+            flexible = lay.flexible
+            body("n = read_uvarint(r, &pos) - 1" if flexible else "n = read_i32_length(r, &pos)")
+            with body.block("if n < 0:"):
+                body(f"null_in({py_str(f'null in non-nullable {s.name}.{f.attr}')}, pos)")
+            body(f"out.{f.attr}_at = skip_fixed_array(r, &pos, n, {size})")
+            body(f"out.{f.attr}_n = n")
+
+        def lay_out(v: int) -> Layout:
+            lay = layout(f, v, self.spec.flexible)
+            return ABSENT if lay == TAGGED else lay
+
+        emit_chain(w, s.context, runs_of(s.context, lay_out), emit)
+
+    # -- decoders ------------------------------------------------------------------------------
+
     def emit_decoders(self, w: Writer) -> None:
+        for s in self.lazy_structs():
+            self.emit_raw_reader(w, s)
+            w()
+            w()
         for s in self.spec.structs:
             self.emit_decoder(w, s)
             w()
@@ -1485,6 +1607,11 @@ class CompiledDecoderGen(ModuleGen):
             if f.struct is not None or elem in ("string", "bytes", "uuid"):
                 with w.block("if n > r.size - pos:"):
                     w("array_too_long(n, pos)")
+                if f.struct is not None and f.struct.name in LAZY_STRUCTS:
+                    e = f.struct
+                    made = f"struct_array(r, &pos, n, version, {self.cls(e)}, {self.fn(e)}, "
+                    self.set(w, s, f, made + f"{self.raw_fn(e)})")
+                    return
                 w("items = new_list(n)")
                 with w.block("for i in range(n):"):
                     if f.struct is not None:
@@ -1586,12 +1713,76 @@ import kcore.protocol.types as _types
 COMPILED_STUB = """\
 \"\"\"Type stubs for the generated compiled decoders (src/kcore/protocol/_decoders.pyx).\"\"\"
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
 
 DECODERS: dict[type[Any], Callable[[Any, int, int], tuple[Any, int]]]
 
+class StructArray(Sequence[Any]):
+    \"\"\"A decoded array of structs whose elements are made on first use (see the module).\"\"\"
+
+    @property
+    def element_type(self) -> type[Any]: ...
+    @property
+    def elements_made(self) -> bool: ...
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
 {functions}
+"""
+
+COMPILED_PXD = """\
+# Generated by tools/generate_protocol.py from the JSON definitions of Apache Kafka
+# {kafka_version}. Do not edit; regenerate instead.
+# What other compiled modules may use of kcore.protocol._decoders (cimport it): StructArray, an
+# array of structs decoded on demand, and the raw structs its raw_at fills with an element's
+# fields as C values. The runtime (_decode_runtime.pxi) implements what is declared here.
+
+cimport cython
+from cpython.object cimport PyObject
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+
+
+cdef struct Reader:
+    const uint8_t* data
+    Py_ssize_t size
+    PyObject* obj  # the buffer object itself, for the Python helpers of the rare paths
+    Py_ssize_t pause_every  # see pause_point; 0: never
+    Py_ssize_t countdown
+    PyObject* pause  # a callable, or NULL
+
+
+ctypedef object (*ItemDecoder)(Reader*, Py_ssize_t*, int)
+ctypedef int (*RawReader)(Reader*, Py_ssize_t*, int, void*) except -1
+
+cdef enum:
+    RAW_SCRATCH = {raw_scratch}  # bytes: room for any raw struct below
+
+
+cdef inline int32_t raw_int32(const uint8_t* p) noexcept nogil:
+    \"\"\"A big-endian int32 (the raw structs' arrays of int32 hold them so).\"\"\"
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+
+
+@cython.final
+cdef class StructArray:
+    cdef bytes data  # the elements' bytes, copied from the answer
+    cdef Py_ssize_t n
+    cdef int version
+    cdef Py_ssize_t* offsets  # where each element starts in data
+    cdef list items  # the elements as objects, once asked for
+    cdef type item_type
+    cdef ItemDecoder decode_item
+    cdef RawReader read_raw
+
+    cdef int raw_at(self, Py_ssize_t i, void* out) except -1  # element i's raw struct
+    cdef list materialized(self)
+
+{raw_structs}
 """
 
 
@@ -1630,7 +1821,19 @@ def generate_compiled(specs: list[MessageSpec], kafka_version: str) -> dict[str,
         for g in gens
     ]
     pyi = COMPILED_STUB.format(functions="\n".join(functions))
-    return {f"{COMPILED_MODULE}.pyx": pyx + "\n", f"{COMPILED_MODULE}.pyi": pyi}
+    raw = Writer()
+    for gen in gens:
+        for s in gen.lazy_structs():
+            raw()
+            gen.emit_raw_struct(raw, s)
+    pxd = COMPILED_PXD.format(
+        kafka_version=kafka_version, raw_scratch=RAW_SCRATCH, raw_structs="\n".join(raw.lines)
+    )
+    return {
+        f"{COMPILED_MODULE}.pyx": pyx + "\n",
+        f"{COMPILED_MODULE}.pyi": pyi,
+        f"{COMPILED_MODULE}.pxd": pxd.rstrip("\n") + "\n",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1861,7 +2064,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compiled-out",
         type=Path,
-        help="where the compiled decoders (_decoders.pyx/.pyi) go (default: the parent of --out)",
+        help="where the compiled decoders (_decoders.pyx/.pyi/.pxd) go "
+        "(default: the parent of --out)",
     )
     parser.add_argument(
         "--check",

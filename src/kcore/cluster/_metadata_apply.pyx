@@ -12,11 +12,15 @@ The rules are MetadataCache's (see there); this module only makes them cheap:
   answering broker was behind).
 """
 
-from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem
+from cpython.long cimport PyLong_FromLongLong
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from libc.stdint cimport int64_t, uint8_t
 
+from kcore.protocol._decoders cimport MetadataResponsePartitionRaw, StructArray, raw_int32
 
 from kcore.protocol.messages.metadata_response import MetadataResponsePartition
 
@@ -82,6 +86,64 @@ cdef inline PyObject* slot(object o, Py_ssize_t offset) noexcept:
     return (<PyObject**>((<char*><PyObject*>o) + offset))[0]
 
 
+# Replica lists repeat: a topic's partitions share a few replica sets (six, with three brokers
+# and three replicas). The tuple last made for each of INTERN_SLOTS hash slots is handed out
+# again for equal values: fewer objects to make, and a 100,000-partition cache shares them.
+cdef enum:
+    INTERN_SLOTS = 256
+    INTERN_MAX_LEN = 16
+cdef list interned = [None] * INTERN_SLOTS
+cdef int overflow_flag = 0
+
+
+cdef inline bint int_value(object o, int64_t* out) noexcept:
+    """``o`` as a C integer, if it is an int that fits."""
+    cdef long long v
+    if type(o) is not int:
+        return False
+    v = PyLong_AsLongLongAndOverflow(o, &overflow_flag)
+    if overflow_flag:
+        return False
+    out[0] = v
+    return True
+
+
+cdef tuple new_ints_tuple(const int64_t* values, Py_ssize_t n):
+    cdef tuple t = PyTuple_New(n)
+    cdef Py_ssize_t i
+    for i in range(n):
+        put(t, i, PyLong_FromLongLong(values[i]))
+    PyObject_GC_UnTrack(<void*>t)
+    return t
+
+
+cdef tuple ints_tuple(const int64_t* values, Py_ssize_t n):
+    """A tuple of ``values[:n]``: the interned one when it holds the same values."""
+    cdef Py_ssize_t i
+    cdef int64_t v
+    if n == 0:
+        return ()
+    if n > INTERN_MAX_LEN:
+        return new_ints_tuple(values, n)
+    cdef unsigned long long h = <unsigned long long>n
+    for i in range(n):
+        h = (h ^ <unsigned long long>values[i]) * 1099511628211ULL
+    cdef Py_ssize_t slot = <Py_ssize_t>((h ^ (h >> 29)) % INTERN_SLOTS)
+    found = interned[slot]
+    cdef tuple t
+    if found is not None:
+        t = <tuple>found
+        if PyTuple_GET_SIZE(t) == n:
+            for i in range(n):
+                if not int_value(<object>PyTuple_GET_ITEM(t, i), &v) or v != values[i]:
+                    break
+            else:
+                return t
+    t = new_ints_tuple(values, n)
+    interned[slot] = t
+    return t
+
+
 cdef inline tuple as_tuple(object values):
     cdef tuple out
     if type(values) is tuple:
@@ -95,51 +157,36 @@ cdef inline tuple as_tuple(object values):
     return out
 
 
-# Replica lists repeat: a topic's partitions share a few replica sets (six, with three brokers
-# and three replicas). The tuple last made for each of INTERN_SLOTS hash slots is handed out
-# again for an equal list: fewer objects to make, and a 100,000-partition cache shares them.
-cdef enum:
-    INTERN_SLOTS = 256
-    INTERN_MAX_LEN = 16
-cdef list interned = [None] * INTERN_SLOTS
-
-
 cdef tuple shared_tuple(object values):
+    """``values`` (a decoded list of ints) as a tuple, interned when short."""
+    cdef int64_t buf[INTERN_MAX_LEN]
+    cdef Py_ssize_t n, i
     if type(values) is not list:
         return as_tuple(values)
     cdef list l = <list>values
-    cdef Py_ssize_t n = len(l), i
-    if n == 0:
-        return ()
+    n = len(l)
     if n > INTERN_MAX_LEN:
         return as_tuple(values)
-    cdef long long v
-    cdef unsigned long long h = <unsigned long long>n
     for i in range(n):
-        item = l[i]
-        if type(item) is not int:
+        if not int_value(l[i], &buf[i]):
             return as_tuple(values)
-        v = PyLong_AsLongLongAndOverflow(item, &overflow_flag)
-        if overflow_flag:
-            return as_tuple(values)
-        h = (h ^ <unsigned long long>v) * 1099511628211ULL
-    cdef Py_ssize_t slot = <Py_ssize_t>((h ^ (h >> 29)) % INTERN_SLOTS)
-    found = interned[slot]
+    return ints_tuple(buf, n)
+
+
+cdef tuple raw_tuple(const uint8_t* data, Py_ssize_t at, Py_ssize_t n):
+    """The ``n`` big-endian int32 values at ``data + at`` as a tuple, interned when short."""
+    cdef int64_t buf[INTERN_MAX_LEN]
+    cdef Py_ssize_t i
     cdef tuple t
-    if found is not None:
-        t = <tuple>found
-        if PyTuple_GET_SIZE(t) == n:
-            for i in range(n):
-                if PyLong_AsLongLong(<object>PyTuple_GET_ITEM(t, i)) != PyLong_AsLongLong(l[i]):
-                    break
-            else:
-                return t
-    t = as_tuple(values)
-    interned[slot] = t
-    return t
-
-
-cdef int overflow_flag = 0
+    if n > INTERN_MAX_LEN:
+        t = PyTuple_New(n)
+        for i in range(n):
+            put(t, i, PyLong_FromLongLong(raw_int32(data + at + 4 * i)))
+        PyObject_GC_UnTrack(<void*>t)
+        return t
+    for i in range(n):
+        buf[i] = raw_int32(data + at + 4 * i)
+    return ints_tuple(buf, n)
 
 
 cdef inline bint all_atomic(tuple t):
@@ -166,14 +213,27 @@ cdef inline bint same_ints(object row_value, object values) except -1:
     return True
 
 
+cdef inline bint same_raw_ints(object row_value, const uint8_t* data, Py_ssize_t at, Py_ssize_t n):
+    """``row_value`` (a tuple) holds the ``n`` big-endian int32 values at ``data + at``."""
+    cdef tuple t = <tuple>row_value
+    cdef Py_ssize_t i
+    cdef int64_t v
+    if PyTuple_GET_SIZE(t) != n:
+        return False
+    for i in range(n):
+        if not int_value(<object>PyTuple_GET_ITEM(t, i), &v) or v != raw_int32(data + at + 4 * i):
+            return False
+    return True
+
+
 cdef inline void put(object row_obj, Py_ssize_t i, object value):
     Py_INCREF(value)
     PyTuple_SET_ITEM(row_obj, i, value)
 
 
 cdef inline object new_row(
-    type row, str topic, object index, object leader, object epoch, object replicas,
-    object isr, object offline, object error
+    type row, str topic, object index, object leader, object epoch, tuple replicas, tuple isr,
+    tuple offline, object error
 ):
     """``row(topic, index, ...)`` without the Python-level ``__new__`` of a NamedTuple."""
     obj = PyType_GenericAlloc(<PyTypeObject*>row, N_FIELDS)
@@ -181,9 +241,9 @@ cdef inline object new_row(
     put(obj, 1, index)
     put(obj, 2, leader)
     put(obj, 3, epoch)
-    put(obj, 4, shared_tuple(replicas))
-    put(obj, 5, shared_tuple(isr))
-    put(obj, 6, shared_tuple(offline))
+    put(obj, 4, replicas)
+    put(obj, 5, isr)
+    put(obj, 6, offline)
     put(obj, 7, error)
     if type(topic) is str and type(index) is int and type(leader) is int and (
         type(epoch) is int and type(error) is int
@@ -195,24 +255,29 @@ cdef inline object new_row(
 cdef object checked_row = None  # the last row class found to have ROW_FIELDS
 
 
-def partition_rows(
-    str topic, list partitions, object cached, type row, dict out, Py_ssize_t start, Py_ssize_t end
-):
-    """Put the rows of ``partitions[start:end]`` (``MetadataResponsePartition`` objects of one
-    topic of a Metadata answer) into ``out``, by partition; return whether every one of them is
-    the cached row. ``cached``: the rows the cache holds for the topic (a mapping, or None);
-    ``row``: the row class (``PartitionInfo``)."""
-    global checked_row
-    if row is not checked_row:
-        if not issubclass(row, tuple) or tuple(getattr(row, "_fields", ())) != ROW_FIELDS:
-            raise TypeError(f"{row!r} is not a row class with the fields {ROW_FIELDS}")
-        checked_row = row
-    start = max(0, start)
-    end = min(end, len(partitions))
+cdef inline tuple cached_row(object cached, dict cached_dict, object index):
+    """The cached row of partition ``index``, or None (also for a value not a row of ours)."""
+    cdef PyObject* found
+    cdef tuple before = None
+    if cached_dict is not None:
+        found = PyDict_GetItem(cached_dict, index)
+        if found is not NULL:
+            before = <tuple?>found
+    elif cached is not None:
+        before = cached.get(index)
+    if before is not None and PyTuple_GET_SIZE(before) != N_FIELDS:
+        return None
+    return before
+
+
+cdef bint object_rows(
+    str topic, object partitions, object cached, type row, dict out, Py_ssize_t start,
+    Py_ssize_t end
+) except -1:
+    """partition_rows for partition objects (a list, or any sequence)."""
     cdef dict cached_dict = cached if type(cached) is dict else None
     cdef bint unchanged = cached is not None
     cdef tuple before
-    cdef PyObject* found
     cdef Py_ssize_t i
     for i in range(start, end):
         p = partitions[i]
@@ -241,15 +306,7 @@ def partition_rows(
             replicas = p.replica_nodes
             isr = p.isr_nodes
             offline = p.offline_replicas
-        before = None
-        if cached_dict is not None:
-            found = PyDict_GetItem(cached_dict, index)
-            if found is not NULL:
-                before = <tuple?>found
-        elif cached is not None:
-            before = cached.get(index)
-        if before is not None and PyTuple_GET_SIZE(before) != N_FIELDS:
-            before = None  # not a row of ours: build a new one
+        before = cached_row(cached, cached_dict, index)
         if before is not None and (
             (0 <= epoch < before[3])  # a stale answer: keep what we know
             or (
@@ -264,8 +321,144 @@ def partition_rows(
             PyDict_SetItem(out, index, before)
             continue
         unchanged = False
-        PyDict_SetItem(out, index, new_row(row, topic, index, leader, epoch, replicas, isr,
-                                           offline, error))
+        PyDict_SetItem(out, index, new_row(
+            row, topic, index, leader, epoch, shared_tuple(replicas), shared_tuple(isr),
+            shared_tuple(offline), error
+        ))
+    return unchanged
+
+
+cdef bint raw_rows(
+    str topic, StructArray partitions, object cached, type row, dict out, Py_ssize_t start,
+    Py_ssize_t end
+) except -1:
+    """partition_rows for a StructArray of partitions: the same rules, read from its bytes; a
+    partition whose answer equals the cached row costs no object but its index."""
+    cdef dict cached_dict = cached if type(cached) is dict else None
+    cdef bint unchanged = cached is not None
+    cdef MetadataResponsePartitionRaw raw
+    cdef const uint8_t* data = <const uint8_t*>PyBytes_AS_STRING(partitions.data)
+    cdef tuple before
+    cdef int64_t epoch
+    cdef bint known_epoch
+    cdef Py_ssize_t i
+    for i in range(start, end):
+        partitions.raw_at(i, &raw)
+        index = PyLong_FromLongLong(raw.partition_index)
+        before = cached_row(cached, cached_dict, index)
+        if before is not None:
+            known_epoch = int_value(before[3], &epoch)
+            if known_epoch and 0 <= raw.leader_epoch < epoch:
+                PyDict_SetItem(out, index, before)  # a stale answer: keep what we know
+                continue
+            if (
+                known_epoch
+                and epoch == raw.leader_epoch
+                and same_int(before[2], raw.leader_id)
+                and same_int(before[7], raw.error_code)
+                and same_raw_ints(before[4], data, raw.replica_nodes_at, raw.replica_nodes_n)
+                and same_raw_ints(before[5], data, raw.isr_nodes_at, raw.isr_nodes_n)
+                and same_raw_ints(
+                    before[6], data, raw.offline_replicas_at, raw.offline_replicas_n
+                )
+            ):
+                PyDict_SetItem(out, index, before)
+                continue
+        unchanged = False
+        PyDict_SetItem(out, index, new_row(
+            row,
+            topic,
+            index,
+            PyLong_FromLongLong(raw.leader_id),
+            PyLong_FromLongLong(raw.leader_epoch),
+            raw_tuple(data, raw.replica_nodes_at, raw.replica_nodes_n),
+            raw_tuple(data, raw.isr_nodes_at, raw.isr_nodes_n),
+            raw_tuple(data, raw.offline_replicas_at, raw.offline_replicas_n),
+            PyLong_FromLongLong(raw.error_code),
+        ))
+    return unchanged
+
+
+cdef inline bint same_int(object o, int64_t value) noexcept:
+    cdef int64_t v
+    return int_value(o, &v) and v == value
+
+
+cdef Py_ssize_t raw_unchanged(
+    StructArray partitions, dict cached, type row, Py_ssize_t start, Py_ssize_t end,
+    Py_ssize_t cursor
+) except -2:
+    cdef MetadataResponsePartitionRaw raw
+    cdef const uint8_t* data = <const uint8_t*>PyBytes_AS_STRING(partitions.data)
+    cdef PyObject* key
+    cdef PyObject* found
+    cdef tuple before
+    cdef int64_t epoch
+    cdef Py_ssize_t i
+    for i in range(start, end):
+        partitions.raw_at(i, &raw)
+        if not PyDict_Next(cached, &cursor, &key, &found):
+            return -1
+        if type(<object>found) is not row or PyTuple_GET_SIZE(<object>found) != N_FIELDS:
+            return -1
+        before = <tuple>found
+        if not same_int(before[1], raw.partition_index) or not int_value(before[3], &epoch):
+            return -1
+        if 0 <= raw.leader_epoch < epoch:
+            continue  # a stale answer: the cached row stays
+        if not (
+            epoch == raw.leader_epoch
+            and same_int(before[2], raw.leader_id)
+            and same_int(before[7], raw.error_code)
+            and same_raw_ints(before[4], data, raw.replica_nodes_at, raw.replica_nodes_n)
+            and same_raw_ints(before[5], data, raw.isr_nodes_at, raw.isr_nodes_n)
+            and same_raw_ints(before[6], data, raw.offline_replicas_at, raw.offline_replicas_n)
+        ):
+            return -1
+    return cursor
+
+
+def rows_unchanged(
+    object partitions, object cached, type row, Py_ssize_t start, Py_ssize_t end,
+    Py_ssize_t cursor
+):
+    """Whether each of ``partitions[start:end]`` would keep, by partition_rows' rules, the
+    cached row in the same position of ``cached`` (the topic's rows in the cache, by
+    partition, in their order): the cursor to pass with the next ``start`` (0 with the
+    first), or -1 at the first that would not or is another partition. Makes no object, so
+    a refresh that changes nothing need not build the topic's rows at all. Compares the
+    compiled decoder's StructArray against a dict only: for anything else -1 (the caller then
+    builds the rows, and partition_rows tells whether they are the cached ones)."""
+    if cursor < 0 or type(cached) is not dict:
+        return -1
+    start = max(0, start)
+    end = min(end, len(partitions))
+    if type(partitions) is StructArray and (<StructArray>partitions).item_type is PARTITION:
+        return raw_unchanged(<StructArray>partitions, cached, row, start, end, cursor)
+    return -1
+
+
+def partition_rows(
+    str topic, object partitions, object cached, type row, dict out, Py_ssize_t start,
+    Py_ssize_t end
+):
+    """Put the rows of ``partitions[start:end]`` (the partitions of one topic of a Metadata
+    answer: ``MetadataResponsePartition`` objects, or the compiled decoder's StructArray of
+    them) into ``out``, by partition; return whether every one of them is the cached row.
+    ``cached``: the rows the cache holds for the topic (a mapping, or None); ``row``: the row
+    class (``PartitionInfo``)."""
+    global checked_row
+    if row is not checked_row:
+        if not issubclass(row, tuple) or tuple(getattr(row, "_fields", ())) != ROW_FIELDS:
+            raise TypeError(f"{row!r} is not a row class with the fields {ROW_FIELDS}")
+        checked_row = row
+    start = max(0, start)
+    end = min(end, len(partitions))
+    cdef bint unchanged
+    if type(partitions) is StructArray and (<StructArray>partitions).item_type is PARTITION:
+        unchanged = raw_rows(topic, <StructArray>partitions, cached, row, out, start, end)
+    else:
+        unchanged = object_rows(topic, partitions, cached, row, out, start, end)
     # The mapping too: it holds rows (untracked, see above) by int. A full collection would
     # otherwise walk it, touching every row (100,000 of them: tens of milliseconds, with the
     # GIL held). A dict tracks itself again when a container is put in it.

@@ -11,7 +11,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from kcore.cluster._metadata_apply import partition_rows
+from kcore.cluster._metadata_apply import partition_rows, rows_unchanged
 from kcore.errors import ErrorCode
 from kcore.network.address import address_problem, format_address
 
@@ -250,7 +250,8 @@ class MetadataCache:
         if step_rows is not None:
             for t in response.topics:
                 partitions = t.partitions
-                while len(partitions) > step_rows:
+                # (The compiled decoder's StructArray holds bytes, freed at once.)
+                while type(partitions) is list and len(partitions) > step_rows:
                     del partitions[-step_rows:]
                     yield
 
@@ -276,12 +277,38 @@ class MetadataCache:
             if prev is not None and not _same_uuid(prev.topic_id, topic_id, unset_matches=True):
                 prev = None  # deleted and re-created: its epochs start again from 0
             cached = prev.partitions if prev is not None else None
+            is_internal = bool(t.is_internal)
+            count = len(partitions)
+            if (
+                prev is not None
+                and len(prev.partitions) == count
+                and prev.is_internal == is_internal
+                and prev.error_code == t.error_code
+                and _same_uuid(prev.topic_id, topic_id)
+            ):
+                # The usual refresh changes nothing: compared first (compiled, no object made),
+                # an unchanged topic keeps its cached entry without its rows being built.
+                start, cursor = 0, 0
+                while cursor >= 0 and start < count:
+                    end = count if budget is None else min(count, start + budget)
+                    cursor = rows_unchanged(
+                        partitions, prev.partitions, PartitionInfo, start, end, cursor
+                    )
+                    if budget is not None:
+                        budget -= end - start + 1
+                        if budget <= 0:
+                            yield
+                            budget = step_rows
+                    start = end
+                if cursor >= 0:
+                    merged.append((name, t.error_code, prev))
+                    continue
             # Compiled (a topic can have 100,000 partitions): each partition's row is the cached
             # one when the answer equals it or is stale (an older leader epoch: the broker was
             # behind), else a new PartitionInfo.
             rows: dict[int, PartitionInfo] = {}
             unchanged = True
-            start, count = 0, len(partitions)
+            start = 0
             while True:
                 end = count if budget is None else min(count, start + budget)
                 if not partition_rows(name, partitions, cached, PartitionInfo, rows, start, end):
@@ -294,7 +321,6 @@ class MetadataCache:
                 start = end
                 if start >= count:
                     break
-            is_internal = bool(t.is_internal)
             if (
                 unchanged
                 and prev is not None

@@ -7,14 +7,18 @@
 # decoders fail alike. Rare paths (multi-byte varints, tagged-field sections) call the Python
 # helpers themselves.
 
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING
 from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from posix.unistd cimport usleep
 
+import collections.abc as _abc
 import struct as _struct_module
 import uuid as _uuid_module
 
@@ -51,13 +55,8 @@ cdef extern from "Python.h":
     int READONLY
 
 
-cdef struct Reader:
-    const uint8_t* data
-    Py_ssize_t size
-    PyObject* obj  # the buffer object itself, for the Python helpers of the rare paths
-    Py_ssize_t pause_every  # see pause_point; 0: never
-    Py_ssize_t countdown
-    PyObject* pause  # a callable, or NULL
+# Reader, StructArray and the raw structs are declared in _decoders.pxd (other compiled
+# modules read StructArray's elements through it).
 
 
 cdef enum:
@@ -163,7 +162,7 @@ cdef inline uint16_t be16(const uint8_t* p) noexcept nogil:
 
 
 cdef inline uint32_t be32(const uint8_t* p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+    return <uint32_t>raw_int32(p)
 
 
 cdef inline uint64_t be64(const uint8_t* p) noexcept nogil:
@@ -204,6 +203,31 @@ cdef inline object fixed_float64(const uint8_t* p):
 
 cdef inline object fixed_bool(const uint8_t* p):
     return True if p[0] else False
+
+
+# The same values as C integers, for the raw readers (see StructArray).
+cdef inline int64_t c_int8(const uint8_t* p) noexcept nogil:
+    return <int8_t>p[0]
+
+
+cdef inline int64_t c_int16(const uint8_t* p) noexcept nogil:
+    return <int16_t>be16(p)
+
+
+cdef inline int64_t c_uint16(const uint8_t* p) noexcept nogil:
+    return be16(p)
+
+
+cdef inline int64_t c_int32(const uint8_t* p) noexcept nogil:
+    return raw_int32(p)
+
+
+cdef inline int64_t c_uint32(const uint8_t* p) noexcept nogil:
+    return be32(p)
+
+
+cdef inline int64_t c_int64(const uint8_t* p) noexcept nogil:
+    return <int64_t>be64(p)
 
 
 # -- lengths ---------------------------------------------------------------------------------
@@ -340,6 +364,17 @@ cdef inline list read_fixed_array(
     return out
 
 
+cdef inline Py_ssize_t skip_fixed_array(
+    Reader* r, Py_ssize_t* pos, int64_t n, Py_ssize_t size
+) except -1:
+    """read_fixed_array's checks without the list: where the ``n`` values start."""
+    if n > (r.size - pos[0]) // size:
+        past_end(pos[0], pos[0] + n * size)
+    cdef Py_ssize_t start = pos[0]
+    pos[0] += n * size
+    return start
+
+
 # -- running a decoder -----------------------------------------------------------------------
 
 cdef inline int open_reader(
@@ -355,3 +390,142 @@ cdef inline int open_reader(
     r.countdown = r.pause_every
     r.pause = NULL if pause is None else <PyObject*>pause  # the caller's reference keeps it
     return 0
+
+
+# -- arrays of structs decoded on demand -----------------------------------------------------
+
+cdef inline object struct_array(
+    Reader* r, Py_ssize_t* pos, int64_t n, int version, type item_type, ItemDecoder decode_item,
+    RawReader read_raw
+):
+    """The ``n`` elements at ``pos`` as a StructArray: each is read once here, with every check
+    its decoder makes (so bad bytes fail now, with the same error), but no object is made; the
+    bytes they span are copied."""
+    cdef Py_ssize_t start = pos[0], i
+    cdef Py_ssize_t* offsets = <Py_ssize_t*>PyMem_Malloc(max(<Py_ssize_t>n, 1) * sizeof(Py_ssize_t))
+    if offsets is NULL:
+        raise MemoryError()
+    cdef char scratch[RAW_SCRATCH]
+    try:
+        for i in range(<Py_ssize_t>n):
+            offsets[i] = pos[0] - start
+            read_raw(r, pos, version, scratch)
+            pause_point(r)
+    except BaseException:
+        PyMem_Free(offsets)
+        raise
+    cdef StructArray out = StructArray.__new__(StructArray)
+    out.data = PyBytes_FromStringAndSize(<const char*>r.data + start, pos[0] - start)
+    out.n = <Py_ssize_t>n
+    out.version = version
+    out.offsets = offsets
+    out.item_type = item_type
+    out.decode_item = decode_item
+    out.read_raw = read_raw
+    return out
+
+
+@cython.no_gc  # holds bytes and, once asked for, a list of untracked decoded objects: no cycle
+@cython.final
+cdef class StructArray:
+    """An array of structs of a decoded message (a MetadataResponseTopic's partitions): a
+    read-only sequence equal to the list the Python decoder makes, whose elements are made
+    only when first asked for (all at once). Compiled code reads the fields without them
+    (``raw_at``): merging a 100,000-partition answer into a cache that already holds it then
+    allocates nothing per partition."""
+
+    def __cinit__(self):
+        self.offsets = NULL
+
+    def __dealloc__(self):
+        PyMem_Free(self.offsets)
+
+    cdef int raw_at(self, Py_ssize_t i, void* out) except -1:
+        cdef Reader r
+        r.data = <const uint8_t*>PyBytes_AS_STRING(self.data)
+        r.size = len(self.data)
+        r.obj = <PyObject*>self.data
+        r.pause_every = 0
+        r.countdown = 0
+        r.pause = NULL
+        cdef Py_ssize_t pos = self.offsets[i]
+        self.read_raw(&r, &pos, self.version, out)
+        return 0
+
+    cdef list materialized(self):
+        if self.items is not None:
+            return self.items
+        cdef Reader r
+        r.data = <const uint8_t*>PyBytes_AS_STRING(self.data)
+        r.size = len(self.data)
+        r.obj = <PyObject*>self.data
+        r.pause_every = 0
+        r.countdown = 0
+        r.pause = NULL
+        cdef list items = new_list(self.n)
+        cdef Py_ssize_t i, pos
+        for i in range(self.n):
+            pos = self.offsets[i]
+            item = self.decode_item(&r, &pos, self.version)
+            Py_INCREF(item)
+            PyList_SET_ITEM(items, i, item)
+        self.items = items
+        return items
+
+    @property
+    def element_type(self):
+        return self.item_type
+
+    @property
+    def elements_made(self):
+        """Whether the elements have been made as objects (they are, on first use)."""
+        return self.items is not None
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, index):
+        return self.materialized()[index]
+
+    def __iter__(self):
+        return iter(self.materialized())
+
+    def __reversed__(self):
+        return reversed(self.materialized())
+
+    def __contains__(self, value):
+        return value in self.materialized()
+
+    def index(self, value, *args):
+        return self.materialized().index(value, *args)
+
+    def count(self, value):
+        return self.materialized().count(value)
+
+    def __eq__(self, other):
+        if isinstance(other, StructArray):
+            return self.materialized() == (<StructArray>other).materialized()
+        if isinstance(other, list):
+            return self.materialized() == other
+        return NotImplemented
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = None
+
+    def __add__(self, other):
+        return list(self) + list(other)
+
+    def __radd__(self, other):
+        return list(other) + list(self)
+
+    def __repr__(self):
+        return repr(self.materialized())
+
+    def __reduce__(self):
+        return (list, (self.materialized(),))
+
+
+_abc.Sequence.register(StructArray)

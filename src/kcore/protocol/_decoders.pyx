@@ -105,6 +105,76 @@ cdef Py_ssize_t _O_metadata_response_MetadataResponse_unknown_tagged_fields = sl
 )
 
 
+cdef int _r_metadata_response_MetadataResponsePartition(Reader* r, Py_ssize_t* at, int version, void* dest) except -1:
+    cdef MetadataResponsePartitionRaw* out = <MetadataResponsePartitionRaw*>dest
+    cdef Py_ssize_t pos = at[0]
+    cdef int64_t n
+    cdef const uint8_t* p
+    if version <= 6:
+        need(r, pos, 10)
+        p = r.data + pos
+        out.error_code = c_int16(p)
+        out.partition_index = c_int32(p + 2)
+        out.leader_id = c_int32(p + 6)
+        pos += 10
+        out.leader_epoch = -1
+    else:
+        need(r, pos, 14)
+        p = r.data + pos
+        out.error_code = c_int16(p)
+        out.partition_index = c_int32(p + 2)
+        out.leader_id = c_int32(p + 6)
+        out.leader_epoch = c_int32(p + 10)
+        pos += 14
+    if version <= 8:
+        n = read_i32_length(r, &pos)
+        if n < 0:
+            null_in("null in non-nullable MetadataResponsePartition.replica_nodes", pos)
+        out.replica_nodes_at = skip_fixed_array(r, &pos, n, 4)
+        out.replica_nodes_n = n
+    else:
+        n = read_uvarint(r, &pos) - 1
+        if n < 0:
+            null_in("null in non-nullable MetadataResponsePartition.replica_nodes", pos)
+        out.replica_nodes_at = skip_fixed_array(r, &pos, n, 4)
+        out.replica_nodes_n = n
+    if version <= 8:
+        n = read_i32_length(r, &pos)
+        if n < 0:
+            null_in("null in non-nullable MetadataResponsePartition.isr_nodes", pos)
+        out.isr_nodes_at = skip_fixed_array(r, &pos, n, 4)
+        out.isr_nodes_n = n
+    else:
+        n = read_uvarint(r, &pos) - 1
+        if n < 0:
+            null_in("null in non-nullable MetadataResponsePartition.isr_nodes", pos)
+        out.isr_nodes_at = skip_fixed_array(r, &pos, n, 4)
+        out.isr_nodes_n = n
+    if version <= 4:
+        out.offline_replicas_at = 0
+        out.offline_replicas_n = 0
+    elif version <= 8:
+        n = read_i32_length(r, &pos)
+        if n < 0:
+            null_in("null in non-nullable MetadataResponsePartition.offline_replicas", pos)
+        out.offline_replicas_at = skip_fixed_array(r, &pos, n, 4)
+        out.offline_replicas_n = n
+    else:
+        n = read_uvarint(r, &pos) - 1
+        if n < 0:
+            null_in("null in non-nullable MetadataResponsePartition.offline_replicas", pos)
+        out.offline_replicas_at = skip_fixed_array(r, &pos, n, 4)
+        out.offline_replicas_n = n
+    if version >= 9:
+        need(r, pos, 1)
+        if r.data[pos] == 0:
+            pos += 1
+        else:
+            v, pos = _read_unknown_tags(<object>r.obj, pos)
+    at[0] = pos
+    return 0
+
+
 cdef object _d_metadata_response_MetadataResponseBroker(Reader* r, Py_ssize_t* at, int version):
     cdef Py_ssize_t pos = at[0]
     cdef Py_ssize_t i
@@ -254,13 +324,7 @@ cdef object _d_metadata_response_MetadataResponseTopic(Reader* r, Py_ssize_t* at
         else:
             if n > r.size - pos:
                 array_too_long(n, pos)
-            items = new_list(n)
-            for i in range(n):
-                item = _d_metadata_response_MetadataResponsePartition(r, &pos, version)
-                Py_INCREF(item)
-                PyList_SET_ITEM(items, i, item)
-                pause_point(r)
-            set_slot(o, _O_metadata_response_MetadataResponseTopic_partitions, items)
+            set_slot(o, _O_metadata_response_MetadataResponseTopic_partitions, struct_array(r, &pos, n, version, _C_metadata_response_MetadataResponsePartition, _d_metadata_response_MetadataResponsePartition, _r_metadata_response_MetadataResponsePartition))
     else:
         n = read_uvarint(r, &pos) - 1
         if n < 0:
@@ -268,13 +332,7 @@ cdef object _d_metadata_response_MetadataResponseTopic(Reader* r, Py_ssize_t* at
         else:
             if n > r.size - pos:
                 array_too_long(n, pos)
-            items = new_list(n)
-            for i in range(n):
-                item = _d_metadata_response_MetadataResponsePartition(r, &pos, version)
-                Py_INCREF(item)
-                PyList_SET_ITEM(items, i, item)
-                pause_point(r)
-            set_slot(o, _O_metadata_response_MetadataResponseTopic_partitions, items)
+            set_slot(o, _O_metadata_response_MetadataResponseTopic_partitions, struct_array(r, &pos, n, version, _C_metadata_response_MetadataResponsePartition, _d_metadata_response_MetadataResponsePartition, _r_metadata_response_MetadataResponsePartition))
     if version <= 7:
         set_slot(o, _O_metadata_response_MetadataResponseTopic_topic_authorized_operations, -2147483648)
     else:
