@@ -556,11 +556,12 @@ def test_merging_in_steps_gives_what_one_step_gives():
     assert steps_of(MetadataCache(), metadata({0: (1, 1)}), 10_000, all_topics=True) == 0
 
 
-def test_a_change_made_between_steps_is_kept():
+@pytest.mark.parametrize("how", ["built", "compiled"])
+def test_a_change_made_between_steps_is_kept(how):
     cache = MetadataCache()
-    cache.update(metadata({p: (1, 5) for p in range(100)}), all_topics=True)
+    cache.update(wire(metadata({p: (1, 5) for p in range(100)}), how), all_topics=True)
     steps = cache.update_in_steps(
-        metadata({p: (1, 5) for p in range(100)}), all_topics=True, step_rows=10
+        wire(metadata({p: (1, 5) for p in range(100)}), how), all_topics=True, step_rows=10
     )
     next(steps)
     assert cache.update_leader("t", 42, 2, 6)  # a Produce answer's leader hint, meanwhile

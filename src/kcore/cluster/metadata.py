@@ -281,6 +281,7 @@ class MetadataCache:
             count = len(partitions)
             if (
                 prev is not None
+                and not isinstance(partitions, list)  # objects: built and compared below
                 and len(prev.partitions) == count
                 and prev.is_internal == is_internal
                 and prev.error_code == t.error_code

@@ -441,6 +441,8 @@ cdef class StructArray:
         PyMem_Free(self.offsets)
 
     cdef int raw_at(self, Py_ssize_t i, void* out) except -1:
+        if i < 0 or i >= self.n:
+            raise IndexError(f"element {i} of {self.n}")
         cdef Reader r
         r.data = <const uint8_t*>PyBytes_AS_STRING(self.data)
         r.size = len(self.data)
