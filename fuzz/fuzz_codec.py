@@ -20,7 +20,8 @@ Targets (``--target=NAME``):
   roundtrip   the input drives RecordBatchBuilder (records, headers, every builder
               argument, append_many); the batch must decode to what went in
   responses   byte 0 picks a version, the rest is a MetadataResponse body: the compiled
-              decoder and the Python class must agree (kcore error class, or equal objects)
+              decoder and the Python class must agree (kcore error class, or equal objects),
+              and their answers must merge alike into the metadata cache
 
 Known bugs (tests/test_codec_fuzz.py ``test_bug_*``) are stepped around unless
 ``--no-known-guards`` is given, so the fuzzer keeps looking for new ones. See fuzz/README.md
@@ -72,9 +73,10 @@ TARGET, GUARDS, WRITE_SEEDS, LIBFUZZER_ARGV = _parse_args(sys.argv)
 # Python-level coverage for kcore's own modules and the contract; the codec itself reports C
 # coverage only when it was built with -fsanitize=fuzzer-no-link (fuzz/README.md).
 with atheris.instrument_imports(
-    include=["kcore", "test_codec_fuzz", "test_protocol_compiled_decoders"]
+    include=["kcore", "test_codec_fuzz", "test_protocol_compiled_decoders", "test_metadata_cache"]
 ):
     import test_codec_fuzz as contract
+    import test_metadata_cache as merges
     import test_protocol_compiled_decoders as responses
 
     import kcore.codec as codec
@@ -243,12 +245,15 @@ def fuzz_roundtrip(data: bytes) -> None:
 
 def fuzz_responses(data: bytes) -> None:
     """Byte 0 picks the version; the rest is a MetadataResponse body for both its decoders,
-    which must agree (tests/test_protocol_compiled_decoders.py's contract)."""
+    which must agree (tests/test_protocol_compiled_decoders.py's contract), and whose answers
+    must merge alike into the metadata cache (tests/test_metadata_cache.py)."""
     if not data:
         return
     cls = responses.MetadataResponse
     lo, hi = cls.VALID_VERSIONS
-    responses.check_decoders_agree(cls, data[1:], lo + data[0] % (hi - lo + 1))
+    version = lo + data[0] % (hi - lo + 1)
+    responses.check_decoders_agree(cls, data[1:], version)
+    merges.check_merges_agree(data[1:], version)
 
 
 FUZZERS = {

@@ -12,10 +12,12 @@ import threading
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kcore.cluster import MetadataCache, PartitionInfo, apply_leader_hints
 from kcore.cluster._metadata_apply import rows_unchanged
-from kcore.errors import BrokerConnectionError, ErrorCode, KcoreTimeoutError
+from kcore.errors import BrokerConnectionError, ErrorCode, KcoreError, KcoreTimeoutError
 from kcore.network import BrokerConnection, ConnectionSettings, ExponentialBackoff
 from kcore.protocol._decoders import decode_metadata_response
 from kcore.protocol.messages import FetchResponse, MetadataResponse, ProduceResponse
@@ -717,3 +719,69 @@ def test_an_unchanged_topic_is_compared_without_building_its_rows():
     second = wire(answer, "compiled")
     cache.update(second, all_topics=True)
     assert not second.topics[0].partitions.elements_made
+
+
+def merge_outcome(answer, into=None):
+    """What merging ``answer`` (in steps of 3 partitions) into a cache gives: the cache's
+    topics, or the kcore error it raised. ``into``: an answer merged first (a warm cache)."""
+    cache = MetadataCache()
+    try:
+        if into is not None:
+            cache.update(into, all_topics=True)
+        steps_of(cache, answer, 3, all_topics=True)
+    except KcoreError as exc:
+        return ("error", type(exc))
+    return ("ok", cache.current.topics, cache.current.brokers)
+
+
+def check_merges_agree(data, version):
+    """For bytes both decoders read (tests/test_protocol_compiled_decoders.py checks they
+    agree): the compiled decoder's answer, partitions read from their bytes, merges as the
+    Python decoder's objects do, into a cold cache and into one that holds the same answer.
+    ``fuzz/fuzz_codec.py --target=responses`` calls this too."""
+    try:
+        MetadataResponse.decode(data, version)
+    except KcoreError:
+        return
+
+    def python():  # a new answer each time: merging in steps empties its lists
+        return MetadataResponse.decode(data, version)[0]
+
+    def compiled():
+        return decode_metadata_response(data, version)[0]
+
+    assert merge_outcome(compiled()) == merge_outcome(python())
+    assert merge_outcome(compiled(), into=compiled()) == merge_outcome(python(), into=python())
+    assert merge_outcome(compiled(), into=python()) == merge_outcome(python(), into=python())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pick=st.integers(min_value=0),
+    edits=st.lists(
+        st.tuples(st.integers(min_value=0), st.binary(min_size=1, max_size=6)), max_size=4
+    ),
+)
+def test_damaged_answers_merge_alike_from_either_decoder(pick, edits):
+    version, data = MERGE_ENCODINGS[pick % len(MERGE_ENCODINGS)]
+    damaged = bytearray(data)
+    for at, chunk in edits:
+        at %= len(damaged)
+        damaged[at : at + len(chunk)] = chunk
+    check_merges_agree(bytes(damaged), version)
+
+
+def merge_encodings():
+    rng = random.Random(21)
+    out = []
+    for version in (1, 7, 9, 12, 13):
+        for count in (1, 8):
+            parts = random_partitions(rng, count)
+            answer = answer_of(parts)
+            answer.topics.append(changed_answer(rng, parts).topics[0])  # "t" twice
+            answer.topics[1].name = "u"
+            out.append((version, answer.encode(version)))
+    return out
+
+
+MERGE_ENCODINGS = merge_encodings()
