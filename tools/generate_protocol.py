@@ -1703,6 +1703,8 @@ Each ``decode_<module>(buf, version, pos=0)`` is ``<Class>.decode`` of the gener
 class, compiled: it returns ``(object, next position)`` with an instance of that same class,
 equal to what the Python decoder returns for the same bytes, and raises the same kcore error
 class for bad bytes. ``DECODERS`` maps each class to its compiled decoder.
+Arrays of {lazy} are StructArrays (see _decode_runtime.pxi), equal to
+the Python decoder's lists.
 \"\"\"
 
 include "_decode_runtime.pxi"
@@ -1808,7 +1810,9 @@ def generate_compiled(specs: list[MessageSpec], kafka_version: str) -> dict[str,
         w(f"{INDENT}{gen.cls(gen.spec.root)}: {gen.entry()},")
     w("}")
     names = ", ".join(COMPILED_DECODERS)
-    pyx = COMPILED_HEADER.format(kafka_version=kafka_version, names=names) + "\n".join(w.lines)
+    lazy = ", ".join(LAZY_STRUCTS)
+    header = COMPILED_HEADER.format(kafka_version=kafka_version, names=names, lazy=lazy)
+    pyx = header + "\n".join(w.lines)
     # Any, not the class: the stub then draws no generated module into the type check.
     functions = [
         f"def {g.entry()}(\n"

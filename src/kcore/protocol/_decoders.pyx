@@ -7,6 +7,8 @@ Each ``decode_<module>(buf, version, pos=0)`` is ``<Class>.decode`` of the gener
 class, compiled: it returns ``(object, next position)`` with an instance of that same class,
 equal to what the Python decoder returns for the same bytes, and raises the same kcore error
 class for bad bytes. ``DECODERS`` maps each class to its compiled decoder.
+Arrays of MetadataResponsePartition are StructArrays (see _decode_runtime.pxi), equal to
+the Python decoder's lists.
 """
 
 include "_decode_runtime.pxi"
