@@ -157,3 +157,90 @@ def test_a_record_that_does_not_parse_takes_out_the_rows_of_its_batch() -> None:
 def test_columns_of_decode_columns_take_no_source_rows() -> None:
     with pytest.raises(ValueError):
         decode_columns(batch(0, 2)).append_from(batch(2, 2))
+
+
+# to_arrow hands the columns to pyarrow through the Arrow C data interface (one import);
+# to_arrow_by_columns wraps each buffer with a pyarrow call: the reference it must equal.
+
+
+def columns_of(shape: str, rows: int):
+    if shape == "decode_columns":
+        return decode_columns(batch(0, rows) if rows else b"")
+    if shape == "decode_columns_us":
+        return decode_columns(batch(0, rows) if rows else b"", timestamp_unit="us")
+    if shape == "decode_columns_no_headers":
+        return decode_columns(batch(0, rows) if rows else b"", include_headers=False)
+    cols = columnar_records()
+    if rows:
+        take_all(cols, batch(0, rows, "lz4"), 0, 7, topic="t\u00e9", partition=3)
+        take_all(cols, batch(0, 5), 0, 3, topic="u", partition=9)
+    return cols
+
+
+@pytest.mark.parametrize(
+    "shape", ["decode_columns", "decode_columns_us", "decode_columns_no_headers", "append_from"]
+)
+@pytest.mark.parametrize("rows", [0, 1, 9, 300])
+def test_the_exported_batch_is_the_one_made_column_by_column(shape: str, rows: int) -> None:
+    cols = columns_of(shape, rows)
+    exported, reference = cols.to_arrow(), cols.to_arrow_by_columns()
+    exported.validate(full=True)
+    assert exported.schema == reference.schema and exported.equals(reference)
+    assert exported.num_rows == cols.num_rows
+
+
+def test_an_extra_int32_column_goes_last() -> None:
+    from kcore.codec import record_columns
+
+    records = [("t", 0, i, 1000 + i, b"k", b"v%d" % i, []) for i in range(20)]
+    cols, _ = record_columns(records)
+    counts = record_columns([(*r, i % 4 + 1) for i, r in enumerate(records)], 7)[1]
+    got = cols.to_arrow(counts, "delivery_count")
+    got.validate(full=True)
+    assert got.schema.names == [*SPARK_COLUMNS, "delivery_count"]
+    assert got.schema.field("delivery_count").type == pa.int32()
+    assert got.column("delivery_count").to_pylist() == [i % 4 + 1 for i in range(20)]
+    assert got.drop_columns(["delivery_count"]).equals(cols.to_arrow_by_columns())
+    with pytest.raises(ValueError):
+        record_columns(records[:5])[0].to_arrow(counts)  # a column needs its name
+    short = record_columns([(*r, 1) for r in records[:5]], 7)[1]
+    with pytest.raises(ValueError):
+        cols.to_arrow(short, "delivery_count")  # 5 values for 20 rows
+
+
+def test_an_exported_batch_outlives_its_columns_and_is_freed_on_any_thread() -> None:
+    import sys
+    import threading
+
+    cols = columns_of("append_from", 50)
+    expected = cols.to_arrow_by_columns().to_pylist()
+    held = sys.getrefcount(cols)
+    exported = cols.to_arrow()
+    assert sys.getrefcount(cols) == held + 1  # the exported array holds the columns
+    sliced = exported.slice(10, 5)
+    del exported
+    assert sys.getrefcount(cols) == held + 1
+    box = [sliced]
+    del sliced
+    freer = threading.Thread(target=box.clear)  # the last reference dropped elsewhere
+    freer.start()
+    freer.join()
+    assert sys.getrefcount(cols) == held
+    # Dropped by the caller first: the batch keeps the columns' memory (new columns made
+    # meanwhile take other blocks of the pool).
+    exported = cols.to_arrow()
+    del cols
+    for _ in range(5):
+        columns_of("append_from", 50)
+    assert exported.to_pylist() == expected
+
+
+def test_the_capsules_are_the_arrow_pycapsule_interface() -> None:
+    from kcore.codec import ArrowColumns
+
+    cols = columns_of("decode_columns", 9)
+    schema_capsule, array_capsule = ArrowColumns(cols).__arrow_c_array__()
+    assert type(schema_capsule).__name__ == type(array_capsule).__name__ == "PyCapsule"
+    del schema_capsule, array_capsule  # never imported: the capsule releases the array
+    assert pa.record_batch(ArrowColumns(cols)).equals(cols.to_arrow_by_columns())
+    assert pa.table(ArrowColumns(cols)).num_rows == 9

@@ -476,9 +476,19 @@ cdef class ColumnarRecords:
             added += 1
         return added
 
-    def to_arrow(self):
+    def to_arrow(self, ColumnBuffer extra=None, str extra_name=None):
         """A ``pyarrow.RecordBatch`` with the columns of Spark's Kafka source that the records
-        themselves carry: key, value, offset, timestamp, timestampType (and headers)."""
+        themselves carry: key, value, offset, timestamp, timestampType (and headers, and topic
+        and partition after value when ``with_source``), then ``extra_name``: the int32 values
+        of ``extra`` (one a row), if given. One import through the Arrow C data interface
+        (ArrowColumns); the buffers are not copied."""
+        import pyarrow as pa
+
+        return pa.record_batch(ArrowColumns(self, extra, extra_name))
+
+    def to_arrow_by_columns(self):
+        """:meth:`to_arrow` made the other way, a pyarrow call per buffer and column: the
+        reference the export is tested against."""
         import pyarrow as pa
 
         n = self.num_rows
