@@ -613,3 +613,56 @@ def test_a_new_heartbeat_task_sends_one_join_then_waits_early() -> None:
     assert len(sent) >= 2
     assert sent[1] - sent[0] >= 0.08  # the first early wait (100 ms), not at once
     assert len(sent) <= 5  # join, then early heartbeats every 100 ms or more (and the leave)
+
+
+def test_commit_sync_waits_for_a_background_round_and_reports_its_outcomes() -> None:
+    # A poll may start a background round (send_pending) that keeps sending what becomes owed
+    # while it runs, the acknowledgements of the records that poll returned among them. A
+    # commit_sync right after must still wait for them and say how they ended: an empty
+    # answer was possible (seen on a loaded machine).
+    import asyncio
+
+    from kcore.consumer.share.acknowledgements import AcknowledgeType
+    from kcore.consumer.share.fetcher import ShareBuffer, ShareFetcher
+
+    ACCEPT = AcknowledgeType.ACCEPT
+
+    config = {
+        "fetch.max.wait.ms": 500,
+        "fetch.min.bytes": 1,
+        "fetch.max.bytes": 1 << 20,
+        "max.poll.records": 500,
+        "share.acquire.mode": "batch_optimized",
+        "check.crcs": True,
+    }
+    a, b = TopicPartition("t", 0), TopicPartition("t", 1)
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        acks = Acknowledgements()
+        fetcher = ShareFetcher(None, "g", lambda: "m", acks, ShareBuffer(), config)  # type: ignore[arg-type]
+        broker_answers = asyncio.Event()
+        sent: list[Any] = []
+
+        async def acknowledge(partitions: Any = None, *, final: bool = False) -> list[Any]:
+            taken = acks.take(acks.pending_partitions())
+            sent.append(taken)
+            await broker_answers.wait()
+            return [(tp, offsets, None) for tp, offsets in taken.items()]
+
+        fetcher.acknowledge = acknowledge  # type: ignore[method-assign]
+        acks.add(a, [1, 2], ACCEPT)  # owed when the poll started the round
+        round_ = asyncio.ensure_future(fetcher.send_pending())
+        await asyncio.sleep(0)
+        acks.add(b, [7], ACCEPT)  # acknowledged by the application after that poll
+        commit = asyncio.ensure_future(fetcher.commit())
+        await asyncio.sleep(0.01)
+        assert not commit.done()  # waiting for the round under way
+        broker_answers.set()
+        results = await commit
+        await round_
+        return results, sent
+
+    results, sent = asyncio.run(scenario())
+    assert {tp: set(offsets) for tp, offsets, _ in results} == {a: {1, 2}, b: {7}}
+    assert all(err is None for _, _, err in results)
+    assert sum(len(s) for s in sent) == 2  # each partition's acknowledgements sent once

@@ -172,7 +172,7 @@ class ShareConsumer:
         core = self._core
         started = core.prepare_commit()
         t = core.api_timeout_s if timeout is None else timeout
-        return core.commit_results(self._loop.run(core.fetcher.acknowledge(), t), started)
+        return core.commit_results(self._loop.run(core.fetcher.commit(), t), started)
 
     def commit_async(self) -> None:
         """As :meth:`commit_sync` without waiting: the outcome goes to the acknowledgement
@@ -367,7 +367,7 @@ class AsyncShareConsumer:
         started = core.prepare_commit()
         t = core.api_timeout_s if timeout is None else timeout
         try:
-            results = await asyncio.wait_for(core.fetcher.acknowledge(), t)
+            results = await asyncio.wait_for(core.fetcher.commit(), t)
         except asyncio.TimeoutError:
             raise KcoreTimeoutError(f"commit_sync did not finish within {t:g}s") from None
         return core.commit_results(results, started)

@@ -193,7 +193,7 @@ class ShareFetcher:
         self._locks: dict[int, asyncio.Lock] = {}
         self._inflight: dict[int, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()  # acknowledgements sent on their own
-        self._sending = False  # a send_pending round is under way
+        self._sending: asyncio.Task[Any] | None = None  # the send_pending round under way
         self._changed = asyncio.Event()
         # Acknowledgement outcomes not yet reported to the application (the commit callback
         # runs on its thread); a fatal fetch error to raise from poll.
@@ -449,17 +449,33 @@ class ShareFetcher:
         """Everything owed, by ShareAcknowledge, the outcomes kept for the commit callback. One
         such round at a time: what becomes owed while it is under way goes in its next request
         (or with a fetch), not in a request of its own queued behind it."""
-        if self._sending:
+        if self._sending is not None:
             return
-        self._sending = True
+        self._sending = asyncio.current_task()
         try:
             while self.acks.has_pending():
                 self.results.extend(await self.acknowledge())
         finally:
-            self._sending = False
+            self._sending = None
 
     async def _acknowledge_in_background(self, partitions: set[TopicPartition]) -> None:
         self.results.extend(await self.acknowledge(partitions))
+
+    async def commit(self) -> list[AckResult]:
+        """A commit_sync: every acknowledgement made so far, sent and answered, and how each
+        ended. A round already under way in the background (send_pending, or one for
+        partitions no fetch goes to) may have taken some of them: it is waited for, and the
+        outcomes not yet reported (its own among them) are this commit's too, rather than
+        left for the callback alone; then what is still owed is sent."""
+        me = asyncio.current_task()
+        rounds = [t for t in (self._sending, *self._background) if t is not None and t is not me]
+        rounds = [t for t in rounds if not t.done()]
+        if rounds:
+            await asyncio.wait(rounds)
+        out = list(self.results)
+        self.results.clear()
+        out += await self.acknowledge()
+        return out
 
     async def acknowledge(
         self, partitions: Iterable[TopicPartition] | None = None, *, final: bool = False
