@@ -1429,22 +1429,10 @@ class CompiledDecoderGen(ModuleGen):
             w("return 0")
 
     def emit_raw_group(self, w: Writer, s: StructSpec, group: list[FieldSpec]) -> None:
-        def emit(body: Writer, fields: tuple[FieldSpec, ...]) -> None:
-            if fields:
-                total = sum(FIXED_TYPES[f.type][1] for f in fields)
-                body(f"need(r, pos, {total})")
-                body("p = r.data + pos")
-                at = 0
-                for f in fields:
-                    where = "p" if at == 0 else f"p + {at}"
-                    body(f"out.{f.attr} = {RAW_READERS[f.type]}({where})")
-                    at += FIXED_TYPES[f.type][1]
-                body(f"pos += {total}")
-            for f in group:
-                if f not in fields:
-                    body(f"out.{f.attr} = {default_expr(f)}")
+        def store(body: Writer, f: FieldSpec, value: str) -> None:
+            body(f"out.{f.attr} = {value}")
 
-        emit_chain(w, s.context, self.group_runs(s, group), emit)
+        self.emit_group_reads(w, s, group, RAW_READERS, store, default_expr)
 
     def emit_raw_field(self, w: Writer, s: StructSpec, f: FieldSpec) -> None:
         assert f.is_array
@@ -1525,6 +1513,23 @@ class CompiledDecoderGen(ModuleGen):
             w("return o")
 
     def emit_decode_group(self, w: Writer, s: StructSpec, group: list[FieldSpec]) -> None:
+        def store(body: Writer, f: FieldSpec, value: str) -> None:
+            self.set(body, s, f, value)
+
+        self.emit_group_reads(w, s, group, FIXED_READERS, store, self.default)
+
+    def emit_group_reads(
+        self,
+        w: Writer,
+        s: StructSpec,
+        group: list[FieldSpec],
+        readers: dict[str, str],
+        store: Callable[[Writer, FieldSpec, str], None],
+        default: Callable[[FieldSpec], str],
+    ) -> None:
+        """A run of fixed-width fields, read in each version with one bounds check; ``store``
+        puts each value (read by ``readers[type]``, or the field's ``default``) where it goes."""
+
         def emit(body: Writer, fields: tuple[FieldSpec, ...]) -> None:
             if fields:
                 total = sum(FIXED_TYPES[f.type][1] for f in fields)
@@ -1533,12 +1538,12 @@ class CompiledDecoderGen(ModuleGen):
                 at = 0
                 for f in fields:
                     where = "p" if at == 0 else f"p + {at}"
-                    self.set(body, s, f, f"{FIXED_READERS[f.type]}({where})")
+                    store(body, f, f"{readers[f.type]}({where})")
                     at += FIXED_TYPES[f.type][1]
                 body(f"pos += {total}")
             for f in group:
                 if f not in fields:
-                    self.set(body, s, f, self.default(f))
+                    store(body, f, default(f))
 
         emit_chain(w, s.context, self.group_runs(s, group), emit)
 
