@@ -10,6 +10,10 @@ The rules are MetadataCache's (see there); this module only makes them cheap:
   nothing per partition;
 * a partition answered with a leader epoch older than the cached one keeps the cached row (the
   answering broker was behind).
+
+The compiled decoder's partitions (a StructArray) are read from their bytes (the raw fields,
+through kcore/protocol/_decoders.pxd), with no partition object made; ``rows_unchanged``
+compares them with the cached rows in place, so that an unchanged topic need not be built.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING
