@@ -9,7 +9,7 @@
 
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject, PyTypeObject
@@ -425,6 +425,16 @@ cdef inline object struct_array(
     return out
 
 
+cdef inline void bytes_reader(Reader* r, bytes data) noexcept:
+    """``r`` reading ``data`` (a StructArray's own bytes), never pausing."""
+    r.data = <const uint8_t*>PyBytes_AS_STRING(data)
+    r.size = PyBytes_GET_SIZE(data)
+    r.obj = <PyObject*>data
+    r.pause_every = 0
+    r.countdown = 0
+    r.pause = NULL
+
+
 @cython.no_gc  # holds bytes and, once asked for, a list of untracked decoded objects: no cycle
 @cython.final
 cdef class StructArray:
@@ -444,12 +454,7 @@ cdef class StructArray:
         if i < 0 or i >= self.n:
             raise IndexError(f"element {i} of {self.n}")
         cdef Reader r
-        r.data = <const uint8_t*>PyBytes_AS_STRING(self.data)
-        r.size = len(self.data)
-        r.obj = <PyObject*>self.data
-        r.pause_every = 0
-        r.countdown = 0
-        r.pause = NULL
+        bytes_reader(&r, self.data)
         cdef Py_ssize_t pos = self.offsets[i]
         self.read_raw(&r, &pos, self.version, out)
         return 0
@@ -458,12 +463,7 @@ cdef class StructArray:
         if self.items is not None:
             return self.items
         cdef Reader r
-        r.data = <const uint8_t*>PyBytes_AS_STRING(self.data)
-        r.size = len(self.data)
-        r.obj = <PyObject*>self.data
-        r.pause_every = 0
-        r.countdown = 0
-        r.pause = NULL
+        bytes_reader(&r, self.data)
         cdef list items = new_list(self.n)
         cdef Py_ssize_t i, pos
         for i in range(self.n):
