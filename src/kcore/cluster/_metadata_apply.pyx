@@ -332,6 +332,31 @@ cdef bint object_rows(
     return unchanged
 
 
+cdef inline bint same_int(object o, int64_t value) noexcept:
+    cdef int64_t v
+    return int_value(o, &v) and v == value
+
+
+cdef bint keeps_row(
+    tuple before, const MetadataResponsePartitionRaw* raw, const uint8_t* data
+) except -1:
+    """The rule for a partition read raw: the cached row ``before`` stays when the answer is
+    stale (an older leader epoch: the broker was behind) or says what the row holds."""
+    cdef int64_t epoch
+    if not int_value(before[3], &epoch):
+        return False
+    if 0 <= raw.leader_epoch < epoch:
+        return True
+    return (
+        epoch == raw.leader_epoch
+        and same_int(before[2], raw.leader_id)
+        and same_int(before[7], raw.error_code)
+        and same_raw_ints(before[4], data, raw.replica_nodes_at, raw.replica_nodes_n)
+        and same_raw_ints(before[5], data, raw.isr_nodes_at, raw.isr_nodes_n)
+        and same_raw_ints(before[6], data, raw.offline_replicas_at, raw.offline_replicas_n)
+    )
+
+
 cdef bint raw_rows(
     str topic, StructArray partitions, object cached, type row, dict out, Py_ssize_t start,
     Py_ssize_t end
@@ -343,31 +368,14 @@ cdef bint raw_rows(
     cdef MetadataResponsePartitionRaw raw
     cdef const uint8_t* data = <const uint8_t*>PyBytes_AS_STRING(partitions.data)
     cdef tuple before
-    cdef int64_t epoch
-    cdef bint known_epoch
     cdef Py_ssize_t i
     for i in range(start, end):
         partitions.raw_at(i, &raw)
         index = PyLong_FromLongLong(raw.partition_index)
         before = cached_row(cached, cached_dict, index)
-        if before is not None:
-            known_epoch = int_value(before[3], &epoch)
-            if known_epoch and 0 <= raw.leader_epoch < epoch:
-                PyDict_SetItem(out, index, before)  # a stale answer: keep what we know
-                continue
-            if (
-                known_epoch
-                and epoch == raw.leader_epoch
-                and same_int(before[2], raw.leader_id)
-                and same_int(before[7], raw.error_code)
-                and same_raw_ints(before[4], data, raw.replica_nodes_at, raw.replica_nodes_n)
-                and same_raw_ints(before[5], data, raw.isr_nodes_at, raw.isr_nodes_n)
-                and same_raw_ints(
-                    before[6], data, raw.offline_replicas_at, raw.offline_replicas_n
-                )
-            ):
-                PyDict_SetItem(out, index, before)
-                continue
+        if before is not None and keeps_row(before, &raw, data):
+            PyDict_SetItem(out, index, before)
+            continue
         unchanged = False
         PyDict_SetItem(out, index, new_row(
             row,
@@ -383,11 +391,6 @@ cdef bint raw_rows(
     return unchanged
 
 
-cdef inline bint same_int(object o, int64_t value) noexcept:
-    cdef int64_t v
-    return int_value(o, &v) and v == value
-
-
 cdef Py_ssize_t raw_unchanged(
     StructArray partitions, dict cached, type row, Py_ssize_t start, Py_ssize_t end,
     Py_ssize_t cursor
@@ -397,7 +400,6 @@ cdef Py_ssize_t raw_unchanged(
     cdef PyObject* key
     cdef PyObject* found
     cdef tuple before
-    cdef int64_t epoch
     cdef Py_ssize_t i
     for i in range(start, end):
         partitions.raw_at(i, &raw)
@@ -406,18 +408,7 @@ cdef Py_ssize_t raw_unchanged(
         if type(<object>found) is not row or PyTuple_GET_SIZE(<object>found) != N_FIELDS:
             return -1
         before = <tuple>found
-        if not same_int(before[1], raw.partition_index) or not int_value(before[3], &epoch):
-            return -1
-        if 0 <= raw.leader_epoch < epoch:
-            continue  # a stale answer: the cached row stays
-        if not (
-            epoch == raw.leader_epoch
-            and same_int(before[2], raw.leader_id)
-            and same_int(before[7], raw.error_code)
-            and same_raw_ints(before[4], data, raw.replica_nodes_at, raw.replica_nodes_n)
-            and same_raw_ints(before[5], data, raw.isr_nodes_at, raw.isr_nodes_n)
-            and same_raw_ints(before[6], data, raw.offline_replicas_at, raw.offline_replicas_n)
-        ):
+        if not same_int(before[1], raw.partition_index) or not keeps_row(before, &raw, data):
             return -1
     return cursor
 

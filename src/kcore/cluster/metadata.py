@@ -135,6 +135,29 @@ class ClusterMetadata:
         return sorted(self.topics)
 
 
+class _Steps:
+    """How much of an answer a merge handles between two turns of the caller's loop: about
+    ``step_rows`` partitions (None: everything at once), each topic counting one more."""
+
+    def __init__(self, step_rows: int | None) -> None:
+        self.step_rows = step_rows
+        self.left = step_rows
+
+    def end(self, start: int, count: int) -> int:
+        """Where the step that starts at partition ``start`` of ``count`` ends."""
+        return count if self.left is None else min(count, start + self.left)
+
+    def spend(self, partitions: int) -> bool:
+        """Count a step of ``partitions`` done; whether the merge yields now."""
+        if self.left is None or self.step_rows is None:
+            return False
+        self.left -= partitions + 1  # (+1: a topic's own cost)
+        if self.left > 0:
+            return False
+        self.left = self.step_rows
+        return True
+
+
 def _result(generator: Generator[None, None, Any]) -> Any:
     """The return value of a generator run to its end."""
     try:
@@ -262,7 +285,7 @@ class MetadataCache:
         code, TopicInfo or None)``, None meaning the topic is not there (any more); yields
         after about every ``step_rows`` partitions."""
         merged: list[tuple[str, int, TopicInfo | None]] = []
-        budget = step_rows
+        steps = _Steps(step_rows)
         for t in response.topics:
             name = t.name
             if name is None:  # a topic-id-only answer; kcore asks by name
@@ -279,27 +302,28 @@ class MetadataCache:
             cached = prev.partitions if prev is not None else None
             is_internal = bool(t.is_internal)
             count = len(partitions)
-            if (
+            same_topic = (  # what the entry says besides its partitions
                 prev is not None
-                and not isinstance(partitions, list)  # objects: built and compared below
-                and len(prev.partitions) == count
                 and prev.is_internal == is_internal
                 and prev.error_code == t.error_code
                 and _same_uuid(prev.topic_id, topic_id)
+            )
+            if (
+                same_topic
+                and prev is not None
+                and not isinstance(partitions, list)  # objects: built and compared below
+                and len(prev.partitions) == count
             ):
                 # The usual refresh changes nothing: compared first (compiled, no object made),
                 # an unchanged topic keeps its cached entry without its rows being built.
                 start, cursor = 0, 0
                 while cursor >= 0 and start < count:
-                    end = count if budget is None else min(count, start + budget)
+                    end = steps.end(start, count)
                     cursor = rows_unchanged(
                         partitions, prev.partitions, PartitionInfo, start, end, cursor
                     )
-                    if budget is not None:
-                        budget -= end - start + 1
-                        if budget <= 0:
-                            yield
-                            budget = step_rows
+                    if steps.spend(end - start):
+                        yield
                     start = end
                 if cursor >= 0:
                     merged.append((name, t.error_code, prev))
@@ -311,25 +335,15 @@ class MetadataCache:
             unchanged = True
             start = 0
             while True:
-                end = count if budget is None else min(count, start + budget)
+                end = steps.end(start, count)
                 if not partition_rows(name, partitions, cached, PartitionInfo, rows, start, end):
                     unchanged = False
-                if budget is not None:
-                    budget -= end - start + 1  # (+1: a topic's own cost)
-                    if budget <= 0:
-                        yield
-                        budget = step_rows
+                if steps.spend(end - start):
+                    yield
                 start = end
                 if start >= count:
                     break
-            if (
-                unchanged
-                and prev is not None
-                and len(rows) == len(prev.partitions)
-                and prev.is_internal == is_internal
-                and prev.error_code == t.error_code
-                and _same_uuid(prev.topic_id, topic_id)
-            ):
+            if unchanged and same_topic and prev is not None and len(rows) == len(prev.partitions):
                 merged.append((name, t.error_code, prev))  # nothing changed: the cached entry
             else:
                 merged.append(
