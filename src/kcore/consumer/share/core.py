@@ -353,10 +353,7 @@ class ShareConsumerCore:
     def run_callbacks(self, results: list[AckResult] | None = None) -> None:
         """The commit callback for ``results``, or (None) for the outcomes queued so far."""
         if results is None:
-            results = []
-            pending = self.fetcher.results if self._fetcher is not None else None
-            while pending:
-                results.append(pending.popleft())
+            results = self.fetcher.take_results() if self._fetcher is not None else []
         callback = self.callback
         if callback is None:
             return

@@ -472,9 +472,17 @@ class ShareFetcher:
         rounds = [t for t in rounds if not t.done()]
         if rounds:
             await asyncio.wait(rounds)
-        out = list(self.results)
-        self.results.clear()
+        out = self.take_results()
         out += await self.acknowledge()
+        return out
+
+    def take_results(self) -> list[AckResult]:
+        """The outcomes not yet reported, removed (popped one by one: the caller's thread and
+        the event loop both take from the queue)."""
+        out: list[AckResult] = []
+        results = self.results
+        while results:
+            out.append(results.popleft())
         return out
 
     async def acknowledge(
