@@ -645,7 +645,12 @@ def _uncovered(
 
 
 def _has_renew(acks: dict[TopicPartition, dict[int, int]]) -> bool:
-    return any(k == AcknowledgeType.RENEW for offsets in acks.values() for k in offsets.values())
+    # A request's acknowledgements are one dict entry a record: scanned by the dict's own
+    # membership test, not an enum comparison per record.
+    return any(_RENEW in offsets.values() for offsets in acks.values())
+
+
+_RENEW = int(AcknowledgeType.RENEW)
 
 
 def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[TopicPartition]]:
