@@ -159,6 +159,43 @@ def test_a_batch_is_acknowledged_whole_or_not_at_all(kafka_cluster: Any, share_t
             implicit.acknowledge_batch(batch, AcknowledgeType.ACCEPT)  # implicit mode
 
 
+def test_a_batch_of_an_earlier_poll_is_not_taken_for_the_last_one(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    """acknowledge_batch of the batch the last poll_arrow made takes its offsets from what that
+    poll handed out; any other batch (an earlier poll's, a copy) is read by its columns: an
+    earlier batch acknowledged again is refused and leaves the last poll's records owed."""
+    topic, group = share_topic
+    produce(kafka_cluster.bootstrap_servers, topic, 12, partitions=1)
+    limit = {"max.poll.records": 3, "share.acquire.mode": "record_limit"}
+    with consumer(kafka_cluster, group, **EXPLICIT, **limit) as c:
+        c.subscribe([topic])
+        first = batches_until(c, 1)[0]
+        c.acknowledge_batch(first, AcknowledgeType.ACCEPT)
+        second = batches_until(c, 1)[0]
+        assert set(second.column("offset").to_pylist()).isdisjoint(
+            first.column("offset").to_pylist()
+        )
+        with pytest.raises(AcknowledgementError, match="acknowledged already|not delivered"):
+            c.acknowledge_batch(first, AcknowledgeType.ACCEPT)
+        copy = pa.record_batch(second.columns, schema=second.schema)
+        c.acknowledge_batch(copy, AcknowledgeType.RELEASE)  # by its columns: all of second
+        with pytest.raises(AcknowledgementError, match="acknowledged already"):
+            c.acknowledge_batch(second, AcknowledgeType.ACCEPT)
+        assert all(err is None for err in c.commit_sync(30).values())
+        # The released rows come back, with a delivery count of 2.
+        rest = batches_until(c, 12 - first.num_rows, ack=AcknowledgeType.ACCEPT)
+        again = pa.Table.from_batches(rest)
+        counts = dict(
+            zip(
+                again.column("offset").to_pylist(),
+                again.column("delivery_count").to_pylist(),
+                strict=True,
+            )
+        )
+        assert all(counts.get(o) == 2 for o in second.column("offset").to_pylist())
+
+
 class ArrowMember(threading.Thread):
     """Polls Arrow batches in its own thread, accepting each whole batch."""
 

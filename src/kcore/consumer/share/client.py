@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 from kcore.cluster.client import ClusterClient
 from kcore.consumer.share.acknowledgements import AcknowledgeType, ShareRecord
-from kcore.consumer.share.arrow import records_to_arrow
 from kcore.consumer.share.core import (
     CLOSE_TIMEOUT_S,
     AcknowledgementCommitCallback,
@@ -107,7 +106,7 @@ class ShareConsumer:
         timestampType, headers) and ``delivery_count``; at most ``max_records`` rows
         (default ``max.poll.records``). Acknowledge its rows with :meth:`acknowledge_batch`
         or :meth:`acknowledge_offset`."""
-        return records_to_arrow(self._drive(self._core.poll_plan(timeout, max_records)))
+        return self._core.arrow_batch(self._drive(self._core.poll_plan(timeout, max_records)))
 
     def _drive(self, plan: SharePollPlan[T]) -> T:
         """Run a poll plan on this thread, its loop steps on the client's loop thread; a
@@ -299,7 +298,7 @@ class AsyncShareConsumer:
 
     async def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
         """As :meth:`ShareConsumer.poll_arrow`."""
-        return records_to_arrow(await self._drive(self._core.poll_plan(timeout, max_records)))
+        return self._core.arrow_batch(await self._drive(self._core.poll_plan(timeout, max_records)))
 
     async def _drive(self, plan: SharePollPlan[T]) -> T:
         """Run a poll plan on this loop."""

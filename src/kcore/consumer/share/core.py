@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
@@ -25,7 +27,7 @@ from kcore.config import ClientConfig
 from kcore.consumer.fetcher import declare_fetch_metrics
 from kcore.consumer.share._acknowledge import RecordAcknowledger
 from kcore.consumer.share.acknowledgements import Acknowledgements, AcknowledgeType, ShareRecord
-from kcore.consumer.share.arrow import batch_offsets
+from kcore.consumer.share.arrow import batch_offsets, records_to_arrow
 from kcore.consumer.share.fetcher import AckResult, ShareBuffer, ShareFetcher
 from kcore.consumer.share.membership import ShareHeartbeat, ShareMembership
 from kcore.consumer.share.statistics import ShareConsumerStatistics
@@ -108,6 +110,11 @@ class ShareConsumerCore:
         self._fetcher: ShareFetcher | None = None
         self._owed_sent_at = 0.0  # when a poll last sent what was owed (or a fetch took it)
         self._last_poll: float | None = None
+        # The runs the last poll handed out, and the last poll_arrow batch made of them: an
+        # acknowledge_batch of that very batch takes its offsets from the runs rather than
+        # reading its columns back.
+        self._handed_out: list[tuple[TopicPartition, list[ShareRecord]]] = []
+        self._arrow_batch: weakref.ref[Any] | None = None
         _declare_metrics(self)
         self._heartbeat: ShareHeartbeat | None = None
         # KIP-714: the metrics a client-metrics subscription asks for, pushed on a timer (as
@@ -214,6 +221,7 @@ class ShareConsumerCore:
         """One poll: at most ``max_records`` (default ``max.poll.records``) records acquired
         for this member, waiting up to ``timeout`` seconds for some."""
         self.check_open()
+        self._arrow_batch = None  # a batch of an earlier poll is acknowledged by its columns
         limit = record_limit(max_records, self.max_poll_records)
         now = time.monotonic()
         otel, started = self.otel, now
@@ -243,6 +251,7 @@ class ShareConsumerCore:
                     self._owed_sent_at = now
                     yield SendPending()
                 self.acks.delivered(runs)
+                self._handed_out = runs
                 records = (
                     runs[0][1]
                     if len(runs) == 1
@@ -302,9 +311,22 @@ class ShareConsumerCore:
             )
         self.acks.acknowledge(TopicPartition(topic, partition), offset, kind)
 
+    def arrow_batch(self, records: list[ShareRecord]) -> Any:
+        """``records`` (what the last poll plan returned) as a poll_arrow batch."""
+        batch = records_to_arrow(records)
+        self._arrow_batch = weakref.ref(batch) if records else None
+        return batch
+
     def acknowledge_batch(self, batch: Any, type: AcknowledgeType | int) -> None:
         kind = self._check_acknowledge("acknowledge_batch", type)
-        self.acks.acknowledge_many(batch_offsets(batch), kind)
+        made = self._arrow_batch
+        if made is not None and made() is batch:
+            offsets: dict[TopicPartition, list[int]] = {}
+            for tp, records in self._handed_out:
+                offsets.setdefault(tp, []).extend(map(_OFFSET, records))
+        else:
+            offsets = batch_offsets(batch)
+        self.acks.acknowledge_many(offsets, kind)
 
     def _check_acknowledge(self, method: str, type: AcknowledgeType | int) -> int:
         self.check_open()
@@ -436,6 +458,9 @@ def _declare_metrics(core: ShareConsumerCore) -> None:
         lambda: -1.0 if core._last_poll is None else time.monotonic() - core._last_poll,
     )
     metrics.gauge("assigned-partitions", lambda: len(core.assignment()))
+
+
+_OFFSET = operator.itemgetter(2)  # a ShareRecord's offset
 
 
 def record_limit(max_records: int | None, default: int) -> int:
