@@ -98,6 +98,31 @@ def _expect(fn, *args, **kwargs):
         return None
 
 
+def _check_acquired(batch: RecordBatch) -> None:
+    """A share consumer's two decodes of a batch's acquired records (as records, and straight
+    into columns) raise alike, or give the same offsets, delivery counts and gaps."""
+    from kcore.codec import ColumnBuffer, columnar_records
+    from kcore.consumer.share.acknowledgements import ShareRecord
+
+    base = batch.base_offset
+    if not 0 <= base < 2**62:
+        return
+    for ranges in ([(base, base + 1_000, 2)], [(base + 1, base + 2, 1), (base + 4, base + 9, 3)]):
+        gaps: list[int] = []
+        made = _expect(batch.acquired_records, ShareRecord, "t", 0, ranges, gaps)
+        cols, counts, column_gaps = columnar_records(), ColumnBuffer(), []
+        rows = _expect(cols.append_acquired, batch, ranges, column_gaps, counts, "t", 0)
+        assert (made is None) == (rows is None)
+        if made is None:
+            assert cols.num_rows == 0 and len(counts) == 0 and column_gaps == []
+            continue
+        assert rows == len(made) == cols.num_rows and column_gaps == gaps
+        with memoryview(cols.offset) as raw, raw.cast("q") as offsets:
+            assert offsets.tolist() == [r.offset for r in made]
+        with memoryview(counts) as raw, raw.cast("i") as delivery:
+            assert delivery.tolist() == [r.delivery_count for r in made]
+
+
 def check_contract(buf) -> None:
     """Run every decoder over ``buf``; only CorruptRecordError may escape any of them. Where two
     decoders both succeed they must agree."""
@@ -119,6 +144,8 @@ def check_contract(buf) -> None:
                     if records is not None:
                         assert iterated == records
                     _expect(batch.control_type)
+                    if not allow_partial and check_crcs:
+                        _check_acquired(batch)
                 if records is not None:
                     for offset, ts, key, value, headers in records:
                         assert isinstance(offset, int) and isinstance(ts, int)

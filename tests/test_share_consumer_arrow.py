@@ -159,6 +159,64 @@ def test_a_batch_is_acknowledged_whole_or_not_at_all(kafka_cluster: Any, share_t
             implicit.acknowledge_batch(batch, AcknowledgeType.ACCEPT)  # implicit mode
 
 
+def test_poll_and_poll_arrow_taking_turns_hand_out_every_record_once(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    """poll_arrow makes the fetches that follow decode into Arrow columns, poll into records;
+    whatever the buffer holds when the caller switches is handed out the other way. Two waves
+    of records: the first fetched while poll_arrow waits (then taken by both), the second
+    while poll waits. Every record comes once, with the fields a plain consumer reads."""
+    topic, group = share_topic
+    bootstrap = kafka_cluster.bootstrap_servers
+    got: dict[tuple[int, int], tuple[Any, ...]] = {}
+
+    def take(c: ShareConsumer, arrow: bool) -> int:
+        if arrow:
+            batch = c.poll_arrow(0.5, max_records=23)
+            for row in batch.to_pylist():
+                key = (row["partition"], row["offset"])
+                assert key not in got
+                headers = tuple((h["key"], h["value"]) for h in row["headers"])
+                stamp = int(row["timestamp"].timestamp() * 1000)
+                got[key] = (row["key"], row["value"], stamp, headers)
+                assert row["delivery_count"] == 1 and row["topic"] == topic
+            if batch.num_rows:
+                c.acknowledge_batch(batch, AcknowledgeType.ACCEPT)
+            return int(batch.num_rows)
+        records = c.poll(0.5)
+        for r in records:
+            key = (r.partition, r.offset)
+            assert key not in got
+            got[key] = (r.key, r.value, r.timestamp, tuple(r.headers))
+            assert r.delivery_count == 1 and r.topic == topic
+            c.acknowledge(r, AcknowledgeType.ACCEPT)
+        return len(records)
+
+    # Polls smaller than a fetch's run, so that a run is taken both ways.
+    with consumer(kafka_cluster, group, **EXPLICIT, **{"max.poll.records": 17}) as c:
+        c.subscribe([topic])
+        for wave, arrow_first in ((0, True), (1, False)):
+            produce_numbered(bootstrap, topic, 100, 2, headers=[("h", b"x")], start=100 * wave)
+            deadline = time.monotonic() + 60
+            while not take(c, arrow_first):
+                assert time.monotonic() < deadline, "no records"
+            turn = 0
+            while len(got) < 100 * (wave + 1):
+                assert time.monotonic() < deadline, f"{len(got)} records"
+                turn += 1
+                take(c, arrow_first != bool(turn % 2))
+        assert all(err is None for err in c.commit_sync(30).values())
+    plain_config = {"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}
+    want: dict[tuple[int, int], tuple[Any, ...]] = {}
+    with kcore.Consumer(plain_config) as plain:
+        plain.assign([kcore.TopicPartition(topic, 0), kcore.TopicPartition(topic, 1)])
+        deadline = time.monotonic() + 30
+        while len(want) < 200 and time.monotonic() < deadline:
+            for r in plain.poll(0.5):
+                want[(r.partition, r.offset)] = (r.key, r.value, r.timestamp, tuple(r.headers))
+    assert got == want
+
+
 def test_a_batch_of_an_earlier_poll_is_not_taken_for_the_last_one(
     kafka_cluster: Any, share_topic: Any
 ) -> None:

@@ -450,6 +450,116 @@ def test_acquired_records_refuse_an_implausible_span() -> None:
         batch.acquired_records(TopicPartition, "t", 0, [], [])
 
 
+def acquired_columns(data: bytes, ranges: list[tuple[int, int, int]]) -> tuple[Any, list[int]]:
+    """As ``acquired``, written by the codec straight into Arrow columns (poll_arrow's way)."""
+    from kcore.codec import ColumnBuffer, columnar_records, decode_batches
+
+    cols, counts, gaps = columnar_records(), ColumnBuffer(), []
+    for batch in decode_batches(data):
+        cols.append_acquired(batch, ranges, gaps, counts, "t", 0)
+    return cols.to_arrow(counts, "delivery_count"), gaps
+
+
+def test_acquired_columns_are_the_acquired_records_as_columns() -> None:
+    """append_acquired on random compacted batches and ranges, and on batches with keys,
+    headers, compression and log-append time: the same rows as acquired_records' records
+    made into a batch, and the same gaps."""
+    import random
+
+    from kcore.codec import RecordBatchBuilder
+    from kcore.consumer.share.arrow import records_to_arrow
+
+    rng = random.Random(1206)
+    cases: list[tuple[bytes, list[tuple[int, int, int]]]] = []
+    for _ in range(200):
+        n = rng.randint(1, 40)
+        deltas = sorted(rng.sample(range(60), n))
+        last = deltas[-1] + rng.choice([0, 0, rng.randint(1, 10)])
+        ranges: list[tuple[int, int, int]] = []
+        at = 100 + rng.randint(-10, 20)
+        while at < 100 + last + 10 and rng.random() < 0.8:
+            end = at + rng.randint(0, 15)
+            ranges.append((at, end, rng.randint(1, 5)))
+            at = end + rng.randint(1, 8)
+        cases.append((raw_batch(100, deltas, last), ranges))
+    for compression in ("none", "gzip", "lz4", "zstd", "snappy"):
+        for log_append in (False, True):
+            data = b""
+            for base in (0, 30):
+                builder = RecordBatchBuilder(
+                    compression, base_offset=base, log_append_time=log_append
+                )
+                for i in range(30):
+                    headers = [(f"h{j}", None if j == 1 else b"x" * j) for j in range(i % 3)]
+                    key = None if i % 4 == 0 else b"k%d" % i
+                    builder.append(key, b"value %d" % (base + i), 5_000 + i, headers)
+                data += builder.build()
+            cases.append((data, [(3, 9, 1), (12, 40, 2), (45, 70, 7)]))
+    for data, ranges in cases:
+        records, gaps = acquired(data, ranges)
+        batch, column_gaps = acquired_columns(data, ranges)
+        assert column_gaps == gaps
+        assert batch.equals(records_to_arrow(records)), (ranges, batch.to_pylist()[:3])
+
+
+def test_arrow_runs_slice_and_turn_back_into_the_records() -> None:
+    """An ArrowRun (a partition's records decoded into columns) sliced as the buffer slices
+    runs, turned into records for a poll, and joined with other runs for a poll_arrow: the
+    same records and rows as the records' way gives."""
+    from kcore.codec import ColumnBuffer, RecordBatchBuilder, columnar_records, decode_batches
+    from kcore.consumer.share.acknowledgements import ArrowRun, run_offsets
+    from kcore.consumer.share.arrow import arrow_run, records_to_arrow, run_records, runs_to_arrow
+
+    builder = RecordBatchBuilder("lz4", base_offset=10)
+    for i in range(20):
+        headers = [("a", b"1"), ("b", None)] if i % 2 else []
+        builder.append(None if i % 3 == 0 else b"k%d" % i, b"v%d" % i, 7_000 + i, headers)
+    data = builder.build()
+    ranges = [(10, 17, 1), (20, 29, 3)]
+    records, _ = acquired(data, ranges)
+    cols, counts, gaps = columnar_records(), ColumnBuffer(), []
+    for batch in decode_batches(data):
+        cols.append_acquired(batch, ranges, gaps, counts, "t", 0)
+    run = arrow_run(cols, counts)
+    assert isinstance(run, ArrowRun) and len(run) == len(records) == 18
+    assert list(run_offsets(run)) == [r.offset for r in records]
+    assert run_records(run) == records
+    for part in (slice(0, 5), slice(5, None), slice(3, 3), slice(16, 40)):
+        piece = run[part]
+        assert run_records(piece) == records[part]
+        assert piece.batch.equals(records_to_arrow(records[part]))
+    tp = TopicPartition("t", 0)
+    joined = runs_to_arrow([(tp, run[:4]), (tp, records[4:9]), (tp, run[9:])])
+    assert joined.equals(records_to_arrow(records))
+    assert runs_to_arrow([(tp, run[2:6])]).equals(records_to_arrow(records[2:6]))
+    assert runs_to_arrow([]).num_rows == 0
+
+
+def test_acquired_columns_leave_nothing_of_a_corrupt_batch() -> None:
+    """A batch whose records run past its end: the error, and the columns, counts and gaps as
+    they were before it (the rows of the batch before it kept)."""
+    from kcore.codec import ColumnBuffer, columnar_records, decode_batches
+    from kcore.errors import CorruptRecordError
+
+    good = raw_batch(100, [0, 1, 2])
+    bad = bytearray(raw_batch(103, [0, 3], 5))
+    bad[-1] = 0x10  # the last record claims 8 headers: they run past the batch's end
+    cols, counts, gaps = columnar_records(), ColumnBuffer(), []
+    (first,) = decode_batches(good)
+    assert cols.append_acquired(first, [(100, 110, 2)], gaps, counts, "t", 0) == 3
+    (second,) = decode_batches(bytes(bad), check_crcs=False)
+    with pytest.raises(CorruptRecordError):
+        cols.append_acquired(second, [(100, 110, 2)], gaps, counts, "t", 0)
+    assert gaps == [] and cols.num_rows == 3 and len(counts) == 12
+    batch = cols.to_arrow(counts, "delivery_count")
+    assert batch.column("offset").to_pylist() == [100, 101, 102]
+    assert batch.column("delivery_count").to_pylist() == [2, 2, 2]
+    with pytest.raises(ValueError, match="columnar_records"):
+        from kcore.codec import ColumnarRecords
+
+        ColumnarRecords().append_acquired(first, [], [], ColumnBuffer(), "t", 0)
+
+
 def test_uncovered_offsets_are_the_acquired_ones_outside_the_decoded_batches() -> None:
     from kcore.consumer.share.fetcher import _uncovered
 

@@ -240,6 +240,15 @@ class ColumnarRecords:
         check_crcs: bool = True,
         max_decompressed_size: int = ...,
     ) -> tuple[int, int, int, int]: ...
+    def append_acquired(
+        self,
+        batch: RecordBatch,
+        ranges: list[tuple[int, int, int]],
+        gaps: list[int],
+        counts: ColumnBuffer,
+        topic: str,
+        partition: int,
+    ) -> int: ...
     def to_arrow(self, extra: ColumnBuffer | None = None, extra_name: str | None = None) -> Any: ...
     def to_arrow_by_columns(self) -> Any: ...
 

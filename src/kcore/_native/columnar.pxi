@@ -427,6 +427,70 @@ cdef class ColumnarRecords:
             view_close(&v, &pybuf)
         return added, pos, -1, next_offset - 1 if added else -1
 
+    def append_acquired(self, RecordBatch batch, list ranges, list gaps, ColumnBuffer counts,
+                        str topic, int32_t partition):
+        """The records of ``batch`` inside ``ranges`` (as ``RecordBatch.acquired_records``
+        takes them: what a ShareFetch acquired), appended as rows with ``topic`` and
+        ``partition``, each one's delivery count appended to ``counts`` (int32, for
+        :meth:`to_arrow`'s extra column). The offsets of the batch's span inside ``ranges``
+        that hold no record are appended to ``gaps``. Returns the number of rows appended;
+        on an error, none of this batch's rows (nor their counts) are."""
+        cdef ByteView v
+        cdef Py_buffer pybuf
+        cdef Py_ssize_t pos = 0, base, added = 0, counts_size = counts.buf.size
+        cdef Py_ssize_t gaps_size = len(gaps)
+        cdef Py_ssize_t mark[23]
+        cdef int32_t i, ts_type = 1 if batch.attributes & ATTR_TIMESTAMP_TYPE else 0
+        cdef int where
+        cdef int64_t ts, o
+        cdef RecordView r
+        cdef AcquiredCursor c
+        cdef bytes topic_bytes = topic.encode("utf-8")
+        if not self.with_source:
+            raise ValueError("append_acquired is for the records of columnar_records()")
+        self.mark(mark)
+        acquired_start(ranges, batch.base_offset, &c)
+        try:
+            payload = batch.payload()
+            base = batch.position + BATCH_HEADER_SIZE
+            view_open(payload, &v, &pybuf)
+            try:
+                check_record_count(batch.record_count, v.size, batch.position)
+                self.reserve(batch.record_count, v.size)
+                buf_grow(&counts.buf, <Py_ssize_t>batch.record_count * 4)
+                for i in range(batch.record_count):
+                    parse_record(v.data, v.size, &pos, &r, base)
+                    o = batch.base_offset + r.offset_delta
+                    where = acquired_step(ranges, &c, o, gaps)
+                    if where < 0:
+                        break  # past the last range: the rest is another member's
+                    if not where:
+                        continue
+                    ts = batch.max_timestamp if ts_type else batch.base_timestamp + r.ts_delta
+                    self.add_reserved(o, ts, ts_type, r.key, r.klen, r.value, r.vlen)
+                    if self.include_headers:
+                        self.add_headers(v.data, &r, base)
+                    (<int32_t*>(counts.buf.data + counts.buf.size))[0] = c.count
+                    counts.buf.size += 4
+                    added += 1
+                else:
+                    if pos != v.size:
+                        raise CorruptRecordError(
+                            f"{v.size - pos} bytes left after the batch's {batch.record_count} "
+                            "records", base + pos)
+            finally:
+                view_close(&v, &pybuf)
+            acquired_finish(ranges, &c, batch.base_offset + batch.last_offset_delta, gaps)
+            if added:
+                self.add_source(added, <const uint8_t*>PyBytes_AS_STRING(topic_bytes),
+                                len(topic_bytes), partition)
+        except BaseException:
+            self.rewind(mark)
+            counts.buf.size = counts_size
+            del gaps[gaps_size:]
+            raise
+        return added
+
     cdef int64_t last_offset(self) noexcept:
         return (<int64_t*>self.offset.buf.data)[self.num_rows - 1]
 

@@ -193,6 +193,60 @@ cdef void ranged_offsets(list ranges, int64_t lo, int64_t hi, list into) except 
             into.append(o)
 
 
+cdef struct AcquiredCursor:
+    # Where a walk through one batch's records stands in a ShareFetch's acquired ranges.
+    Py_ssize_t ri  # the range the last record was held against (nr: past them all)
+    Py_ssize_t nr
+    int64_t first  # ranges[ri]'s first and last offsets and delivery count
+    int64_t last
+    int32_t count
+    int64_t expect  # the offset after the last record seen: a record further on leaves a gap
+
+
+cdef inline int acquired_load(list ranges, AcquiredCursor* c) except -1:
+    rng = ranges[c.ri]
+    c.first, c.last, c.count = rng[0], rng[1], rng[2]
+    return 0
+
+
+cdef int acquired_start(list ranges, int64_t base_offset, AcquiredCursor* c) except -1:
+    """A walk through the records of a batch starting at ``base_offset``, against ``ranges``
+    (sorted, disjoint ``(first, last, delivery_count)`` offset ranges)."""
+    c.ri = 0
+    c.nr = len(ranges)
+    c.first, c.last, c.count = 0, -1, 0
+    c.expect = base_offset
+    if c.nr:
+        acquired_load(ranges, c)
+    return 0
+
+
+cdef inline int acquired_step(list ranges, AcquiredCursor* c, int64_t o, list gaps) except -2:
+    """The record at offset ``o`` (records come in offset order): 1 when it is inside a range
+    (``c.count`` its delivery count), 0 when it is in none (another member's), -1 when it is
+    past the last range (so is the rest of the batch). The acquired offsets skipped since
+    the last record go to ``gaps``."""
+    if o > c.expect:
+        ranged_offsets(ranges, c.expect, o - 1, gaps)
+    if o >= c.expect:
+        c.expect = o + 1
+    while c.ri < c.nr and c.last < o:
+        c.ri += 1
+        if c.ri < c.nr:
+            acquired_load(ranges, c)
+    if c.ri == c.nr:
+        return -1
+    return 1 if o >= c.first else 0
+
+
+cdef int acquired_finish(list ranges, AcquiredCursor* c, int64_t span_last, list gaps) except -1:
+    """The walk's end: the acquired offsets after the last record, up to the batch's last
+    offset (``span_last``), go to ``gaps``."""
+    if c.expect <= span_last:
+        ranged_offsets(ranges, c.expect, span_last, gaps)
+    return 0
+
+
 cdef class RecordBatch:
     """One v2 record batch: its header fields, and ``records()``."""
 
@@ -303,18 +357,15 @@ cdef class RecordBatch:
                    and not kcore_type_has_dict(record_type))
         cdef ByteView v
         cdef Py_buffer pybuf
-        cdef Py_ssize_t pos = 0, base, ri = 0, nr = len(ranges)
+        cdef Py_ssize_t pos = 0, base, extra_range = -1
         cdef int32_t i
+        cdef int where
         cdef RecordView r
-        cdef int64_t o, first = 0, last = -1
-        cdef int64_t expect = self.base_offset
-        cdef int64_t span_last = self.base_offset + self.last_offset_delta
+        cdef AcquiredCursor c
         cdef list out = []
         cdef tuple extra = None
         ts_type = (self.attributes >> 3) & 1
-        if nr:
-            first, last = ranges[0][0], ranges[0][1]
-            extra = (ranges[0][2], ts_type)
+        acquired_start(ranges, self.base_offset, &c)
         payload = self.payload()
         base = self.position + BATCH_HEADER_SIZE
         view_open(payload, &v, &pybuf)
@@ -322,19 +373,13 @@ cdef class RecordBatch:
             check_record_count(self.record_count, v.size, self.position)
             for i in range(self.record_count):
                 parse_record(v.data, v.size, &pos, &r, base)
-                o = self.base_offset + r.offset_delta
-                if o > expect:
-                    ranged_offsets(ranges, expect, o - 1, gaps)
-                if o >= expect:
-                    expect = o + 1
-                while ri < nr and last < o:
-                    ri += 1
-                    if ri < nr:
-                        first, last = ranges[ri][0], ranges[ri][1]
-                        extra = (ranges[ri][2], ts_type)
-                if ri == nr:
+                where = acquired_step(ranges, &c, self.base_offset + r.offset_delta, gaps)
+                if where < 0:
                     break  # past the last range: the rest is another member's
-                if o >= first:
+                if where:
+                    if c.ri != extra_range:  # (delivery count, timestamp type) a range
+                        extra_range = c.ri
+                        extra = (c.count, ts_type)
                     out.append(self.make_record_as(record_type, topic, partition, v.data, &r,
                                                    base, untrack, extra))
             else:
@@ -344,8 +389,7 @@ cdef class RecordBatch:
                         "records", base + pos)
         finally:
             view_close(&v, &pybuf)
-        if expect <= span_last:
-            ranged_offsets(ranges, expect, span_last, gaps)
+        acquired_finish(ranges, &c, self.base_offset + self.last_offset_delta, gaps)
         return out
 
     cdef list collect(self, object record_type, object topic, object partition,

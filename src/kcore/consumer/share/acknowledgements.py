@@ -24,9 +24,11 @@ __all__ = [
     "AcknowledgeType",
     "Acknowledgements",
     "AcknowledgementError",
+    "ArrowRun",
     "ShareRecord",
     "ack_batches",
     "offset_runs",
+    "run_offsets",
 ]
 
 GAP = 0  # the protocol's "no record at this offset" acknowledgement
@@ -53,6 +55,34 @@ class ShareRecord(NamedTuple):
     timestamp_type: int = 0  # 0: the producer's create time; 1: the broker's log-append time
 
 
+class ArrowRun:
+    """Acquired records of one partition decoded straight into Arrow columns (what a share
+    consumer buffers while its caller uses ``poll_arrow``): ``batch``, a ``pyarrow.RecordBatch``
+    with the share consumer's Arrow columns, and ``offsets``, its rows' offsets. Sliced as a
+    list of records is (a slice of the batch, no copy)."""
+
+    __slots__ = ("batch", "offsets")
+
+    def __init__(self, batch: Any, offsets: list[int]) -> None:
+        self.batch = batch
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, part: slice) -> ArrowRun:
+        start, stop, _ = part.indices(len(self.offsets))
+        return ArrowRun(self.batch.slice(start, max(stop - start, 0)), self.offsets[part])
+
+
+Run = list[ShareRecord] | ArrowRun  # one partition's records, in offset order
+
+
+def run_offsets(run: Run) -> Iterable[int]:
+    """The offsets of ``run``'s records, in order."""
+    return run.offsets if isinstance(run, ArrowRun) else map(_OFFSET, run)
+
+
 class Acknowledgements(AcknowledgementState):
     """Owned by the share consumer core; the caller's thread and the event loop both use it, so
     every method takes the lock. Partitions may be given as ``TopicPartition`` s or as plain
@@ -61,14 +91,14 @@ class Acknowledgements(AcknowledgementState):
     (``_delivered``, ``_pending``, ``_renewing``, ``_lock``) lives in the compiled base, whose
     ``RecordAcknowledger`` does :meth:`acknowledge`'s common case without a Python frame."""
 
-    def delivered(self, runs: Iterable[tuple[TopicPartition, list[ShareRecord]]]) -> None:
+    def delivered(self, runs: Iterable[tuple[TopicPartition, Run]]) -> None:
         """A poll handed ``runs`` (one partition's records each) out."""
         with self._lock:
-            for tp, records in runs:
+            for tp, run in runs:
                 owed = self._delivered.get(tp)
                 if owed is None:
                     owed = self._delivered[tp] = set()
-                owed.update(map(_OFFSET, records))
+                owed.update(run_offsets(run))
 
     def acknowledge(self, tp: tuple[str, int], offset: int, kind: int) -> None:
         with self._lock:

@@ -2,19 +2,28 @@
 (key, value, topic, partition, offset, timestamp, timestampType, headers, as the codec's
 ``ColumnarRecords.to_arrow`` makes them) and ``delivery_count``.
 
-Rows come from the records a poll hands out (a share fetch hands out only the acquired offsets
-of what it read, made as records in the codec), written into the columns by the codec."""
+While the caller reads Arrow batches, a ShareFetch's acquired records are decoded by the codec
+straight into these columns (an :class:`ArrowRun` a partition's answer); records made for
+``poll`` are written into them by the codec when a ``poll_arrow`` takes them, and an
+``ArrowRun`` a ``poll`` takes becomes records again."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kcore.codec import record_columns
-from kcore.consumer.share.acknowledgements import ShareRecord
+from kcore.codec import ColumnarRecords, ColumnBuffer, record_columns
+from kcore.consumer.share.acknowledgements import ArrowRun, Run, ShareRecord
 from kcore.errors import KcoreError
 from kcore.types import TopicPartition
 
-__all__ = ["ARROW_COLUMNS", "batch_offsets", "records_to_arrow"]
+__all__ = [
+    "ARROW_COLUMNS",
+    "arrow_run",
+    "batch_offsets",
+    "records_to_arrow",
+    "run_records",
+    "runs_to_arrow",
+]
 
 ARROW_COLUMNS = (
     "key",
@@ -48,6 +57,54 @@ def records_to_arrow(records: list[ShareRecord]) -> Any:
 
 
 _DELIVERY_COUNT = ShareRecord._fields.index("delivery_count")
+
+
+def arrow_run(columns: ColumnarRecords, counts: ColumnBuffer) -> ArrowRun:
+    """A partition's acquired records the codec wrote into ``columns`` (``counts``: their
+    delivery counts) as an :class:`ArrowRun`."""
+    with memoryview(columns.offset) as raw, raw.cast("q") as offsets:
+        return ArrowRun(columns.to_arrow(counts, "delivery_count"), offsets.tolist())
+
+
+def runs_to_arrow(runs: list[tuple[TopicPartition, Run]]) -> Any:
+    """What a poll took, as one record batch: an :class:`ArrowRun`'s batch as it is (a slice
+    of what the codec wrote, no copy) when the poll took from one run only."""
+    batches = [run.batch if isinstance(run, ArrowRun) else records_to_arrow(run) for _, run in runs]
+    if len(batches) == 1:
+        return batches[0]
+    if not batches:
+        return records_to_arrow([])
+    pa = _pyarrow()
+    # One batch out of several: its columns copied once into one chunk each.
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+def run_records(run: Run) -> list[ShareRecord]:
+    """``run``'s records as :class:`ShareRecord` s (an :class:`ArrowRun` that a ``poll``
+    rather than a ``poll_arrow`` took)."""
+    if not isinstance(run, ArrowRun):
+        return run
+    batch = run.batch
+    columns = [batch.column(name) for name in ARROW_COLUMNS]
+    pa = _pyarrow()
+    columns[5] = columns[5].cast(pa.int64())  # the timestamp, as the records' milliseconds
+    key, value, topic, partition, offset, timestamp, ts_type, headers, count = (
+        c.to_pylist() for c in columns
+    )
+    return [
+        ShareRecord(
+            topic[i],
+            partition[i],
+            offset[i],
+            timestamp[i],
+            key[i],
+            value[i],
+            tuple((h["key"], h["value"]) for h in headers[i] or ()),
+            count[i],
+            ts_type[i],
+        )
+        for i in range(batch.num_rows)
+    ]
 
 
 def batch_offsets(batch: Any) -> dict[TopicPartition, list[int]]:

@@ -106,7 +106,7 @@ class ShareConsumer:
         timestampType, headers) and ``delivery_count``; at most ``max_records`` rows
         (default ``max.poll.records``). Acknowledge its rows with :meth:`acknowledge_batch`
         or :meth:`acknowledge_offset`."""
-        return self._core.arrow_batch(self._drive(self._core.poll_plan(timeout, max_records)))
+        return self._drive(self._core.poll_arrow_plan(timeout, max_records))
 
     def _drive(self, plan: SharePollPlan[T]) -> T:
         """Run a poll plan on this thread, its loop steps on the client's loop thread; a
@@ -298,7 +298,7 @@ class AsyncShareConsumer:
 
     async def poll_arrow(self, timeout: float = 1.0, max_records: int | None = None) -> Any:
         """As :meth:`ShareConsumer.poll_arrow`."""
-        return self._core.arrow_batch(await self._drive(self._core.poll_plan(timeout, max_records)))
+        return await self._drive(self._core.poll_arrow_plan(timeout, max_records))
 
     async def _drive(self, plan: SharePollPlan[T]) -> T:
         """Run a poll plan on this loop."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import operator
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Mapping
@@ -26,8 +25,14 @@ from kcore.cluster.telemetry_sender import TelemetrySender
 from kcore.config import ClientConfig
 from kcore.consumer.fetcher import declare_fetch_metrics
 from kcore.consumer.share._acknowledge import RecordAcknowledger
-from kcore.consumer.share.acknowledgements import Acknowledgements, AcknowledgeType, ShareRecord
-from kcore.consumer.share.arrow import batch_offsets, records_to_arrow
+from kcore.consumer.share.acknowledgements import (
+    Acknowledgements,
+    AcknowledgeType,
+    Run,
+    ShareRecord,
+    run_offsets,
+)
+from kcore.consumer.share.arrow import batch_offsets, run_records, runs_to_arrow
 from kcore.consumer.share.fetcher import AckResult, ShareBuffer, ShareFetcher
 from kcore.consumer.share.membership import ShareHeartbeat, ShareMembership
 from kcore.consumer.share.statistics import ShareConsumerStatistics
@@ -113,7 +118,7 @@ class ShareConsumerCore:
         # The runs the last poll handed out, and the last poll_arrow batch made of them: an
         # acknowledge_batch of that very batch takes its offsets from the runs rather than
         # reading its columns back.
-        self._handed_out: list[tuple[TopicPartition, list[ShareRecord]]] = []
+        self._handed_out: list[tuple[TopicPartition, Run]] = []
         self._arrow_batch: weakref.ref[Any] | None = None
         _declare_metrics(self)
         self._heartbeat: ShareHeartbeat | None = None
@@ -220,8 +225,29 @@ class ShareConsumerCore:
     ) -> SharePollPlan[list[ShareRecord]]:
         """One poll: at most ``max_records`` (default ``max.poll.records``) records acquired
         for this member, waiting up to ``timeout`` seconds for some."""
+        return self._poll(timeout, max_records, False, _records_of)
+
+    def poll_arrow_plan(self, timeout: float, max_records: int | None) -> SharePollPlan[Any]:
+        """As :meth:`poll_plan`, the records as one Arrow record batch (``poll_arrow``)."""
+        return self._poll(timeout, max_records, True, self._arrow_of)
+
+    def _arrow_of(self, runs: list[tuple[TopicPartition, Run]]) -> Any:
+        batch = runs_to_arrow(runs)
+        self._arrow_batch = weakref.ref(batch) if runs else None
+        return batch
+
+    def _poll(
+        self,
+        timeout: float,
+        max_records: int | None,
+        columnar: bool,
+        convert: Callable[[list[tuple[TopicPartition, Run]]], T],
+    ) -> SharePollPlan[T]:
+        """A poll handing out what ``convert`` makes of the runs it took; ``columnar``: the
+        caller reads Arrow batches (the fetches that follow decode into columns)."""
         self.check_open()
         self._arrow_batch = None  # a batch of an earlier poll is acknowledged by its columns
+        self.buffer.columnar = columnar
         limit = record_limit(max_records, self.max_poll_records)
         now = time.monotonic()
         otel, started = self.otel, now
@@ -252,24 +278,20 @@ class ShareConsumerCore:
                     yield SendPending()
                 self.acks.delivered(runs)
                 self._handed_out = runs
-                records = (
-                    runs[0][1]
-                    if len(runs) == 1
-                    else list(itertools.chain.from_iterable(records for _, records in runs))
-                )
-                self.cluster.metrics.record("records-consumed", len(records))
+                result = convert(runs)
+                self.cluster.metrics.record("records-consumed", sum(len(r) for _, r in runs))
                 if otel is not None:
                     if otel.metrics_on:
                         for tp, run in runs:
                             otel.records_taken(tp.topic, tp.partition, len(run))
-                    observe_poll(otel, records, started, started_ns)
-                return records
+                    observe_poll(otel, result, started, started_ns)
+                return result
             self._owed_sent_at = time.monotonic()
             yield Fetch(max(deadline - time.monotonic(), 0.0))
             if not len(self.buffer) and deadline - time.monotonic() <= 0:
                 self.raise_errors()
                 self.run_callbacks()
-                return []
+                return convert([])
 
     def _settle_previous(self) -> None:
         if not self.explicit:
@@ -311,19 +333,13 @@ class ShareConsumerCore:
             )
         self.acks.acknowledge(TopicPartition(topic, partition), offset, kind)
 
-    def arrow_batch(self, records: list[ShareRecord]) -> Any:
-        """``records`` (what the last poll plan returned) as a poll_arrow batch."""
-        batch = records_to_arrow(records)
-        self._arrow_batch = weakref.ref(batch) if records else None
-        return batch
-
     def acknowledge_batch(self, batch: Any, type: AcknowledgeType | int) -> None:
         kind = self._check_acknowledge("acknowledge_batch", type)
         made = self._arrow_batch
         if made is not None and made() is batch:
             offsets: dict[TopicPartition, list[int]] = {}
-            for tp, records in self._handed_out:
-                offsets.setdefault(tp, []).extend(map(_OFFSET, records))
+            for tp, run in self._handed_out:
+                offsets.setdefault(tp, []).extend(run_offsets(run))
         else:
             offsets = batch_offsets(batch)
         self.acks.acknowledge_many(offsets, kind)
@@ -415,8 +431,8 @@ class ShareConsumerCore:
         if kind is None:
             kind = AcknowledgeType.RELEASE if self.explicit else AcknowledgeType.ACCEPT
         self.acks.settle_all(kind)
-        for tp, records in self.buffer.drain():
-            self.acks.add(tp, (r.offset for r in records), AcknowledgeType.RELEASE)
+        for tp, run in self.buffer.drain():
+            self.acks.add(tp, run_offsets(run), AcknowledgeType.RELEASE)
 
     async def finish(self, timeout: float) -> list[AckResult]:
         """Close, on the event loop: fetches under way end, what is owed is sent (see
@@ -460,7 +476,11 @@ def _declare_metrics(core: ShareConsumerCore) -> None:
     metrics.gauge("assigned-partitions", lambda: len(core.assignment()))
 
 
-_OFFSET = operator.itemgetter(2)  # a ShareRecord's offset
+def _records_of(runs: list[tuple[TopicPartition, Run]]) -> list[ShareRecord]:
+    """What a poll took, as one list of records."""
+    if len(runs) == 1:
+        return run_records(runs[0][1])
+    return list(itertools.chain.from_iterable(run_records(run) for _, run in runs))
 
 
 def record_limit(max_records: int | None, default: int) -> int:

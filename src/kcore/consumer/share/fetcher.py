@@ -25,15 +25,17 @@ from typing import Any
 
 from kcore.cluster.client import ClusterClient
 from kcore.cluster.metadata import STALE_METADATA_CODES, apply_leader_hints
-from kcore.codec import MAX_SHARE_GAPS, RecordBatch, decode_batches
+from kcore.codec import MAX_SHARE_GAPS, ColumnBuffer, RecordBatch, columnar_records, decode_batches
 from kcore.consumer.collector import ConsumerRecord
 from kcore.consumer.share.acknowledgements import (
     GAP,
     Acknowledgements,
     AcknowledgeType,
+    Run,
     ShareRecord,
     ack_batches,
 )
+from kcore.consumer.share.arrow import arrow_run
 from kcore.errors import (
     BrokerConnectionError,
     CorruptRecordError,
@@ -109,22 +111,27 @@ class ShareBuffer:
     """Acquired records not handed out yet, as runs of one partition's records in offset order:
     filled on the event loop, taken by ``poll`` on the caller's thread. A run is kept with the
     index of its first record not taken (a fetch's run is thousands of records, a poll takes
-    hundreds: slicing off the rest at each poll would copy it again and again)."""
+    hundreds: slicing off the rest at each poll would copy it again and again).
+
+    A run is a list of records, or an :class:`ArrowRun` (the records decoded straight into
+    Arrow columns) while ``columnar`` is set: the caller's last poll was a ``poll_arrow``,
+    so the next ones likely are too."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # [partition, records, index of the first not taken]
+        # [partition, run, index of the first not taken]
         self._runs: collections.deque[list[Any]] = collections.deque()
         self._count = 0
+        self.columnar = False
 
-    def put(self, tp: TopicPartition, records: list[ShareRecord]) -> None:
+    def put(self, tp: TopicPartition, run: Run) -> None:
         with self._lock:
-            self._runs.append([tp, records, 0])
-            self._count += len(records)
+            self._runs.append([tp, run, 0])
+            self._count += len(run)
 
-    def take(self, limit: int) -> list[tuple[TopicPartition, list[ShareRecord]]]:
+    def take(self, limit: int) -> list[tuple[TopicPartition, Run]]:
         """Up to ``limit`` records, oldest first, as runs of one partition each."""
-        out: list[tuple[TopicPartition, list[ShareRecord]]] = []
+        out: list[tuple[TopicPartition, Run]] = []
         with self._lock:
             while limit > 0 and self._runs:
                 run = self._runs[0]
@@ -141,7 +148,7 @@ class ShareBuffer:
                 self._count -= len(taken)
         return out
 
-    def drain(self) -> list[tuple[TopicPartition, list[ShareRecord]]]:
+    def drain(self) -> list[tuple[TopicPartition, Run]]:
         with self._lock:
             out = [(tp, _untaken(records, first)) for tp, records, first in self._runs]
             self._runs.clear()
@@ -160,7 +167,7 @@ class ShareBuffer:
         return out
 
 
-def _untaken(records: list[ShareRecord], first: int) -> list[ShareRecord]:
+def _untaken(records: Run, first: int) -> Run:
     """A run's records from ``first`` on (the run itself when none was taken)."""
     return records[first:] if first else records
 
@@ -419,12 +426,20 @@ class ShareFetcher:
         gaps: list[int] = []  # acquired offsets that hold no record
         spans: list[tuple[int, int]] = []  # offsets the data batches decoded here cover
         covered = -1  # the last offset of the last whole batch in the response
-        for batch in decode_batches(p.records, True, check_crcs=self.check_crcs):
+        batches = decode_batches(p.records, True, check_crcs=self.check_crcs)
+        # Straight into Arrow columns while the caller reads Arrow batches (a magic 0/1
+        # message, which no Kafka 4 log holds, sends the partition the records' way).
+        columnar = self.buffer.columnar and all(isinstance(b, RecordBatch) for b in batches)
+        cols, counts = columnar_records(), ColumnBuffer()
+        for batch in batches:
             covered = max(covered, batch.next_offset - 1)
             if batch.is_control or batch.next_offset <= first_acquired:
                 continue
             if isinstance(batch, RecordBatch):
-                out += batch.acquired_records(ShareRecord, tp.topic, tp.partition, ranges, gaps)
+                if columnar:
+                    cols.append_acquired(batch, ranges, gaps, counts, tp.topic, tp.partition)
+                else:
+                    out += batch.acquired_records(ShareRecord, tp.topic, tp.partition, ranges, gaps)
                 spans.append((batch.base_offset, batch.next_offset - 1))
             else:  # magic 0 or 1: one record per offset, made the plain way
                 for rec in batch.records_as(ConsumerRecord, tp.topic, tp.partition):
@@ -439,9 +454,10 @@ class ShareFetcher:
         gaps += _uncovered(ranges, spans, covered)
         if gaps:
             self.acks.add(tp, gaps, GAP)
-        if out:
-            self.buffer.put(tp, out)
-        return False, len(out)
+        run: Run = arrow_run(cols, counts) if cols.num_rows else out
+        if run:
+            self.buffer.put(tp, run)
+        return False, len(run)
 
     # -- acknowledging ------------------------------------------------------------------------
 
