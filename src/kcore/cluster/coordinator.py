@@ -50,6 +50,9 @@ class CoordinatorLink:
             return self.coordinator
         if self._lookup is None or self._lookup.done():
             self._lookup = asyncio.get_running_loop().create_task(self._find(timeout))
+            # The lookup outlives a caller that was cancelled meanwhile (a close): its failure
+            # then reaches no one, and is no news (asyncio would log it as never retrieved).
+            self._lookup.add_done_callback(_retrieve)
         return await asyncio.shield(self._lookup)
 
     async def _find(self, timeout: float | None) -> BrokerInfo:
@@ -110,3 +113,8 @@ class CoordinatorLink:
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
             self.mark_dead(str(exc))
             raise
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
