@@ -776,3 +776,17 @@ def test_commit_sync_waits_for_a_background_round_and_reports_its_outcomes() -> 
     assert {tp: set(offsets) for tp, offsets, _ in results} == {a: {1, 2}, b: {7}}
     assert all(err is None for _, _, err in results)
     assert sum(len(s) for s in sent) == 2  # each partition's acknowledgements sent once
+
+
+def test_poll_arrow_without_pyarrow_is_refused_before_any_fetch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """poll_arrow with pyarrow missing: a KcoreError naming it, and the fetches keep making
+    records (nothing is decoded into columns that could not become a batch)."""
+    import sys
+
+    core = _explicit_core()
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow: ImportError
+    with pytest.raises(KcoreError, match="needs pyarrow"):
+        core.poll_arrow_plan(0, None)
+    assert not core.buffer.columnar

@@ -20,6 +20,7 @@ __all__ = [
     "ARROW_COLUMNS",
     "arrow_run",
     "batch_offsets",
+    "pyarrow_module",
     "records_to_arrow",
     "run_records",
     "runs_to_arrow",
@@ -38,7 +39,8 @@ ARROW_COLUMNS = (
 )
 
 
-def _pyarrow() -> Any:
+def pyarrow_module() -> Any:
+    """pyarrow, or a KcoreError saying poll_arrow needs it."""
     try:
         import pyarrow as pa
     except ImportError:
@@ -51,7 +53,7 @@ def records_to_arrow(records: list[ShareRecord]) -> Any:
     codec's: binary key/value, string topic, int32 partition, int64 offset, UTC millisecond
     timestamp, int32 timestampType, list of {key: string, value: binary} headers; int32
     delivery_count). The columns are filled in the codec, in one pass over the records."""
-    _pyarrow()
+    pyarrow_module()
     columns, counts = record_columns(records, _DELIVERY_COUNT)
     return columns.to_arrow(counts, "delivery_count")
 
@@ -74,7 +76,7 @@ def runs_to_arrow(runs: list[tuple[TopicPartition, Run]]) -> Any:
         return batches[0]
     if not batches:
         return records_to_arrow([])
-    pa = _pyarrow()
+    pa = pyarrow_module()
     # One batch out of several: its columns copied once into one chunk each.
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
@@ -86,7 +88,7 @@ def run_records(run: Run) -> list[ShareRecord]:
         return run
     batch = run.batch
     columns = [batch.column(name) for name in ARROW_COLUMNS]
-    pa = _pyarrow()
+    pa = pyarrow_module()
     columns[5] = columns[5].cast(pa.int64())  # the timestamp, as the records' milliseconds
     key, value, topic, partition, offset, timestamp, ts_type, headers, count = (
         c.to_pylist() for c in columns
@@ -120,7 +122,7 @@ def batch_offsets(batch: Any) -> dict[TopicPartition, list[int]]:
     offset_column = batch.column("offset")
     if topic_column.null_count or partition_column.null_count or offset_column.null_count:
         raise KcoreError("acknowledge_batch(): a row with no topic, partition or offset")
-    pa = _pyarrow()
+    pa = pyarrow_module()
     if not (pa.types.is_integer(partition_column.type) and pa.types.is_integer(offset_column.type)):
         raise KcoreError(
             "acknowledge_batch(): partition and offset must be integer columns, got "

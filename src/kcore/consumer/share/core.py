@@ -32,7 +32,12 @@ from kcore.consumer.share.acknowledgements import (
     ShareRecord,
     run_offsets,
 )
-from kcore.consumer.share.arrow import batch_offsets, run_records, runs_to_arrow
+from kcore.consumer.share.arrow import (
+    batch_offsets,
+    pyarrow_module,
+    run_records,
+    runs_to_arrow,
+)
 from kcore.consumer.share.fetcher import AckResult, ShareBuffer, ShareFetcher
 from kcore.consumer.share.membership import ShareHeartbeat, ShareMembership
 from kcore.consumer.share.statistics import ShareConsumerStatistics
@@ -229,6 +234,7 @@ class ShareConsumerCore:
 
     def poll_arrow_plan(self, timeout: float, max_records: int | None) -> SharePollPlan[Any]:
         """As :meth:`poll_plan`, the records as one Arrow record batch (``poll_arrow``)."""
+        pyarrow_module()  # missing: refused here, before a fetch decodes into Arrow columns
         return self._poll(timeout, max_records, True, self._arrow_of)
 
     def _arrow_of(self, runs: list[tuple[TopicPartition, Run]]) -> Any:
