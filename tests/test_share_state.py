@@ -416,20 +416,27 @@ def test_acquired_records_are_the_records_inside_the_ranges(
         assert r.timestamp == 1000 + deltas.index(r.offset - 100) and r.timestamp_type == 0
 
 
-def test_acquired_records_against_the_reference_on_random_batches() -> None:
-    import random
+def random_acquisition(
+    rng: random.Random,
+) -> tuple[list[int], int, list[tuple[int, int, int]]]:
+    """A compacted batch at offset 100 (its records' offset deltas, its last offset delta) and
+    acquired ranges around it, at random."""
+    n = rng.randint(1, 40)
+    deltas = sorted(rng.sample(range(60), n))
+    last = deltas[-1] + rng.choice([0, 0, rng.randint(1, 10)])
+    ranges: list[tuple[int, int, int]] = []
+    at = 100 + rng.randint(-10, 20)
+    while at < 100 + last + 10 and rng.random() < 0.8:
+        end = at + rng.randint(0, 15)
+        ranges.append((at, end, rng.randint(1, 5)))
+        at = end + rng.randint(1, 8)
+    return deltas, last, ranges
 
+
+def test_acquired_records_against_the_reference_on_random_batches() -> None:
     rng = random.Random(932)
     for _ in range(300):
-        n = rng.randint(1, 40)
-        deltas = sorted(rng.sample(range(60), n))
-        last = deltas[-1] + rng.choice([0, 0, rng.randint(1, 10)])
-        ranges: list[tuple[int, int, int]] = []
-        at = 100 + rng.randint(-10, 20)
-        while at < 100 + last + 10 and rng.random() < 0.8:
-            end = at + rng.randint(0, 15)
-            ranges.append((at, end, rng.randint(1, 5)))
-            at = end + rng.randint(1, 8)
+        deltas, last, ranges = random_acquisition(rng)
         records, gaps = acquired(raw_batch(100, deltas, last), ranges)
         assert ([(r.offset, r.delivery_count) for r in records], gaps) == reference(
             100, deltas, last, ranges
@@ -464,23 +471,13 @@ def test_acquired_columns_are_the_acquired_records_as_columns() -> None:
     """append_acquired on random compacted batches and ranges, and on batches with keys,
     headers, compression and log-append time: the same rows as acquired_records' records
     made into a batch, and the same gaps."""
-    import random
-
     from kcore.codec import RecordBatchBuilder
     from kcore.consumer.share.arrow import records_to_arrow
 
     rng = random.Random(1206)
     cases: list[tuple[bytes, list[tuple[int, int, int]]]] = []
     for _ in range(200):
-        n = rng.randint(1, 40)
-        deltas = sorted(rng.sample(range(60), n))
-        last = deltas[-1] + rng.choice([0, 0, rng.randint(1, 10)])
-        ranges: list[tuple[int, int, int]] = []
-        at = 100 + rng.randint(-10, 20)
-        while at < 100 + last + 10 and rng.random() < 0.8:
-            end = at + rng.randint(0, 15)
-            ranges.append((at, end, rng.randint(1, 5)))
-            at = end + rng.randint(1, 8)
+        deltas, last, ranges = random_acquisition(rng)
         cases.append((raw_batch(100, deltas, last), ranges))
     for compression in ("none", "gzip", "lz4", "zstd", "snappy"):
         for log_append in (False, True):
