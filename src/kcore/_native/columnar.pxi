@@ -161,6 +161,22 @@ cdef class ColumnarRecords:
                         row, value, vlen, &self.value_nulls)
         self.num_rows = row + 1
 
+    cdef inline int add_parsed(self, const uint8_t* data, RecordView* r, int64_t offset,
+                               int64_t ts, int32_t ts_type, Py_ssize_t base) except -1:
+        """Append one record ``parse_record`` read from ``data`` (its batch reserved for),
+        with its headers when the columns have them."""
+        self.add_reserved(offset, ts, ts_type, r.key, r.klen, r.value, r.vlen)
+        if self.include_headers:
+            if r.header_count == 0:
+                # Most records carry no headers: their list offset repeats, and reserve() made
+                # room for it.
+                (<int32_t*>(self.header_offsets.buf.data
+                            + self.header_offsets.buf.size))[0] = <int32_t>self.num_headers
+                self.header_offsets.buf.size += 4
+            else:
+                self.add_headers(data, r, base)
+        return 0
+
     cdef int add_headers(self, const uint8_t* p, RecordView* r, Py_ssize_t base) except -1:
         cdef Py_ssize_t pos = r.headers_pos, hklen, hvlen
         cdef const uint8_t* hk
@@ -304,15 +320,8 @@ cdef class ColumnarRecords:
                 stopped_at[0] = offset
                 return added
             ts = max_timestamp if log_append else base_timestamp + r.ts_delta
-            self.add_reserved(offset, ts, ts_type, r.key, r.klen, r.value, r.vlen)
+            self.add_parsed(data, &r, offset, ts, ts_type, base)
             added += 1
-            if self.include_headers:
-                if r.header_count == 0:
-                    (<int32_t*>(self.header_offsets.buf.data
-                                + self.header_offsets.buf.size))[0] = <int32_t>self.num_headers
-                    self.header_offsets.buf.size += 4
-                else:
-                    self.add_headers(data, &r, base)
         if pos != size:
             raise CorruptRecordError(
                 f"{size - pos} bytes left after the batch's {record_count} records", base + pos)
@@ -467,9 +476,7 @@ cdef class ColumnarRecords:
                     if not where:
                         continue
                     ts = batch.max_timestamp if ts_type else batch.base_timestamp + r.ts_delta
-                    self.add_reserved(o, ts, ts_type, r.key, r.klen, r.value, r.vlen)
-                    if self.include_headers:
-                        self.add_headers(v.data, &r, base)
+                    self.add_parsed(v.data, &r, o, ts, ts_type, base)
                     (<int32_t*>(counts.buf.data + counts.buf.size))[0] = c.count
                     counts.buf.size += 4
                     added += 1
@@ -730,16 +737,7 @@ def decode_columns(object buf, *, int64_t min_offset=-1, bint skip_control=True,
                 if min_offset >= 0 and offset < min_offset:
                     continue
                 ts = batch.max_timestamp if log_append else batch.base_timestamp + r.ts_delta
-                cols.add_reserved(offset, ts, ts_type, r.key, r.klen, r.value, r.vlen)
-                if include_headers:
-                    if r.header_count == 0:
-                        # Most records carry no headers: their list offset repeats, and
-                        # reserve() made room for it.
-                        (<int32_t*>(cols.header_offsets.buf.data
-                                    + cols.header_offsets.buf.size))[0] = <int32_t>cols.num_headers
-                        cols.header_offsets.buf.size += 4
-                    else:
-                        cols.add_headers(v.data, &r, base)
+                cols.add_parsed(v.data, &r, offset, ts, ts_type, base)
             if pos != v.size:
                 raise CorruptRecordError(
                     f"{v.size - pos} bytes left after the batch's {batch.record_count} records",
