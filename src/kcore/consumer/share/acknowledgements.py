@@ -27,6 +27,7 @@ __all__ = [
     "ArrowRun",
     "ShareRecord",
     "ack_batches",
+    "has_renew",
     "offset_runs",
     "run_offsets",
 ]
@@ -253,6 +254,13 @@ class Acknowledgements(AcknowledgementState):
 
 _OFFSET = operator.itemgetter(2)  # a ShareRecord's offset
 _RENEW = int(AcknowledgeType.RENEW)  # as a plain int: compared once per acknowledgement
+
+
+def has_renew(acks: Mapping[TopicPartition, dict[int, int]]) -> bool:
+    """Whether ``acks`` (taken for a request, by partition) hold a RENEW: the request must say
+    so. One dict entry a record: scanned by the dict's own membership test, not an enum
+    comparison per record."""
+    return any(_RENEW in offsets.values() for offsets in acks.values())
 
 
 def ack_batches(acks: dict[int, int], batch_type: Any) -> list[Any]:

@@ -30,10 +30,10 @@ from kcore.consumer.collector import ConsumerRecord
 from kcore.consumer.share.acknowledgements import (
     GAP,
     Acknowledgements,
-    AcknowledgeType,
     Run,
     ShareRecord,
     ack_batches,
+    has_renew,
 )
 from kcore.consumer.share.arrow import arrow_run
 from kcore.errors import (
@@ -322,7 +322,7 @@ class ShareFetcher:
             max_records=self.max_records,
             batch_size=self.max_records,
             share_acquire_mode=1 if self.record_limit else 0,
-            is_renew_ack=_has_renew(acks),
+            is_renew_ack=has_renew(acks),
             topics=[
                 FetchTopic(
                     topic_id=ids[topic],
@@ -430,13 +430,14 @@ class ShareFetcher:
         # Straight into Arrow columns while the caller reads Arrow batches (a magic 0/1
         # message, which no Kafka 4 log holds, sends the partition the records' way).
         columnar = self.buffer.columnar and all(isinstance(b, RecordBatch) for b in batches)
-        cols, counts = columnar_records(), ColumnBuffer()
+        cols = columnar_records() if columnar else None
+        counts = ColumnBuffer() if columnar else None
         for batch in batches:
             covered = max(covered, batch.next_offset - 1)
             if batch.is_control or batch.next_offset <= first_acquired:
                 continue
             if isinstance(batch, RecordBatch):
-                if columnar:
+                if cols is not None and counts is not None:
                     cols.append_acquired(batch, ranges, gaps, counts, tp.topic, tp.partition)
                 else:
                     out += batch.acquired_records(ShareRecord, tp.topic, tp.partition, ranges, gaps)
@@ -454,7 +455,9 @@ class ShareFetcher:
         gaps += _uncovered(ranges, spans, covered)
         if gaps:
             self.acks.add(tp, gaps, GAP)
-        run: Run = arrow_run(cols, counts) if cols.num_rows else out
+        run: Run = out
+        if cols is not None and counts is not None and cols.num_rows:
+            run = arrow_run(cols, counts)
         if run:
             self.buffer.put(tp, run)
         return False, len(run)
@@ -547,7 +550,7 @@ class ShareFetcher:
                 group_id=self.group_id,
                 member_id=self.member_id(),
                 share_session_epoch=FINAL_EPOCH if final else session.epoch,
-                is_renew_ack=_has_renew(acks),
+                is_renew_ack=has_renew(acks),
                 topics=[
                     AcknowledgeTopic(
                         topic_id=ids[topic],
@@ -658,15 +661,6 @@ def _uncovered(
             lo = span_hi + 1
         add(lo, hi)
     return out
-
-
-def _has_renew(acks: dict[TopicPartition, dict[int, int]]) -> bool:
-    # A request's acknowledgements are one dict entry a record: scanned by the dict's own
-    # membership test, not an enum comparison per record.
-    return any(_RENEW in offsets.values() for offsets in acks.values())
-
-
-_RENEW = int(AcknowledgeType.RENEW)
 
 
 def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[TopicPartition]]:
