@@ -276,6 +276,41 @@ def test_a_silent_members_records_return_when_its_locks_time_out(
         assert poll_until(silent, 1, timeout=3) == []
 
 
+def test_a_release_goes_back_while_the_member_still_reads_its_buffer(
+    kafka_cluster: Any, share_topic: Any
+) -> None:
+    # A fetch answered with more records than a poll takes: what the member acknowledged
+    # waits for the next fetch a short while only (a tenth of the lock, at most 0.5 s), then
+    # goes on its own, so a released record reaches another member long before the locks of
+    # the records the first still holds run out.
+    _, group = share_topic
+    topic = unique("share1")
+    kafka_cluster.create_topic(topic, 1)
+    group_config(kafka_cluster, group, share_record_lock_duration_ms=20000)
+    with Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "linger.ms": 500}) as p:
+        for i in range(50):  # one batch: acquired whole by one fetch
+            p.send(topic, b"v%d" % i, partition=0)
+        p.flush(30)
+    explicit = {"share.acknowledgement.mode": "explicit", "max.poll.records": 5}
+    with consumer(kafka_cluster, group, **explicit) as first:
+        first.subscribe([topic])
+        taken = poll_until(first, 1)
+        assert len(taken) == 5
+        assert first._core.fetcher.acquisition_lock_s == 20.0  # as the leader announced
+        first.acknowledge(taken[0], AcknowledgeType.RELEASE)
+        for r in taken[1:]:
+            first.acknowledge(r, AcknowledgeType.ACCEPT)
+        time.sleep(0.7)
+        more = first.poll(5)  # from its buffer, no fetch: the release goes on its own
+        assert len(more) == 5
+        with consumer(kafka_cluster, group) as second:
+            second.subscribe([topic])
+            got = poll_until(second, 1, timeout=10)
+            assert [(r.value, r.delivery_count) for r in got] == [(taken[0].value, 2)]
+        for r in more:
+            first.acknowledge(r, AcknowledgeType.ACCEPT)
+
+
 def test_close_releases_what_the_consumer_holds(kafka_cluster: Any, share_topic: Any) -> None:
     topic, group = share_topic
     # Locks far longer than the test waits: records come back by release, not by expiry.

@@ -787,3 +787,12 @@ def test_poll_arrow_without_pyarrow_is_refused_before_any_fetch(
     with pytest.raises(KcoreError, match="needs pyarrow"):
         core.poll_arrow_plan(0, None)
     assert not core.buffer.columnar
+
+
+def test_what_is_owed_waits_for_a_fetch_a_tenth_of_the_lock_at_most_half_a_second() -> None:
+    from kcore.consumer.share.core import ack_linger_s
+
+    assert ack_linger_s(30.0) == 0.5  # the broker's default lock
+    assert ack_linger_s(10.0) == 0.5
+    assert ack_linger_s(2.0) == pytest.approx(0.2)
+    assert ack_linger_s(1.0) == pytest.approx(0.1)

@@ -62,11 +62,18 @@ T = TypeVar("T")
 AcknowledgementCommitCallback = Callable[[dict[TopicPartition, set[int]], Exception | None], None]
 
 CLOSE_TIMEOUT_S = 30.0
-# While records are buffered, what is owed waits up to this long for the fetch that will carry
-# it, rather than going in a ShareAcknowledge of its own at every poll: requests to a leader
-# are answered one at a time, so each separate one delays the fetches behind it. Far below any
-# acquisition lock (30 s by default), so waiting never costs a record its lock.
-ACK_LINGER_S = 0.05
+# While records are buffered, what is owed waits for the fetch that will carry it rather than
+# going in a ShareAcknowledge of its own at every poll: requests to a leader are answered one
+# at a time, so each separate one delays the fetches behind it, and each costs the leader a
+# write of the share state. It waits at most a tenth of the acquisition lock the leader
+# announced (waiting never costs a record its lock) and at most ACK_LINGER_MAX_S (records
+# released or rejected go back to the group soon).
+ACK_LINGER_MAX_S = 0.5
+
+
+def ack_linger_s(acquisition_lock_s: float) -> float:
+    """How long what is owed waits for a fetch to carry it, under a lock of that length."""
+    return min(ACK_LINGER_MAX_S, acquisition_lock_s / 10)
 
 
 class Fetch(NamedTuple):
@@ -277,7 +284,8 @@ class ShareConsumerCore:
             runs = self.buffer.take(limit)
             if runs:
                 now = time.monotonic()
-                if self.acks.has_pending() and now - self._owed_sent_at >= ACK_LINGER_S:
+                linger = ack_linger_s(self.fetcher.acquisition_lock_s)
+                if self.acks.has_pending() and now - self._owed_sent_at >= linger:
                     # No fetch goes out soon to carry what is owed: it goes on its own, so
                     # that records read ahead do not hold acknowledgements back for long.
                     self._owed_sent_at = now

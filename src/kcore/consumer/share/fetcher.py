@@ -71,6 +71,8 @@ __all__ = ["AckResult", "ShareBuffer", "ShareFetcher", "ShareSession"]
 
 INT32_MAX = 2**31 - 1
 FINAL_EPOCH = -1
+# The broker's group.share.record.lock.duration.ms default, until a leader says otherwise.
+DEFAULT_ACQUISITION_LOCK_S = 30.0
 # The session is gone or out of step on the broker: open a new one.
 NEW_SESSION_CODES = frozenset(
     {
@@ -206,6 +208,9 @@ class ShareFetcher:
         # runs on its thread); a fatal fetch error to raise from poll.
         self.results: collections.deque[AckResult] = collections.deque()
         self.error: KcoreError | None = None
+        # How long a record stays acquired for this member unacknowledged, as the leader
+        # last said (ShareFetch's AcquisitionLockTimeoutMs); until then the broker's default.
+        self.acquisition_lock_s = DEFAULT_ACQUISITION_LOCK_S
 
     def set_assignment(self, partitions: set[TopicPartition]) -> None:
         self.assigned = partitions
@@ -371,6 +376,8 @@ class ShareFetcher:
             raise err
         session.partitions = (session.partitions | listed) - forget
         session.advance()
+        if response.acquisition_lock_timeout_ms > 0:
+            self.acquisition_lock_s = response.acquisition_lock_timeout_ms / 1000
         apply_leader_hints(self.cluster.cache, response)
         answered: set[TopicPartition] = set()
         stale = False
