@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 class StateLock:
+    epoch: int
     def __enter__(self) -> StateLock: ...
     def __exit__(self, *exc: object) -> None: ...
 

@@ -12,7 +12,9 @@ Rules kept:
 * the compiled path takes only the common case: the consumer open in explicit mode, a
   ``ShareRecord``, a type other than RENEW, the record delivered and not acknowledged yet, and
   the lock free at once. Anything else goes to the checked Python path (``fallback``), which
-  does the same or raises what it raises.
+  does the same or raises what it raises;
+* what the compiled path found for a partition (its owed and pending offsets) serves the next
+  records of that partition only while no Python code has taken the lock since (its epoch).
 """
 
 from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
@@ -35,6 +37,9 @@ cdef class StateLock:
     Waiting for it releases the GIL, so that its holder can go on and release it."""
 
     cdef PyThread_type_lock lock
+    # Moved on each time Python code leaves the lock (``with``): what compiled code found in
+    # the state under an earlier epoch may have changed since.
+    cdef public unsigned long long epoch
 
     def __cinit__(self):
         self.lock = PyThread_allocate_lock()
@@ -62,6 +67,7 @@ cdef class StateLock:
         return self
 
     def __exit__(self, *exc):
+        self.epoch += 1
         PyThread_release_lock(self.lock)
         return False
 
@@ -99,6 +105,14 @@ cdef class RecordAcknowledger:
     cdef object accept
     cdef object fallback
     cdef public bint open
+    # The partition acknowledged last (a poll's records come in runs of one partition): its
+    # owed offsets and pending acknowledgements, found under the lock's epoch ``last_epoch``
+    # and used again while the epoch stands (``last_owed`` None: nothing kept).
+    cdef object last_topic
+    cdef object last_partition
+    cdef object last_owed
+    cdef object last_pending
+    cdef unsigned long long last_epoch
 
     def __init__(
         self,
@@ -141,20 +155,39 @@ cdef class RecordAcknowledger:
         ``Acknowledgements.acknowledge`` does it (the lock is held); False when the record is
         not owed (the checked path then says why)."""
         cdef AcknowledgementState state = self.state
-        tp = (<object>PyTuple_GET_ITEM(record, 0), <object>PyTuple_GET_ITEM(record, 1))
+        topic = <object>PyTuple_GET_ITEM(record, 0)
+        partition = <object>PyTuple_GET_ITEM(record, 1)
         offset = <object>PyTuple_GET_ITEM(record, 2)
-        found = PyDict_GetItem(state._delivered, tp)
-        if found is NULL or not PySet_Contains(<object>found, offset):
-            return False
-        owed = <object>found
+        if (
+            self.last_owed is not None
+            and self.last_epoch == state._lock.epoch
+            and topic is self.last_topic
+            and partition is self.last_partition
+        ):
+            owed = self.last_owed
+            pending = self.last_pending
+            if not PySet_Contains(owed, offset):
+                return False
+        else:
+            tp = (topic, partition)
+            found = PyDict_GetItem(state._delivered, tp)
+            if found is NULL or not PySet_Contains(<object>found, offset):
+                return False
+            owed = <object>found
+            found = PyDict_GetItem(state._pending, tp)
+            if found is NULL:
+                pending = {}
+                PyDict_SetItem(state._pending, tp, pending)
+            else:
+                pending = <object>found
+            self.last_topic = topic
+            self.last_partition = partition
+            self.last_owed = owed
+            self.last_pending = pending
+            self.last_epoch = state._lock.epoch
         PySet_Discard(owed, offset)
         if PySet_GET_SIZE(owed) == 0:
-            PyDict_DelItem(state._delivered, tp)
-        found = PyDict_GetItem(state._pending, tp)
-        if found is NULL:
-            pending = {}
-            PyDict_SetItem(state._pending, tp, pending)
-        else:
-            pending = <object>found
+            PyDict_DelItem(state._delivered, (topic, partition))
+            self.last_owed = None
         PyDict_SetItem(pending, offset, kind)
         return True
