@@ -28,7 +28,9 @@ acknowledgement, and with Java's of the same number of members (threads, implici
 Every client gets its defaults (``max.poll.records`` 500 in kcore and Java) plus CONFIG
 (``KCORE_BENCH_SHARE_CONFIG``, JSON, the same keys for all three). The Python cells' timed part
 runs from the moment their members exist to the broker's answer to the last member's
-``commit_sync`` (see bench/_share_child.py). After every round the group's lag
+``commit_sync`` (see bench/_share_child.py). The Python members poll with a 0.05 s timeout
+(``KCORE_BENCH_SHARE_POLL_TIMEOUT``): a member whose partitions ran dry notices within it that
+the round is over. After every round the group's lag
 (``list_share_group_offsets``) must be 0 on every partition: the broker holds all N records
 as acknowledged.
 
