@@ -60,6 +60,15 @@ def new_share_topic(cluster: Any) -> tuple[str, str]:
     return topic, group
 
 
+def one_partition_topic(cluster: Any, group: str, lock_ms: int) -> str:
+    """A one-partition topic for ``group`` (its assignor gives the partition to every member),
+    the group's acquisition locks set to ``lock_ms``."""
+    topic = unique("share1")
+    cluster.create_topic(topic, 1)
+    group_config(cluster, group, share_record_lock_duration_ms=lock_ms)
+    return topic
+
+
 def wait_for(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
     """``check()``'s first true answer, asked again until ``timeout``."""
     deadline = time.monotonic() + timeout

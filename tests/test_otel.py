@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from share_helpers import group_config, new_share_topic, produce, unique
+from share_helpers import new_share_topic, one_partition_topic, produce
 
 import kcore
 import kcore.errors
@@ -462,9 +462,7 @@ def test_a_share_commit_that_fails_carries_its_error(kafka_cluster):
     longer its to acknowledge): its commit_sync's settle duration and span carry the error."""
     bs = kafka_cluster.bootstrap_servers
     _, group = new_share_topic(kafka_cluster)
-    topic = unique("share1")
-    kafka_cluster.create_topic(topic, 1)
-    group_config(kafka_cluster, group, share_record_lock_duration_ms=1000)
+    topic = one_partition_topic(kafka_cluster, group, lock_ms=1000)
     produce(bs, topic, 10, partitions=1)
     otel = Telemetry()
     config = otel.config(bs, **{"group.id": group, "share.acknowledgement.mode": "explicit"})

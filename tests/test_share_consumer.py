@@ -15,7 +15,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from share_helpers import group_config, new_share_topic, produce, total_lag, unique, wait_for
+from share_helpers import (
+    group_config,
+    new_share_topic,
+    one_partition_topic,
+    produce,
+    total_lag,
+    unique,
+    wait_for,
+)
 
 import kcore
 from kcore import AcknowledgeType, ShareConsumer, ShareRecord
@@ -250,9 +258,7 @@ def test_a_silent_members_records_return_when_its_locks_time_out(
     # One partition: the group's assignor gives it to both members (with two partitions and
     # two members each could get one, and the silent member's would wait for it).
     _, group = share_topic
-    topic = unique("share1")
-    kafka_cluster.create_topic(topic, 1)
-    group_config(kafka_cluster, group, share_record_lock_duration_ms=2000)
+    topic = one_partition_topic(kafka_cluster, group, lock_ms=2000)
     produce(kafka_cluster.bootstrap_servers, topic, 10, partitions=1)
     explicit = {"share.acknowledgement.mode": "explicit"}
     with consumer(kafka_cluster, group, **explicit) as silent:
@@ -284,9 +290,7 @@ def test_a_release_goes_back_while_the_member_still_reads_its_buffer(
     # goes on its own, so a released record reaches another member long before the locks of
     # the records the first still holds run out.
     _, group = share_topic
-    topic = unique("share1")
-    kafka_cluster.create_topic(topic, 1)
-    group_config(kafka_cluster, group, share_record_lock_duration_ms=20000)
+    topic = one_partition_topic(kafka_cluster, group, lock_ms=20000)
     with Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "linger.ms": 500}) as p:
         for i in range(50):  # one batch: acquired whole by one fetch
             p.send(topic, b"v%d" % i, partition=0)
