@@ -798,6 +798,43 @@ def test_metrics_count_what_was_fetched_polled_and_acknowledged(
     assert m["request-total"] > 0 and m["connection-count"] >= 1  # as every client has
 
 
+def test_a_fast_member_asks_for_several_batches_a_fetch_record_limit_for_max_poll_records(
+    kafka_cluster: Any,
+) -> None:
+    """A leader acquires whole batches and answers a member's fetches one at a time: a member
+    that takes records quickly asks for more than max.poll.records once it measured its rate
+    (a fetch then acquires several partitions' batches), polls still hand out at most
+    max.poll.records, and every record is delivered once. In record_limit mode a fetch asks
+    for max.poll.records exactly (the broker then acquires no more)."""
+    topic, per_partition, partitions = unique("share8"), 250, 8
+    kafka_cluster.create_topic(topic, partitions)
+    # One batch a partition: 250 records acquired together.
+    with Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "linger.ms": 1000}) as p:
+        for i in range(per_partition * partitions):
+            p.send(topic, b"v%d" % i, partition=i % partitions)
+        p.flush(60)
+    for mode, most in (("batch_optimized", None), ("record_limit", 10)):
+        group = unique("sg")
+        group_config(kafka_cluster, group, share_auto_offset_reset="earliest")
+        settings = {"max.poll.records": 10, "share.acquire.mode": mode}
+        with consumer(kafka_cluster, group, **settings) as c:
+            c.subscribe([topic])
+            got: list[ShareRecord] = []
+            deadline = time.monotonic() + 60
+            while len(got) < per_partition * partitions and time.monotonic() < deadline:
+                records = c.poll(0.5)
+                assert len(records) <= 10
+                got.extend(records)
+            assert sorted(r.value for r in got) == sorted(
+                b"v%d" % i for i in range(per_partition * partitions)
+            )
+            per_request = c.metrics()["records-per-request-max"]
+        if most is None:
+            assert per_request > per_partition, "no fetch acquired more than one batch"
+        else:
+            assert per_request <= most
+
+
 def test_async_share_consumer_has_the_same_metrics(kafka_cluster: Any, share_topic: Any) -> None:
     topic, group = share_topic
     produce(kafka_cluster.bootstrap_servers, topic, 20)

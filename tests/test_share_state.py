@@ -22,6 +22,7 @@ from kcore.consumer.share.acknowledgements import (
 )
 from kcore.consumer.share.fetcher import INT32_MAX, ShareSession
 from kcore.consumer.share.membership import Outcome, ShareMembership
+from kcore.consumer.share.sizing import MAX_POLLS_A_FETCH, FetchSizing
 from kcore.errors import (
     AcknowledgementError,
     ErrorCode,
@@ -796,3 +797,59 @@ def test_what_is_owed_waits_for_a_fetch_a_tenth_of_the_lock_at_most_half_a_secon
     assert ack_linger_s(10.0) == 0.5
     assert ack_linger_s(2.0) == pytest.approx(0.2)
     assert ack_linger_s(1.0) == pytest.approx(0.1)
+
+
+def take_buffer(sizing: FetchSizing, start: float, polls: int, each: int, apart_s: float) -> None:
+    """``polls`` polls of ``each`` records, ``apart_s`` apart, the last one emptying the buffer."""
+    for i in range(polls):
+        sizing.taken(start + i * apart_s, each, (polls - i - 1) * each)
+
+
+def test_a_fetch_asks_for_max_poll_records_until_a_rate_is_measured() -> None:
+    sizing = FetchSizing(500, record_limit=False)
+    assert sizing.max_records(30.0) == 500
+    sizing.answered(0.005)
+    assert sizing.max_records(30.0) == 500  # a round trip, no rate yet
+    # One poll that empties the buffer measures nothing: no time passed between two takes.
+    sizing.taken(1.0, 300, 0)
+    assert sizing.max_records(30.0) == 500
+
+
+def test_a_fast_member_asks_for_what_it_takes_in_a_few_round_trips() -> None:
+    sizing = FetchSizing(500, record_limit=False)
+    sizing.answered(0.010)
+    # 10 polls of 500, 1 ms apart: 4,500 records (the last poll's are not processed yet) in
+    # 9 ms: 500,000 a second; four 10 ms round trips of that is 20,000.
+    take_buffer(sizing, 1.0, 10, 500, 0.001)
+    assert sizing.rate == pytest.approx(500_000)
+    assert sizing.max_records(30.0) == 20_000
+    # Never more than MAX_POLLS_A_FETCH polls' worth, nor what it takes in a tenth of the
+    # acquisition lock.
+    sizing.answered(0.100)  # smoothed: 55 ms
+    assert sizing.max_records(30.0) == MAX_POLLS_A_FETCH * 500
+    assert sizing.max_records(0.2) == 10_000  # 20 ms of taking
+    assert sizing.max_records(0.001) == 500  # never fewer than max.poll.records
+
+
+def test_a_slow_member_and_record_limit_mode_ask_for_max_poll_records() -> None:
+    slow = FetchSizing(500, record_limit=False)
+    slow.answered(0.010)
+    take_buffer(slow, 1.0, 10, 500, 1.0)  # 500 records a second
+    assert slow.max_records(30.0) == 500
+    fixed = FetchSizing(500, record_limit=True)  # the caller asked for that bound
+    fixed.answered(0.010)
+    take_buffer(fixed, 1.0, 10, 500, 0.001)
+    assert fixed.max_records(30.0) == 500
+
+
+def test_the_rate_follows_the_member_smoothed() -> None:
+    sizing = FetchSizing(100, record_limit=False)
+    sizing.answered(0.010)
+    take_buffer(sizing, 1.0, 5, 100, 0.001)  # 100,000 a second
+    take_buffer(sizing, 2.0, 5, 100, 0.004)  # 25,000 a second: halfway there
+    assert sizing.rate == pytest.approx(62_500)
+    # A buffer refilled while being taken from is measured as one.
+    sizing.taken(3.0, 100, 100)
+    sizing.taken(3.001, 100, 300)
+    sizing.taken(3.002, 100, 0)
+    assert sizing.rate == pytest.approx((62_500 + 100_000) / 2)

@@ -293,7 +293,9 @@ class ShareConsumerCore:
                 self.acks.delivered(runs)
                 self._handed_out = runs
                 result = convert(runs)
-                self.cluster.metrics.record("records-consumed", sum(len(r) for _, r in runs))
+                taken = sum(len(r) for _, r in runs)
+                self.fetcher.sizing.taken(now, taken, len(self.buffer))
+                self.cluster.metrics.record("records-consumed", taken)
                 if otel is not None:
                     if otel.metrics_on:
                         for tp, run in runs:

@@ -36,6 +36,7 @@ from kcore.consumer.share.acknowledgements import (
     has_renew,
 )
 from kcore.consumer.share.arrow import arrow_run
+from kcore.consumer.share.sizing import FetchSizing
 from kcore.errors import (
     BrokerConnectionError,
     CorruptRecordError,
@@ -196,6 +197,7 @@ class ShareFetcher:
         self.max_bytes = int(config["fetch.max.bytes"])
         self.max_records = int(config["max.poll.records"])
         self.record_limit = config["share.acquire.mode"] == "record_limit"
+        self.sizing = FetchSizing(self.max_records, self.record_limit)
         self.check_crcs = bool(config["check.crcs"])
         self.assigned: set[TopicPartition] = set()
         self.sessions: dict[int, ShareSession] = {}
@@ -324,7 +326,7 @@ class ShareFetcher:
             max_wait_ms=max_wait_ms,
             min_bytes=self.min_bytes,
             max_bytes=self.max_bytes,
-            max_records=self.max_records,
+            max_records=self.sizing.max_records(self.acquisition_lock_s),
             batch_size=self.max_records,
             share_acquire_mode=1 if self.record_limit else 0,
             is_renew_ack=has_renew(acks),
@@ -404,6 +406,8 @@ class ShareFetcher:
         results.extend((tp, acks[tp], None) for tp in set(acks) - answered)
         self._count_acks(results)
         self.results.extend(results)
+        if fetched_records:
+            self.sizing.answered(time.monotonic() - started)
         metrics.record("fetch-size", fetched_bytes)
         metrics.record("records-per-request", fetched_records)
         metrics.record("bytes-consumed", fetched_bytes)
