@@ -160,6 +160,40 @@ def test_acknowledgements_once_per_delivery() -> None:
     assert acks.unacknowledged() == 0 and acks.take([tp]) == {tp: {4: 1}}
 
 
+def test_whole_polls_settle_as_the_offset_sets_do() -> None:
+    """Implicit mode keeps a poll's runs as they came; settling them (ACCEPT at the next poll,
+    RELEASE at close) leaves the same pending acknowledgements as the sets of offsets do, gaps
+    and several partitions and polls included; forget drops them."""
+    a, b = TopicPartition("t", 0), TopicPartition("t", 1)
+    polls = [
+        [(a, [record(1), record(2), record(4)]), (b, [record(7, ("t", 1))])],
+        [(a, [record(5), record(6)])],
+    ]
+    outcomes = []
+    for whole in (False, True):
+        acks = Acknowledgements(whole_polls=whole)
+        acks.add(a, [3], GAP)
+        for runs in polls:
+            acks.delivered(runs)
+        assert acks.unacknowledged() == 6
+        acks.settle_all(AcknowledgeType.ACCEPT)
+        assert acks.unacknowledged() == 0
+        acks.delivered([(b, [record(8, ("t", 1))])])
+        acks.settle_all(AcknowledgeType.RELEASE)
+        outcomes.append(acks.take([a, b]))
+        acks.delivered([(a, [record(9)])])
+        acks.forget()
+        assert acks.unacknowledged() == 0 and not acks.has_pending()
+    assert (
+        outcomes[0]
+        == outcomes[1]
+        == {
+            a: {3: GAP, 1: 1, 2: 1, 4: 1, 5: 1, 6: 1},
+            b: {7: 1, 8: 2},
+        }
+    )
+
+
 def _explicit_core(**extra: Any) -> Any:
     from kcore.consumer.share.core import ShareConsumerCore
 

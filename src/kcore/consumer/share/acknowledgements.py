@@ -27,6 +27,7 @@ __all__ = [
     "ArrowRun",
     "ShareRecord",
     "ack_batches",
+    "ack_kinds",
     "has_renew",
     "offset_runs",
     "run_offsets",
@@ -79,9 +80,11 @@ class ArrowRun:
 Run = list[ShareRecord] | ArrowRun  # one partition's records, in offset order
 
 
-def run_offsets(run: Run) -> Iterable[int]:
-    """The offsets of ``run``'s records, in order."""
-    return run.offsets if isinstance(run, ArrowRun) else map(_OFFSET, run)
+def run_offsets(run: Run | set[int]) -> Iterable[int]:
+    """The offsets of ``run``'s records, in order (of a set of offsets: the set)."""
+    if isinstance(run, ArrowRun):
+        return run.offsets
+    return run if isinstance(run, set) else map(_OFFSET, run)
 
 
 class Acknowledgements(AcknowledgementState):
@@ -90,11 +93,24 @@ class Acknowledgements(AcknowledgementState):
     ``(topic, partition)`` tuples (equal to them, and cheaper to make per record); what goes
     out (:meth:`take`, :meth:`pending_partitions`) is always ``TopicPartition`` s. The state
     (``_delivered``, ``_pending``, ``_renewing``, ``_lock``) lives in the compiled base, whose
-    ``RecordAcknowledger`` does :meth:`acknowledge`'s common case without a Python frame."""
+    ``RecordAcknowledger`` does :meth:`acknowledge`'s common case without a Python frame.
+
+    ``whole_polls`` (implicit mode): records are never acknowledged one by one, only all that
+    a poll handed out at once (:meth:`settle_all`), so a poll's runs are kept as they came
+    (``_handed``) rather than as a set of offsets to look records up in: one pass a record
+    less."""
+
+    def __init__(self, whole_polls: bool = False) -> None:
+        super().__init__()
+        self.whole_polls = whole_polls
+        self._handed: list[tuple[TopicPartition, Run]] = []
 
     def delivered(self, runs: Iterable[tuple[TopicPartition, Run]]) -> None:
         """A poll handed ``runs`` (one partition's records each) out."""
         with self._lock:
+            if self.whole_polls:
+                self._handed.extend(runs)
+                return
             for tp, run in runs:
                 owed = self._delivered.get(tp)
                 if owed is None:
@@ -190,19 +206,22 @@ class Acknowledgements(AcknowledgementState):
 
     def unacknowledged(self) -> int:
         with self._lock:
-            return sum(len(v) for v in self._delivered.values())
+            handed = sum(len(run) for _, run in self._handed)
+            return handed + sum(len(v) for v in self._delivered.values())
 
     def settle_all(self, kind: int) -> None:
         """Every delivered record acknowledged as ``kind`` (implicit mode: ACCEPT at the next
         poll or commit; close: RELEASE)."""
         with self._lock:
-            for tp, offsets in self._delivered.items():
+            settled = [*self._delivered.items(), *self._handed]
+            for tp, offsets in settled:
                 pending = self._pending.get(tp)
                 if pending is None:
-                    self._pending[tp] = dict.fromkeys(offsets, kind)
+                    self._pending[tp] = dict.fromkeys(run_offsets(offsets), kind)
                 else:
-                    pending.update(dict.fromkeys(offsets, kind))
+                    pending.update(dict.fromkeys(run_offsets(offsets), kind))
             self._delivered.clear()
+            self._handed.clear()
 
     def add(self, tp: TopicPartition, offsets: Iterable[int], kind: int) -> None:
         """Acknowledgements of records never delivered (gaps; a buffer released at close)."""
@@ -248,6 +267,7 @@ class Acknowledgements(AcknowledgementState):
         """At close: nothing is owed any more (the session's end released it)."""
         with self._lock:
             self._delivered.clear()
+            self._handed.clear()
             self._pending.clear()
             self._renewing.clear()
 
@@ -256,22 +276,29 @@ _OFFSET = operator.itemgetter(2)  # a ShareRecord's offset
 _RENEW = int(AcknowledgeType.RENEW)  # as a plain int: compared once per acknowledgement
 
 
-def has_renew(acks: Mapping[TopicPartition, dict[int, int]]) -> bool:
-    """Whether ``acks`` (taken for a request, by partition) hold a RENEW: the request must say
-    so. One dict entry a record: scanned by the dict's own membership test, not an enum
-    comparison per record."""
-    return any(_RENEW in offsets.values() for offsets in acks.values())
+def ack_kinds(acks: Mapping[TopicPartition, dict[int, int]]) -> dict[TopicPartition, set[int]]:
+    """The acknowledgement types each partition's acknowledgements (taken for a request) hold,
+    found in one pass over them: :func:`has_renew` and :func:`ack_batches` read it instead of
+    a pass each."""
+    return {tp: set(offsets.values()) for tp, offsets in acks.items()}
 
 
-def ack_batches(acks: dict[int, int], batch_type: Any) -> list[Any]:
+def has_renew(kinds: Mapping[TopicPartition, set[int]]) -> bool:
+    """Whether acknowledgements of these types (:func:`ack_kinds`) hold a RENEW: the request
+    must say so."""
+    return any(_RENEW in found for found in kinds.values())
+
+
+def ack_batches(acks: dict[int, int], batch_type: Any, kinds: set[int] | None = None) -> list[Any]:
     """Offsets and their acknowledgement types as the protocol's batches (``batch_type``: the
     ShareFetch or the ShareAcknowledge message's): runs of consecutive offsets, each with one
-    type when the whole run shares it, else one type per offset."""
+    type when the whole run shares it, else one type per offset. ``kinds``: the types
+    ``acks`` hold, when known (:func:`ack_kinds`)."""
     offsets = sorted(acks)
-    if len(set(acks.values())) == 1:
-        kinds = [acks[offsets[0]]] if offsets else []
+    if len(set(acks.values()) if kinds is None else kinds) == 1:
+        only = [acks[offsets[0]]] if offsets else []
         return [
-            batch_type(first_offset=lo, last_offset=hi, acknowledge_types=kinds)
+            batch_type(first_offset=lo, last_offset=hi, acknowledge_types=only)
             for lo, hi in offset_runs(offsets)
         ]
     out = []

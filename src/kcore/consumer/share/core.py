@@ -109,7 +109,7 @@ class ShareConsumerCore:
         self.api_timeout_s = int(cfg["default.api.timeout.ms"]) / 1000
         self.cluster = ClusterClient(cfg, auto_create=bool(cfg["allow.auto.create.topics"]))
         self.membership = ShareMembership(str(cfg["group.id"]))
-        self.acks = Acknowledgements()
+        self.acks = Acknowledgements(whole_polls=not self.explicit)
         # acknowledge(record, type) compiled for its common case (the front ends bind theirs
         # to it); the rest comes back to acknowledge() below.
         self.record_acknowledger = RecordAcknowledger(

@@ -33,6 +33,7 @@ from kcore.consumer.share.acknowledgements import (
     Run,
     ShareRecord,
     ack_batches,
+    ack_kinds,
     has_renew,
 )
 from kcore.consumer.share.arrow import arrow_run
@@ -319,6 +320,7 @@ class ShareFetcher:
         if not listed and not forget and not wanted:
             return
         epoch = session.epoch
+        kinds = ack_kinds(acks)
         request = ShareFetchRequest(
             group_id=self.group_id,
             member_id=self.member_id(),
@@ -329,7 +331,7 @@ class ShareFetcher:
             max_records=self.sizing.max_records(self.acquisition_lock_s),
             batch_size=self.max_records,
             share_acquire_mode=1 if self.record_limit else 0,
-            is_renew_ack=has_renew(acks),
+            is_renew_ack=has_renew(kinds),
             topics=[
                 FetchTopic(
                     topic_id=ids[topic],
@@ -337,7 +339,7 @@ class ShareFetcher:
                         FetchPartition(
                             partition_index=tp.partition,
                             acknowledgement_batches=ack_batches(
-                                acks.get(tp, {}), FetchRequestBatch
+                                acks.get(tp, {}), FetchRequestBatch, kinds.get(tp)
                             ),
                         )
                         for tp in sorted(tps)
@@ -557,18 +559,21 @@ class ShareFetcher:
                 err = KcoreError(f"no share session with node {node} to acknowledge in")
                 return [(tp, offsets, err) for tp, offsets in acks.items()]
             ids, names = self._topic_ids()
+            kinds = ack_kinds(acks)
             request = ShareAcknowledgeRequest(
                 group_id=self.group_id,
                 member_id=self.member_id(),
                 share_session_epoch=FINAL_EPOCH if final else session.epoch,
-                is_renew_ack=has_renew(acks),
+                is_renew_ack=has_renew(kinds),
                 topics=[
                     AcknowledgeTopic(
                         topic_id=ids[topic],
                         partitions=[
                             AcknowledgePartition(
                                 partition_index=tp.partition,
-                                acknowledgement_batches=ack_batches(acks[tp], AckRequestBatch),
+                                acknowledgement_batches=ack_batches(
+                                    acks[tp], AckRequestBatch, kinds[tp]
+                                ),
                             )
                             for tp in sorted(tps)
                         ],
