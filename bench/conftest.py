@@ -52,6 +52,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "filterwarnings", r"ignore:(read|open)_text is deprecated:DeprecationWarning"
     )
+    compile_kcore()
+
+
+def compile_kcore() -> None:
+    """kcore's bytecode written once, as pip writes it when it installs the wheel (and as the
+    peers' installed packages have theirs). From a source checkout run with
+    PYTHONDONTWRITEBYTECODE, each benchmark child process would otherwise compile the modules
+    kcore imports on first use (the protocol messages of its first requests) inside its timed
+    part: ~12 ms of CPU a share-group member."""
+    import compileall
+
+    import kcore
+
+    compileall.compile_dir(os.path.dirname(kcore.__file__), quiet=1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
