@@ -17,8 +17,8 @@ from kcore.consumer.share.acknowledgements import (
     GAP,
     Acknowledgements,
     AcknowledgeType,
+    OffsetSpans,
     ShareRecord,
-    ack_batches,
 )
 from kcore.consumer.share.fetcher import INT32_MAX, ShareSession
 from kcore.consumer.share.membership import Outcome, ShareMembership
@@ -124,9 +124,15 @@ def test_ack_batches_merge_runs_of_offsets() -> None:
     acks = {5: 1, 6: 1, 7: 1, 9: 2, 10: 3, 12: GAP}
     got = [
         (b.first_offset, b.last_offset, b.acknowledge_types)
-        for b in ack_batches(acks, AcknowledgementBatch)
+        for b in spans_of(acks).batches(AcknowledgementBatch)
     ]
     assert got == [(5, 7, [1]), (9, 10, [2, 3]), (12, 12, [0])]
+    mixed = spans_of({1: 1, 2: 1, 3: 2, 4: 1, 6: 4, 7: 4})
+    got = [
+        (b.first_offset, b.last_offset, b.acknowledge_types)
+        for b in mixed.batches(AcknowledgementBatch)
+    ]
+    assert got == [(1, 4, [1, 1, 2, 1]), (6, 7, [4])]
 
 
 def record(offset: int, tp: tuple[str, int] = ("t", 0)) -> ShareRecord:
@@ -606,21 +612,69 @@ def test_uncovered_offsets_are_the_acquired_ones_outside_the_decoded_batches() -
         _uncovered([(0, 2**40, 1)], [], 2**40)  # a hostile control batch's span
 
 
-def test_offset_runs() -> None:
-    from kcore.consumer.share.acknowledgements import offset_runs
+def spans_of(kinds: dict[int, int]) -> OffsetSpans:
+    spans = OffsetSpans()
+    for offset, kind in kinds.items():
+        spans.add(offset, kind)
+    return spans
 
-    assert offset_runs([]) == []
-    assert offset_runs([5]) == [(5, 5)]
-    assert offset_runs(list(range(10, 20))) == [(10, 19)]
-    assert offset_runs([1, 2, 3, 7, 9, 10, 11, 12, 20]) == [(1, 3), (7, 7), (9, 12), (20, 20)]
-    import random
 
-    rng = random.Random(1)
-    for _ in range(200):
-        offsets = sorted(rng.sample(range(200), rng.randint(1, 120)))
-        runs = offset_runs(offsets)
-        assert [o for lo, hi in runs for o in range(lo, hi + 1)] == offsets
-        assert all(b[0] > a[1] + 1 for a, b in zip(runs, runs[1:], strict=False))
+def test_offset_spans_hold_what_a_dict_of_offsets_holds() -> None:
+    """Random adds (one offset, a span, several), kind changes and removals, in and out of
+    offset order: the spans always hold what a dict of offset to kind holds, stay sorted,
+    disjoint and merged, and read the same through every accessor."""
+    rng = random.Random(7)
+    for _ in range(300):
+        spans, model = OffsetSpans(), {}
+        for _ in range(rng.randint(1, 60)):
+            step = rng.random()
+            offset, kind = rng.randrange(100), rng.randrange(5)
+            if step < 0.35:
+                spans.add(offset, kind)
+                model[offset] = kind
+            elif step < 0.55:
+                last = offset + rng.randrange(8)
+                spans.add_span(offset, last, kind)
+                model.update(dict.fromkeys(range(offset, last + 1), kind))
+            elif step < 0.65:
+                offsets = rng.sample(range(100), rng.randrange(6))
+                spans.update(offsets, kind)
+                model.update(dict.fromkeys(offsets, kind))
+            elif step < 0.9:
+                assert spans.discard(offset) == (offset in model)
+                model.pop(offset, None)
+            else:
+                offsets = rng.sample(range(100), rng.randrange(6))
+                spans.difference_update(offsets)
+                for o in offsets:
+                    model.pop(o, None)
+            assert spans == model and len(spans) == len(model)
+            listed = spans.span_list()
+            assert all(lo <= hi for lo, hi, _ in listed)
+            assert all(
+                b[0] > a[1] + 1 or (b[0] == a[1] + 1 and b[2] != a[2])
+                for a, b in zip(listed, listed[1:], strict=False)
+            )
+        assert list(spans) == sorted(model) and spans.items() == sorted(model.items())
+        assert spans.kinds() == set(model.values())
+        assert all(spans.count_of(k) == list(model.values()).count(k) for k in range(5))
+        probe = rng.sample(range(-2, 104), 10)
+        assert [o in spans for o in probe] == [o in model for o in probe]
+        assert [spans.get(o) for o in probe] == [model.get(o) for o in probe]
+        assert spans.issuperset(probe) == (set(probe) <= set(model))
+        twin = OffsetSpans()
+        twin.add_spans(spans, 3)
+        assert twin == dict.fromkeys(model, 3)
+
+
+def test_offset_spans_take_anything_as_an_offset_asked_about() -> None:
+    spans = spans_of({5: 1})
+    for stranger in ("5", 5.0, None, 2**70, -(2**70)):
+        assert stranger not in spans and spans.get(stranger) is None
+        assert spans.discard(stranger) is False
+        with pytest.raises(KeyError):
+            spans[stranger]
+    assert spans[5] == 1 and spans == {5: 1} and spans == {5} and spans != {5: 2}
 
 
 def test_share_buffer_hands_out_runs_of_one_partition_up_to_the_limit() -> None:

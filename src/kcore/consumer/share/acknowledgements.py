@@ -15,7 +15,7 @@ import operator
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from kcore.consumer.share._acknowledge import AcknowledgementState
+from kcore.consumer.share._acknowledge import AcknowledgementState, OffsetSpans
 from kcore.errors import AcknowledgementError
 from kcore.types import TopicPartition
 
@@ -25,11 +25,9 @@ __all__ = [
     "Acknowledgements",
     "AcknowledgementError",
     "ArrowRun",
+    "OffsetSpans",
     "ShareRecord",
-    "ack_batches",
-    "ack_kinds",
     "has_renew",
-    "offset_runs",
     "run_offsets",
 ]
 
@@ -87,18 +85,33 @@ def run_offsets(run: Run | set[int]) -> Iterable[int]:
     return run if isinstance(run, set) else map(_OFFSET, run)
 
 
+def add_run(spans: OffsetSpans, run: Run, kind: int) -> None:
+    """``run``'s offsets added to ``spans`` with ``kind``: as one span when they are
+    consecutive (the usual run: no gap inside it), else one by one."""
+    if not len(run):
+        return
+    if isinstance(run, ArrowRun):
+        first, last = run.offsets[0], run.offsets[-1]
+    else:
+        first, last = run[0][2], run[-1][2]
+    if last - first + 1 == len(run):
+        spans.add_span(first, last, kind)
+    else:
+        spans.update(run_offsets(run), kind)
+
+
 class Acknowledgements(AcknowledgementState):
     """Owned by the share consumer core; the caller's thread and the event loop both use it, so
     every method takes the lock. Partitions may be given as ``TopicPartition`` s or as plain
     ``(topic, partition)`` tuples (equal to them, and cheaper to make per record); what goes
-    out (:meth:`take`, :meth:`pending_partitions`) is always ``TopicPartition`` s. The state
-    (``_delivered``, ``_pending``, ``_renewing``, ``_lock``) lives in the compiled base, whose
+    out (:meth:`take`, :meth:`pending_partitions`) is always ``TopicPartition`` s, with each
+    partition's acknowledgements as an :class:`OffsetSpans`. The state (``_delivered``,
+    ``_pending``, ``_renewing``, ``_lock``) lives in the compiled base, whose
     ``RecordAcknowledger`` does :meth:`acknowledge`'s common case without a Python frame.
 
     ``whole_polls`` (implicit mode): records are never acknowledged one by one, only all that
     a poll handed out at once (:meth:`settle_all`), so a poll's runs are kept as they came
-    (``_handed``) rather than as a set of offsets to look records up in: one pass a record
-    less."""
+    (``_handed``) rather than as offsets to look records up in."""
 
     def __init__(self, whole_polls: bool = False) -> None:
         super().__init__()
@@ -114,8 +127,8 @@ class Acknowledgements(AcknowledgementState):
             for tp, run in runs:
                 owed = self._delivered.get(tp)
                 if owed is None:
-                    owed = self._delivered[tp] = set()
-                owed.update(run_offsets(run))
+                    owed = self._delivered[tp] = OffsetSpans()
+                add_run(owed, run, 0)
 
     def acknowledge(self, tp: tuple[str, int], offset: int, kind: int) -> None:
         with self._lock:
@@ -125,23 +138,20 @@ class Acknowledgements(AcknowledgementState):
                 owed.discard(offset)
                 if not owed:
                     del self._delivered[tp]
-                pending = self._pending.get(tp)
-                if pending is None:
-                    pending = self._pending[tp] = {}
-                pending[offset] = kind
+                self._pending_of(tp).add(offset, kind)
                 return
             self._acknowledge_other(tp, offset, kind, owed)
 
     def _acknowledge_other(
-        self, tp: tuple[str, int], offset: int, kind: int, owed: set[int] | None
+        self, tp: tuple[str, int], offset: int, kind: int, owed: OffsetSpans | None
     ) -> None:
         """RENEW, a renewal replaced, or a record this consumer may not acknowledge (raises).
         The lock is held."""
         if owed is None or offset not in owed:
-            pending = self._pending.get(tp, {})
+            pending = self._pending.get(tp, _NONE)
             if pending.get(offset) == AcknowledgeType.RENEW:
                 # A renewal not sent yet: the new acknowledgement replaces it.
-                pending[offset] = int(kind)
+                pending.add(offset, int(kind))
                 if kind != AcknowledgeType.RENEW:
                     self._renewing[tp].discard(offset)
                 return
@@ -161,7 +171,7 @@ class Acknowledgements(AcknowledgementState):
         owed.discard(offset)
         if not owed:
             del self._delivered[tp]
-        self._pending.setdefault(tp, {})[offset] = int(kind)
+        self._pending_of(tp).add(offset, int(kind))
 
     def acknowledge_many(self, offsets: Mapping[TopicPartition, list[int]], kind: int) -> None:
         """Each of ``offsets`` (by partition) acknowledged as ``kind``, all or none: a record
@@ -183,15 +193,11 @@ class Acknowledgements(AcknowledgementState):
                     owed.difference_update(offs)
                     if not owed:
                         del delivered[tp]
-                    pending = self._pending.get(tp)
-                    if pending is None:
-                        self._pending[tp] = dict.fromkeys(offs, int(kind))
-                    else:
-                        pending.update(dict.fromkeys(offs, int(kind)))
+                    self._pending_of(tp).update(offs, int(kind))
                 return
             for tp, offs in offsets.items():
-                owed = delivered.get(tp, set())
-                pending = self._pending.get(tp, {})
+                owed = delivered.get(tp, _NONE)
+                pending = self._pending.get(tp, _NONE)
                 for offset in offs:
                     if offset not in owed and pending.get(offset) != _RENEW:
                         refused = (tp, offset)
@@ -213,23 +219,27 @@ class Acknowledgements(AcknowledgementState):
         """Every delivered record acknowledged as ``kind`` (implicit mode: ACCEPT at the next
         poll or commit; close: RELEASE)."""
         with self._lock:
-            settled = [*self._delivered.items(), *self._handed]
-            for tp, offsets in settled:
-                pending = self._pending.get(tp)
-                if pending is None:
-                    self._pending[tp] = dict.fromkeys(run_offsets(offsets), kind)
-                else:
-                    pending.update(dict.fromkeys(run_offsets(offsets), kind))
+            for tp, owed in self._delivered.items():
+                self._pending_of(tp).add_spans(owed, kind)
+            for tp, run in self._handed:
+                add_run(self._pending_of(tp), run, kind)
             self._delivered.clear()
             self._handed.clear()
 
     def add(self, tp: TopicPartition, offsets: Iterable[int], kind: int) -> None:
         """Acknowledgements of records never delivered (gaps; a buffer released at close)."""
         with self._lock:
-            pending = self._pending.setdefault(tp, {})
-            pending.update(dict.fromkeys(offsets, kind))
+            pending = self._pending_of(tp)
+            pending.update(offsets, kind)
             if not pending:
                 del self._pending[tp]
+
+    def _pending_of(self, tp: tuple[str, int]) -> OffsetSpans:
+        """``tp``'s pending acknowledgements, made empty if none (the lock is held)."""
+        pending = self._pending.get(tp)
+        if pending is None:
+            pending = self._pending[tp] = OffsetSpans()
+        return pending
 
     def has_pending(self) -> bool:
         with self._lock:
@@ -239,7 +249,7 @@ class Acknowledgements(AcknowledgementState):
         with self._lock:
             return {TopicPartition(*tp) for tp in self._pending}
 
-    def take(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, dict[int, int]]:
+    def take(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetSpans]:
         """The pending acknowledgements of ``partitions``, removed (they are being sent)."""
         with self._lock:
             return {
@@ -248,7 +258,7 @@ class Acknowledgements(AcknowledgementState):
                 if tp in self._pending
             }
 
-    def sent(self, acks: dict[TopicPartition, dict[int, int]]) -> None:
+    def sent(self, acks: Mapping[TopicPartition, OffsetSpans]) -> None:
         """``acks`` were answered (either way): renewed records are this consumer's to
         acknowledge again."""
         with self._lock:
@@ -259,7 +269,10 @@ class Acknowledgements(AcknowledgementState):
                 for offset, kind in offsets.items():
                     if kind == AcknowledgeType.RENEW and offset in renewing:
                         renewing.discard(offset)
-                        self._delivered.setdefault(tp, set()).add(offset)
+                        owed = self._delivered.get(tp)
+                        if owed is None:
+                            owed = self._delivered[tp] = OffsetSpans()
+                        owed.add(offset)
                 if not renewing:
                     del self._renewing[tp]
 
@@ -274,64 +287,9 @@ class Acknowledgements(AcknowledgementState):
 
 _OFFSET = operator.itemgetter(2)  # a ShareRecord's offset
 _RENEW = int(AcknowledgeType.RENEW)  # as a plain int: compared once per acknowledgement
+_NONE = OffsetSpans()  # read-only stand-in for a partition with nothing held
 
 
-def ack_kinds(acks: Mapping[TopicPartition, dict[int, int]]) -> dict[TopicPartition, set[int]]:
-    """The acknowledgement types each partition's acknowledgements (taken for a request) hold,
-    found in one pass over them: :func:`has_renew` and :func:`ack_batches` read it instead of
-    a pass each."""
-    return {tp: set(offsets.values()) for tp, offsets in acks.items()}
-
-
-def has_renew(kinds: Mapping[TopicPartition, set[int]]) -> bool:
-    """Whether acknowledgements of these types (:func:`ack_kinds`) hold a RENEW: the request
-    must say so."""
-    return any(_RENEW in found for found in kinds.values())
-
-
-def ack_batches(acks: dict[int, int], batch_type: Any, kinds: set[int] | None = None) -> list[Any]:
-    """Offsets and their acknowledgement types as the protocol's batches (``batch_type``: the
-    ShareFetch or the ShareAcknowledge message's): runs of consecutive offsets, each with one
-    type when the whole run shares it, else one type per offset. ``kinds``: the types
-    ``acks`` hold, when known (:func:`ack_kinds`)."""
-    offsets = sorted(acks)
-    if len(set(acks.values()) if kinds is None else kinds) == 1:
-        only = [acks[offsets[0]]] if offsets else []
-        return [
-            batch_type(first_offset=lo, last_offset=hi, acknowledge_types=only)
-            for lo, hi in offset_runs(offsets)
-        ]
-    out = []
-    for lo, hi in offset_runs(offsets):
-        run_kinds = list(map(acks.__getitem__, range(lo, hi + 1)))
-        out.append(
-            batch_type(
-                first_offset=lo,
-                last_offset=hi,
-                acknowledge_types=run_kinds[:1] if len(set(run_kinds)) == 1 else run_kinds,
-            )
-        )
-    return out
-
-
-def offset_runs(offsets: list[int]) -> list[tuple[int, int]]:
-    """The runs of consecutive offsets in ``offsets`` (sorted, distinct) as (first, last)
-    pairs. Within a run ``offsets[i] - i`` is constant and it grows between runs, so each
-    run's end is found by bisection: the cost goes with the number of runs, not of offsets."""
-    out: list[tuple[int, int]] = []
-    n = len(offsets)
-    i = 0
-    while i < n:
-        key = offsets[i] - i
-        lo, hi = i, n - 1
-        if offsets[hi] - hi != key:
-            while hi - lo > 1:  # offsets[lo] is in the run, offsets[hi] is not
-                mid = (lo + hi) // 2
-                if offsets[mid] - mid == key:
-                    lo = mid
-                else:
-                    hi = mid
-            hi = lo
-        out.append((offsets[i], offsets[hi]))
-        i = hi + 1
-    return out
+def has_renew(acks: Mapping[TopicPartition, OffsetSpans]) -> bool:
+    """Whether acknowledgements (taken for a request) hold a RENEW: the request must say so."""
+    return any(_RENEW in offsets.kinds() for offsets in acks.values())

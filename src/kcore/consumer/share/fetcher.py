@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import operator
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -30,10 +29,9 @@ from kcore.consumer.collector import ConsumerRecord
 from kcore.consumer.share.acknowledgements import (
     GAP,
     Acknowledgements,
+    OffsetSpans,
     Run,
     ShareRecord,
-    ack_batches,
-    ack_kinds,
     has_renew,
 )
 from kcore.consumer.share.arrow import arrow_run
@@ -88,8 +86,8 @@ NEW_SESSION_CODES = frozenset(
     }
 )
 
-# (partition, offsets, error or None): how acknowledgements sent together ended.
-AckResult = tuple[TopicPartition, dict[int, int], KafkaError | KcoreError | None]
+# (partition, its acknowledgements, error or None): how acknowledgements sent together ended.
+AckResult = tuple[TopicPartition, OffsetSpans, KafkaError | KcoreError | None]
 
 
 class ShareSession:
@@ -309,7 +307,7 @@ class ShareFetcher:
             return
         ids, names = self._topic_ids()
         wanted = {tp for tp in wanted if tp.topic in ids}
-        acks: dict[TopicPartition, dict[int, int]] = {}
+        acks: dict[TopicPartition, OffsetSpans] = {}
         if session.open:
             # Acknowledgements ride along only for partitions the session fetches anyway.
             acks = self.acks.take(tp for tp in self.acks.pending_partitions() if tp in wanted)
@@ -320,7 +318,6 @@ class ShareFetcher:
         if not listed and not forget and not wanted:
             return
         epoch = session.epoch
-        kinds = ack_kinds(acks)
         request = ShareFetchRequest(
             group_id=self.group_id,
             member_id=self.member_id(),
@@ -331,15 +328,15 @@ class ShareFetcher:
             max_records=self.sizing.max_records(self.acquisition_lock_s),
             batch_size=self.max_records,
             share_acquire_mode=1 if self.record_limit else 0,
-            is_renew_ack=has_renew(kinds),
+            is_renew_ack=has_renew(acks),
             topics=[
                 FetchTopic(
                     topic_id=ids[topic],
                     partitions=[
                         FetchPartition(
                             partition_index=tp.partition,
-                            acknowledgement_batches=ack_batches(
-                                acks.get(tp, {}), FetchRequestBatch, kinds.get(tp)
+                            acknowledgement_batches=(
+                                acks[tp].batches(FetchRequestBatch) if tp in acks else []
                             ),
                         )
                         for tp in sorted(tps)
@@ -549,7 +546,7 @@ class ShareFetcher:
         return results
 
     async def _acknowledge_node(
-        self, node: int, acks: dict[TopicPartition, dict[int, int]], *, final: bool
+        self, node: int, acks: dict[TopicPartition, OffsetSpans], *, final: bool
     ) -> list[AckResult]:
         session, lock = self._session(node)
         async with lock:
@@ -559,21 +556,18 @@ class ShareFetcher:
                 err = KcoreError(f"no share session with node {node} to acknowledge in")
                 return [(tp, offsets, err) for tp, offsets in acks.items()]
             ids, names = self._topic_ids()
-            kinds = ack_kinds(acks)
             request = ShareAcknowledgeRequest(
                 group_id=self.group_id,
                 member_id=self.member_id(),
                 share_session_epoch=FINAL_EPOCH if final else session.epoch,
-                is_renew_ack=has_renew(kinds),
+                is_renew_ack=has_renew(acks),
                 topics=[
                     AcknowledgeTopic(
                         topic_id=ids[topic],
                         partitions=[
                             AcknowledgePartition(
                                 partition_index=tp.partition,
-                                acknowledgement_batches=ack_batches(
-                                    acks[tp], AckRequestBatch, kinds[tp]
-                                ),
+                                acknowledgement_batches=acks[tp].batches(AckRequestBatch),
                             )
                             for tp in sorted(tps)
                         ],
@@ -614,7 +608,7 @@ class ShareFetcher:
             out.extend((tp, acks[tp], None) for tp in set(acks) - answered)
             return out
 
-    def _report(self, acks: dict[TopicPartition, dict[int, int]], err: KcoreError) -> None:
+    def _report(self, acks: dict[TopicPartition, OffsetSpans], err: KcoreError) -> None:
         results: list[AckResult] = [(tp, offsets, err) for tp, offsets in acks.items()]
         self._count_acks(results)
         self.results.extend(results)
@@ -624,7 +618,7 @@ class ShareFetcher:
         were answered, and those of them that failed (gaps, which no record holds, aside)."""
         metrics = self.cluster.metrics
         for _, offsets, err in results:
-            n = len(offsets) - operator.countOf(offsets.values(), GAP)
+            n = len(offsets) - offsets.count_of(GAP)
             if n:
                 metrics.record("acknowledgements-send", n)
                 if err is not None:
