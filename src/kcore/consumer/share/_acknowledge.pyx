@@ -29,7 +29,7 @@ from cpython.pythread cimport (
     PyThread_release_lock,
     PyThread_type_lock,
 )
-from cpython.long cimport PyLong_Check, PyLong_CheckExact
+from cpython.long cimport PyLong_Check
 from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, realloc
@@ -249,8 +249,9 @@ cdef class OffsetSpans:
             self.discard_offset(offset)
 
     def issuperset(self, offsets):
+        cdef int64_t o
         for offset in offsets:
-            if self.kind_of(offset) < 0:
+            if not as_offset(offset, &o) or self.kind_of(o) < 0:
                 return False
         return True
 
@@ -466,10 +467,10 @@ cdef class RecordAcknowledger:
         not owed (the checked path then says why)."""
         cdef AcknowledgementState state = self.state
         cdef OffsetSpans owed, pending
+        cdef int64_t offset
         topic = <object>PyTuple_GET_ITEM(record, 0)
         partition = <object>PyTuple_GET_ITEM(record, 1)
-        offset = <object>PyTuple_GET_ITEM(record, 2)
-        if not PyLong_CheckExact(offset):
+        if not as_offset(<object>PyTuple_GET_ITEM(record, 2), &offset):
             return False
         if (
             self.last_owed is not None
