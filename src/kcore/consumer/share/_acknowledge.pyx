@@ -124,15 +124,20 @@ cdef class OffsetSpans:
                 hi = mid
         return lo
 
-    cdef int kind_of(self, int64_t offset) noexcept:
-        """``offset``'s kind, -1 when not held."""
+    cdef Py_ssize_t find(self, int64_t offset) noexcept:
+        """The live span holding ``offset``, -1 when none does."""
         cdef Py_ssize_t i
         if self.start == self.stop or offset < self.spans[self.start].first:
             return -1
         if offset > self.spans[self.stop - 1].last:
             return -1
         i = self.locate(offset)
-        return self.spans[i].kind if self.spans[i].first <= offset else -1
+        return i if self.spans[i].first <= offset else -1
+
+    cdef int kind_of(self, int64_t offset) noexcept:
+        """``offset``'s kind, -1 when not held."""
+        cdef Py_ssize_t i = self.find(offset)
+        return self.spans[i].kind if i >= 0 else -1
 
     cdef int take_out(self, Py_ssize_t i, int64_t offset) except -1:
         """``offset`` (held by span ``i``) no longer held."""
@@ -152,16 +157,12 @@ cdef class OffsetSpans:
     cdef bint discard_offset(self, int64_t offset) except -1:
         """``offset`` no longer held; False if it was not."""
         cdef Py_ssize_t i
-        if self.start == self.stop:
-            return False
-        if offset == self.spans[self.start].first:  # in order: the first span shortens
-            self.take_out(self.start, offset)
-            return True
-        if offset < self.spans[self.start].first or offset > self.spans[self.stop - 1].last:
-            return False
-        i = self.locate(offset)
-        if self.spans[i].first > offset:
-            return False
+        if self.start != self.stop and offset == self.spans[self.start].first:
+            i = self.start  # in order: the first span shortens, no search
+        else:
+            i = self.find(offset)
+            if i < 0:
+                return False
         self.take_out(i, offset)
         return True
 

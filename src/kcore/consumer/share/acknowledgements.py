@@ -78,11 +78,9 @@ class ArrowRun:
 Run = list[ShareRecord] | ArrowRun  # one partition's records, in offset order
 
 
-def run_offsets(run: Run | set[int]) -> Iterable[int]:
-    """The offsets of ``run``'s records, in order (of a set of offsets: the set)."""
-    if isinstance(run, ArrowRun):
-        return run.offsets
-    return run if isinstance(run, set) else map(_OFFSET, run)
+def run_offsets(run: Run) -> Iterable[int]:
+    """The offsets of ``run``'s records, in order."""
+    return run.offsets if isinstance(run, ArrowRun) else map(_OFFSET, run)
 
 
 def add_run(spans: OffsetSpans, run: Run, kind: int) -> None:
@@ -125,10 +123,7 @@ class Acknowledgements(AcknowledgementState):
                 self._handed.extend(runs)
                 return
             for tp, run in runs:
-                owed = self._delivered.get(tp)
-                if owed is None:
-                    owed = self._delivered[tp] = OffsetSpans()
-                add_run(owed, run, 0)
+                add_run(_spans_of(self._delivered, tp), run, 0)
 
     def acknowledge(self, tp: tuple[str, int], offset: int, kind: int) -> None:
         with self._lock:
@@ -138,7 +133,7 @@ class Acknowledgements(AcknowledgementState):
                 owed.discard(offset)
                 if not owed:
                     del self._delivered[tp]
-                self._pending_of(tp).add(offset, kind)
+                _spans_of(self._pending, tp).add(offset, kind)
                 return
             self._acknowledge_other(tp, offset, kind, owed)
 
@@ -171,7 +166,7 @@ class Acknowledgements(AcknowledgementState):
         owed.discard(offset)
         if not owed:
             del self._delivered[tp]
-        self._pending_of(tp).add(offset, int(kind))
+        _spans_of(self._pending, tp).add(offset, int(kind))
 
     def acknowledge_many(self, offsets: Mapping[TopicPartition, list[int]], kind: int) -> None:
         """Each of ``offsets`` (by partition) acknowledged as ``kind``, all or none: a record
@@ -193,7 +188,7 @@ class Acknowledgements(AcknowledgementState):
                     owed.difference_update(offs)
                     if not owed:
                         del delivered[tp]
-                    self._pending_of(tp).update(offs, int(kind))
+                    _spans_of(self._pending, tp).update(offs, int(kind))
                 return
             for tp, offs in offsets.items():
                 owed = delivered.get(tp, _NONE)
@@ -220,26 +215,19 @@ class Acknowledgements(AcknowledgementState):
         poll or commit; close: RELEASE)."""
         with self._lock:
             for tp, owed in self._delivered.items():
-                self._pending_of(tp).add_spans(owed, kind)
+                _spans_of(self._pending, tp).add_spans(owed, kind)
             for tp, run in self._handed:
-                add_run(self._pending_of(tp), run, kind)
+                add_run(_spans_of(self._pending, tp), run, kind)
             self._delivered.clear()
             self._handed.clear()
 
     def add(self, tp: TopicPartition, offsets: Iterable[int], kind: int) -> None:
         """Acknowledgements of records never delivered (gaps; a buffer released at close)."""
         with self._lock:
-            pending = self._pending_of(tp)
+            pending = _spans_of(self._pending, tp)
             pending.update(offsets, kind)
             if not pending:
                 del self._pending[tp]
-
-    def _pending_of(self, tp: tuple[str, int]) -> OffsetSpans:
-        """``tp``'s pending acknowledgements, made empty if none (the lock is held)."""
-        pending = self._pending.get(tp)
-        if pending is None:
-            pending = self._pending[tp] = OffsetSpans()
-        return pending
 
     def has_pending(self) -> bool:
         with self._lock:
@@ -269,10 +257,7 @@ class Acknowledgements(AcknowledgementState):
                 for offset, kind in offsets.items():
                     if kind == AcknowledgeType.RENEW and offset in renewing:
                         renewing.discard(offset)
-                        owed = self._delivered.get(tp)
-                        if owed is None:
-                            owed = self._delivered[tp] = OffsetSpans()
-                        owed.add(offset)
+                        _spans_of(self._delivered, tp).add(offset)
                 if not renewing:
                     del self._renewing[tp]
 
@@ -288,6 +273,15 @@ class Acknowledgements(AcknowledgementState):
 _OFFSET = operator.itemgetter(2)  # a ShareRecord's offset
 _RENEW = int(AcknowledgeType.RENEW)  # as a plain int: compared once per acknowledgement
 _NONE = OffsetSpans()  # read-only stand-in for a partition with nothing held
+
+
+def _spans_of(table: dict[Any, OffsetSpans], tp: tuple[str, int]) -> OffsetSpans:
+    """``tp``'s spans in ``table`` (the state's delivered or pending), made empty if none
+    (the caller holds the lock)."""
+    spans = table.get(tp)
+    if spans is None:
+        spans = table[tp] = OffsetSpans()
+    return spans
 
 
 def has_renew(acks: Mapping[TopicPartition, OffsetSpans]) -> bool:
