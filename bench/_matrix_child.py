@@ -6,7 +6,8 @@ imports), and its peak RSS is this client's alone.
 part), ``cpu_s`` (``time.process_time`` over it: every thread of the process, e.g.
 librdkafka's or kcore's network thread), ``peak_rss`` (bytes: ``VmHWM``, reset just before the
 timed part, so the highest RSS the process reached while it ran, imports and data included),
-``records``, and for a consumer its ``positions`` after the round.
+``records``, for a consumer its ``positions`` after the round, and ``broker_cpu_s`` (the
+broker's CPU over the timed part) when the spec names the broker's process (``broker_pid``).
 
 The spec's keys: ``role`` (``produce`` or ``consume``), ``client`` (see PRODUCERS and
 CONSUMERS), ``bootstrap``, ``topic``, ``partitions``, ``records`` (N), ``prime`` (records sent
@@ -17,6 +18,8 @@ Java's names, translated below for each client; ``null``: the client's own defau
 
 Producers: the timed part runs from the first send of N records to the broker's
 acknowledgement of the last (``flush``, a ``send_batch`` result, the gathered futures).
+``floor`` is not a client: the cell's requests built untimed, then only written
+(bench/_produce_floor.py).
 Consumers: a consumer created, connected and assigned all partitions from the beginning (no
 group) before the timed part, which runs from its first poll to the N-th record.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -68,6 +72,38 @@ def make_keys(n: int, seed: int = SEED + 1) -> list[bytes]:
 def _peak_reset() -> None:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # VmHWM back to the current RSS (Linux >= 4.0)
+
+
+def _process_cpu(pid: int) -> float:
+    """Another process's CPU seconds so far (user + system, every thread)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Timed:
+    """The timed part of a round: its wall time, this process's CPU (every thread) and, when
+    the spec names the broker's process (``broker_pid``), the broker's CPU over the same span
+    (in clock ticks: 10 ms steps)."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.broker_pid: int | None = spec.get("broker_pid")
+
+    def __enter__(self) -> Timed:
+        self.broker = _process_cpu(self.broker_pid) if self.broker_pid else 0.0
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+        if self.broker_pid:
+            self.broker = _process_cpu(self.broker_pid) - self.broker
+
+    def result(self) -> dict[str, Any]:
+        got: dict[str, Any] = {"wall_s": self.wall, "cpu_s": self.cpu}
+        if self.broker_pid:
+            got["broker_cpu_s"] = self.broker
+        return got
 
 
 def _peak_rss() -> int:
@@ -267,21 +303,49 @@ PRODUCERS: dict[str, Callable[[dict[str, Any]], tuple[Produce, Callable[[], None
 }
 
 
+def _floor_round(
+    spec: dict[str, Any], values: list[bytes], keys: list[bytes] | None
+) -> dict[str, Any]:
+    """The cell's floor (bench/_produce_floor.py): requests built untimed, then written."""
+    from _produce_floor import ProduceFloor
+
+    n, prime = spec["records"], spec["prime"]
+    floor = ProduceFloor(spec["bootstrap"], spec["settings"] or {}, TIMEOUT_S)
+    try:
+        floor.prepare(spec["topic"], spec["partitions"], values[:prime], keys and keys[:prime])
+        floor.produce()
+        floor.prepare(spec["topic"], spec["partitions"], values, keys)
+        _peak_reset()
+        with Timed(spec) as timed:
+            requests = floor.produce()
+        peak = _peak_rss()
+    finally:
+        floor.close()
+    return {
+        **timed.result(),
+        "peak_rss": peak,
+        "records": n,
+        "sent": prime + n,
+        "requests": requests,
+    }
+
+
 def produce_round(spec: dict[str, Any]) -> dict[str, Any]:
     n, prime = spec["records"], spec["prime"]
     values = make_values(n, spec["value_size"])
     keys = make_keys(n) if spec["keyed"] else None
+    if spec["client"] == "floor":
+        return _floor_round(spec, values, keys)
     produce, close = PRODUCERS[spec["client"]](spec)
     try:
         produce(values[:prime], None if keys is None else keys[:prime])
         _peak_reset()
-        wall, cpu = time.perf_counter(), time.process_time()
-        produce(values, keys)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        with Timed(spec) as timed:
+            produce(values, keys)
         peak = _peak_rss()
     finally:
         close()
-    return {"wall_s": wall, "cpu_s": cpu, "peak_rss": peak, "records": n, "sent": prime + n}
+    return {**timed.result(), "peak_rss": peak, "records": n, "sent": prime + n}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -523,14 +587,13 @@ def consume_round(spec: dict[str, Any]) -> dict[str, Any]:
     reader = make(spec)
     try:
         _peak_reset()
-        wall, cpu = time.perf_counter(), time.process_time()
-        got = reader.read(n)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        with Timed(spec) as timed:
+            got = reader.read(n)
         peak = _peak_rss()
         positions = reader.positions()
     finally:
         reader.close()
-    return {"wall_s": wall, "cpu_s": cpu, "peak_rss": peak, "records": got, "positions": positions}
+    return {**timed.result(), "peak_rss": peak, "records": got, "positions": positions}
 
 
 def main() -> None:

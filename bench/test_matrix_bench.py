@@ -166,6 +166,9 @@ CONSUME_AXES += ("value-1KB", "value-10KB", "lz4", "zstd", "partitions-1000")
 LIBRDKAFKA_AXES = ("main", "value-1KB", "lz4")
 
 PRODUCE_CLIENTS = ("kcore-send", "kcore-batch", "confluent", "aiokafka", "kafka-python")
+# Not a client: the cell's Produce requests built untimed, then only written
+# (bench/_produce_floor.py): the broker's time for the records, which bounds every client.
+FLOOR = "floor"
 PRODUCE_ASYNC_CLIENTS = ("kcore-async-send", "kcore-async-batch", "aiokafka", "confluent-aio")
 CONSUME_CLIENTS = ("kcore-poll", "kcore-arrow", "confluent", "aiokafka", "kafka-python")
 CONSUME_ASYNC_CLIENTS = ("kcore-async", "confluent-aio", "aiokafka")
@@ -181,6 +184,7 @@ LABELS = {
     "confluent-aio": "confluent_kafka.aio",
     "aiokafka": "aiokafka",
     "kafka-python": "kafka-python",
+    FLOOR: "floor",
 }
 
 
@@ -250,7 +254,14 @@ def _delete(broker: Broker, topic: str) -> None:
     broker.delete(topic)
 
 
+# The broker's process by bootstrap address, when this run started it (its CPU per round is
+# then reported); a broker from KCORE_TEST_BOOTSTRAP is not measured.
+BROKER_PID: dict[str, int] = {}
+
+
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec["bootstrap"] in BROKER_PID:
+        spec = {**spec, "broker_pid": BROKER_PID[spec["bootstrap"]]}
     done = subprocess.run(
         [sys.executable, CHILD, json.dumps(spec)],
         capture_output=True,
@@ -428,14 +439,31 @@ def _fmt_s(s: float) -> str:
     return f"{s * 1000:.0f} ms" if s < 10 else f"{s:.1f} s"
 
 
+def _is_peer(client: str) -> bool:
+    return not client.startswith("kcore") and client != FLOOR
+
+
 def _table(title: str, cells: list[Cell]) -> str:
     clients = list(dict.fromkeys(c for cell in cells for c in cell.clients))
+    floor = FLOOR in clients
     head = ["cell", "records", *(LABELS[c] for c in clients), "best peer", "kcore vs best peer"]
+    if floor:
+        head.append("bound: best peer / floor")
+    broker = any("broker_cpu_s" in r for cell in cells for rs in cell.results.values() for r in rs)
+    figures = "median wall time / median CPU s / " + (
+        "median broker CPU s / peak RSS MB" if broker else "peak RSS MB"
+    )
     lines = [
         f"### {title}",
         "",
-        "Each client: median wall time / median CPU s / peak RSS MB. Ratio: the best peer's "
-        "median / kcore's (above 1: kcore is faster).",
+        f"Each client: {figures}. Ratio: the best peer's median / kcore's (above 1: kcore is "
+        "faster)."
+        + (
+            " Floor: the cell's requests built untimed, then only written (no client); the "
+            "bound is the most any client could gain over the best peer on that broker."
+            if floor
+            else ""
+        ),
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -448,10 +476,12 @@ def _table(title: str, cells: list[Cell]) -> str:
             if not rs:
                 row.append("-")
                 continue
-            cpu = statistics.median(r["cpu_s"] for r in rs)
-            rss = max(r["peak_rss"] for r in rs) / 1e6
-            row.append(f"{_fmt_s(med[c])} / {cpu:.2f} / {rss:.0f}")
-        peers = {c: m for c, m in med.items() if not c.startswith("kcore")}
+            parts = [_fmt_s(med[c]), f"{statistics.median(r['cpu_s'] for r in rs):.2f}"]
+            if broker:
+                parts.append(f"{statistics.median(r.get('broker_cpu_s', 0.0) for r in rs):.2f}")
+            parts.append(f"{max(r['peak_rss'] for r in rs) / 1e6:.0f}")
+            row.append(" / ".join(parts))
+        peers = {c: m for c, m in med.items() if _is_peer(c)}
         best = min(peers, key=peers.__getitem__) if peers else None
         row.append(LABELS[best] if best else "-")
         ratios = [
@@ -460,6 +490,8 @@ def _table(title: str, cells: list[Cell]) -> str:
             if c.startswith("kcore") and best
         ]
         row.append(", ".join(ratios) or "-")
+        if floor:
+            row.append(f"{peers[best] / med[FLOOR]:.2f}x" if best and FLOOR in med else "-")
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     return "\n".join(lines)
@@ -489,6 +521,7 @@ def _open_broker(kafka_cluster: Any, admin: kcore.AdminClient) -> Broker:
     if len(nodes) == 1 and getattr(nodes[0], "process", None) is not None:
         broker.own_cluster()  # delete() deletes at once
         broker.data_dir = Path(nodes[0].data_dir)  # and waits until the files are gone
+        BROKER_PID[broker.bootstrap] = nodes[0].process.pid  # its CPU, round by round
     return broker
 
 
@@ -523,7 +556,12 @@ def _rounds_and_tables(
 def test_produce(benchmark: Any, kafka_cluster: Any) -> None:
     _need(confluent, "confluent-kafka")
     sync = [
-        Cell(f"produce:{name}", shape, _clients(PRODUCE_CLIENTS, name == "main", name), None)
+        Cell(
+            f"produce:{name}",
+            shape,
+            _clients(PRODUCE_CLIENTS, name == "main", name) + (FLOOR,),
+            None,
+        )
         for name, shape in AXES
         if name != "partitions-1000"  # (the keyed cell is the producer's 1,000-partition one)
     ]
