@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from kcore._codec import BatchBufferPool
@@ -441,16 +441,24 @@ class RecordAccumulator:
 
     def done(self, batch: ProducerBatch) -> None:
         """A batch was delivered or failed for good: free its memory and its partition."""
+        self.done_all((batch,))
+
+    def done_all(self, batches: Iterable[ProducerBatch]) -> None:
+        """``done`` of each batch (a request's), under one lock and one wake-up of the threads
+        waiting for memory."""
         with self._cond:
-            self._landed(batch)
-            self._used -= batch.reserved
-            # The bytes go now, not when the batch object does: the send path keeps the batch
-            # it saw last per partition (until its next record there), outside buffer.memory.
-            batch.payload = None
-            if self._pool is not None:
-                self._pool.limit = 0 if self._closed else self.buffer_memory - self._used
-            batch.builder.release()
-            self.incomplete.discard(batch.result)
+            incomplete, pool = self.incomplete, self._pool
+            for batch in batches:
+                self._landed(batch)
+                self._used -= batch.reserved
+                # The bytes go now, not when the batch object does: the send path keeps the
+                # batch it saw last per partition (until its next record there), outside
+                # buffer.memory.
+                batch.payload = None
+                if pool is not None:  # (what the pool may keep, before it is offered more)
+                    pool.limit = 0 if self._closed else self.buffer_memory - self._used
+                batch.builder.release()
+                incomplete.discard(batch.result)
             self._cond.notify_all()
 
     def _landed(self, batch: ProducerBatch) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import inspect
 import logging
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
@@ -650,10 +651,9 @@ class ProducerCore:
     def _on_loop(self) -> bool:
         """Whether this thread runs the producer's loop (the AsyncProducer's caller, the
         sender, callbacks) rather than being a caller's thread."""
-        try:
-            return asyncio.get_running_loop() is self.loop
-        except RuntimeError:
-            return False
+        # (the private getter: None off a loop, where get_running_loop raises, and callers'
+        # threads ask once a batch)
+        return asyncio._get_running_loop() is self.loop
 
     def wake_sender(self) -> None:
         loop = self.loop
@@ -733,6 +733,7 @@ class ProducerCore:
 async def _all_done(pending: list[Any], left: list[int]) -> None:
     """Until every result in ``pending`` is done (``left[0]``: how many are not yet)."""
     loop = asyncio.get_running_loop()
+    loop_thread = threading.get_ident()
     all_done = loop.create_future()
 
     def one_done(_result: Any) -> None:
@@ -740,8 +741,16 @@ async def _all_done(pending: list[Any], left: list[int]) -> None:
         if left[0] == 0 and not all_done.done():
             all_done.set_result(None)
 
+    def on_done(result: Any) -> None:
+        # Results complete on the sender's thread, this loop's, but for a few failed from
+        # another: a self-pipe write for each of thousands of batches is what that saves.
+        if threading.get_ident() == loop_thread:
+            one_done(result)
+        else:
+            loop.call_soon_threadsafe(one_done, result)
+
     for result in pending:
-        result.add_callback(lambda r: loop.call_soon_threadsafe(one_done, r))
+        result.add_callback(on_done)
     await all_done
 
 

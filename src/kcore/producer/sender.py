@@ -63,6 +63,7 @@ SEQUENCE_ERRORS = frozenset(
     }
 )
 TOPIC_ID_VERSION = 13  # Produce v13 names topics by id
+EXPIRY_CHECK_S = 0.05  # how often waiting batches are checked against delivery.timeout.ms
 
 
 class Sender:
@@ -120,6 +121,7 @@ class Sender:
         # delivery.timeout.ms even while their request is out, as Java's (KIP-91).
         self._sent: set[ProducerBatch] = set()
         self._next_in_flight_check = 0.0
+        self._next_expiry_check = 0.0
         self.txn = txn
         self.transactional_id = txn.transactional_id if txn is not None else None
         self.register_partitions = register_partitions
@@ -265,12 +267,20 @@ class Sender:
                     for batch in self.acc.abort_all():
                         self._drop(batch, error)
             self._held_at_limit = False
-            batches = self.acc.drain(now, self._sendable)
-            if batches:
-                self._dispatch(batches)
-            if self.register_partitions is not None:
-                self.register_partitions()  # what the drain found unregistered (v1)
-            wait = self.acc.next_ready_in(time.monotonic())
+            batches: list[ProducerBatch] = []
+            if self._every_node_busy():
+                # Nothing could go: drain and next_ready_in walk every partition with a batch
+                # (thousands, keyed over many partitions), and the sender turns for each new
+                # batch. An answer frees a node and wakes this loop.
+                self._held_at_limit = True
+                wait: float | None = 0.0
+            else:
+                batches = self.acc.drain(now, self._sendable)
+                if batches:
+                    self._dispatch(batches)
+                if self.register_partitions is not None:
+                    self.register_partitions()  # what the drain found unregistered (v1)
+                wait = self.acc.next_ready_in(time.monotonic())
             if wait is not None and wait <= 0 and not batches:
                 # Ready but held back (leader unknown, a retry waiting for its partition's
                 # batches in flight): until an answer arrives, or briefly. For a node at
@@ -285,6 +295,15 @@ class Sender:
                 await wait_event(self._wakeup, timeout)
             else:
                 await asyncio.sleep(0)  # more may be ready: drain again after replies
+
+    def _every_node_busy(self) -> bool:
+        """Whether every broker has max.in.flight requests out (so no batch can go now)."""
+        requests = self._node_requests
+        if len(requests) == 0:
+            return False
+        brokers = self.cluster.metadata.brokers
+        limit = self.max_in_flight
+        return bool(brokers) and all(requests.get(node, 0) >= limit for node in brokers)
 
     def _sendable(self, tp: TopicPartition, head: ProducerBatch, in_flight: int) -> bool:
         if self._epoch_bump is not None:
@@ -316,8 +335,13 @@ class Sender:
         return True
 
     def _expire(self, now: float) -> None:
-        for batch in self.acc.expire(now, self.delivery_timeout_s):
-            self._fail(batch, self._timed_out(batch))
+        # The walk over every partition's queue, at most every EXPIRY_CHECK_S (not every turn
+        # of the loop: thousands of partitions, a turn per answer and per new batch): a
+        # waiting batch fails at most that late after delivery.timeout.ms.
+        if now >= self._next_expiry_check:
+            self._next_expiry_check = now + EXPIRY_CHECK_S
+            for batch in self.acc.expire(now, self.delivery_timeout_s):
+                self._fail(batch, self._timed_out(batch))
         # Not in a transaction: ending one must wait for the answers of its requests in flight
         # (a Produce landing after the abort marker would be a hanging transaction), and the
         # records' results are what that waits on.
@@ -440,7 +464,6 @@ class Sender:
             if batch.sequence is not None:
                 batch.maybe_written = True
         metrics = self.metrics
-        metrics.record("records-per-request", sum(b.records for b in sent))
         started = time.monotonic()
         try:
             response = await self.cluster.send(node, request, version)
@@ -457,7 +480,8 @@ class Sender:
         del request
         if response is None:  # acks=0: the broker does not answer
             for batch in sent:
-                self._succeed(batch, -1, -1)
+                self._written(batch)
+            self._settle_written([(batch, -1, -1) for batch in sent])
             return
         self._handle_response(response, sent, version)
 
@@ -473,6 +497,7 @@ class Sender:
         md = self.cluster.metadata
         topic_data = []
         sent: list[ProducerBatch] = []  # what the request carries (and its answer settles)
+        measured: list[tuple[str, float]] = []  # the batches' metrics, recorded at once
         for topic, group in by_topic.items():
             topic_id = None
             if version >= TOPIC_ID_VERSION:
@@ -494,7 +519,7 @@ class Sender:
                     self._fail(b, KcoreError(f"{b.tp.topic}-{b.tp.partition}: {exc}"))
                     continue
                 parts.append(PartitionProduceData(index=b.tp.partition, records=payload))
-                self._record_batch(b, len(payload))
+                self._batch_metrics(b, len(payload), measured)
                 part = md.partition(b.tp.topic, b.tp.partition)
                 b.leader_epoch = part.leader_epoch if part is not None else -1
                 sent.append(b)
@@ -506,6 +531,8 @@ class Sender:
                 topic_data.append(TopicProduceData(name=topic, partition_data=parts))
         if not sent:
             return None, sent
+        measured.append(("records-per-request", sum(b.records for b in sent)))
+        self.metrics.record_all(*measured)
         request = ProduceRequest(
             transactional_id=self.transactional_id,
             acks=self.acks,
@@ -514,15 +541,18 @@ class Sender:
         )
         return request, sent
 
-    def _record_batch(self, batch: ProducerBatch, size: int) -> None:
-        """A batch goes out (again): its records, its size and how well it compressed."""
-        values: list[tuple[str, float]] = [("record-send", batch.records), ("batch-size", size)]
+    def _batch_metrics(
+        self, batch: ProducerBatch, size: int, values: list[tuple[str, float]]
+    ) -> None:
+        """A batch goes out (again): its records, its size and how well it compressed, added
+        to ``values``."""
+        values.append(("record-send", batch.records))
+        values.append(("batch-size", size))
         raw = batch.builder.size_in_bytes
         if raw > 0:  # 1.0 uncompressed, as Java's
             values.append(
                 ("compression-rate", size / raw if self.acc.compression != "none" else 1.0)
             )
-        self.metrics.record_all(*values)
 
     def _handle_response(self, response: Any, batches: list[ProducerBatch], version: int) -> None:
         names_by_id = {t.topic_id: n for n, t in self.cluster.metadata.topics.items() if t.topic_id}
@@ -530,6 +560,7 @@ class Sender:
         if apply_leader_hints(self.cluster.cache, response):
             log.debug("leader hints applied from a produce response")
         bump = False
+        written: list[tuple[ProducerBatch, int, int]] = []
         for topic in response.responses:
             name = topic.name or names_by_id.get(topic.topic_id, "")
             for p in topic.partition_responses:
@@ -538,10 +569,12 @@ class Sender:
                     continue
                 code = p.error_code
                 if code == ErrorCode.NONE:
-                    self._succeed(batch, p.base_offset, p.log_append_time_ms)
+                    self._written(batch)
+                    written.append((batch, p.base_offset, p.log_append_time_ms))
                 elif code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                     # Already written by an earlier attempt: delivered, offset unknown.
-                    self._succeed(batch, p.base_offset if p.base_offset >= 0 else -1, -1)
+                    self._written(batch)
+                    written.append((batch, p.base_offset if p.base_offset >= 0 else -1, -1))
                 elif code in SEQUENCE_ERRORS and self.idempotent:
                     self._land(batch)
                     # Not written, nor by an earlier attempt (that would have come back
@@ -579,6 +612,7 @@ class Sender:
                         self._split(batch, err)
                     else:
                         self._retry_or_fail(batch, err)
+        self._settle_written(written)
         for batch in pending.values():  # not in the answer at all
             self._retry_or_fail(batch, KcoreError("the broker did not answer for the partition"))
         if bump:
@@ -709,7 +743,9 @@ class Sender:
             return
         self._fail(batch, exc)
 
-    def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+    def _written(self, batch: ProducerBatch) -> None:
+        """The broker wrote ``batch``: its partition's state and the statistics now, in the
+        answer's order; its memory and result with the answer's others (_settle_written)."""
         if self.delivered is not None:
             counts = self.delivered.get(batch.tp)
             if counts is None:
@@ -720,8 +756,15 @@ class Sender:
             self.on_batch_done(batch.tp, batch.records, batch.created, None)
         self._land(batch)
         self.identity.written(batch.tp, batch.producer)
-        self.acc.done(batch)
-        batch.result.complete(base_offset, log_append_time)
+
+    def _settle_written(self, written: list[tuple[ProducerBatch, int, int]]) -> None:
+        """An answer's written batches (``_written`` already): memory back under one lock,
+        then each result completed (base offset, log append time), then one wake-up."""
+        if not written:
+            return
+        self.acc.done_all([batch for batch, _, _ in written])
+        for batch, base_offset, log_append_time in written:
+            batch.result.complete(base_offset, log_append_time)
         self.wakeup()
 
     def _fail(
