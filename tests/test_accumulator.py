@@ -543,3 +543,27 @@ def test_a_batch_sent_part_full_keeps_reserved_only_what_it_holds() -> None:
     for batch in sent:
         acc.done(batch)
     assert acc.available_bytes == 2 * 16384 - 16384  # the third partition's batch
+
+
+def test_the_sticky_partitioner_moves_uniformly_among_partitions_with_a_leader() -> None:
+    from collections import Counter
+
+    from kcore.producer._sendpath import SendPath
+
+    path = SendPath(None, TopicPartition, {}, None, 100)
+    # Partitions 0-9 of 12 have a leader; the count (10) also leaves out 10 and 11.
+    available = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11]
+    chosen = []
+    for _ in range(20_000):
+        # 100 bytes fill the sticky partition's batch: every call moves on
+        chosen.append(path.sticky_partition("t", 10, available, 100))
+    assert all(a != b for a, b in zip(chosen, chosen[1:], strict=False))
+    counts = Counter(chosen)
+    assert set(counts) == set(range(10))
+    assert min(counts.values()) > 1_700 and max(counts.values()) < 2_300  # 2,000 each
+    # Until batch.size bytes went to it, the partition stays.
+    first = path.sticky_partition("u", 10, available, 30)
+    assert path.sticky_partition("u", 10, available, 30) == first
+    # One partition with a leader: that one, always; none: any of the count.
+    assert {path.sticky_partition("v", 10, [4], 100) for _ in range(50)} == {4}
+    assert {path.sticky_partition("w", 3, [], 100) for _ in range(200)} == {0, 1, 2}

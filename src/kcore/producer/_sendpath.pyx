@@ -67,7 +67,7 @@ locked or per thread, and no free list for futures.
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from kcore._codec cimport RecordBatchBuilder, key_partition
@@ -78,7 +78,7 @@ cdef extern from "Python.h":
 import asyncio as _asyncio
 from asyncio import _get_running_loop
 from collections import namedtuple as _namedtuple
-from random import choice as _random_choice
+from random import getrandbits as _random_bits
 
 from kcore.errors import KcoreError, KcoreTimeoutError
 
@@ -380,7 +380,29 @@ cdef class TopicRoute:
     cdef list tps          # TopicPartition per partition (the accumulator's queue keys)
     cdef list open_batches # ProducerBatchBase or None per partition
     cdef object info       # the TopicInfo (leaders, for the sticky partitioner's choice)
+    cdef list available    # its partitions with a leader, listed when first needed
     cdef StickyState sticky
+
+
+cdef inline list route_available(TopicRoute route):
+    if route.available is None:
+        route.available = [q for q, pi in route.info.partitions.items() if pi.leader >= 0]
+    return route.available
+
+
+# The sticky partitioner's draws: xorshift64, seeded once from the random module. Its state is
+# shared by every thread that sends, which the GIL rule above keeps consistent.
+cdef uint64_t draw_state = (<uint64_t>_random_bits(63)) | 1
+
+
+cdef inline uint64_t draw() noexcept:
+    global draw_state
+    cdef uint64_t x = draw_state
+    x ^= x << 13
+    x ^= x >> 7
+    x ^= x << 17
+    draw_state = x
+    return x
 
 
 cdef inline int64_t now_ms() noexcept:
@@ -431,13 +453,25 @@ cdef class SendPath:
                              object info, Py_ssize_t size) except -1:
         """The partition for ``size`` more bytes; a new one is chosen among ``available`` (or,
         when that is None, the partitions of ``info`` with a leader, listed only then)."""
+        cdef Py_ssize_t n, attempt
+        cdef int32_t q
         if state.partition < 0 or state.partition >= count or state.sent >= self.batch_size:
             if available is None:
                 available = [q for q, pi in info.partitions.items() if pi.leader >= 0]
-            choices = [q for q in available if q < count] or list(range(count))
-            if state.partition >= 0 and len(choices) > 1:
-                choices = [q for q in choices if q != state.partition] or choices
-            state.partition = _random_choice(choices)
+            # Uniform among the available partitions but the current one: a few draws from
+            # the list as it is (each rejected one leaves the rest uniform), and only when
+            # they all miss, the list of what qualifies (no partition with a leader: any).
+            n = len(available)
+            for attempt in range(8 if n > 1 else 0):
+                q = <int32_t>available[<Py_ssize_t>(draw() % <uint64_t>n)]
+                if 0 <= q < count and q != state.partition:
+                    state.partition = q
+                    break
+            else:
+                choices = [q for q in available if q < count] or list(range(count))
+                if state.partition >= 0 and len(choices) > 1:
+                    choices = [q for q in choices if q != state.partition] or choices
+                state.partition = choices[<Py_ssize_t>(draw() % <uint64_t>len(choices))]
             state.sent = 0
         state.sent += size
         return state.partition
@@ -511,7 +545,8 @@ cdef class SendPath:
         elif kp != NULL:
             p = key_partition(kp, klen, route.count)
         else:
-            p = self.next_sticky(route.sticky, route.count, None, route.info, 21 + max(vlen, 0))
+            p = self.next_sticky(route.sticky, route.count, route_available(route), None,
+                                 21 + max(vlen, 0))
         # The partition's open batch: the one seen last time unless it was closed since
         # (invariant (a) of the GIL rule above).
         batch = <ProducerBatchBase><object>PyList_GET_ITEM(route.open_batches, p)
