@@ -49,6 +49,7 @@ TARGETS = (
     "varint",
     "roundtrip",
     "responses",
+    "produce-responses",
 )
 
 
@@ -73,11 +74,18 @@ TARGET, GUARDS, WRITE_SEEDS, LIBFUZZER_ARGV = _parse_args(sys.argv)
 # Python-level coverage for kcore's own modules and the contract; the codec itself reports C
 # coverage only when it was built with -fsanitize=fuzzer-no-link (fuzz/README.md).
 with atheris.instrument_imports(
-    include=["kcore", "test_codec_fuzz", "test_protocol_compiled_decoders", "test_metadata_cache"]
+    include=[
+        "kcore",
+        "test_codec_fuzz",
+        "test_protocol_compiled_decoders",
+        "test_protocol_compiled_produce_response",
+        "test_metadata_cache",
+    ]
 ):
     import test_codec_fuzz as contract
     import test_metadata_cache as merges
     import test_protocol_compiled_decoders as responses
+    import test_protocol_compiled_produce_response as produce_responses
 
     import kcore.codec as codec
     from kcore.errors import CorruptRecordError
@@ -256,6 +264,17 @@ def fuzz_responses(data: bytes) -> None:
     merges.check_merges_agree(data[1:], version)
 
 
+def fuzz_produce_responses(data: bytes) -> None:
+    """Byte 0 picks the version; the rest is a ProduceResponse body for both its decoders,
+    which must agree (tests/test_protocol_compiled_produce_response.py)."""
+    if not data:
+        return
+    cls = produce_responses.ProduceResponse
+    lo, hi = cls.VALID_VERSIONS
+    version = lo + data[0] % (hi - lo + 1)
+    responses.check_decoders_agree(cls, data[1:], version)
+
+
 FUZZERS = {
     "decode": fuzz_decode,
     "sealed": fuzz_sealed,
@@ -265,6 +284,7 @@ FUZZERS = {
     "varint": fuzz_varint,
     "roundtrip": fuzz_roundtrip,
     "responses": fuzz_responses,
+    "produce-responses": fuzz_produce_responses,
 }
 
 
@@ -282,6 +302,9 @@ def write_seeds(directory: str) -> None:
     for i, (version, body) in enumerate(responses.ENCODINGS):
         lo = responses.MetadataResponse.VALID_VERSIONS[0]
         seeds[f"metadata-{i}"] = bytes([version - lo]) + body
+    for i, (version, body) in enumerate(produce_responses.ENCODINGS):
+        lo = produce_responses.ProduceResponse.VALID_VERSIONS[0]
+        seeds[f"produce-{i}"] = bytes([version - lo]) + body
     for name, seed in seeds.items():
         (out / f"seed-{name}").write_bytes(seed)
 

@@ -127,7 +127,13 @@ ENCODINGS = encodings()
 
 
 def test_every_compiled_decoder_is_registered_for_its_class() -> None:
-    assert DECODERS == {MetadataResponse: decode_metadata_response}
+    from kcore.protocol._decoders import decode_produce_response
+    from kcore.protocol.messages import ProduceResponse
+
+    assert DECODERS == {
+        MetadataResponse: decode_metadata_response,
+        ProduceResponse: decode_produce_response,
+    }
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -1300,7 +1300,7 @@ class ModuleGen:
 
 # Responses decoded often or in bulk, whose decoders are also generated as Cython. The Python
 # classes stay the reference: the compiled decoders build instances of them, field for field.
-COMPILED_DECODERS = ("MetadataResponse",)
+COMPILED_DECODERS = ("MetadataResponse", "ProduceResponse")
 COMPILED_OUT = REPO / "src" / "kcore" / "protocol"
 COMPILED_MODULE = "_decoders"
 

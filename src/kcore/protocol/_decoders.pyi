@@ -26,3 +26,10 @@ def decode_metadata_response(
     pause_every: int = 0,
     pause: Callable[[], object] | None = None,
 ) -> tuple[Any, int]: ...  # (MetadataResponse, next position)
+def decode_produce_response(
+    buf: bytes | bytearray | memoryview,
+    version: int,
+    pos: int = 0,
+    pause_every: int = 0,
+    pause: Callable[[], object] | None = None,
+) -> tuple[Any, int]: ...  # (ProduceResponse, next position)
