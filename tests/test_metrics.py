@@ -37,6 +37,17 @@ def test_a_sensor_keeps_totals_and_windowed_stats_as_javas():
     assert s.rate(300.0) == 0.0
 
 
+def test_a_list_of_values_is_each_of_them_recorded():
+    one, many = ClientMetrics(), ClientMetrics()
+    for m in (one, many):
+        m.declare("batch-size", "avg", "max")
+    for v in (100.0, 16384.0, 7.0):
+        one.record("batch-size", v)
+    many.record_all(("batch-size", [100.0, 16384.0, 7.0]), ("record-send", []))
+    assert many.snapshot() == one.snapshot()
+    assert many.count("batch-size") == 3 and many.total("batch-size") == 16491.0
+
+
 def test_client_metrics_snapshot_and_config():
     m = ClientMetrics.from_config(
         ClientConfig(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kcore.config import default_of
@@ -85,16 +85,31 @@ class Sensor:
     def record(self, value: float, now: float) -> None:
         self.total += value
         self.count += 1
+        last = self._window(now)
+        last[1] += 1
+        last[2] += value
+        if value > last[3]:
+            last[3] = value
+
+    def record_many(self, values: Sequence[float], now: float) -> None:
+        """``record`` of each of ``values`` (at least one), all at ``now``."""
+        total = sum(values)
+        self.total += total
+        self.count += len(values)
+        last = self._window(now)
+        last[1] += len(values)
+        last[2] += total
+        top = max(values)
+        if top > last[3]:
+            last[3] = top
+
+    def _window(self, now: float) -> list[float]:
         w = self._windows
         if not w or now - w[-1][0] >= self._window_s:
             w.append([now, 0.0, 0.0, -math.inf])
             if len(w) > self._samples:
                 del w[0]
-        last = w[-1]
-        last[1] += 1
-        last[2] += value
-        if value > last[3]:
-            last[3] = value
+        return w[-1]
 
     def _live(self, now: float) -> list[list[float]]:
         oldest = now - self._samples * self._window_s
@@ -169,19 +184,26 @@ class ClientMetrics:
     def record(self, name: str, value: float = 1.0) -> None:
         self.record_all((name, value))
 
-    def record_all(self, *values: tuple[str, float]) -> None:
+    def record_all(self, *values: tuple[str, float | list[float]]) -> None:
         """``record`` of each (name, value), at one time and under one lock: the producer
-        records several per batch and per request."""
+        records several per batch and per request. A list of values is each of them recorded
+        (a request's batch sizes, say)."""
         now = time.monotonic()
         with self._lock:
             sensors = self._sensors
             for name, value in values:
+                many = type(value) is list
+                if many and not value:
+                    continue
                 sensor = sensors.get(name)
                 if sensor is None:  # undeclared: every stat
                     sensor = sensors[name] = Sensor(
                         name, (TOTAL, RATE, AVG, MAX), self._window_s, self._samples
                     )
-                sensor.record(value, now)
+                if many:
+                    sensor.record_many(value, now)  # type: ignore[arg-type]
+                else:
+                    sensor.record(value, now)  # type: ignore[arg-type]
 
     def count(self, name: str) -> float:
         """How many values ``name`` has recorded since the start (Java's CumulativeCount,

@@ -311,7 +311,8 @@ class Sender:
         if in_flight:
             if head.attempts:  # a retry: only once every earlier batch has come back
                 return False
-            if self.identity.older_epoch_in_flight(tp):
+            # (only an idempotent producer's batches are numbered, so have an epoch)
+            if self.idempotent and self.identity.older_epoch_in_flight(tp):
                 return False  # old-epoch batches come back first and are renumbered first
             if self.idempotent and not self.identity.has_written(tp):
                 # Until a batch of ours is written, the partition's leader has no state for
@@ -491,13 +492,15 @@ class Sender:
         """The Produce request for ``batches`` and the batches it carries (some may fail or
         be put back on the way); None when none is left to send."""
         by_topic: dict[str, list[ProducerBatch]] = defaultdict(list)
+        compressed = self.acc.compression != "none"
         for batch in batches:
             batch.attempts += 1
             by_topic[batch.tp.topic].append(batch)
         md = self.cluster.metadata
         topic_data = []
         sent: list[ProducerBatch] = []  # what the request carries (and its answer settles)
-        measured: list[tuple[str, float]] = []  # the batches' metrics, recorded at once
+        sizes: list[float] = []  # the batches' built sizes, and how well each compressed
+        rates: list[float] = []
         for topic, group in by_topic.items():
             topic_id = None
             if version >= TOPIC_ID_VERSION:
@@ -519,7 +522,10 @@ class Sender:
                     self._fail(b, KcoreError(f"{b.tp.topic}-{b.tp.partition}: {exc}"))
                     continue
                 parts.append(PartitionProduceData(index=b.tp.partition, records=payload))
-                self._batch_metrics(b, len(payload), measured)
+                sizes.append(len(payload))
+                raw = b.builder.size_in_bytes
+                if raw > 0:  # 1.0 uncompressed, as Java's
+                    rates.append(len(payload) / raw if compressed else 1.0)
                 part = md.partition(b.tp.topic, b.tp.partition)
                 b.leader_epoch = part.leader_epoch if part is not None else -1
                 sent.append(b)
@@ -531,8 +537,15 @@ class Sender:
                 topic_data.append(TopicProduceData(name=topic, partition_data=parts))
         if not sent:
             return None, sent
-        measured.append(("records-per-request", sum(b.records for b in sent)))
-        self.metrics.record_all(*measured)
+        records = sum(b.records for b in sent)
+        # A batch goes out (again): its records, its size and how well it compressed; all of a
+        # request's at once (one lock, one clock read).
+        self.metrics.record_all(
+            ("record-send", records),
+            ("batch-size", sizes),
+            ("compression-rate", rates),
+            ("records-per-request", records),
+        )
         request = ProduceRequest(
             transactional_id=self.transactional_id,
             acks=self.acks,
@@ -540,19 +553,6 @@ class Sender:
             topic_data=topic_data,
         )
         return request, sent
-
-    def _batch_metrics(
-        self, batch: ProducerBatch, size: int, values: list[tuple[str, float]]
-    ) -> None:
-        """A batch goes out (again): its records, its size and how well it compressed, added
-        to ``values``."""
-        values.append(("record-send", batch.records))
-        values.append(("batch-size", size))
-        raw = batch.builder.size_in_bytes
-        if raw > 0:  # 1.0 uncompressed, as Java's
-            values.append(
-                ("compression-rate", size / raw if self.acc.compression != "none" else 1.0)
-            )
 
     def _handle_response(self, response: Any, batches: list[ProducerBatch], version: int) -> None:
         names_by_id = {t.topic_id: n for n, t in self.cluster.metadata.topics.items() if t.topic_id}
