@@ -258,8 +258,7 @@ def fuzz_responses(data: bytes) -> None:
     if not data:
         return
     cls = responses.MetadataResponse
-    lo, hi = cls.VALID_VERSIONS
-    version = lo + data[0] % (hi - lo + 1)
+    version = _version(cls, data[0])
     responses.check_decoders_agree(cls, data[1:], version)
     merges.check_merges_agree(data[1:], version)
 
@@ -267,12 +266,15 @@ def fuzz_responses(data: bytes) -> None:
 def fuzz_produce_responses(data: bytes) -> None:
     """Byte 0 picks the version; the rest is a ProduceResponse body for both its decoders,
     which must agree (tests/test_protocol_compiled_produce_response.py)."""
-    if not data:
-        return
-    cls = produce_responses.ProduceResponse
+    if data:
+        cls = produce_responses.ProduceResponse
+        responses.check_decoders_agree(cls, data[1:], _version(cls, data[0]))
+
+
+def _version(cls, byte: int) -> int:
+    """A valid version of ``cls``, picked by ``byte``."""
     lo, hi = cls.VALID_VERSIONS
-    version = lo + data[0] % (hi - lo + 1)
-    responses.check_decoders_agree(cls, data[1:], version)
+    return lo + byte % (hi - lo + 1)
 
 
 FUZZERS = {

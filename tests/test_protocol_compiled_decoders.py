@@ -58,6 +58,34 @@ def check_decoders_agree(
     assert python == compiled, (version, python[:2], compiled[:2])
 
 
+def check_every_truncation(cls: type[Any], data: bytes, version: int) -> None:
+    for end in range(len(data)):
+        check_decoders_agree(cls, data[:end], version)
+
+
+def check_every_flipped_byte(cls: type[Any], data: bytes, version: int) -> None:
+    rng = random.Random(version)
+    for i in range(len(data)):
+        for value in (0x00, 0xFF, 0x80, 0x7F, rng.randrange(256)):
+            damaged = bytearray(data)
+            damaged[i] = value
+            check_decoders_agree(cls, bytes(damaged), version)
+
+
+def check_damaged(cls: type[Any], data: bytes, version: int, edits: list[Any], cut: int) -> None:
+    """``edits`` ((position, bytes) each) written over ``data``, then ``cut`` bytes cut off."""
+    damaged = bytearray(data)
+    for at, chunk in edits:
+        at %= len(damaged)
+        damaged[at : at + len(chunk)] = chunk
+    check_decoders_agree(cls, bytes(damaged[: len(damaged) - cut]), version)
+
+
+# hypothesis: edits and cuts for check_damaged
+EDITS = st.lists(st.tuples(st.integers(min_value=0), st.binary(min_size=1, max_size=6)), max_size=4)
+CUTS = st.integers(min_value=0, max_value=10)
+
+
 def response(version: int, rng: random.Random, topics: int = 3, partitions: int = 4) -> Any:
     """A MetadataResponse with a varied value in every field ``version`` carries."""
     brokers = [
@@ -192,18 +220,12 @@ def test_long_varint_lengths() -> None:
 
 @pytest.mark.parametrize(("version", "data"), ENCODINGS, ids=lambda x: str(x)[:8])
 def test_truncations_fail_alike(version: int, data: bytes) -> None:
-    for end in range(len(data)):
-        check_decoders_agree(MetadataResponse, data[:end], version)
+    check_every_truncation(MetadataResponse, data, version)
 
 
 @pytest.mark.parametrize(("version", "data"), ENCODINGS, ids=lambda x: str(x)[:8])
 def test_flipped_bytes_fail_or_succeed_alike(version: int, data: bytes) -> None:
-    rng = random.Random(version)
-    for i in range(len(data)):
-        for value in (0x00, 0xFF, 0x80, 0x7F, rng.randrange(256)):
-            damaged = bytearray(data)
-            damaged[i] = value
-            check_decoders_agree(MetadataResponse, bytes(damaged), version)
+    check_every_flipped_byte(MetadataResponse, data, version)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -213,20 +235,10 @@ def test_random_bytes_fail_or_succeed_alike(version: int, data: bytes) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    pick=st.integers(min_value=0, max_value=len(ENCODINGS) - 1),
-    edits=st.lists(
-        st.tuples(st.integers(min_value=0), st.binary(min_size=1, max_size=6)), max_size=4
-    ),
-    cut=st.integers(min_value=0, max_value=10),
-)
+@given(pick=st.integers(min_value=0, max_value=len(ENCODINGS) - 1), edits=EDITS, cut=CUTS)
 def test_damaged_encodings_fail_or_succeed_alike(pick: int, edits: list[Any], cut: int) -> None:
     version, data = ENCODINGS[pick]
-    damaged = bytearray(data)
-    for at, chunk in edits:
-        at %= len(damaged)
-        damaged[at : at + len(chunk)] = chunk
-    check_decoders_agree(MetadataResponse, bytes(damaged[: len(damaged) - cut]), version)
+    check_damaged(MetadataResponse, data, version, edits, cut)
 
 
 def test_invalid_utf8_and_bad_versions_fail_alike() -> None:

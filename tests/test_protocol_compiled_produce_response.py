@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_protocol_compiled_decoders import check_decoders_agree
+from test_protocol_compiled_decoders import (
+    CUTS,
+    EDITS,
+    check_damaged,
+    check_decoders_agree,
+    check_every_flipped_byte,
+    check_every_truncation,
+)
 
 from kcore.protocol._decoders import DECODERS, decode_produce_response
 from kcore.protocol.messages import ProduceResponse
@@ -117,18 +124,12 @@ def test_equal_objects_for_every_version(version: int) -> None:
 
 @pytest.mark.parametrize(("version", "data"), ENCODINGS, ids=lambda x: str(x)[:8])
 def test_truncations_fail_alike(version: int, data: bytes) -> None:
-    for end in range(len(data)):
-        check_decoders_agree(ProduceResponse, data[:end], version)
+    check_every_truncation(ProduceResponse, data, version)
 
 
 @pytest.mark.parametrize(("version", "data"), ENCODINGS, ids=lambda x: str(x)[:8])
 def test_flipped_bytes_fail_or_succeed_alike(version: int, data: bytes) -> None:
-    rng = random.Random(version)
-    for i in range(len(data)):
-        for value in (0x00, 0xFF, 0x80, 0x7F, rng.randrange(256)):
-            damaged = bytearray(data)
-            damaged[i] = value
-            check_decoders_agree(ProduceResponse, bytes(damaged), version)
+    check_every_flipped_byte(ProduceResponse, data, version)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -138,20 +139,10 @@ def test_random_bytes_fail_or_succeed_alike(version: int, data: bytes) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    pick=st.integers(min_value=0, max_value=len(ENCODINGS) - 1),
-    edits=st.lists(
-        st.tuples(st.integers(min_value=0), st.binary(min_size=1, max_size=6)), max_size=4
-    ),
-    cut=st.integers(min_value=0, max_value=10),
-)
+@given(pick=st.integers(min_value=0, max_value=len(ENCODINGS) - 1), edits=EDITS, cut=CUTS)
 def test_damaged_encodings_fail_or_succeed_alike(pick: int, edits: list[Any], cut: int) -> None:
     version, data = ENCODINGS[pick]
-    damaged = bytearray(data)
-    for at, chunk in edits:
-        at %= len(damaged)
-        damaged[at : at + len(chunk)] = chunk
-    check_decoders_agree(ProduceResponse, bytes(damaged[: len(damaged) - cut]), version)
+    check_damaged(ProduceResponse, data, version, edits, cut)
 
 
 def test_bad_versions_fail_alike() -> None:
