@@ -450,14 +450,12 @@ cdef class SendPath:
         return state
 
     cdef int32_t next_sticky(self, StickyState state, int32_t count, object available,
-                             object info, Py_ssize_t size) except -1:
-        """The partition for ``size`` more bytes; a new one is chosen among ``available`` (or,
-        when that is None, the partitions of ``info`` with a leader, listed only then)."""
+                             Py_ssize_t size) except -1:
+        """The partition for ``size`` more bytes; a new one is chosen among ``available`` (the
+        topic's partitions with a leader)."""
         cdef Py_ssize_t n, attempt
         cdef int32_t q
         if state.partition < 0 or state.partition >= count or state.sent >= self.batch_size:
-            if available is None:
-                available = [q for q, pi in info.partitions.items() if pi.leader >= 0]
             # Uniform among the available partitions but the current one: a few draws from
             # the list as it is (each rejected one leaves the rest uniform), and only when
             # they all miss, the list of what qualifies (no partition with a leader: any).
@@ -480,7 +478,7 @@ cdef class SendPath:
         """The uniform sticky partitioner (KIP-794): the topic's current partition until about
         ``batch.size`` bytes went to it, then another at random among ``available`` (those
         with a leader). One state for send, send_batch and the compiled path."""
-        return self.next_sticky(self.sticky_state(topic), count, available, None, size)
+        return self.next_sticky(self.sticky_state(topic), count, available, size)
 
     cdef TopicRoute route(self, object md, str topic):
         """The topic's route under snapshot ``md`` (None if the topic is not in it)."""
@@ -545,7 +543,7 @@ cdef class SendPath:
         elif kp != NULL:
             p = key_partition(kp, klen, route.count)
         else:
-            p = self.next_sticky(route.sticky, route.count, route_available(route), None,
+            p = self.next_sticky(route.sticky, route.count, route_available(route),
                                  21 + max(vlen, 0))
         # The partition's open batch: the one seen last time unless it was closed since
         # (invariant (a) of the GIL rule above).
