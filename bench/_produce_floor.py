@@ -33,6 +33,20 @@ BATCH_OVERHEAD = 61  # a record batch's header
 Keys = list[bytes] | None
 
 
+def init_producer_id(conn: BlockingBrokerConnection) -> tuple[int, int]:
+    """An idempotent producer id and epoch from the broker behind ``conn``."""
+    deadline = time.monotonic() + 30
+    while True:  # a young broker answers COORDINATOR_LOAD_IN_PROGRESS for a while
+        got = conn.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1))
+        if got.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            break
+        if time.monotonic() > deadline:
+            raise AssertionError("InitProducerId: the coordinator never finished loading")
+        time.sleep(0.1)
+    assert got.error_code == ErrorCode.NONE, got
+    return got.producer_id, got.producer_epoch
+
+
 class ProduceFloor:
     def __init__(self, bootstrap: str, settings: dict[str, Any], timeout_s: float) -> None:
         host, port = bootstrap.split(",")[0].rsplit(":", 1)
@@ -48,23 +62,9 @@ class ProduceFloor:
         self.acks = 1 if acks == "1" else -1
         self.producer = (-1, -1)
         if settings.get("enable.idempotence", False):
-            self.producer = self._producer_id()
+            self.producer = init_producer_id(self.conn)
         self.sequences: dict[int, int] = {}
         self.frames: list[tuple[int, bytearray]] = []
-
-    def _producer_id(self) -> tuple[int, int]:
-        deadline = time.monotonic() + 30
-        while True:  # a young broker answers COORDINATOR_LOAD_IN_PROGRESS for a while
-            got = self.conn.request(
-                InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
-            )
-            if got.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError("InitProducerId: the coordinator never finished loading")
-            time.sleep(0.1)
-        assert got.error_code == ErrorCode.NONE, got
-        return got.producer_id, got.producer_epoch
 
     def close(self) -> None:
         self.conn.close()
@@ -93,9 +93,7 @@ class ProduceFloor:
                     break
                 per_record = max(1.0, (size - BATCH_OVERHEAD) / count)
                 guess = int((self.batch_size - BATCH_OVERHEAD) / per_record)
-                count = min(max(guess, fits + 1), too_many - 1)
-                if count in (fits, too_many):
-                    break
+                count = min(max(guess, fits + 1), too_many - 1)  # strictly between the two
                 if size <= self.batch_size and count == fits + 1 and guess <= fits:
                     count = (fits + too_many) // 2  # the estimate stalls: halve the gap
             out.append((start, start + fits))

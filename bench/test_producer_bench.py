@@ -590,24 +590,16 @@ class RawProduceFloor:
     client could reach in that run."""
 
     def __init__(self, broker: Broker, codec: str) -> None:
+        from _produce_floor import init_producer_id
+
         from kcore.network.blocking import BlockingBrokerConnection
-        from kcore.protocol.messages import InitProducerIdRequest
 
         host, port = broker.bootstrap.split(",")[0].rsplit(":", 1)
         self.conn = BlockingBrokerConnection(host, int(port), timeout=TIMEOUT_S).open()
         self.codec = codec
         # Produce v13 names topics by id; v12 by name, which saves a metadata lookup here.
         self.version = self.conn.version_for(0, max_version=12)
-        deadline = time.monotonic() + 30
-        while True:  # a young broker answers COORDINATOR_LOAD_IN_PROGRESS (14) for a while
-            got = self.conn.request(
-                InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
-            )
-            if got.error_code != 14 or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        assert got.error_code == 0, got
-        self.producer = (got.producer_id, got.producer_epoch)
+        self.producer = init_producer_id(self.conn)
         self.frames: dict[str, list[tuple[int, bytearray]]] = {}
 
     def close(self) -> None:
