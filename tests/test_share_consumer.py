@@ -776,7 +776,10 @@ def test_metrics_count_what_was_fetched_polled_and_acknowledged(
     recorded."""
     topic, group = share_topic
     produce(kafka_cluster.bootstrap_servers, topic, 300)
-    with consumer(kafka_cluster, group, **{"share.acknowledgement.mode": "explicit"}) as c:
+    # At most 100 records a poll: several polls, so that the time between polls is measured
+    # (one poll could take all 300 when each partition's records came in one batch).
+    settings = {"share.acknowledgement.mode": "explicit", "max.poll.records": 100}
+    with consumer(kafka_cluster, group, **settings) as c:
         c.subscribe([topic])
         got = poll_until(
             c,
