@@ -567,3 +567,50 @@ def test_the_sticky_partitioner_moves_uniformly_among_partitions_with_a_leader()
     # One partition with a leader: that one, always; none: any of the count.
     assert {path.sticky_partition("v", 10, [4], 100) for _ in range(50)} == {4}
     assert {path.sticky_partition("w", 3, [], 100) for _ in range(200)} == {0, 1, 2}
+
+
+def test_the_send_path_hands_a_new_batch_to_new_batch_and_everything_else_to_slow() -> None:
+    """A record whose partition has no open batch it fits goes to ``new_batch`` (the
+    accumulator appends it to a new batch under its lock); the path makes its future from the
+    index returned and appends the next records itself. ``new_batch`` returning None sends the
+    record the full way (``slow``)."""
+    from types import SimpleNamespace
+
+    from kcore.cluster.metadata import ClusterMetadata, PartitionInfo, TopicInfo
+    from kcore.producer._sendpath import SendPath
+
+    acc = RecordAccumulator(batch_size=300, linger_s=1.0, buffer_memory=1 << 20, compression="none")
+    parts = {p: PartitionInfo("t", p, 1) for p in range(2)}
+    cache = SimpleNamespace(current=ClusterMetadata(topics={"t": TopicInfo("t", None, parts)}))
+    opened: list[tuple[TopicPartition, bytes | None, bytes | None, int]] = []
+    slow: list[tuple[object, ...]] = []
+
+    def new_batch(tp: TopicPartition, key: bytes | None, value: bytes | None, ts: int) -> object:
+        opened.append((tp, key, value, ts))
+        batch, index, _wake = acc.append(tp, key, value, ts, None, 1.0)
+        return batch, index
+
+    path = SendPath(
+        lambda *args: slow.append(args),
+        TopicPartition,
+        acc.queues,
+        cache,
+        300,
+        new_batch=new_batch,
+    )
+    futures = [path.send("t", b"v" * 100, partition=1, timestamp_ms=1_000 + i) for i in range(5)]
+    # Two records of ~120 bytes fit a 300-byte batch: a new batch for the 1st, 3rd and 5th.
+    assert [(o[0], o[3]) for o in opened] == [
+        (TopicPartition("t", 1), 1_000 + i) for i in (0, 2, 4)
+    ]
+    assert [f._index for f in futures] == [0, 1, 0, 1, 0]
+    batches = list(acc.queues[TopicPartition("t", 1)])
+    assert [b.records for b in batches] == [2, 2, 1]
+    assert [f._batch for f in futures] == [b.result for b in batches for _ in range(b.records)]
+    assert [b.closed for b in batches] == [True, True, False]
+    records = [r for b in batches for r in decode_batches(b.builder.build())[0].records()]
+    assert [(r[1], r[3]) for r in records] == [(1_000 + i, b"v" * 100) for i in range(5)]
+    assert not slow
+    path.new_batch = lambda *args: None  # e.g. the AsyncProducer's loop short of memory
+    path.send("t", b"w", partition=0, timestamp_ms=7)
+    assert slow == [("t", b"w", None, 0, 7, None, None)]

@@ -56,6 +56,7 @@ class ProducerBatchBase:
 
 class SendPath:
     slow: Any
+    new_batch: Any
     enabled: bool
     loop: AbstractEventLoop | None
     def __init__(
@@ -67,6 +68,7 @@ class SendPath:
         batch_size: int,
         enabled: bool = True,
         max_payload: int = ...,
+        new_batch: Any = None,
     ) -> None: ...
     def sticky_partition(self, topic: str, count: int, available: Any, size: int) -> int: ...
     def send(

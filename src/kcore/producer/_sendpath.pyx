@@ -1,9 +1,9 @@
 # cython: language_level=3
 """The producer's per-record path, compiled: ``SendPath.send`` chooses the partition (murmur2 for
 keys, the sticky partition otherwise), appends the record to its partition's open batch and
-makes the ``DeliveryFuture``. The producer (kcore.producer) owns everything else and takes over,
-through ``slow``, whenever a record needs a new batch, the topic's metadata, a serializer, a
-custom partitioner or a callback. The batch builder and the key hash are the codec's, cimported
+makes the ``DeliveryFuture``. The producer (kcore.producer) owns everything else: it makes a
+record's new batch (``new_batch``), and takes the whole send over (``slow``) whenever a record
+needs the topic's metadata, a serializer, a custom partitioner, headers or a callback. The batch builder and the key hash are the codec's, cimported
 through src/kcore/_codec.pxd (C calls, no Python-level lookup).
 
 The GIL rule
@@ -416,6 +416,9 @@ cdef class SendPath:
     the result of ``slow(...)`` with the same arguments."""
 
     cdef public object slow       # the producer's Python send, for everything else
+    # (tp, key, value, timestamp) -> (batch, index): the record appended to a new batch, or
+    # None to take ``slow`` (ProducerCore.new_batch); None: ``slow`` makes new batches too.
+    cdef public object new_batch
     cdef object tp_type           # TopicPartition
     cdef object queues            # the accumulator's {TopicPartition: deque[ProducerBatch]}
     cdef object cache             # the MetadataCache; its `current` changes on refresh
@@ -428,8 +431,9 @@ cdef class SendPath:
     cdef public object loop       # the loop the futures belong to (AsyncProducer), or None
 
     def __init__(self, slow, tp_type, queues, cache, Py_ssize_t batch_size,
-                 bint enabled=True, Py_ssize_t max_payload=PY_SSIZE_T_MAX):
+                 bint enabled=True, Py_ssize_t max_payload=PY_SSIZE_T_MAX, new_batch=None):
         self.slow = slow
+        self.new_batch = new_batch
         self.tp_type = tp_type
         self.queues = queues
         self.cache = cache
@@ -546,30 +550,42 @@ cdef class SendPath:
             p = self.next_sticky(route.sticky, route.count, route_available(route),
                                  21 + max(vlen, 0))
         # The partition's open batch: the one seen last time unless it was closed since
-        # (invariant (a) of the GIL rule above).
+        # (invariant (a) of the GIL rule above), if the record fits it.
         batch = <ProducerBatchBase><object>PyList_GET_ITEM(route.open_batches, p)
         if batch is None or batch.closed:
+            batch = None
             queue = self.queues.get(<object>PyList_GET_ITEM(route.tps, p))
-            if not queue:
+            if queue:
+                batch = <ProducerBatchBase?>queue[len(queue) - 1]  # (wraparound is off)
+                if batch.closed:
+                    batch = None
+        if batch is not None:
+            builder = batch.builder
+            index = builder.record_count
+            if index > 0 and builder.out.size + 21 + max(klen, 0) + max(vlen, 0) > self.batch_size:
+                batch = None
+        if batch is None:
+            # A new batch: the accumulator makes it and appends the record under its lock
+            # (Python code: the GIL rule does not cover this branch, nor need to).
+            if self.new_batch is None:
                 return self.slow(topic, value, key, p, timestamp_ms, headers, on_delivery)
-            batch = <ProducerBatchBase?>queue[len(queue) - 1]  # (wraparound is off)
-            if batch.closed:
+            opened = self.new_batch(<object>PyList_GET_ITEM(route.tps, p), key, value, ts)
+            if opened is None:  # only the full path can take it (see ProducerCore.new_batch)
                 return self.slow(topic, value, key, p, timestamp_ms, headers, on_delivery)
-        builder = batch.builder
-        index = builder.record_count
-        if index > 0 and builder.out.size + 21 + max(klen, 0) + max(vlen, 0) > self.batch_size:
-            return self.slow(topic, value, key, p, timestamp_ms, headers, on_delivery)
-        # The GIL rule above: from the closed check through the write no other Python code
-        # runs, so the sender cannot take this batch in between.
-        try:
-            builder.write_record(kp, klen, vp, vlen, ts, None, 0, 0, NULL, 0)
-        except MemoryError:
-            # The builder may have lost its buffer (RecordBatchBuilder.resize): no more
-            # appends; the sender fails the batch when it cannot build it.
-            batch.closed = True
-            raise
-        if builder.out.size >= self.batch_size:
-            batch.closed = True  # full: the sender takes it at its next look
+            batch = <ProducerBatchBase?>opened[0]
+            index = <Py_ssize_t>opened[1]
+        else:
+            # The GIL rule above: from the closed check through the write no other Python
+            # code runs, so the sender cannot take this batch in between.
+            try:
+                builder.write_record(kp, klen, vp, vlen, ts, None, 0, 0, NULL, 0)
+            except MemoryError:
+                # The builder may have lost its buffer (RecordBatchBuilder.resize): no more
+                # appends; the sender fails the batch when it cannot build it.
+                batch.closed = True
+                raise
+            if builder.out.size >= self.batch_size:
+                batch.closed = True  # full: the sender takes it at its next look
         # Remembered after the write: dropping the batch kept before may free objects.
         route.open_batches[p] = batch
         future = DeliveryFuture.__new__(DeliveryFuture)

@@ -166,6 +166,7 @@ class ProducerCore:
             # up to this the compiled path cannot meet a record Java refuses; above, Python
             # checks the exact size.
             max_payload=self.max_record_size - RECORD_OVERHEAD - BATCH_HEADER - 11,
+            new_batch=self.new_batch,
         )
         # send_batch: whole columns, chunk by chunk (kcore.producer.columns).
         self.columns = ColumnAppender(
@@ -500,6 +501,31 @@ class ProducerCore:
         if wake:
             self.wake_sender()
         return future
+
+    def new_batch(
+        self, tp: TopicPartition, key: bytes | None, value: bytes | None, timestamp_ms: int
+    ) -> tuple[ProducerBatch, int] | None:
+        """The compiled send path's record that needs a new batch (its partition's is full,
+        closed or gone), already checked and partitioned there: appended as ``append`` does,
+        returning ``(batch, index)``. None when only ``slow_send`` can take it: the
+        AsyncProducer's loop short of memory, which waits elsewhere (MemoryShortage, whose
+        ``retry`` slow_send sets)."""
+        if self.closed:
+            raise KcoreError("the producer is closed")
+        if self.txn is not None:
+            self.txn.check_can_send()
+        try:
+            batch, index, wake = self.accumulator.append(
+                tp, key, value, timestamp_ms, None, self.max_block_s
+            )
+        except MemoryShortage:
+            return None
+        except KcoreTimeoutError as exc:
+            self._failed_in_transaction(exc)
+            raise
+        if wake:
+            self.wake_sender()
+        return batch, index
 
     def _delivery_callback(
         self, on_delivery: OnDelivery
