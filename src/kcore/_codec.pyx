@@ -9,6 +9,7 @@ The parts live in ``_native/`` (one job a file) and are included here as one mod
 kcore/producer/_sendpath.pyx, cimports the batch builder and the key hash).
 """
 
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport (

@@ -413,6 +413,7 @@ cdef inline Py_ssize_t framed_size(Py_ssize_t body) noexcept:
     return uvarint_size(zigzag32(<int32_t>body)) + body
 
 
+@cython.no_gc  # its only object fields (a buffer pool, a reason string) cannot lead back to it
 cdef class RecordBatchBuilder:
     """Builds one v2 record batch.
 
