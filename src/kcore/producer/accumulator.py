@@ -222,8 +222,10 @@ class RecordAccumulator:
             self._pool.trim(max(0, self.buffer_memory - self._used))
         batch = ProducerBatch(tp, builder, reserved)
         batch.closed = closed
-        queue = self._queues.setdefault(tp, deque())
-        if queue and not queue[-1].closed:
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
+        elif queue and not queue[-1].closed:
             # Another thread queued a batch while this one waited for memory: one open batch
             # per partition, always the last (invariant (a) of the send path's GIL rule).
             queue[-1].closed = True

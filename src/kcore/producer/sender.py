@@ -556,7 +556,8 @@ class Sender:
 
     def _handle_response(self, response: Any, batches: list[ProducerBatch], version: int) -> None:
         names_by_id = {t.topic_id: n for n, t in self.cluster.metadata.topics.items() if t.topic_id}
-        pending = {(b.tp.topic, b.tp.partition): b for b in batches}
+        # (TopicPartition is a named tuple: a (name, index) tuple finds its batch)
+        pending: dict[tuple[str, int], ProducerBatch] = {b.tp: b for b in batches}
         if apply_leader_hints(self.cluster.cache, response):
             log.debug("leader hints applied from a produce response")
         bump = False
