@@ -3,8 +3,9 @@
 keys, the sticky partition otherwise), appends the record to its partition's open batch and
 makes the ``DeliveryFuture``. The producer (kcore.producer) owns everything else: it makes a
 record's new batch (``new_batch``), and takes the whole send over (``slow``) whenever a record
-needs the topic's metadata, a serializer, a custom partitioner, headers or a callback. The batch builder and the key hash are the codec's, cimported
-through src/kcore/_codec.pxd (C calls, no Python-level lookup).
+needs the topic's metadata, a serializer, a custom partitioner, headers or a callback. The
+batch builder and the key hash are the codec's, cimported through src/kcore/_codec.pxd (C
+calls, no Python-level lookup).
 
 The GIL rule
 ============

@@ -483,18 +483,10 @@ class ProducerCore:
         headers: Sequence[tuple[str, Any]] | None,
         on_delivery: OnDelivery | None,
     ) -> DeliveryFuture:
-        if self.closed:
-            raise KcoreError("the producer is closed")
-        if self.txn is not None:
-            self.txn.check_can_send()
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        try:
-            batch, index, wake = self.accumulator.append(
-                TopicPartition(topic, partition), key, value, ts, headers, self.max_block_s
-            )
-        except KcoreTimeoutError as exc:
-            self._failed_in_transaction(exc)
-            raise
+        batch, index, wake = self._enqueue(
+            TopicPartition(topic, partition), key, value, ts, headers
+        )
         future = DeliveryFuture(batch.result, index, topic, partition, ts, self.send_path.loop)
         if on_delivery is not None:
             future.when_delivered(self._delivery_callback(on_delivery))
@@ -510,22 +502,34 @@ class ProducerCore:
         returning ``(batch, index)``. None when only ``slow_send`` can take it: the
         AsyncProducer's loop short of memory, which waits elsewhere (MemoryShortage, whose
         ``retry`` slow_send sets)."""
+        try:
+            batch, index, wake = self._enqueue(tp, key, value, timestamp_ms, None)
+        except MemoryShortage:
+            return None
+        if wake:
+            self.wake_sender()
+        return batch, index
+
+    def _enqueue(
+        self,
+        tp: TopicPartition,
+        key: Any,
+        value: Any,
+        timestamp_ms: int,
+        headers: Sequence[tuple[str, Any]] | None,
+    ) -> tuple[ProducerBatch, int, bool]:
+        """One record into the accumulator, for ``append`` and ``new_batch`` alike: refused
+        once closed or when the transaction cannot take it; a ``max.block.ms`` timeout fails
+        the transaction (a commit must not succeed without the record)."""
         if self.closed:
             raise KcoreError("the producer is closed")
         if self.txn is not None:
             self.txn.check_can_send()
         try:
-            batch, index, wake = self.accumulator.append(
-                tp, key, value, timestamp_ms, None, self.max_block_s
-            )
-        except MemoryShortage:
-            return None
+            return self.accumulator.append(tp, key, value, timestamp_ms, headers, self.max_block_s)
         except KcoreTimeoutError as exc:
             self._failed_in_transaction(exc)
             raise
-        if wake:
-            self.wake_sender()
-        return batch, index
 
     def _delivery_callback(
         self, on_delivery: OnDelivery
