@@ -180,6 +180,14 @@ def test_close_fails_a_request_cancelled_before_it_started() -> None:
     asyncio.run(main())
 
 
+class _Connection:
+    """A broker connection that speaks Produce v9."""
+
+    @staticmethod
+    def version_for(api: int, **limits: int) -> int:
+        return 9
+
+
 class _Cluster:
     """What the sender's answer handling touches, with no topics known (names in answers)."""
 
@@ -237,10 +245,10 @@ class _Broker(_Cluster):
     def __init__(self, answer: Any) -> None:
         self.answer = answer
 
-    async def version_for(self, node: int, api: int, **limits: int) -> int:
-        return 9
+    async def connection(self, node: int) -> Any:
+        return _Connection()
 
-    async def send(self, node: int, request: Any, version: int) -> Any:
+    async def send_on(self, conn: Any, node: int, request: Any, version: int) -> Any:
         return self.answer()
 
 
@@ -452,10 +460,10 @@ def test_batches_wait_while_the_node_has_max_in_flight_requests_then_go_together
         def touch_topic(self, topic: str, now: float) -> None:
             pass
 
-        async def version_for(self, node: int, api: int, **limits: int) -> int:
-            return 9
+        async def connection(self, node: int) -> Any:
+            return _Connection()
 
-        async def send(self, node: int, request: Any, version: int) -> None:
+        async def send_on(self, conn: Any, node: int, request: Any, version: int) -> None:
             sent.append(sorted(p.index for t in request.topic_data for p in t.partition_data))
             gate = asyncio.get_running_loop().create_future()
             gates.append(gate)

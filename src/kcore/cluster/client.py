@@ -392,6 +392,19 @@ class ClusterClient:
         """Send ``request`` to broker ``node_id`` and return the response body. A connection
         failure drops the connection, asks for a metadata refresh, and is raised."""
         conn = await self.connection(node_id)
+        return await self.send_on(conn, node_id, request, version, timeout=timeout)
+
+    async def send_on(
+        self,
+        conn: BrokerConnection,
+        node_id: ConnectionKey,
+        request: Any,
+        version: int | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """As :meth:`send`, on ``conn``, the connection to ``node_id`` a caller already has
+        (from :meth:`connection`: e.g. to pick the request's version from it first)."""
         try:
             return await conn.request(request, version, timeout=timeout)
         except (BrokerConnectionError, KcoreTimeoutError) as exc:

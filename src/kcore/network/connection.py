@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import os
 import random
 import socket
@@ -79,6 +80,58 @@ class _Expired(Exception):
 def _expire(waiter: asyncio.Future[Any]) -> None:
     if not waiter.done():
         waiter.set_exception(_Expired())
+
+
+class _Deadlines:
+    """When each request in flight on a connection times out, kept on one timer armed for the
+    earliest deadline and re-armed when it fires, rather than a timer made and cancelled for
+    every request (a Produce request's answer usually comes in milliseconds). A waiter still
+    listed at its deadline gets ``_Expired``."""
+
+    # A deadline this close counts as passed when the timer fires (the loop runs a timer up to
+    # its clock's resolution early).
+    SLACK_S = 0.001
+
+    def __init__(self) -> None:
+        self._deadlines: dict[asyncio.Future[Any], float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_at = math.inf
+
+    def add(self, waiter: asyncio.Future[Any], timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self._deadlines[waiter] = deadline
+        if deadline < self._armed_at:
+            self._arm(loop, deadline)
+
+    def remove(self, waiter: asyncio.Future[Any]) -> None:
+        # (the timer stays armed: when it fires with nothing due it re-arms for what is left)
+        self._deadlines.pop(waiter, None)
+
+    def clear(self) -> None:
+        self._deadlines.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._armed_at = None, math.inf
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(deadline, self._fire)
+        self._armed_at = deadline
+
+    def _fire(self) -> None:
+        self._timer, self._armed_at = None, math.inf
+        if not self._deadlines:
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.SLACK_S
+        for waiter, deadline in list(self._deadlines.items()):
+            if deadline <= due:
+                del self._deadlines[waiter]
+                _expire(waiter)
+        if self._deadlines:
+            self._arm(loop, min(self._deadlines.values()))
 
 
 # Response frames larger than this (of a response with a compiled decoder: a Metadata answer of
@@ -249,6 +302,7 @@ class BrokerConnection:
         self._proto = KafkaProtocol(settings.client_id, defer_decode_above=DECODE_OFF_LOOP_BYTES)
         self._stream: _Stream | None = None
         self._waiters: dict[int, asyncio.Future[Any]] = {}
+        self._deadlines = _Deadlines()
         self._slots = asyncio.Semaphore(max(1, settings.max_in_flight))
         self._closed_error: BaseException | None = None
         self._throttled_until = 0.0
@@ -676,9 +730,9 @@ class BrokerConnection:
         if waiter is None:
             return None
         limit = self.settings.request_timeout_s if timeout is None else timeout
-        # A timer on the waiter itself rather than asyncio.wait_for, which hands the answer
+        # A deadline on the waiter itself rather than asyncio.wait_for, which hands the answer
         # over through a future of its own: one turn of the loop more for every request.
-        timer = asyncio.get_running_loop().call_later(limit, _expire, waiter)
+        self._deadlines.add(waiter, limit)
         try:
             body = await waiter
         except _Expired:
@@ -694,7 +748,7 @@ class BrokerConnection:
             self.close(error)
             raise error from None
         finally:
-            timer.cancel()
+            self._deadlines.remove(waiter)
         throttle_ms = getattr(body, "throttle_time_ms", 0) or 0
         if counters is not None:
             counters.answered(time.monotonic() - sent_at, throttle_ms)
@@ -792,6 +846,7 @@ class BrokerConnection:
         self._closed_error = error
         self._ready = False
         waiters, self._waiters = self._waiters, {}
+        self._deadlines.clear()
         for waiter in waiters.values():
             if not waiter.done():
                 waiter.set_exception(self._down_error())

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
-__all__ = ["wait_event"]
+__all__ = ["WakeTimer", "wait_event"]
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> None:
@@ -17,3 +18,35 @@ async def wait_event(event: asyncio.Event, timeout: float) -> None:
         await event.wait()
     finally:
         handle.cancel()
+
+
+class WakeTimer:
+    """``wait_event`` for a loop that waits on one event turn after turn (a turn per request
+    answered, thousands a second): the timer is kept from one wait to the next and re-armed
+    only for an earlier deadline, not made and cancelled every turn. So a wait may end early,
+    at a deadline an earlier turn asked for; the loop then takes one turn more."""
+
+    def __init__(self, event: asyncio.Event) -> None:
+        self._event = event
+        self._handle: asyncio.TimerHandle | None = None
+        self._at = math.inf
+
+    async def wait(self, timeout: float) -> None:
+        """Until the event is set or ``timeout`` seconds pass (or an earlier wait's)."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + max(timeout, 0.0)
+        if at < self._at:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._handle = loop.call_at(at, self._fire)
+            self._at = at
+        await self._event.wait()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle, self._at = None, math.inf
+
+    def _fire(self) -> None:
+        self._handle, self._at = None, math.inf
+        self._event.set()

@@ -37,7 +37,7 @@ from kcore.errors import (
     error_for_code,
 )
 from kcore.metrics import ClientMetrics
-from kcore.network.events import wait_event
+from kcore.network.events import WakeTimer
 from kcore.network.retry import Deadline, is_retriable, retry
 from kcore.producer.accumulator import ProducerBatch, RecordAccumulator
 from kcore.producer.idempotence import IdempotenceState
@@ -106,6 +106,7 @@ class Sender:
         self._held_at_limit = False  # the last drain left a batch for a node at the limit
         self.identity = identity if identity is not None else IdempotenceState()
         self._wakeup = asyncio.Event()
+        self._wake_timer = WakeTimer(self._wakeup)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         # An epoch bump renumbers the waiting batches of the partitions whose sequence broke
@@ -251,6 +252,8 @@ class Sender:
                 self._fail(batch, error)
             for result in self.acc.pending_results():  # taken from the queues, not sent
                 result.fail(error)
+        finally:
+            self._wake_timer.cancel()
 
     async def _run(self) -> None:
         while True:
@@ -292,7 +295,7 @@ class Sender:
                 timeout = min(timeout, 0.1)  # in-flight records' delivery.timeout.ms
             self._wakeup.clear()
             if wait is None or wait > 0:
-                await wait_event(self._wakeup, timeout)
+                await self._wake_timer.wait(timeout)
             else:
                 await asyncio.sleep(0)  # more may be ready: drain again after replies
 
@@ -450,7 +453,9 @@ class Sender:
     async def _produce_once(self, node: int, batches: list[ProducerBatch]) -> None:
         try:
             limits = self.txn.produce_versions if self.txn is not None else {}
-            version = await self.cluster.version_for(node, ApiKey.PRODUCE, **limits)
+            # One connection for the version and the request (one lookup, not two).
+            conn = await self.cluster.connection(node)
+            version = conn.version_for(ApiKey.PRODUCE, **limits)
         except (BrokerConnectionError, KcoreTimeoutError, KafkaError) as exc:
             self._retry_all(batches, exc)
             return
@@ -467,7 +472,7 @@ class Sender:
         metrics = self.metrics
         started = time.monotonic()
         try:
-            response = await self.cluster.send(node, request, version)
+            response = await self.cluster.send_on(conn, node, request, version)
         except (BrokerConnectionError, KcoreTimeoutError) as exc:
             self._retry_all(sent, exc)
             return
@@ -555,7 +560,7 @@ class Sender:
         return request, sent
 
     def _handle_response(self, response: Any, batches: list[ProducerBatch], version: int) -> None:
-        names_by_id = {t.topic_id: n for n, t in self.cluster.metadata.topics.items() if t.topic_id}
+        names_by_id: dict[Any, str] | None = None  # (Produce v13+ names topics by id)
         # (TopicPartition is a named tuple: a (name, index) tuple finds its batch)
         pending: dict[tuple[str, int], ProducerBatch] = {b.tp: b for b in batches}
         if apply_leader_hints(self.cluster.cache, response):
@@ -563,7 +568,12 @@ class Sender:
         bump = False
         written: list[tuple[ProducerBatch, int, int]] = []
         for topic in response.responses:
-            name = topic.name or names_by_id.get(topic.topic_id, "")
+            name = topic.name
+            if not name:
+                if names_by_id is None:
+                    topics = self.cluster.metadata.topics
+                    names_by_id = {t.topic_id: n for n, t in topics.items() if t.topic_id}
+                name = names_by_id.get(topic.topic_id, "")
             for p in topic.partition_responses:
                 batch = pending.pop((name, p.index), None)
                 if batch is None:
