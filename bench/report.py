@@ -218,6 +218,7 @@ GOALS = (
             f"kafka.{what}",
             1.0,
             "spark",
+            bound=("floor.write", "Python sink") if what == "write" else None,
         )
         for what in SPARK_ORDER
     ),

@@ -16,8 +16,10 @@ the benchmarks, untimed, kcore's ``Producer.send_batch`` writes ROWS records
   binary keys, 100-byte binary values, from ``spark.range`` in 8 partitions) into a fresh
   8-partition topic each round (created in the round's setup, untimed), with
   ``kafka.linger.ms`` 5 for both and the rest each sink's defaults (acks all, idempotence on;
-  ``batch.size`` 262144 in kcore's sink, Java's 16384 in the JVM's), and two diagnostic rows
-  with the batch sizes swapped;
+  ``batch.size`` 262144 in kcore's sink, Java's 16384 in the JVM's), two diagnostic rows
+  with the batch sizes swapped, and the floor: the same job into a Python data source that
+  drops the Arrow batches it is handed (bench/_spark_floor.py), so Spark's making of the rows
+  and their way to a Python worker with no Kafka client at all;
 * ``spark:stream``: ``spark.readStream.format(f)`` of the whole topic from ``earliest``,
   ``Trigger.AvailableNow``, ``maxOffsetsPerTrigger`` ROWS / 5 (5 micro-batches), into the
   ``noop`` sink, with a fresh checkpoint directory each round.
@@ -68,6 +70,7 @@ SEND_CHUNK = 100_000  # records per send_batch call while writing the source top
 TIMEOUT_S = 600.0
 SEED = 0x6B636F7265
 
+FLOOR_FORMAT = "kcore-bench-floor"  # bench/_spark_floor.py's data source
 FORMATS = {  # format name -> (impl shown by report.py, label prefix)
     "kcore": ("kcore", "kcore"),
     "kafka": ("spark-sql-kafka", "JVM spark-sql-kafka-0-10"),
@@ -258,6 +261,12 @@ def bench(kafka_cluster: Any) -> Iterator[Bench]:
     )
     spark.sparkContext.setLogLevel("ERROR")
     kcore.spark.register(spark)
+    # The floor's data source goes to the Python workers by value (bench/ is not on their path).
+    import _spark_floor
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(_spark_floor)
+    spark.dataSource.register(_spark_floor.FloorDataSource)
     nodes = getattr(kafka_cluster, "nodes", [])
     process = getattr(nodes[0], "process", None) if len(nodes) == 1 else None
     broker_pid = process.pid if process else None
@@ -437,6 +446,28 @@ def test_batch_write(benchmark: Any, bench: Bench, fmt: str, batch_size: int | N
         assert sum(ends.values()) == ROWS, f"{topic}: end offsets {ends}, want {ROWS} in all"
 
     _run(benchmark, bench, write, setup, check)
+
+
+@_group("write")
+def test_batch_write_floor(benchmark: Any, bench: Bench) -> None:
+    """Not a sink: the write's rows handed to a Python data source that drops them (what
+    any Python sink pays before its first record). report.py bounds the write goal by it."""
+    _info(benchmark, "kcore", "write", "batch write", bench)
+    benchmark.extra_info.update(
+        key="floor.write",
+        label="Python data source dropping the Arrow batches (floor)",
+        impl="floor",
+    )
+    source = _source(bench.spark)
+
+    def write() -> int:
+        source.write.format(FLOOR_FORMAT).mode("append").save()
+        return ROWS
+
+    def check(rows: int) -> None:
+        assert rows == ROWS
+
+    _run(benchmark, bench, write, lambda: ((), {}), check)
 
 
 @_group("stream")
