@@ -134,9 +134,12 @@ def _confluent_producer_config(spec: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _python_producer_kwargs(spec: dict[str, Any], batch_name: str) -> dict[str, Any]:
+def _python_producer_kwargs(
+    spec: dict[str, Any], batch_name: str, in_flight_name: str | None = None
+) -> dict[str, Any]:
     """aiokafka's (``max_batch_size``) and kafka-python's (``batch_size``) keyword arguments;
-    neither has a send buffer limit to set (kafka-python 3 dropped buffer_memory)."""
+    neither has a send buffer limit to set (kafka-python 3 dropped buffer_memory), and aiokafka
+    has no in-flight limit to set."""
     names = {
         "acks": "acks",
         "enable.idempotence": "enable_idempotence",
@@ -144,9 +147,11 @@ def _python_producer_kwargs(spec: dict[str, Any], batch_name: str) -> dict[str, 
         "batch.size": batch_name,
         "compression.type": "compression_type",
     }
+    if in_flight_name is not None:
+        names["max.in.flight.requests.per.connection"] = in_flight_name
     kwargs: dict[str, Any] = {"bootstrap_servers": spec["bootstrap"]}
     for k, v in (spec["settings"] or {}).items():
-        if k == "buffer.memory":
+        if k == "buffer.memory" or k not in names:
             continue
         if k == "acks" and v != "all":
             v = int(v)
@@ -222,7 +227,9 @@ def _confluent_produce(spec: dict[str, Any]) -> tuple[Produce, Callable[[], None
 def _kafka_python_send(spec: dict[str, Any]) -> tuple[Produce, Callable[[], None]]:
     import kafka
 
-    producer = kafka.KafkaProducer(**_python_producer_kwargs(spec, "batch_size"))
+    producer = kafka.KafkaProducer(
+        **_python_producer_kwargs(spec, "batch_size", "max_in_flight_requests_per_connection")
+    )
     topic = spec["topic"]
 
     def produce(values: list[bytes], keys: list[bytes] | None) -> None:
