@@ -125,6 +125,7 @@ cdef uint8_t* pool_take(Py_ssize_t want, Py_ssize_t* cap):
     """The smallest pooled block of at least ``want`` bytes, or a new one (NULL: no memory)."""
     global pool_bytes
     cdef int i, best = -1
+    cdef uint8_t* block
     for i in range(POOL_SLOTS):
         if pool_blocks[i] != NULL and pool_caps[i] >= want:
             if best < 0 or pool_caps[i] < pool_caps[best]:
@@ -136,7 +137,12 @@ cdef uint8_t* pool_take(Py_ssize_t want, Py_ssize_t* cap):
         pool_bytes -= cap[0]
         return block
     cap[0] = want
-    return <uint8_t*>malloc(want if want > 0 else 1)
+    block = <uint8_t*>malloc(want if want > 0 else 1)
+    if block != NULL:
+        # A fresh block (a consumer's first calls, or a fetch larger than any before): its
+        # pages are faulted in as the records land, thousands for a 10 MB poll_arrow.
+        kcore_hint_huge_pages(block, want)
+    return block
 
 
 cdef void pool_give(uint8_t* block, Py_ssize_t cap):
