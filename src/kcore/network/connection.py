@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 import os
 import random
 import socket
@@ -37,6 +36,7 @@ from kcore.errors import (
 )
 from kcore.metrics import ClientMetrics, ConnectionCounters
 from kcore.network.address import address_problem, format_address, resolve
+from kcore.network.events import EarliestTimer
 from kcore.protocol import ApiKey, KafkaProtocol, broker_versions, choose_version
 from kcore.protocol.framing import PendingBody
 from kcore.protocol.messages import (
@@ -83,10 +83,9 @@ def _expire(waiter: asyncio.Future[Any]) -> None:
 
 
 class _Deadlines:
-    """When each request in flight on a connection times out, kept on one timer armed for the
-    earliest deadline and re-armed when it fires, rather than a timer made and cancelled for
-    every request (a Produce request's answer usually comes in milliseconds). A waiter still
-    listed at its deadline gets ``_Expired``."""
+    """When each request in flight on a connection times out, on one EarliestTimer (a Produce
+    request's answer usually comes in milliseconds: a timer made and cancelled for each was a
+    cost of every request). A waiter still listed at its deadline gets ``_Expired``."""
 
     # A deadline this close counts as passed when the timer fires (the loop runs a timer up to
     # its clock's resolution early).
@@ -94,15 +93,12 @@ class _Deadlines:
 
     def __init__(self) -> None:
         self._deadlines: dict[asyncio.Future[Any], float] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._armed_at = math.inf
+        self._timer = EarliestTimer(self._fire)
 
     def add(self, waiter: asyncio.Future[Any], timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = asyncio.get_running_loop().time() + timeout
         self._deadlines[waiter] = deadline
-        if deadline < self._armed_at:
-            self._arm(loop, deadline)
+        self._timer.arm(deadline)
 
     def remove(self, waiter: asyncio.Future[Any]) -> None:
         # (the timer stays armed: when it fires with nothing due it re-arms for what is left)
@@ -110,28 +106,18 @@ class _Deadlines:
 
     def clear(self) -> None:
         self._deadlines.clear()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer, self._armed_at = None, math.inf
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(deadline, self._fire)
-        self._armed_at = deadline
+        self._timer.cancel()
 
     def _fire(self) -> None:
-        self._timer, self._armed_at = None, math.inf
         if not self._deadlines:
             return
-        loop = asyncio.get_running_loop()
-        due = loop.time() + self.SLACK_S
+        due = asyncio.get_running_loop().time() + self.SLACK_S
         for waiter, deadline in list(self._deadlines.items()):
             if deadline <= due:
                 del self._deadlines[waiter]
                 _expire(waiter)
         if self._deadlines:
-            self._arm(loop, min(self._deadlines.values()))
+            self._timer.arm(min(self._deadlines.values()))
 
 
 # Response frames larger than this (of a response with a compiled decoder: a Metadata answer of

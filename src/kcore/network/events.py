@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 
-__all__ = ["WakeTimer", "wait_event"]
+__all__ = ["EarliestTimer", "WakeTimer", "wait_event"]
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> None:
@@ -20,27 +21,23 @@ async def wait_event(event: asyncio.Event, timeout: float) -> None:
         handle.cancel()
 
 
-class WakeTimer:
-    """``wait_event`` for a loop that waits on one event turn after turn (a turn per request
-    answered, thousands a second): the timer is kept from one wait to the next and re-armed
-    only for an earlier deadline, not made and cancelled every turn. So a wait may end early,
-    at a deadline an earlier turn asked for; the loop then takes one turn more."""
+class EarliestTimer:
+    """One timer kept across many deadlines (loop time): armed for the earliest asked for,
+    left alone for a later one, and re-armed only for an earlier one, rather than a timer made
+    and cancelled for each (thousands a second on a busy producer). ``callback`` runs once
+    when it fires; the timer is then unarmed until the next ``arm``."""
 
-    def __init__(self, event: asyncio.Event) -> None:
-        self._event = event
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback = callback
         self._handle: asyncio.TimerHandle | None = None
         self._at = math.inf
 
-    async def wait(self, timeout: float) -> None:
-        """Until the event is set or ``timeout`` seconds pass (or an earlier wait's)."""
-        loop = asyncio.get_running_loop()
-        at = loop.time() + max(timeout, 0.0)
+    def arm(self, at: float) -> None:
         if at < self._at:
             if self._handle is not None:
                 self._handle.cancel()
-            self._handle = loop.call_at(at, self._fire)
+            self._handle = asyncio.get_running_loop().call_at(at, self._fire)
             self._at = at
-        await self._event.wait()
 
     def cancel(self) -> None:
         if self._handle is not None:
@@ -49,4 +46,22 @@ class WakeTimer:
 
     def _fire(self) -> None:
         self._handle, self._at = None, math.inf
-        self._event.set()
+        self._callback()
+
+
+class WakeTimer:
+    """``wait_event`` for a loop that waits on one event turn after turn (a turn per request
+    answered, thousands a second), on one EarliestTimer: a wait may so end early, at a deadline
+    an earlier turn asked for; the loop then takes one turn more."""
+
+    def __init__(self, event: asyncio.Event) -> None:
+        self._event = event
+        self._timer = EarliestTimer(event.set)
+
+    async def wait(self, timeout: float) -> None:
+        """Until the event is set or ``timeout`` seconds pass (or an earlier wait's)."""
+        self._timer.arm(asyncio.get_running_loop().time() + max(timeout, 0.0))
+        await self._event.wait()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
