@@ -147,11 +147,14 @@ def _python_producer_kwargs(
         "batch.size": batch_name,
         "compression.type": "compression_type",
     }
-    if in_flight_name is not None:
+    unset = {"buffer.memory"}  # (an unmapped setting otherwise fails: KeyError below)
+    if in_flight_name is None:
+        unset.add("max.in.flight.requests.per.connection")
+    else:
         names["max.in.flight.requests.per.connection"] = in_flight_name
     kwargs: dict[str, Any] = {"bootstrap_servers": spec["bootstrap"]}
     for k, v in (spec["settings"] or {}).items():
-        if k == "buffer.memory" or k not in names:
+        if k in unset:
             continue
         if k == "acks" and v != "all":
             v = int(v)

@@ -19,12 +19,17 @@ class RowsSeen(WriterCommitMessage):
 
 
 class DroppingWriter(DataSourceArrowWriter):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows  # what the job must hand over in all (option ``rows``)
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RowsSeen:
         # Dropped unread: what a round costs is Spark making the rows and handing them over.
         return RowsSeen(sum(batch.num_rows for batch in iterator))
 
     def commit(self, messages: list[Any]) -> None:
-        pass
+        seen = sum(m.rows for m in messages if m is not None)
+        if seen != self.rows:
+            raise RuntimeError(f"the floor's tasks were handed {seen} rows, not {self.rows}")
 
     def abort(self, messages: list[Any]) -> None:
         pass
@@ -36,4 +41,4 @@ class FloorDataSource(DataSource):
         return "kcore-bench-floor"
 
     def writer(self, schema: Any, overwrite: bool) -> DroppingWriter:
-        return DroppingWriter()
+        return DroppingWriter(int(self.options["rows"]))
