@@ -166,7 +166,9 @@ def test_close_fails_a_request_cancelled_before_it_started() -> None:
     acc = _accumulator()
 
     async def main() -> None:
-        sender = _sender(None, acc, idempotent=False)  # (the task never runs)
+        # No ready connection: the request goes to a task (which never runs).
+        cluster = SimpleNamespace(ready_connection=lambda node: None)
+        sender = _sender(cluster, acc, idempotent=False)
         acc.append(P1, None, b"v", 0, None, 1.0)
         (batch,) = _drain(acc)
         sender._start_produce(1, [batch])
@@ -176,6 +178,70 @@ def test_close_fails_a_request_cancelled_before_it_started() -> None:
         await asyncio.sleep(0)
         assert batch.result.done and "before the record was acknowledged" in str(batch.result.error)
         assert not acc.has_pending() and not batch.in_flight
+
+    asyncio.run(main())
+
+
+def test_a_request_sent_at_once_is_settled_by_its_answer_or_failed_by_close() -> None:
+    """With a connection that takes the request at once, no task is made: the answer's callback
+    settles the batches and frees the node. close's deadline (cancel_in_flight) fails what is
+    unanswered at once, and an answer after that changes nothing."""
+    import asyncio
+
+    from kcore.protocol.messages.produce_response import (
+        PartitionProduceResponse,
+        ProduceResponse,
+        TopicProduceResponse,
+    )
+
+    acc = _accumulator()
+    answers: list[Any] = []
+    requests: list[Any] = []
+
+    class Cluster(_Cluster):
+        metadata = SimpleNamespace(topics={}, partition=lambda topic, partition: None)
+
+        def ready_connection(self, node: int) -> Any:
+            return SimpleNamespace(version_for=_Connection.version_for, can_send_now=lambda: True)
+
+        def send_now(
+            self, conn: Any, node: int, request: Any, version: int, on_answer: Any
+        ) -> bool:
+            requests.append(request)
+            answers.append(on_answer)
+            return True
+
+    def ok(tp: TopicPartition, offset: int) -> Any:
+        part = PartitionProduceResponse(index=tp.partition, base_offset=offset)
+        return ProduceResponse(
+            responses=[TopicProduceResponse(name=tp.topic, partition_responses=[part])]
+        )
+
+    async def main() -> None:
+        sender = _sender(Cluster(), acc, idempotent=False)
+        acc.append(P1, None, b"v", 0, None, 1.0)
+        (first,) = _drain(acc)
+        sender._start_produce(1, [first])
+        assert len(requests) == 1
+        assert sender._node_requests[1] == 1
+        answers[0](ok(P1, 41), None)
+        await asyncio.sleep(0)
+        assert first.result.done and first.result.error is None
+        assert first.result.base_offset == 41 and sender._node_requests[1] == 0
+        assert not sender._tasks
+
+        acc.append(P1, None, b"w", 0, None, 1.0)
+        (second,) = _drain(acc)
+        sender._start_produce(1, [second])
+        sender._stopping = True
+        sender.cancel_in_flight()
+        await sender.wait_in_flight()
+        await asyncio.sleep(0)
+        assert "before the record was acknowledged" in str(second.result.error)
+        assert not second.in_flight and sender._node_requests[1] == 0
+        answers[1](ok(P1, 42), None)  # too late: nothing changes
+        assert "before the record was acknowledged" in str(second.result.error)
+        assert not acc.has_pending()
 
     asyncio.run(main())
 

@@ -411,6 +411,32 @@ class ClusterClient:
             self.node_failed(node_id, exc, conn)
             raise
 
+    def ready_connection(self, node_id: ConnectionKey) -> BrokerConnection | None:
+        """The connection to ``node_id`` if it is open and ready now (None: use
+        :meth:`connection`, which opens one)."""
+        conn = self.connections.current(node_id)
+        return conn if conn is not None and conn.is_ready else None
+
+    def send_now(
+        self,
+        conn: BrokerConnection,
+        node_id: ConnectionKey,
+        request: Any,
+        version: int,
+        on_answer: Callable[[Any, BaseException | None], None],
+    ) -> bool:
+        """As :meth:`send_on`, from a callback: sends ``request`` on ``conn`` if it can go
+        without waiting (see :meth:`BrokerConnection.send_now`) and returns True; the answer
+        or error goes to ``on_answer(body, error)``, a connection failure having been handled
+        as :meth:`send_on` handles it. False: nothing was sent."""
+
+        def answered(body: Any, error: BaseException | None) -> None:
+            if isinstance(error, BrokerConnectionError | KcoreTimeoutError):
+                self.node_failed(node_id, error, conn)
+            on_answer(body, error)
+
+        return conn.send_now(request, version, answered)
+
     async def version_for(self, node_id: ConnectionKey, api_key: int, **limits: Any) -> int:
         return (await self.connection(node_id)).version_for(api_key, **limits)
 

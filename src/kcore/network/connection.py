@@ -18,6 +18,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +119,49 @@ class _Deadlines:
                 _expire(waiter)
         if self._deadlines:
             self._timer.arm(min(self._deadlines.values()))
+
+
+class _Slots:
+    """A connection's ``max.in.flight`` request slots, handed out in the order they were asked
+    for. ``take_now`` is the synchronous half (a free slot with nobody waiting), so that a
+    request can go out from a callback without a coroutine of its own."""
+
+    def __init__(self, count: int) -> None:
+        self._free = count
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    def free(self) -> bool:
+        """Whether :meth:`take_now` would take one."""
+        return self._free > 0 and not self._waiting
+
+    def take_now(self) -> bool:
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        if self.take_now():
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.release()  # handed a slot just as the wait was cancelled: pass it on
+            else:
+                self._waiting.remove(turn)
+            raise
+
+    def release(self) -> None:
+        # A freed slot goes straight to the first still waiting (never to a later take_now).
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._free += 1
 
 
 # Response frames larger than this (of a response with a compiled decoder: a Metadata answer of
@@ -247,6 +291,10 @@ class _Stream(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self._can_write.set()
 
+    def can_write(self) -> bool:
+        """Whether the transport takes writes now (its buffer is below its high-water mark)."""
+        return self._can_write.is_set()
+
     async def drain(self) -> None:
         await self._can_write.wait()
 
@@ -289,7 +337,7 @@ class BrokerConnection:
         self._stream: _Stream | None = None
         self._waiters: dict[int, asyncio.Future[Any]] = {}
         self._deadlines = _Deadlines()
-        self._slots = asyncio.Semaphore(max(1, settings.max_in_flight))
+        self._slots = _Slots(max(1, settings.max_in_flight))
         self._closed_error: BaseException | None = None
         self._throttled_until = 0.0
         self._ready = False
@@ -667,7 +715,7 @@ class BrokerConnection:
             return await self._send_and_wait(request, version, timeout, expect_response, throttle)
         while True:
             await self._open.wait()
-            await self._slots.acquire()
+            await self._slots.take()
             if self._open.is_set():
                 break
             self._slots.release()  # a re-login began meanwhile: not between its steps
@@ -690,6 +738,85 @@ class BrokerConnection:
         while throttle and (delay := self._throttled_until - time.monotonic()) > 0:
             await asyncio.sleep(delay)
         stream = self._stream
+        correlation_id, waiter, sent_at = self._write(request, version, expect_response)
+        assert stream is not None  # (_write raised otherwise)
+        await stream.drain()
+        if waiter is None:
+            return None
+        limit = self.settings.request_timeout_s if timeout is None else timeout
+        # A deadline on the waiter itself rather than asyncio.wait_for, which hands the answer
+        # over through a future of its own: one turn of the loop more for every request.
+        self._deadlines.add(waiter, limit)
+        try:
+            await waiter
+        except _Expired:
+            pass  # (_answer raises the timeout)
+        finally:
+            self._deadlines.remove(waiter)
+        return self._answer(request.API_KEY, correlation_id, waiter, limit, sent_at)
+
+    def can_send_now(self) -> bool:
+        """Whether a request would go out at once (:meth:`send_now`): the connection ready
+        and not logging in again, a ``max.in.flight`` slot free, no throttle pending, its
+        socket taking writes."""
+        stream = self._stream
+        return (
+            self.is_ready
+            and self._open.is_set()
+            and self._slots.free()
+            and stream is not None
+            and stream.can_write()
+            and (self._reauth_at is None or time.monotonic() < self._reauth_at)
+            and self._throttled_until <= time.monotonic()
+        )
+
+    def send_now(
+        self,
+        request: Any,
+        version: int,
+        on_answer: Callable[[Any, BaseException | None], None],
+    ) -> bool:
+        """Send ``request`` now, from the caller's turn of the loop, if :meth:`can_send_now`.
+        Then ``on_answer(body, None)`` or ``on_answer(None, error)`` is called from the loop
+        once it is answered or fails (with the errors of :meth:`request`), and True is
+        returned; else nothing is sent and False is returned (use :meth:`request`). For
+        requests that are answered (not an acks=0 Produce). One that cannot be encoded raises
+        here, with nothing sent."""
+        if not self.can_send_now() or not self._slots.take_now():
+            return False
+        try:
+            correlation_id, waiter, sent_at = self._write(request, version, True)
+        except BaseException:
+            self._slots.release()
+            raise
+        assert waiter is not None
+        # (the request is not kept until its answer: it holds a Produce request's batches)
+        api_key = request.API_KEY
+        limit = self.settings.request_timeout_s
+
+        def answered(waiter: asyncio.Future[Any]) -> None:
+            self._slots.release()
+            self._deadlines.remove(waiter)
+            if waiter.cancelled():  # (nothing cancels it but an event loop going away)
+                on_answer(None, self._down_error())
+                return
+            try:
+                body = self._answer(api_key, correlation_id, waiter, limit, sent_at)
+            except Exception as exc:
+                on_answer(None, exc)
+                return
+            on_answer(body, None)
+
+        self._deadlines.add(waiter, limit)
+        waiter.add_done_callback(answered)
+        return True
+
+    def _write(
+        self, request: Any, version: int, expect_response: bool | None
+    ) -> tuple[int, asyncio.Future[Any] | None, float]:
+        """Frame ``request`` and queue it on the stream: its correlation id, the future its
+        answer is handed to (None if the broker will not answer) and when it went out."""
+        stream = self._stream
         counters = self.counters
         if stream is None or stream.transport is None or self._closed_error is not None:
             if counters is not None:
@@ -711,30 +838,36 @@ class BrokerConnection:
             if counters is not None:
                 counters.sent(APIS[request.API_KEY].name, nbytes)
         stream.send(segments)
-        del segments  # sent or buffered: not kept while the answer is awaited
-        await stream.drain()
-        if waiter is None:
-            return None
-        limit = self.settings.request_timeout_s if timeout is None else timeout
-        # A deadline on the waiter itself rather than asyncio.wait_for, which hands the answer
-        # over through a future of its own: one turn of the loop more for every request.
-        self._deadlines.add(waiter, limit)
-        try:
-            body = await waiter
-        except _Expired:
+        return correlation_id, waiter, sent_at
+
+    def _answer(
+        self,
+        api_key: int,
+        correlation_id: int,
+        waiter: asyncio.Future[Any],
+        limit: float,
+        sent_at: float,
+    ) -> Any:
+        """The body a finished ``waiter`` was handed, or its error raised: a request past its
+        deadline closes the connection (its byte stream is no longer trusted) and raises
+        ``KcoreTimeoutError``. Counts the answer, and keeps a throttle it asks for."""
+        counters = self.counters
+        error = waiter.exception()  # (raises CancelledError for a cancelled one)
+        if isinstance(error, _Expired):
             self._proto.forget(correlation_id)
             self._waiters.pop(correlation_id, None)
-            api = APIS[request.API_KEY].name
+            api = APIS[api_key].name
             if counters is not None:
                 counters.req_timeouts += 1
-            error = KcoreTimeoutError(
+            timed_out = KcoreTimeoutError(
                 f"{self.address}: no response to {api} within {limit:g}s "
                 "(request.timeout.ms); the connection is closed"
             )
-            self.close(error)
-            raise error from None
-        finally:
-            self._deadlines.remove(waiter)
+            self.close(timed_out)
+            raise timed_out
+        if error is not None:
+            raise error
+        body = waiter.result()
         throttle_ms = getattr(body, "throttle_time_ms", 0) or 0
         if counters is not None:
             counters.answered(time.monotonic() - sent_at, throttle_ms)

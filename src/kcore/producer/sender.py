@@ -37,6 +37,7 @@ from kcore.errors import (
     error_for_code,
 )
 from kcore.metrics import ClientMetrics
+from kcore.network.connection import BrokerConnection
 from kcore.network.events import WakeTimer
 from kcore.network.retry import Deadline, is_retriable, retry
 from kcore.producer.accumulator import ProducerBatch, RecordAccumulator
@@ -107,7 +108,8 @@ class Sender:
         self.identity = identity if identity is not None else IdempotenceState()
         self._wakeup = asyncio.Event()
         self._wake_timer = WakeTimer(self._wakeup)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        # Requests in flight: a task each, or a future standing for one sent from a callback.
+        self._tasks: set[asyncio.Future[Any]] = set()
         self._stopping = False
         # An epoch bump renumbers the waiting batches of the partitions whose sequence broke
         # (identity.sequence_broke). Other partitions' retries keep their producer id, epoch
@@ -401,13 +403,16 @@ class Sender:
             return batch.builder.size_in_bytes
 
     def _start_produce(self, node: int, batches: list[ProducerBatch]) -> None:
+        self._node_requests[node] += 1
+        conn = self.cluster.ready_connection(node) if self.acks != 0 else None
+        if conn is not None and self._produce_now(conn, node, batches):
+            return
         task = asyncio.get_running_loop().create_task(self._produce(node, batches))
         self._tasks.add(task)
-        self._node_requests[node] += 1
         task.add_done_callback(lambda t: self._produce_done(t, node, batches))
 
     def _produce_done(
-        self, task: asyncio.Task[None], node: int, batches: list[ProducerBatch]
+        self, task: asyncio.Future[None], node: int, batches: list[ProducerBatch]
     ) -> None:
         self._tasks.discard(task)
         self._node_requests[node] -= 1
@@ -419,6 +424,59 @@ class Sender:
             for batch in batches:
                 if batch.in_flight:
                     self._fail(batch, error)
+
+    def _produce_now(self, conn: BrokerConnection, node: int, batches: list[ProducerBatch]) -> bool:
+        """The request for ``batches`` sent from this turn of the loop when its connection
+        can take it at once: no task, no coroutine (a request's asyncio steps were a large
+        part of the sender's time with small requests). Its answer is handled by a callback;
+        a future stands for it in ``_tasks`` (what close cancels and waits for). False:
+        nothing was sent nor changed (the connection cannot take it now)."""
+        try:
+            version = self._produce_version(conn)
+        except KafkaError:
+            return False  # (the task's path reports it)
+        if not conn.can_send_now():
+            return False
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._tasks.add(done)
+        done.add_done_callback(lambda f: self._produce_done(f, node, batches))
+        sent: list[ProducerBatch] = batches
+        try:
+            request, sent = self._produce_request(batches, version)
+            if request is None:
+                done.set_result(None)
+                return True
+            self._sending(sent)
+            started = time.monotonic()
+
+            def answered(response: Any, error: BaseException | None) -> None:
+                if done.done():  # cancelled by close(): its batches failed then
+                    return
+                try:
+                    if error is None:
+                        self._produce_answered(response, sent, version, started)
+                    elif isinstance(error, BrokerConnectionError | KcoreTimeoutError):
+                        self._retry_all(sent, error)
+                    else:
+                        raise error
+                except Exception as exc:
+                    self._produce_failed(node, sent, exc)
+                finally:
+                    if not done.done():
+                        done.set_result(None)
+
+            if not self.cluster.send_now(conn, node, request, version, answered):
+                # (can_send_now said it could, and nothing has run in between)
+                raise KcoreError("the connection could not take the request")
+        except Exception as exc:
+            self._produce_failed(node, sent, exc)
+            if not done.done():
+                done.set_result(None)
+        return True
+
+    def _produce_version(self, conn: BrokerConnection) -> int:
+        limits = self.txn.produce_versions if self.txn is not None else {}
+        return int(conn.version_for(ApiKey.PRODUCE, **limits))
 
     def _assign_sequence(self, batch: ProducerBatch) -> None:
         if not self.idempotent:
@@ -443,25 +501,40 @@ class Sender:
         try:
             await self._produce_once(node, batches)
         except Exception as exc:
-            # A bug (or e.g. MemoryError building a batch) must not leave batches counted in
-            # flight forever: fail those not answered yet.
-            log.exception("producing to node %s failed", node)
-            for batch in batches:
-                if batch.in_flight:
-                    self._fail(batch, KcoreError(f"sending the batch failed: {exc!r}"))
+            self._produce_failed(node, batches, exc)
+
+    def _produce_failed(self, node: int, batches: list[ProducerBatch], exc: Exception) -> None:
+        # A bug (or e.g. MemoryError building a batch) must not leave batches counted in
+        # flight forever: fail those not answered yet.
+        log.error("producing to node %s failed", node, exc_info=exc)
+        for batch in batches:
+            if batch.in_flight:
+                self._fail(batch, KcoreError(f"sending the batch failed: {exc!r}"))
 
     async def _produce_once(self, node: int, batches: list[ProducerBatch]) -> None:
         try:
-            limits = self.txn.produce_versions if self.txn is not None else {}
             # One connection for the version and the request (one lookup, not two).
             conn = await self.cluster.connection(node)
-            version = conn.version_for(ApiKey.PRODUCE, **limits)
+            version = self._produce_version(conn)
         except (BrokerConnectionError, KcoreTimeoutError, KafkaError) as exc:
             self._retry_all(batches, exc)
             return
         request, sent = self._produce_request(batches, version)
         if request is None:
             return
+        self._sending(sent)
+        started = time.monotonic()
+        try:
+            response = await self.cluster.send_on(conn, node, request, version)
+        except (BrokerConnectionError, KcoreTimeoutError) as exc:
+            self._retry_all(sent, exc)
+            return
+        # Let go of the request (it holds every batch's bytes) before the batches land, so
+        # that a delivered batch's buffer is free to go back to the producer's pool.
+        del request
+        self._produce_answered(response, sent, version, started)
+
+    def _sending(self, sent: list[ProducerBatch]) -> None:
         for batch in sent:
             # From now on the broker may write it, whatever comes back but a sequence error
             # (an answer lost; REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND or
@@ -469,26 +542,19 @@ class Sender:
             # renumber it.
             if batch.sequence is not None:
                 batch.maybe_written = True
-        metrics = self.metrics
-        started = time.monotonic()
-        try:
-            response = await self.cluster.send_on(conn, node, request, version)
-        except (BrokerConnectionError, KcoreTimeoutError) as exc:
-            self._retry_all(sent, exc)
-            return
-        if response is not None:
-            metrics.record_all(
-                ("request-latency", (time.monotonic() - started) * 1000),
-                ("produce-throttle-time", response.throttle_time_ms or 0),
-            )
-        # Let go of the request (it holds every batch's bytes) before the batches land, so
-        # that a delivered batch's buffer is free to go back to the producer's pool.
-        del request
+
+    def _produce_answered(
+        self, response: Any, sent: list[ProducerBatch], version: int, started: float
+    ) -> None:
         if response is None:  # acks=0: the broker does not answer
             for batch in sent:
                 self._written(batch)
             self._settle_written([(batch, -1, -1) for batch in sent])
             return
+        self.metrics.record_all(
+            ("request-latency", (time.monotonic() - started) * 1000),
+            ("produce-throttle-time", response.throttle_time_ms or 0),
+        )
         self._handle_response(response, sent, version)
 
     def _produce_request(
