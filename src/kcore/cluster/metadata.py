@@ -488,11 +488,16 @@ def apply_leader_hints(cache: MetadataCache, response: Any) -> int:
         BrokerInfo(n.node_id, n.host, n.port, n.rack)
         for n in getattr(response, "node_endpoints", ())
     ]
-    names_by_id = {t.topic_id: n for n, t in cache.current.topics.items() if t.topic_id}
+    # (made only for an answer that names a topic by id alone: every answer walked every
+    # topic known to the cache for it)
+    names_by_id: dict[Any, str] | None = None
     applied = 0
     for topic in response.responses:
         name = getattr(topic, "name", None) or getattr(topic, "topic", None)
         if not name and getattr(topic, "topic_id", None) is not None:
+            if names_by_id is None:
+                topics = cache.current.topics
+                names_by_id = {t.topic_id: n for n, t in topics.items() if t.topic_id}
             name = names_by_id.get(topic.topic_id)
         if not name:
             continue
