@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -180,5 +181,47 @@ def test_a_cancelled_wait_for_a_slot_passes_its_slot_on() -> None:
             await gone
         slots.release()
         assert slots.free()
+
+    _run(main())
+
+
+def test_a_wait_cancelled_while_queued_ends_cancelled_even_if_a_release_came_first() -> None:
+    async def main() -> None:
+        slots = _Slots(1)
+        assert slots.take_now()
+        waiting = asyncio.create_task(slots.take())
+        await asyncio.sleep(0)
+        waiting.cancel()  # its turn is cancelled now, the task runs its handler later...
+        slots.release()  # ...after this release dropped the cancelled turn
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert slots.free() and slots.take_now()
+
+    _run(main())
+
+
+def test_a_request_sent_at_once_never_overtakes_an_awaited_one() -> None:
+    """An awaited request that holds a slot and sleeps out a throttle (KIP-219) goes first:
+    can_send_now says no until it is written, even once the throttle is over."""
+
+    async def main() -> None:
+        broker = FakeBroker()
+        conn = await _open(broker)
+        try:
+            version = conn.version_for(ApiKey.METADATA)
+            conn._throttled_until = time.monotonic() + 0.3
+            awaited = asyncio.create_task(conn.request(_metadata_request(), version))
+            await asyncio.sleep(0.05)
+            assert not conn.can_send_now()
+            conn._throttled_until = time.monotonic()  # over, the awaited one still asleep
+            assert not conn.can_send_now()
+            _, _, on_answer = _answers()
+            assert not conn.send_now(_metadata_request(), version, on_answer)
+            answer = await asyncio.wait_for(awaited, 10)
+            assert [t.name for t in answer.topics] == [TOPIC]
+            assert conn.can_send_now()
+        finally:
+            conn.close()
+            broker.stop()
 
     _run(main())

@@ -570,3 +570,61 @@ def test_batches_wait_while_the_node_has_max_in_flight_requests_then_go_together
         assert sender._node_requests[1] == 0 and not acc.has_pending()
 
     asyncio.run(main())
+
+
+def test_no_request_is_sent_at_once_while_a_task_of_its_node_is_out() -> None:
+    """A request that went to a task (its connection was being opened) may still be on its
+    way to the connection: the next one for that node goes by task too, behind it, not at
+    once past it. Once the tasks are done, requests go at once again."""
+    import asyncio
+
+    acc = _accumulator()
+    sent_at_once: list[Any] = []
+    by_task: list[Any] = []
+
+    class Cluster(_Cluster):
+        metadata = SimpleNamespace(topics={}, partition=lambda topic, partition: None)
+
+        def __init__(self) -> None:
+            self.ready = False
+            self.gate = asyncio.Event()
+
+        def ready_connection(self, node: int) -> Any:
+            if not self.ready:
+                return None
+            return SimpleNamespace(version_for=_Connection.version_for, can_send_now=lambda: True)
+
+        async def connection(self, node: int) -> Any:
+            await self.gate.wait()
+            return _Connection()
+
+        async def send_on(self, conn: Any, node: int, request: Any, version: int) -> Any:
+            by_task.append(request)
+            raise KcoreError("no broker here")  # (its batches fail: nothing answers here)
+
+        def send_now(
+            self, conn: Any, node: int, request: Any, version: int, on_answer: Any
+        ) -> bool:
+            sent_at_once.append(request)
+            return True
+
+    async def main() -> None:
+        cluster = Cluster()
+        sender = _sender(cluster, acc, idempotent=False)
+        acc.append(P1, None, b"a", 0, None, 1.0)
+        (first,) = _drain(acc)
+        sender._start_produce(1, [first])  # no ready connection: a task, waiting for one
+        cluster.ready = True
+        acc.append(P2, None, b"b", 0, None, 1.0)
+        (second,) = _drain(acc)
+        sender._start_produce(1, [second])  # ready now, but the first is still out
+        assert sent_at_once == [] and sender._node_tasks[1] == 2
+        cluster.gate.set()
+        await sender.wait_in_flight()
+        await asyncio.sleep(0)
+        assert len(by_task) == 2 and sender._node_tasks[1] == 0
+        acc.append(P1, None, b"c", 0, None, 1.0)
+        sender._start_produce(1, _drain(acc))
+        assert len(sent_at_once) == 1
+
+    asyncio.run(main())

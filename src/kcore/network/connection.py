@@ -150,7 +150,7 @@ class _Slots:
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
                 self.release()  # handed a slot just as the wait was cancelled: pass it on
-            else:
+            elif turn in self._waiting:  # (a release may have dropped it, cancelled, already)
                 self._waiting.remove(turn)
             raise
 
@@ -338,6 +338,10 @@ class BrokerConnection:
         self._waiters: dict[int, asyncio.Future[Any]] = {}
         self._deadlines = _Deadlines()
         self._slots = _Slots(max(1, settings.max_in_flight))
+        # Awaited requests not written yet (waiting for a re-login, a slot or a throttle): while
+        # there are any, can_send_now says no, so that a request sent at once never overtakes
+        # one that was asked for first.
+        self._unsent = 0
         self._closed_error: BaseException | None = None
         self._throttled_until = 0.0
         self._ready = False
@@ -691,7 +695,11 @@ class BrokerConnection:
         if not self.is_ready:
             raise self._down_error()
         if self._reauth_at is not None and time.monotonic() >= self._reauth_at:
-            await self._reauthenticate()
+            self._unsent += 1  # (_call counts it from here on)
+            try:
+                await self._reauthenticate()
+            finally:
+                self._unsent -= 1
         if version is None:
             version = self.version_for(request.API_KEY)
         return await self._call(
@@ -713,14 +721,21 @@ class BrokerConnection:
         ``max.in.flight`` slots."""
         if auth:
             return await self._send_and_wait(request, version, timeout, expect_response, throttle)
-        while True:
-            await self._open.wait()
-            await self._slots.take()
-            if self._open.is_set():
-                break
-            self._slots.release()  # a re-login began meanwhile: not between its steps
+        self._unsent += 1  # (until written: _send_and_wait takes it off)
         try:
-            return await self._send_and_wait(request, version, timeout, expect_response, throttle)
+            while True:
+                await self._open.wait()
+                await self._slots.take()
+                if self._open.is_set():
+                    break
+                self._slots.release()  # a re-login began meanwhile: not between its steps
+        except BaseException:
+            self._unsent -= 1
+            raise
+        try:
+            return await self._send_and_wait(
+                request, version, timeout, expect_response, throttle, counted=True
+            )
         finally:
             self._slots.release()
 
@@ -731,12 +746,18 @@ class BrokerConnection:
         timeout: float | None,
         expect_response: bool | None,
         throttle: bool,
+        counted: bool = False,
     ) -> Any:
+        """``counted``: the request is in ``_unsent`` until it is written."""
         # KIP-219: after a response with throttle_time_ms the broker expects nothing more
         # on this connection until then; checked once a slot is ours, so requests queued
         # for a slot wait too.
-        while throttle and (delay := self._throttled_until - time.monotonic()) > 0:
-            await asyncio.sleep(delay)
+        try:
+            while throttle and (delay := self._throttled_until - time.monotonic()) > 0:
+                await asyncio.sleep(delay)
+        finally:
+            if counted:
+                self._unsent -= 1
         stream = self._stream
         correlation_id, waiter, sent_at = self._write(request, version, expect_response)
         assert stream is not None  # (_write raised otherwise)
@@ -756,17 +777,26 @@ class BrokerConnection:
         return self._answer(request.API_KEY, correlation_id, waiter, limit, sent_at)
 
     def can_send_now(self) -> bool:
-        """Whether a request would go out at once (:meth:`send_now`): the connection ready
-        and not logging in again, a ``max.in.flight`` slot free, no throttle pending, its
-        socket taking writes."""
+        """Whether a request would go out at once (:meth:`send_now`): the connection ready,
+        no re-login due or under way, no awaited request still to be written, a
+        ``max.in.flight`` slot free, no throttle pending, its socket taking writes. Nothing
+        but the loop's callbacks changes that, except the re-login clock, which only this
+        reads: a request built right after a yes goes out even if the clock passes meanwhile
+        (a re-login falls due at 85-95% of the session, which leaves room for it)."""
+        return self._takes_requests() and (
+            self._reauth_at is None or time.monotonic() < self._reauth_at
+        )
+
+    def _takes_requests(self) -> bool:
         stream = self._stream
         return (
-            self.is_ready
+            self._unsent == 0
+            and self.is_ready
+            and self._reauth_task is None
             and self._open.is_set()
             and self._slots.free()
             and stream is not None
             and stream.can_write()
-            and (self._reauth_at is None or time.monotonic() < self._reauth_at)
             and self._throttled_until <= time.monotonic()
         )
 
@@ -776,13 +806,14 @@ class BrokerConnection:
         version: int,
         on_answer: Callable[[Any, BaseException | None], None],
     ) -> bool:
-        """Send ``request`` now, from the caller's turn of the loop, if :meth:`can_send_now`.
+        """Send ``request`` now, from the caller's turn of the loop, if it can go at once (see
+        :meth:`can_send_now`, whose yes holds until the caller's turn ends).
         Then ``on_answer(body, None)`` or ``on_answer(None, error)`` is called from the loop
         once it is answered or fails (with the errors of :meth:`request`), and True is
         returned; else nothing is sent and False is returned (use :meth:`request`). For
         requests that are answered (not an acks=0 Produce). One that cannot be encoded raises
         here, with nothing sent."""
-        if not self.can_send_now() or not self._slots.take_now():
+        if not self._takes_requests() or not self._slots.take_now():
             return False
         try:
             correlation_id, waiter, sent_at = self._write(request, version, True)

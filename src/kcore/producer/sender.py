@@ -104,6 +104,8 @@ class Sender:
         # meanwhile instead of one request each queueing for a connection slot.
         self.max_in_flight = max(1, max_in_flight)
         self._node_requests: dict[int, int] = defaultdict(int)
+        # Of those, the ones a task sends (see _start_produce), per node.
+        self._node_tasks: dict[int, int] = defaultdict(int)
         self._held_at_limit = False  # the last drain left a batch for a node at the limit
         self.identity = identity if identity is not None else IdempotenceState()
         self._wakeup = asyncio.Event()
@@ -404,18 +406,30 @@ class Sender:
 
     def _start_produce(self, node: int, batches: list[ProducerBatch]) -> None:
         self._node_requests[node] += 1
-        conn = self.cluster.ready_connection(node) if self.acks != 0 else None
-        if conn is not None and self._produce_now(conn, node, batches):
-            return
+        # Sent at once only while no task of this node's is out: a task may still be on its
+        # way to the connection (opening it, say), and a request sent at once would overtake
+        # it, its batches with it.
+        if self.acks != 0 and not self._node_tasks[node]:
+            conn = self.cluster.ready_connection(node)
+            if conn is not None and self._produce_now(conn, node, batches):
+                return
+        self._node_tasks[node] += 1
         task = asyncio.get_running_loop().create_task(self._produce(node, batches))
         self._tasks.add(task)
-        task.add_done_callback(lambda t: self._produce_done(t, node, batches))
+        task.add_done_callback(lambda t: self._produce_done(t, node, batches, by_task=True))
 
     def _produce_done(
-        self, task: asyncio.Future[None], node: int, batches: list[ProducerBatch]
+        self,
+        task: asyncio.Future[None],
+        node: int,
+        batches: list[ProducerBatch],
+        *,
+        by_task: bool = False,
     ) -> None:
         self._tasks.discard(task)
         self._node_requests[node] -= 1
+        if by_task:
+            self._node_tasks[node] -= 1
         self.wakeup()  # the node can take another request
         if task.cancelled():
             # close(timeout) ran out (cancel_in_flight), perhaps before the task even started:
@@ -466,8 +480,9 @@ class Sender:
                         done.set_result(None)
 
             if not self.cluster.send_now(conn, node, request, version, answered):
-                # (can_send_now said it could, and nothing has run in between)
-                raise KcoreError("the connection could not take the request")
+                # (cannot happen: can_send_now said yes, and its yes holds for this turn)
+                self._retry_all(sent, KcoreError("the connection could not take the request"))
+                done.set_result(None)
         except Exception as exc:
             self._produce_failed(node, sent, exc)
             if not done.done():
