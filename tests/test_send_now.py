@@ -5,8 +5,10 @@ answers, errors, slots and deadlines as the awaited ``request``, against the fak
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +37,16 @@ def _metadata_request() -> Any:
     return MetadataRequest(topics=[MetadataRequestTopic(name=TOPIC)])
 
 
-async def _open(broker: FakeBroker, **settings: Any) -> BrokerConnection:
+@contextlib.asynccontextmanager
+async def _connected(broker: FakeBroker, **settings: Any) -> AsyncIterator[BrokerConnection]:
+    """A connection to ``broker`` (started here), closed and the broker stopped after."""
     host, port = broker.start().rsplit(":", 1)
-    return await BrokerConnection(host, int(port), ConnectionSettings(**settings)).open()
+    conn = await BrokerConnection(host, int(port), ConnectionSettings(**settings)).open()
+    try:
+        yield conn
+    finally:
+        conn.close()
+        broker.stop()
 
 
 def _answers() -> tuple[list[tuple[Any, BaseException | None]], asyncio.Event, Any]:
@@ -54,8 +63,7 @@ def _answers() -> tuple[list[tuple[Any, BaseException | None]], asyncio.Event, A
 def test_send_now_hands_over_the_answer_and_frees_its_slot() -> None:
     async def main() -> None:
         broker = FakeBroker()
-        conn = await _open(broker, max_in_flight=1)
-        try:
+        async with _connected(broker, max_in_flight=1) as conn:
             got, event, on_answer = _answers()
             version = conn.version_for(ApiKey.METADATA)
             assert conn.can_send_now()
@@ -71,9 +79,6 @@ def test_send_now_hands_over_the_answer_and_frees_its_slot() -> None:
             answer = await conn.request(_metadata_request(), version)
             assert [t.name for t in answer.topics] == [TOPIC]
             assert broker.requests[ApiKey.METADATA] == 2
-        finally:
-            conn.close()
-            broker.stop()
 
     _run(main())
 
@@ -81,8 +86,7 @@ def test_send_now_hands_over_the_answer_and_frees_its_slot() -> None:
 def test_send_now_past_its_deadline_closes_the_connection_with_a_timeout() -> None:
     async def main() -> None:
         broker = FakeBroker(ApiKey.METADATA, "never_answers")
-        conn = await _open(broker, request_timeout_s=0.2)
-        try:
+        async with _connected(broker, request_timeout_s=0.2) as conn:
             got, event, on_answer = _answers()
             assert conn.send_now(_metadata_request(), conn.version_for(ApiKey.METADATA), on_answer)
             await asyncio.wait_for(event.wait(), 10)
@@ -91,9 +95,6 @@ def test_send_now_past_its_deadline_closes_the_connection_with_a_timeout() -> No
             assert "Metadata" in str(error) and "request.timeout.ms" in str(error)
             assert not conn.is_ready and not conn.can_send_now()
             assert not conn.send_now(_metadata_request(), 0, on_answer)
-        finally:
-            conn.close()
-            broker.stop()
 
     _run(main())
 
@@ -101,16 +102,13 @@ def test_send_now_past_its_deadline_closes_the_connection_with_a_timeout() -> No
 def test_send_now_fails_with_the_connection() -> None:
     async def main() -> None:
         broker = FakeBroker(ApiKey.METADATA, "never_answers")
-        conn = await _open(broker)
-        try:
+        async with _connected(broker) as conn:
             got, event, on_answer = _answers()
             assert conn.send_now(_metadata_request(), conn.version_for(ApiKey.METADATA), on_answer)
             conn.close()
             await asyncio.wait_for(event.wait(), 10)
             ((body, error),) = got
             assert body is None and isinstance(error, BrokerConnectionError)
-        finally:
-            broker.stop()
 
     _run(main())
 
@@ -118,16 +116,12 @@ def test_send_now_fails_with_the_connection() -> None:
 def test_a_request_that_cannot_be_encoded_raises_and_keeps_its_slot_free() -> None:
     async def main() -> None:
         broker = FakeBroker()
-        conn = await _open(broker, max_in_flight=1)
-        try:
+        async with _connected(broker, max_in_flight=1) as conn:
             _, _, on_answer = _answers()
             bad = MetadataRequest(topics=[MetadataRequestTopic(name=None)])  # not nullable in v0
             with pytest.raises(ValueError):
                 conn.send_now(bad, 0, on_answer)
             assert conn.can_send_now() and conn.in_flight == 0
-        finally:
-            conn.close()
-            broker.stop()
 
     _run(main())
 
@@ -206,8 +200,7 @@ def test_a_request_sent_at_once_never_overtakes_an_awaited_one() -> None:
 
     async def main() -> None:
         broker = FakeBroker()
-        conn = await _open(broker)
-        try:
+        async with _connected(broker) as conn:
             version = conn.version_for(ApiKey.METADATA)
             conn._throttled_until = time.monotonic() + 0.3
             awaited = asyncio.create_task(conn.request(_metadata_request(), version))
@@ -220,8 +213,5 @@ def test_a_request_sent_at_once_never_overtakes_an_awaited_one() -> None:
             answer = await asyncio.wait_for(awaited, 10)
             assert [t.name for t in answer.topics] == [TOPIC]
             assert conn.can_send_now()
-        finally:
-            conn.close()
-            broker.stop()
 
     _run(main())

@@ -135,7 +135,7 @@ class _Slots:
         return self._free > 0 and not self._waiting
 
     def take_now(self) -> bool:
-        if self._free > 0 and not self._waiting:
+        if self.free():
             self._free -= 1
             return True
         return False
@@ -720,8 +720,9 @@ class BrokerConnection:
         request waits while the connection logs in again, and for one of the
         ``max.in.flight`` slots."""
         if auth:
-            return await self._send_and_wait(request, version, timeout, expect_response, throttle)
-        self._unsent += 1  # (until written: _send_and_wait takes it off)
+            return await self._send_and_wait(request, version, timeout, expect_response)
+        self._unsent += 1  # until it is written (no await between the count's end and that)
+        slot = False
         try:
             while True:
                 await self._open.wait()
@@ -729,13 +730,20 @@ class BrokerConnection:
                 if self._open.is_set():
                     break
                 self._slots.release()  # a re-login began meanwhile: not between its steps
+            slot = True
+            # KIP-219: after a response with throttle_time_ms the broker expects nothing more
+            # on this connection until then; checked once a slot is ours, so requests queued
+            # for a slot wait too.
+            while throttle and (delay := self._throttled_until - time.monotonic()) > 0:
+                await asyncio.sleep(delay)
         except BaseException:
-            self._unsent -= 1
+            if slot:
+                self._slots.release()
             raise
+        finally:
+            self._unsent -= 1
         try:
-            return await self._send_and_wait(
-                request, version, timeout, expect_response, throttle, counted=True
-            )
+            return await self._send_and_wait(request, version, timeout, expect_response)
         finally:
             self._slots.release()
 
@@ -745,19 +753,7 @@ class BrokerConnection:
         version: int,
         timeout: float | None,
         expect_response: bool | None,
-        throttle: bool,
-        counted: bool = False,
     ) -> Any:
-        """``counted``: the request is in ``_unsent`` until it is written."""
-        # KIP-219: after a response with throttle_time_ms the broker expects nothing more
-        # on this connection until then; checked once a slot is ours, so requests queued
-        # for a slot wait too.
-        try:
-            while throttle and (delay := self._throttled_until - time.monotonic()) > 0:
-                await asyncio.sleep(delay)
-        finally:
-            if counted:
-                self._unsent -= 1
         stream = self._stream
         correlation_id, waiter, sent_at = self._write(request, version, expect_response)
         assert stream is not None  # (_write raised otherwise)
