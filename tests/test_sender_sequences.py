@@ -6,7 +6,12 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from kcore.errors import KcoreError, NotLeaderOrFollowerError
+from kcore.errors import (
+    BrokerConnectionError,
+    KcoreError,
+    KcoreTimeoutError,
+    NotLeaderOrFollowerError,
+)
 from kcore.producer.accumulator import RecordAccumulator
 from kcore.producer.sender import Sender
 from kcore.types import TopicPartition
@@ -417,7 +422,6 @@ def test_an_epoch_bump_keeps_the_numbering_of_a_batch_that_may_have_been_written
     id, epoch and sequence through a bump that renumbers P1: sent again under them, the broker
     answers DUPLICATE_SEQUENCE if it wrote it; renumbered, it would be written twice. Only when
     the broker rejects it under the old epoch is it renumbered, still ahead of later batches."""
-    from kcore.errors import KcoreTimeoutError
 
     def no_answer() -> Any:
         raise KcoreTimeoutError("no answer")
@@ -467,7 +471,6 @@ def test_a_batch_in_flight_past_delivery_timeout_fails_its_records_and_is_not_se
     """At delivery.timeout.ms a batch still in flight fails its records (KcoreTimeoutError) but
     keeps its memory and place until its answer; an answer that would send it again (a sequence
     error) fails it instead, and a late success only gives its memory back."""
-    from kcore.errors import KcoreTimeoutError
 
     acc = _accumulator()
     sender = _sender(_Cluster(), acc, idempotent=True)
@@ -522,6 +525,9 @@ def test_batches_wait_while_the_node_has_max_in_flight_requests_then_go_together
 
         def is_blacked_out(self, node: int) -> bool:
             return False
+
+        def ready_connection(self, node: int) -> Any:
+            return _Connection()
 
         def touch_topic(self, topic: str, now: float) -> None:
             pass
@@ -628,3 +634,94 @@ def test_no_request_is_sent_at_once_while_a_task_of_its_node_is_out() -> None:
         assert len(sent_at_once) == 1
 
     asyncio.run(main())
+
+
+def test_batches_wait_for_their_leader_s_connection_and_go_once_it_opens() -> None:
+    """As Java's sender, a batch is taken only for a leader connected now: until then it waits
+    in the accumulator (where a new leader named by fresh metadata gets it), the connection is
+    opened once however often the sender looks, and its opening wakes the sender."""
+    import asyncio
+
+    acc = _accumulator()
+    opening: list[tuple[int, Any]] = []
+    sent: list[Any] = []
+    leader = {"node": 1}
+
+    class Cluster(_Cluster):
+        metadata = SimpleNamespace(
+            topics={},
+            partition=lambda topic, partition: None,
+            leader_for=lambda topic, partition: SimpleNamespace(node_id=leader["node"]),
+        )
+
+        def __init__(self) -> None:
+            self.ready: set[int] = set()
+
+        def is_blacked_out(self, node: int) -> bool:
+            return False
+
+        def touch_topic(self, topic: str, now: float) -> None:
+            pass
+
+        def ready_connection(self, node: int) -> Any:
+            if node not in self.ready:
+                return None
+            return SimpleNamespace(version_for=_Connection.version_for, can_send_now=lambda: True)
+
+        def open_soon(self, node: int, on_done: Any) -> None:
+            opening.append((node, on_done))
+
+        def send_now(
+            self, conn: Any, node: int, request: Any, version: int, on_answer: Any
+        ) -> bool:
+            sent.append(node)
+            return True
+
+    async def main() -> None:
+        cluster = Cluster()
+        sender = _sender(cluster, acc, idempotent=False)
+
+        def _drain(acc: RecordAccumulator) -> list[Any]:
+            return acc.drain(time.monotonic() + 1, sender._sendable)
+
+        acc.append(P1, None, b"a", 0, None, 1.0)
+        for _ in range(3):
+            assert _drain(acc) == []  # node 1 is not connected: the batch stays
+        assert [node for node, _ in opening] == [1]  # one attempt, however often asked
+        opening[0][1](False)  # it failed: nothing wakes the sender, the next look tries again
+        assert not sender._wakeup.is_set()
+        assert _drain(acc) == [] and [node for node, _ in opening] == [1, 1]
+        leader["node"] = 2  # fresh metadata names another leader, connected already
+        cluster.ready.add(2)
+        (batch,) = _drain(acc)
+        sender._dispatch([batch])
+        assert sent == [2]
+        opening[1][1](True)  # node 1's connection opening late wakes the sender, harmlessly
+        assert sender._wakeup.is_set()
+
+    asyncio.run(main())
+
+
+def test_a_batch_expiring_while_its_leader_cannot_be_reached_says_so() -> None:
+    """A batch that waited out delivery.timeout.ms for its leader's connection fails with a
+    KcoreTimeoutError naming the leader and why its connection failed."""
+    acc = _accumulator()
+
+    class Cluster(_Cluster):
+        metadata = SimpleNamespace(
+            topics={}, leader_for=lambda topic, partition: SimpleNamespace(node_id=3)
+        )
+
+        def last_failure(self, node: int) -> BaseException | None:
+            return BrokerConnectionError("node 3", "connect", "timed out after 10s")
+
+    sender = _sender(Cluster(), acc, idempotent=False)
+    acc.append(P1, None, b"a", 0, None, 1.0)
+    (batch,) = _drain(acc)
+    acc.requeue(batch, time.monotonic())
+    batch.created -= 60  # past delivery.timeout.ms (30 s here)
+    sender._expire(time.monotonic())
+    error = batch.result.error
+    assert isinstance(error, KcoreTimeoutError)
+    assert "its leader, node 3, cannot be reached" in str(error)
+    assert "timed out after 10s" in str(error)

@@ -376,6 +376,16 @@ class ClusterClient:
     def is_blacked_out(self, node_id: ConnectionKey) -> bool:
         return self.connections.is_blacked_out(node_id)
 
+    def open_soon(self, node_id: ConnectionKey, on_done: Callable[[bool], None]) -> None:
+        """Start opening the connection to ``node_id`` without waiting for it; ``on_done`` is
+        told whether it opened (see :meth:`ConnectionPool.open_soon`)."""
+        self._check_open()
+        self.connections.open_soon(node_id, on_done)
+
+    def last_failure(self, node_id: ConnectionKey) -> BaseException | None:
+        """Why the connection to ``node_id`` last failed, unless it opened since."""
+        return self.connections.last_failure(node_id)
+
     def least_loaded_node(self, exclude: Iterable[int] = ()) -> int | None:
         return self.connections.least_loaded_node(exclude)
 

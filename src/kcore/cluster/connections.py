@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -147,12 +147,31 @@ class ConnectionPool:
         conn = self._conns.get(node_id)
         if conn is not None and conn.is_ready:
             return conn
+        return await asyncio.shield(self._opening(node_id))
+
+    def open_soon(self, node_id: ConnectionKey, on_done: Callable[[bool], None]) -> None:
+        """Start opening the connection to ``node_id`` (after any reconnect backoff) unless it
+        is open or being opened, without waiting for it: ``on_done(True)`` once it is ready,
+        ``on_done(False)`` if the attempt failed (handled as :meth:`connection` handles it:
+        backoff, metadata refresh)."""
+        conn = self._conns.get(node_id)
+        if conn is not None and conn.is_ready:
+            asyncio.get_running_loop().call_soon(on_done, True)
+            return
+
+        def done(task: asyncio.Task[BrokerConnection]) -> None:
+            on_done(not task.cancelled() and task.exception() is None)
+
+        self._opening(node_id).add_done_callback(done)
+
+    def _opening(self, node_id: ConnectionKey) -> asyncio.Task[BrokerConnection]:
+        """The attempt to open ``node_id``'s connection under way, or a new one."""
         task = self._connecting.get(node_id)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._open(node_id))
             self._connecting[node_id] = task
             task.add_done_callback(partial(self._connect_done, node_id))
-        return await asyncio.shield(task)
+        return task
 
     def _connect_done(self, node_id: ConnectionKey, _task: asyncio.Task[BrokerConnection]) -> None:
         self._connecting.pop(node_id, None)
@@ -258,6 +277,12 @@ class ConnectionPool:
     def is_blacked_out(self, node_id: ConnectionKey) -> bool:
         state = self._nodes.get(node_id)
         return state is not None and state.retry_at > time.monotonic()
+
+    def last_failure(self, node_id: ConnectionKey) -> BaseException | None:
+        """Why the last connection to ``node_id`` failed or broke, if it has not been opened
+        since (None: it has never failed, or opened again after)."""
+        state = self._nodes.get(node_id)
+        return state.last_error if state is not None else None
 
     def least_loaded_node(self, exclude: Iterable[int] = ()) -> int | None:
         """The broker to send a request that any broker can answer: a connected one with the

@@ -106,7 +106,11 @@ class Sender:
         self._node_requests: dict[int, int] = defaultdict(int)
         # Of those, the ones a task sends (see _start_produce), per node.
         self._node_tasks: dict[int, int] = defaultdict(int)
-        self._held_at_limit = False  # the last drain left a batch for a node at the limit
+        # The last drain left a batch that an event wakes this loop for: an answer from a node
+        # at the limit, or a leader's connection opening.
+        self._held_for_event = False
+        # Leaders whose connection is being opened for a batch waiting in the accumulator.
+        self._awaited_connections: set[int] = set()
         self.identity = identity if identity is not None else IdempotenceState()
         self._wakeup = asyncio.Event()
         self._wake_timer = WakeTimer(self._wakeup)
@@ -273,13 +277,13 @@ class Sender:
                 if error is not None:  # aborting, failed, or not in a transaction
                     for batch in self.acc.abort_all():
                         self._drop(batch, error)
-            self._held_at_limit = False
+            self._held_for_event = False
             batches: list[ProducerBatch] = []
             if self._every_node_busy():
                 # Nothing could go: drain and next_ready_in walk every partition with a batch
                 # (thousands, keyed over many partitions), and the sender turns for each new
                 # batch. An answer frees a node and wakes this loop.
-                self._held_at_limit = True
+                self._held_for_event = True
                 wait: float | None = 0.0
             else:
                 batches = self.acc.drain(now, self._sendable)
@@ -291,9 +295,10 @@ class Sender:
             if wait is not None and wait <= 0 and not batches:
                 # Ready but held back (leader unknown, a retry waiting for its partition's
                 # batches in flight): until an answer arrives, or briefly. For a node at
-                # max.in.flight an answer is what frees it (and wakes this loop), so the poll is
-                # slower: it only bounds how late another node's batch may go meanwhile.
-                wait = 0.05 if self._held_at_limit else 0.005
+                # max.in.flight an answer is what frees it, for a leader being connected to its
+                # connection opening (either wakes this loop), so the poll is slower: it only
+                # bounds how late another node's batch may go meanwhile.
+                wait = 0.05 if self._held_for_event else 0.005
             timeout = 1.0 if wait is None else min(max(wait, 0.0005), 1.0)
             if self._sent and self.txn is None:
                 timeout = min(timeout, 0.1)  # in-flight records' delivery.timeout.ms
@@ -337,10 +342,36 @@ class Sender:
         # the node is busy.)
         if self.txn is not None and not self.txn.may_send(tp):
             return False
-        if self._node_requests.get(leader.node_id, 0) >= self.max_in_flight:
-            self._held_at_limit = True  # an answer wakes the sender: no need to poll
+        node = leader.node_id
+        if self._node_requests.get(node, 0) >= self.max_in_flight:
+            self._held_for_event = True  # an answer wakes the sender: no need to poll
+            return False
+        if self.cluster.ready_connection(node) is None:
+            # As Java's sender, batches are taken only for a leader connected now: taken for one
+            # being connected to, they would wait for that connection (up to
+            # socket.connection.setup.timeout.ms, to a leader that went away) instead of going
+            # to the leader the next metadata names.
+            self._await_connection(node)
             return False
         return True
+
+    def _await_connection(self, node: int) -> None:
+        """Open the connection to ``node`` for the batches waiting for it, and drain again
+        once it is ready (a failed attempt backs off, and asks for fresh metadata)."""
+        self._held_for_event = True
+        if node in self._awaited_connections:
+            return
+        self._awaited_connections.add(node)
+
+        def done(opened: bool) -> None:
+            self._awaited_connections.discard(node)
+            if opened:  # (after a failure the node backs off: the next poll tries again)
+                self.wakeup()
+
+        try:
+            self.cluster.open_soon(node, done)
+        except KcoreError:  # the client is closing: its close fails what waits
+            self._awaited_connections.discard(node)
 
     def _expire(self, now: float) -> None:
         # The walk over every partition's queue, at most every EXPIRY_CHECK_S (not every turn
@@ -349,7 +380,7 @@ class Sender:
         if now >= self._next_expiry_check:
             self._next_expiry_check = now + EXPIRY_CHECK_S
             for batch in self.acc.expire(now, self.delivery_timeout_s):
-                self._fail(batch, self._timed_out(batch))
+                self._fail(batch, self._timed_out(batch, self._why_waiting(batch.tp)))
         # Not in a transaction: ending one must wait for the answers of its requests in flight
         # (a Produce landing after the abort marker would be a hanging transaction), and the
         # records' results are what that waits on.
@@ -361,6 +392,16 @@ class Sender:
                     # the batch stays in flight, with its memory, order and sequence, until its
                     # answer, which then settles it (it is not sent again).
                     batch.result.fail(self._timed_out(batch, " (its request is unanswered)"))
+
+    def _why_waiting(self, tp: TopicPartition) -> str:
+        """What kept a partition's batch in the accumulator, if known: for a timeout's text."""
+        leader = self.cluster.metadata.leader_for(tp.topic, tp.partition)
+        if leader is None:
+            return " (no leader is known for the partition)"
+        failure = self.cluster.last_failure(leader.node_id)
+        if failure is not None:
+            return f" (its leader, node {leader.node_id}, cannot be reached: {failure})"
+        return ""
 
     def _timed_out(self, batch: ProducerBatch, detail: str = "") -> KcoreTimeoutError:
         return KcoreTimeoutError(
