@@ -301,6 +301,47 @@ def test_idle_connections_are_closed(kafka_cluster):
     run(main())
 
 
+def test_open_soon_opens_a_connection_without_waiting_and_says_how_it_went(kafka_cluster):
+    """``open_soon`` (the producer's way to connect to a leader while its batches wait): one
+    attempt however often asked, ``on_done(True)`` once the connection is ready, at once for
+    one ready already; ``on_done(False)`` for a node it cannot dial, the failure recorded."""
+
+    async def main():
+        client = ClusterClient(
+            {"bootstrap.servers": kafka_cluster.bootstrap_servers, "connections.max.idle.ms": 1000}
+        )
+        md = await started(client, 30)
+        try:
+            node = next(iter(md.brokers))
+            deadline = time.monotonic() + 10  # (idle: closed after 1 s)
+            while client.ready_connection(node) is not None and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert client.ready_connection(node) is None
+            told: list[bool] = []
+            client.open_soon(node, told.append)
+            client.open_soon(node, told.append)
+            assert told == []  # not waited for
+            while len(told) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert told == [True, True]
+            assert client.ready_connection(node) is not None
+            assert client.last_failure(node) is None
+            client.open_soon(node, told.append)  # ready already
+            await asyncio.sleep(0)
+            assert told == [True, True, True]
+            unknown: list[bool] = []
+            client.open_soon(999, unknown.append)  # not in the metadata
+            while not unknown and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert unknown == [False]
+        finally:
+            await client.close()
+        with pytest.raises(KcoreError, match="closed"):
+            client.open_soon(node, told.append)
+
+    run(main())
+
+
 def test_every_dns_address_of_a_name_is_tried(kafka_cluster, monkeypatch):
     """``client.dns.lookup=use_all_dns_ips``: a name with several addresses, the first dead
     (127.0.0.2: loopback, but nothing listens there), still connects. DNS is the one thing

@@ -639,13 +639,15 @@ def test_no_request_is_sent_at_once_while_a_task_of_its_node_is_out() -> None:
 def test_batches_wait_for_their_leader_s_connection_and_go_once_it_opens() -> None:
     """As Java's sender, a batch is taken only for a leader connected now: until then it waits
     in the accumulator (where a new leader named by fresh metadata gets it), the connection is
-    opened once however often the sender looks, and its opening wakes the sender."""
+    opened once however often the sender looks, its opening wakes the sender, and a failed
+    attempt asks for fresh metadata when the next one starts."""
     import asyncio
 
     acc = _accumulator()
     opening: list[tuple[int, Any]] = []
     sent: list[Any] = []
     leader = {"node": 1}
+    updates: list[int] = []
 
     class Cluster(_Cluster):
         metadata = SimpleNamespace(
@@ -653,12 +655,17 @@ def test_batches_wait_for_their_leader_s_connection_and_go_once_it_opens() -> No
             partition=lambda topic, partition: None,
             leader_for=lambda topic, partition: SimpleNamespace(node_id=leader["node"]),
         )
+        cache = SimpleNamespace(request_update=lambda: updates.append(1))
 
         def __init__(self) -> None:
             self.ready: set[int] = set()
+            self.failures: dict[int, BaseException] = {}
 
         def is_blacked_out(self, node: int) -> bool:
             return False
+
+        def last_failure(self, node: int) -> BaseException | None:
+            return self.failures.get(node)
 
         def touch_topic(self, topic: str, now: float) -> None:
             pass
@@ -687,10 +694,12 @@ def test_batches_wait_for_their_leader_s_connection_and_go_once_it_opens() -> No
         acc.append(P1, None, b"a", 0, None, 1.0)
         for _ in range(3):
             assert _drain(acc) == []  # node 1 is not connected: the batch stays
-        assert [node for node, _ in opening] == [1]  # one attempt, however often asked
+        assert [node for node, _ in opening] == [1] and updates == []  # one attempt
+        cluster.failures[1] = BrokerConnectionError("node 1", "connect", "timed out")
         opening[0][1](False)  # it failed: nothing wakes the sender, the next look tries again
         assert not sender._wakeup.is_set()
         assert _drain(acc) == [] and [node for node, _ in opening] == [1, 1]
+        assert updates == [1]  # the leader may have moved: fresh metadata is asked for
         leader["node"] = 2  # fresh metadata names another leader, connected already
         cluster.ready.add(2)
         (batch,) = _drain(acc)
@@ -700,6 +709,43 @@ def test_batches_wait_for_their_leader_s_connection_and_go_once_it_opens() -> No
         assert sender._wakeup.is_set()
 
     asyncio.run(main())
+
+
+def test_a_leader_whose_connection_fails_for_good_gets_its_batches_to_fail_with_it() -> None:
+    """A failure trying again will not mend (credentials refused, say) does not keep batches
+    waiting out delivery.timeout.ms: they are taken, and the request's own attempt to connect
+    fails them with it. Refused or timed-out connections keep them waiting."""
+    from kcore.errors import SaslAuthenticationFailedError
+    from kcore.producer.sender import _fails_for_good
+
+    assert _fails_for_good(SaslAuthenticationFailedError("refused"))
+    assert _fails_for_good(ValueError("a SASL callback's own bug"))
+    assert not _fails_for_good(None)
+    assert not _fails_for_good(BrokerConnectionError("node 1", "connect", "refused"))
+    assert not _fails_for_good(KcoreTimeoutError("setup timed out"))
+    assert not _fails_for_good(NotLeaderOrFollowerError())
+
+    acc = _accumulator()
+
+    class Cluster(_Cluster):
+        metadata = SimpleNamespace(
+            topics={},
+            partition=lambda topic, partition: None,
+            leader_for=lambda topic, partition: SimpleNamespace(node_id=1),
+        )
+
+        def is_blacked_out(self, node: int) -> bool:
+            return True
+
+        def last_failure(self, node: int) -> BaseException | None:
+            return SaslAuthenticationFailedError("refused")
+
+        def ready_connection(self, node: int) -> Any:
+            return None
+
+    sender = _sender(Cluster(), acc, idempotent=False)
+    acc.append(P1, None, b"a", 0, None, 1.0)
+    assert len(acc.drain(time.monotonic() + 1, sender._sendable)) == 1
 
 
 def test_a_batch_expiring_while_its_leader_cannot_be_reached_says_so() -> None:

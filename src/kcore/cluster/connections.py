@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from kcore.cluster.metadata import BrokerInfo, MetadataCache
-from kcore.errors import BrokerConnectionError, KafkaError
+from kcore.errors import BrokerConnectionError
 from kcore.metrics import ConnectionCounters
 from kcore.network.address import address_problem, format_address
 from kcore.network.backoff import ExponentialBackoff
@@ -228,7 +228,7 @@ class ConnectionPool:
         )
         try:
             await conn.open()
-        except (BrokerConnectionError, KafkaError) as exc:
+        except Exception as exc:  # (a SASL callback's own error too: backed off, recorded)
             if counters is not None:
                 counters.set_state("DOWN")
             state.failures += 1

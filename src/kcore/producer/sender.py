@@ -67,6 +67,15 @@ TOPIC_ID_VERSION = 13  # Produce v13 names topics by id
 EXPIRY_CHECK_S = 0.05  # how often waiting batches are checked against delivery.timeout.ms
 
 
+def _fails_for_good(failure: BaseException | None) -> bool:
+    """Whether a connection failure is one that trying again will not mend (a broken or
+    refused connection and a timeout may be mended; a non-retriable Kafka error, or a bug,
+    is not)."""
+    if failure is None or isinstance(failure, BrokerConnectionError | KcoreTimeoutError):
+        return False
+    return not (isinstance(failure, KafkaError) and failure.retriable)
+
+
 class Sender:
     def __init__(
         self,
@@ -336,8 +345,6 @@ class Sender:
             self.cluster.add_topics([tp.topic])
             self.cluster.cache.request_update()
             return False
-        if self.cluster.is_blacked_out(leader.node_id):
-            return False
         # (may_send first: it registers a transaction's new partition, which can go on while
         # the node is busy.)
         if self.txn is not None and not self.txn.may_send(tp):
@@ -346,11 +353,16 @@ class Sender:
         if self._node_requests.get(node, 0) >= self.max_in_flight:
             self._held_for_event = True  # an answer wakes the sender: no need to poll
             return False
-        if self.cluster.ready_connection(node) is None:
+        if self.cluster.is_blacked_out(node) or self.cluster.ready_connection(node) is None:
             # As Java's sender, batches are taken only for a leader connected now: taken for one
             # being connected to, they would wait for that connection (up to
             # socket.connection.setup.timeout.ms, to a leader that went away) instead of going
             # to the leader the next metadata names.
+            if _fails_for_good(self.cluster.last_failure(node)):
+                # Rejected credentials, say: the request task meets it again (after the
+                # backoff) and fails the batch with it, rather than it waiting out
+                # delivery.timeout.ms.
+                return True
             self._await_connection(node)
             return False
         return True
@@ -362,6 +374,10 @@ class Sender:
         if node in self._awaited_connections:
             return
         self._awaited_connections.add(node)
+        if self.cluster.last_failure(node) is not None:
+            # Its last connection failed: the leader may have moved (an attempt to one cut off
+            # lasts up to the setup timeout, and nothing else would ask meanwhile).
+            self.cluster.cache.request_update()
 
         def done(opened: bool) -> None:
             self._awaited_connections.discard(node)
