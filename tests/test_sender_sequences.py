@@ -716,14 +716,14 @@ def test_a_leader_whose_connection_fails_for_good_gets_its_batches_to_fail_with_
     waiting out delivery.timeout.ms: they are taken, and the request's own attempt to connect
     fails them with it. Refused or timed-out connections keep them waiting."""
     from kcore.errors import SaslAuthenticationFailedError
-    from kcore.producer.sender import _fails_for_good
+    from kcore.network.retry import is_retriable
 
-    assert _fails_for_good(SaslAuthenticationFailedError("refused"))
-    assert _fails_for_good(ValueError("a SASL callback's own bug"))
-    assert not _fails_for_good(None)
-    assert not _fails_for_good(BrokerConnectionError("node 1", "connect", "refused"))
-    assert not _fails_for_good(KcoreTimeoutError("setup timed out"))
-    assert not _fails_for_good(NotLeaderOrFollowerError())
+    # (the classification the sender asks of a connection's last failure)
+    assert not is_retriable(SaslAuthenticationFailedError("refused"))
+    assert not is_retriable(ValueError("a SASL callback's own bug"))
+    assert is_retriable(BrokerConnectionError("node 1", "connect", "refused"))
+    assert is_retriable(KcoreTimeoutError("setup timed out"))
+    assert is_retriable(NotLeaderOrFollowerError())
 
     acc = _accumulator()
 

@@ -67,15 +67,6 @@ TOPIC_ID_VERSION = 13  # Produce v13 names topics by id
 EXPIRY_CHECK_S = 0.05  # how often waiting batches are checked against delivery.timeout.ms
 
 
-def _fails_for_good(failure: BaseException | None) -> bool:
-    """Whether a connection failure is one that trying again will not mend (a broken or
-    refused connection and a timeout may be mended; a non-retriable Kafka error, or a bug,
-    is not)."""
-    if failure is None or isinstance(failure, BrokerConnectionError | KcoreTimeoutError):
-        return False
-    return not (isinstance(failure, KafkaError) and failure.retriable)
-
-
 class Sender:
     def __init__(
         self,
@@ -358,23 +349,24 @@ class Sender:
             # being connected to, they would wait for that connection (up to
             # socket.connection.setup.timeout.ms, to a leader that went away) instead of going
             # to the leader the next metadata names.
-            if _fails_for_good(self.cluster.last_failure(node)):
+            failure = self.cluster.last_failure(node)
+            if failure is not None and not is_retriable(failure):
                 # Rejected credentials, say: the request task meets it again (after the
                 # backoff) and fails the batch with it, rather than it waiting out
                 # delivery.timeout.ms.
                 return True
-            self._await_connection(node)
+            self._await_connection(node, failure)
             return False
         return True
 
-    def _await_connection(self, node: int) -> None:
+    def _await_connection(self, node: int, last_failure: BaseException | None) -> None:
         """Open the connection to ``node`` for the batches waiting for it, and drain again
         once it is ready (a failed attempt backs off, and asks for fresh metadata)."""
         self._held_for_event = True
         if node in self._awaited_connections:
             return
         self._awaited_connections.add(node)
-        if self.cluster.last_failure(node) is not None:
+        if last_failure is not None:
             # Its last connection failed: the leader may have moved (an attempt to one cut off
             # lasts up to the setup timeout, and nothing else would ask meanwhile).
             self.cluster.cache.request_update()
