@@ -277,6 +277,7 @@ class SendBatchResult:
 
     def result(self, timeout: float | None = None) -> list[tuple[int, int, int]]:
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._wait_all_or_a_failure(timeout)
         out = []
         for partition, count, r in self._parts:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -292,6 +293,30 @@ class SendBatchResult:
             else:
                 out += [(partition, base, n) for base, n in r.segments()]
         return out
+
+    def _wait_all_or_a_failure(self, timeout: float | None) -> None:
+        """Sleep once until every batch is done or one has failed (or ``timeout``), instead
+        of once a batch: waited in turn, each batch not done yet costs this thread a sleep
+        and the network thread a wake-up of it, thousands a call when the values are large
+        (a batch a record or two). What ``result`` reports is then read in send order."""
+        pending = [r for _, _, r in self._parts if not r.done]
+        if len(pending) < 2:  # (one batch: its own wait is as cheap)
+            return
+        cond = threading.Condition(threading.Lock())
+        state = [len(pending), False]  # batches not done, one failed
+
+        def one_done(r: BatchResult) -> None:
+            with cond:
+                state[0] -= 1
+                if r.error is not None:
+                    state[1] = True
+                if state[0] == 0 or state[1]:
+                    cond.notify()
+
+        for r in pending:
+            r.add_callback(one_done)
+        with cond:
+            cond.wait_for(lambda: state[0] == 0 or state[1], timeout)
 
     def add_done_callback(self, callback: Callable[[BaseException | None], Any]) -> None:
         """Call ``callback(error)`` once every batch is done (on the thread that finished the
