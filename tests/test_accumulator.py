@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kcore.codec import decode_batches
-from kcore.errors import ClusterAuthorizationFailedError, KcoreError
+from kcore.errors import ClusterAuthorizationFailedError, KcoreError, KcoreTimeoutError
 from kcore.producer.accumulator import RecordAccumulator
 from kcore.types import TopicPartition
 
@@ -614,3 +614,49 @@ def test_the_send_path_hands_a_new_batch_to_new_batch_and_everything_else_to_slo
     path.new_batch = lambda *args: None  # e.g. the AsyncProducer's loop short of memory
     path.send("t", b"w", partition=0, timestamp_ms=7)
     assert slow == [("t", b"w", None, 0, 7, None, None)]
+
+
+def test_send_batch_result_sleeps_once_for_all_its_batches() -> None:
+    """``SendBatchResult.result`` waits for thousands of batches (a record or two each when the
+    values are large) with one sleep, not one a batch (each a wake-up from the thread that
+    completes them); what it returns is still in send order, and a failed batch still raises
+    its error once the batches before it are done."""
+    from kcore.producer.results import BatchResult, SendBatchResult
+
+    out = SendBatchResult("t")
+    parts = [BatchResult() for _ in range(2000)]
+    for i, r in enumerate(parts):
+        out.add(i % 6, 1, r)
+
+    def complete_from_the_end() -> None:
+        time.sleep(0.05)  # result() is waiting by now
+        for i, r in reversed(list(enumerate(parts))):
+            r.complete(1000 + i)
+
+    threading.Thread(target=complete_from_the_end).start()
+    assert out.result(10) == [(i % 6, 1000 + i, 1) for i in range(2000)]
+    assert all(r._cond is None for r in parts)  # no batch was waited on by itself
+
+    failing = SendBatchResult("t")
+    first, second = BatchResult(), BatchResult()
+    failing.add(0, 1, first)
+    failing.add(1, 1, second)
+    second.fail(KcoreError("refused"))
+    with pytest.raises(KcoreTimeoutError):  # the first is not done: the wait runs out
+        failing.result(0.2)
+    threading.Timer(0.05, first.complete, args=(5,)).start()
+    with pytest.raises(KcoreError, match="refused"):
+        failing.result(5)
+
+
+def test_an_unpooled_batch_buffer_is_made_for_the_record_it_starts_with() -> None:
+    """Below the pool's batch.size, a batch's buffer starts at 4 KiB and doubles as records
+    come; a record known to be larger (or send_batch's chunk) gets its buffer at that size at
+    once: a 10 KB record's batch holds about 10 KB, not the 16 KiB doubling would reach."""
+    acc = RecordAccumulator(
+        batch_size=16384, linger_s=0.0, buffer_memory=1 << 20, compression="none"
+    )
+    big, _, _ = acc.append(TP, None, b"x" * 10_000, 0, None, 5.0)
+    assert 10_000 < big.builder.capacity < 10_200
+    small, _, _ = acc.append(TopicPartition("t", 1), None, b"y" * 100, 0, None, 5.0)
+    assert small.builder.capacity == 4096

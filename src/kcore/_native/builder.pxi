@@ -27,20 +27,29 @@ DEF COL_FIXED = 4     # numpy fixed-width bytes ('S'): trailing NULs dropped, as
 # Column (one column append_many reads) and HeaderColumns are declared in _codec.pxd.
 
 
+# Four are made per append_many call (a chunk of send_batch): untracked by the collector (only
+# the call's locals refer to one, so it is in no cycle) and its list made only when a view is
+# kept, they add nothing to what triggers a collection.
+@cython.no_gc
+@cython.freelist(8)
 cdef class _ColumnHolder:
     """Keeps the Python objects and buffers a Column points into alive for one call."""
     cdef object seq
     cdef list views
 
-    def __cinit__(self):
-        self.views = []
+    cdef int keep(self, object view) except -1:
+        if self.views is None:
+            self.views = [view]
+        else:
+            self.views.append(view)
+        return 0
 
 
 cdef object _buffer_of(object buf, _ColumnHolder holder):
     if buf is None:
         return None
     mv = memoryview(buf)
-    holder.views.append(mv)
+    holder.keep(mv)
     return mv
 
 
@@ -69,7 +78,7 @@ cdef int column_open(object values, Column* col, _ColumnHolder holder) except -1
             col.kind = COL_ARROW64
         else:
             raise TypeError(f"append_many takes binary or string arrays, not {type_name}")
-        holder.views.append(values)
+        holder.keep(values)
         validity, offsets, data = values.buffers()[:3]
         col.length = len(values)
         col.array_offset = values.offset
@@ -129,7 +138,7 @@ cdef int header_columns_open(object headers, Py_ssize_t n, HeaderColumns* hc,
     entries = headers.values  # the whole child: the list offsets index into it
     if not str(entries.type).startswith("struct<") or entries.type.num_fields != 2:
         raise TypeError(f"header entries must be struct<key, value>, not {entries.type}")
-    kh.views.append(headers)
+    kh.keep(headers)
     validity, offsets = headers.buffers()[:2]
     hc.array_offset = headers.offset
     hc.validity = NULL

@@ -209,9 +209,11 @@ class RecordAccumulator:
                 pool=self._pool,
                 # What was reserved, exactly (a large record's batch is larger than capacity;
                 # a buffer.memory below it, smaller): the buffer never outgrows its count.
+                # Without the pool, what is known to come (a large record, send_batch's chunk)
+                # is made at once, not by doubling from the builder's 4 KiB start.
                 capacity=min(max(self._capacity, estimate + BATCH_HEADER), reserved)
                 if self._pool is not None
-                else 0,
+                else min(estimate + BATCH_HEADER, reserved),
                 max_capacity=reserved,
             )
         except BaseException:  # (MemoryError, an interrupt): the reservation goes back
