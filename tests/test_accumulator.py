@@ -660,3 +660,47 @@ def test_an_unpooled_batch_buffer_is_made_for_the_record_it_starts_with() -> Non
     assert 10_000 < big.builder.capacity < 10_200
     small, _, _ = acc.append(TopicPartition("t", 1), None, b"y" * 100, 0, None, 5.0)
     assert small.builder.capacity == 4096
+
+
+def test_an_awaited_send_batch_result_resumes_once_for_all_its_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``await send_batch(...)``'s result registers one countdown, not a waiter per batch that
+    resumes the awaiting task once a batch; it returns in send order, and a failed batch
+    raises its error once every batch is done."""
+    import asyncio
+
+    from kcore.producer.results import BatchResult, SendBatchResult
+
+    async def run(out: SendBatchResult, parts: list[BatchResult], fail_at: int = -1) -> list:
+        loop = asyncio.get_running_loop()
+
+        def complete_from_the_end() -> None:
+            for i, r in reversed(list(enumerate(parts))):
+                if i == fail_at:
+                    r.fail(KcoreError("refused"))
+                else:
+                    r.complete(1000 + i)
+
+        loop.call_later(0.02, complete_from_the_end)
+        return await out
+
+    watched = []  # what waited on a batch of its own (one resumption each)
+    watch = BatchResult.watch
+    monkeypatch.setattr(
+        BatchResult, "watch", lambda self, *a, **k: watched.append(self) or watch(self, *a, **k)
+    )
+    parts = [BatchResult() for _ in range(500)]
+    out = SendBatchResult("t")
+    for i, r in enumerate(parts):
+        out.add(i % 6, 1, r)
+    assert asyncio.run(run(out, parts)) == [(i % 6, 1000 + i, 1) for i in range(500)]
+    assert watched == []
+
+    parts = [BatchResult() for _ in range(3)]
+    failing = SendBatchResult("t")
+    for i, r in enumerate(parts):
+        failing.add(i, 1, r)
+    with pytest.raises(KcoreError, match="refused"):
+        asyncio.run(run(failing, parts, fail_at=1))
+    assert all(r.done for r in parts)

@@ -7,7 +7,6 @@ import asyncio
 import inspect
 import logging
 import math
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
@@ -38,7 +37,13 @@ from kcore.producer.accumulator import (
 )
 from kcore.producer.columns import ColumnAppender
 from kcore.producer.idempotence import IdempotenceState
-from kcore.producer.results import BatchResult, DeliveryFuture, RecordMetadata, SendBatchResult
+from kcore.producer.results import (
+    BatchResult,
+    DeliveryFuture,
+    RecordMetadata,
+    SendBatchResult,
+    all_done,
+)
 from kcore.producer.sender import Sender
 from kcore.producer.statistics import ProducerStatistics
 from kcore.producer.tracing import traced_send, traced_send_batch
@@ -293,7 +298,7 @@ class ProducerCore:
         left = [len(pending)]
         try:
             try:
-                await asyncio.wait_for(_all_done(pending, left), timeout)
+                await asyncio.wait_for(all_done(pending, left), timeout)
             except asyncio.TimeoutError:
                 raise KcoreTimeoutError(
                     f"flush: {left[0]} batch(es) still undelivered after {timeout:g}s"
@@ -673,7 +678,7 @@ class ProducerCore:
         async def abort() -> None:
             while self.accumulator.has_pending():  # (in flight: waited for, not cut off)
                 pending = self.accumulator.pending_results()
-                await _all_done(pending, [len(pending)])
+                await all_done(pending, [len(pending)])
             await requests.end(commit=False)
 
         await self._bounded("abort_transaction", abort(), timeout)
@@ -758,30 +763,6 @@ class ProducerCore:
         except KcoreTimeoutError as exc:
             self._failed_in_transaction(exc)
             raise
-
-
-async def _all_done(pending: list[Any], left: list[int]) -> None:
-    """Until every result in ``pending`` is done (``left[0]``: how many are not yet)."""
-    loop = asyncio.get_running_loop()
-    loop_thread = threading.get_ident()
-    all_done = loop.create_future()
-
-    def one_done(_result: Any) -> None:
-        left[0] -= 1
-        if left[0] == 0 and not all_done.done():
-            all_done.set_result(None)
-
-    def on_done(result: Any) -> None:
-        # Results complete on the sender's thread, this loop's, but for a few failed from
-        # another: a self-pipe write for each of thousands of batches is what that saves.
-        if threading.get_ident() == loop_thread:
-            one_done(result)
-        else:
-            loop.call_soon_threadsafe(one_done, result)
-
-    for result in pending:
-        result.add_callback(on_done)
-    await all_done
 
 
 def _check_payload(name: str, data: Any) -> None:

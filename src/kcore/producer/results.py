@@ -338,16 +338,43 @@ class SendBatchResult:
             r.add_callback(one_done)
 
     def __await__(self) -> Generator[Any, None, list[tuple[int, int, int]]]:
-        """``await result`` (AsyncProducer): ``result()`` without blocking the event loop."""
-        loop = asyncio.get_running_loop()
-        for _, _, r in self._parts:
-            waiter: asyncio.Future[None] = loop.create_future()
-            if r.watch(loop, waiter):
-                yield from waiter.__await__()
+        """``await result`` (AsyncProducer): ``result()`` without blocking the event loop,
+        resumed once when every batch is done (not once a batch)."""
+        pending = [r for _, _, r in self._parts if not r.done]
+        if pending:
+            yield from all_done(pending, [len(pending)]).__await__()
         return self.result(0)
 
     def __len__(self) -> int:
         return sum(c for _, c, _ in self._parts)
+
+
+async def all_done(pending: list[BatchResult], left: list[int]) -> None:
+    """Until every result in ``pending`` (not empty) is done (``left[0]``: how many are not
+    yet), on the running loop: one resumption for all of them."""
+    loop = asyncio.get_running_loop()
+    loop_thread = threading.get_ident()
+    finished = loop.create_future()
+
+    def one_done(_result: BatchResult) -> None:
+        left[0] -= 1
+        if left[0] == 0 and not finished.done():
+            finished.set_result(None)
+
+    def on_done(result: BatchResult) -> None:
+        # Results complete on the sender's thread, this loop's, but for a few failed from
+        # another: a self-pipe write for each of thousands of batches is what that saves.
+        if threading.get_ident() == loop_thread:
+            one_done(result)
+        else:
+            try:
+                loop.call_soon_threadsafe(one_done, result)
+            except RuntimeError:  # the loop is closed: nothing waits there any more
+                pass
+
+    for result in pending:
+        result.add_callback(on_done)
+    await finished
 
 
 def _wake(waiter: Any) -> None:
