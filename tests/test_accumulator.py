@@ -633,19 +633,35 @@ def test_send_batch_result_sleeps_once_for_all_its_batches() -> None:
         for i, r in reversed(list(enumerate(parts))):
             r.complete(1000 + i)
 
+    for _ in range(3):  # a caller polling: one countdown, registered once
+        with pytest.raises(KcoreTimeoutError):
+            out.result(0.001)
+    assert all(len(r._callbacks or ()) == 1 for r in parts)
     threading.Thread(target=complete_from_the_end).start()
     assert out.result(10) == [(i % 6, 1000 + i, 1) for i in range(2000)]
     assert all(r._cond is None for r in parts)  # no batch was waited on by itself
 
+    # A batch failed before anything waited: the earlier ones are still waited for.
     failing = SendBatchResult("t")
-    first, second = BatchResult(), BatchResult()
-    failing.add(0, 1, first)
-    failing.add(1, 1, second)
+    first, second, third, fourth = (BatchResult() for _ in range(4))
+    for i, r in enumerate((first, second, third, fourth)):
+        failing.add(i, 1, r)
     second.fail(KcoreError("refused"))
     with pytest.raises(KcoreTimeoutError):  # the first is not done: the wait runs out
-        failing.result(0.2)
+        failing.result(0.1)
     threading.Timer(0.05, first.complete, args=(5,)).start()
     with pytest.raises(KcoreError, match="refused"):
+        failing.result(5)
+
+    # A batch fails while the caller sleeps: it wakes, and raises once those before are done.
+    failing = SendBatchResult("t")
+    first, second, third = (BatchResult() for _ in range(3))
+    for i, r in enumerate((first, second, third)):
+        failing.add(i, 1, r)
+    threading.Timer(0.05, third.fail, args=(KcoreError("too large"),)).start()
+    threading.Timer(0.2, first.complete, args=(5,)).start()
+    threading.Timer(0.25, second.complete, args=(6,)).start()
+    with pytest.raises(KcoreError, match="too large"):
         failing.result(5)
 
 

@@ -257,17 +257,42 @@ class BatchResult:
             result, index = result._part_of(index)  # split meanwhile: follow the record
 
 
+class _Countdown:
+    """Batches not done yet, told by their completion callbacks; one thread sleep for all."""
+
+    __slots__ = ("_cond", "_left", "_failed")
+
+    def __init__(self, left: int) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._left = left
+        self._failed = False
+
+    def one_done(self, result: BatchResult) -> None:
+        with self._cond:
+            self._left -= 1
+            if result.error is not None:
+                self._failed = True
+            if self._left == 0 or self._failed:
+                self._cond.notify_all()
+
+    def wait(self, timeout: float | None) -> bool:
+        """Until every batch is done or one has failed (True), or ``timeout`` (False)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._left == 0 or self._failed, timeout)
+
+
 class SendBatchResult:
     """What ``send_batch`` returns: the batches the records went into. ``result(timeout)``
     waits for all and returns ``[(partition, base_offset, count), ...]`` in send order of the
     chunks (a chunk the broker found too large for one batch, split and sent in parts, gives an
     entry per part); raises the first delivery error."""
 
-    __slots__ = ("topic", "_parts")
+    __slots__ = ("topic", "_parts", "_countdown")
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self._parts: list[tuple[int, int, BatchResult]] = []  # partition, count, result
+        self._countdown: _Countdown | None = None  # made at the first wait that needs one
 
     def add(self, partition: int, count: int, result: BatchResult) -> None:
         self._parts.append((partition, count, result))
@@ -277,11 +302,11 @@ class SendBatchResult:
 
     def result(self, timeout: float | None = None) -> list[tuple[int, int, int]]:
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._wait_all_or_a_failure(timeout)
         out = []
+        all_done = self._wait_all_or_a_failure(timeout)
         for partition, count, r in self._parts:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not r.wait(left):
+            if not (all_done and r.wait(left)):
                 raise KcoreTimeoutError(
                     f"records to {self.topic} not delivered within {timeout:g}s"
                 )
@@ -294,29 +319,23 @@ class SendBatchResult:
                 out += [(partition, base, n) for base, n in r.segments()]
         return out
 
-    def _wait_all_or_a_failure(self, timeout: float | None) -> None:
+    def _wait_all_or_a_failure(self, timeout: float | None) -> bool:
         """Sleep once until every batch is done or one has failed (or ``timeout``), instead
         of once a batch: waited in turn, each batch not done yet costs this thread a sleep
         and the network thread a wake-up of it, thousands a call when the values are large
-        (a batch a record or two). What ``result`` reports is then read in send order."""
-        pending = [r for _, _, r in self._parts if not r.done]
-        if len(pending) < 2:  # (one batch: its own wait is as cheap)
-            return
-        cond = threading.Condition(threading.Lock())
-        state = [len(pending), False]  # batches not done, one failed
-
-        def one_done(r: BatchResult) -> None:
-            with cond:
-                state[0] -= 1
-                if r.error is not None:
-                    state[1] = True
-                if state[0] == 0 or state[1]:
-                    cond.notify()
-
-        for r in pending:
-            r.add_callback(one_done)
-        with cond:
-            cond.wait_for(lambda: state[0] == 0 or state[1], timeout)
+        (a batch a record or two). What ``result`` reports is then read in send order. The
+        countdown is registered once: a caller polling with short timeouts adds nothing."""
+        countdown = self._countdown
+        if countdown is None:
+            pending = [r for _, _, r in self._parts if not r.done]
+            if len(pending) < 2 or any(r.error is not None for _, _, r in self._parts):
+                # One batch: its own wait is as cheap. One failed already: the batches
+                # before it are waited for in turn, as a failure found later would be.
+                return True
+            countdown = self._countdown = _Countdown(len(pending))
+            for r in pending:
+                r.add_callback(countdown.one_done)
+        return countdown.wait(timeout)
 
     def add_done_callback(self, callback: Callable[[BaseException | None], Any]) -> None:
         """Call ``callback(error)`` once every batch is done (on the thread that finished the
