@@ -303,10 +303,10 @@ class SendBatchResult:
     def result(self, timeout: float | None = None) -> list[tuple[int, int, int]]:
         deadline = None if timeout is None else time.monotonic() + timeout
         out = []
-        all_done = self._wait_all_or_a_failure(timeout)
+        settled = self._wait_all_or_a_failure(timeout)  # False: the time ran out
         for partition, count, r in self._parts:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not (all_done and r.wait(left)):
+            if not (settled and r.wait(left)):
                 raise KcoreTimeoutError(
                     f"records to {self.topic} not delivered within {timeout:g}s"
                 )
