@@ -10,6 +10,8 @@ import socket
 import struct
 import threading
 import uuid
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -203,6 +205,40 @@ def test_fetch_response_leader_hints_by_topic_id():
     assert apply_leader_hints(cache, response) == 1
     assert cache.current.partition("t", 0).leader == 3
     assert cache.current.partition("t", 0).leader_epoch == 9
+
+
+def test_an_answer_without_hints_looks_up_no_topic_names():
+    """Produce v13 and Fetch name topics by id: the id is looked up among the cache's topics
+    only for a topic with a leader hint, and most answers carry none."""
+
+    class Cache:
+        def __init__(self) -> None:
+            self.lookups = 0
+
+        @property
+        def current(self) -> Any:
+            self.lookups += 1
+            return SimpleNamespace(topics={"t": SimpleNamespace(topic_id=TOPIC_ID)})
+
+        def update_leader(self, *args: Any) -> bool:
+            return True
+
+    def answer(leader_id: int) -> FetchResponse:
+        part = PartitionData(
+            partition_index=0, current_leader=FetchLeader(leader_id=leader_id, leader_epoch=9)
+        )
+        return FetchResponse(
+            responses=[
+                FetchableTopicResponse(topic_id=TOPIC_ID, partitions=[part, part]),
+                FetchableTopicResponse(topic_id=TOPIC_ID, partitions=[part]),
+            ]
+        )
+
+    cache = Cache()
+    assert apply_leader_hints(cache, answer(-1)) == 0  # type: ignore[arg-type]
+    assert cache.lookups == 0
+    assert apply_leader_hints(cache, answer(3)) == 3  # type: ignore[arg-type]
+    assert cache.lookups == 1  # (once an answer)
 
 
 def test_hint_for_an_unknown_broker_requests_a_refresh():

@@ -207,7 +207,9 @@ def test_a_request_sent_at_once_is_settled_by_its_answer_or_failed_by_close() ->
         metadata = SimpleNamespace(topics={}, partition=lambda topic, partition: None)
 
         def ready_connection(self, node: int) -> Any:
-            return SimpleNamespace(version_for=_Connection.version_for, can_send_now=lambda: True)
+            return SimpleNamespace(
+                version_for=_Connection.version_for, api_versions={}, can_send_now=lambda: True
+            )
 
         def send_now(
             self, conn: Any, node: int, request: Any, version: int, on_answer: Any
@@ -253,6 +255,8 @@ def test_a_request_sent_at_once_is_settled_by_its_answer_or_failed_by_close() ->
 
 class _Connection:
     """A broker connection that speaks Produce v9."""
+
+    api_versions: dict[int, tuple[int, int]] = {}
 
     @staticmethod
     def version_for(api: int, **limits: int) -> int:
@@ -519,6 +523,7 @@ def test_batches_wait_while_the_node_has_max_in_flight_requests_then_go_together
     class Cluster:
         metadata = SimpleNamespace(
             topics={},
+            brokers={1: None},
             partition=lambda topic, partition: None,
             leader_for=lambda topic, partition: SimpleNamespace(node_id=1),
         )
@@ -536,12 +541,16 @@ def test_batches_wait_while_the_node_has_max_in_flight_requests_then_go_together
             return _Connection()
 
         async def send_on(self, conn: Any, node: int, request: Any, version: int) -> None:
+            assert sender._every_node_busy()  # its one broker has its one request out
             sent.append(sorted(p.index for t in request.topic_data for p in t.partition_data))
             gate = asyncio.get_running_loop().create_future()
             gates.append(gate)
             await gate  # answered when the test says so (acks=0: no body)
 
+    sender: Sender
+
     async def main() -> None:
+        nonlocal sender
         sender = Sender(
             Cluster(),  # type: ignore[arg-type]
             acc,
@@ -551,6 +560,7 @@ def test_batches_wait_while_the_node_has_max_in_flight_requests_then_go_together
             idempotent=False,
             max_in_flight=1,
         )
+        assert not sender._every_node_busy()
 
         async def step() -> None:
             batches = acc.drain(time.monotonic() + 1, sender._sendable)
@@ -574,8 +584,41 @@ def test_batches_wait_while_the_node_has_max_in_flight_requests_then_go_together
         gates[1].set_result(None)
         await step()
         assert sender._node_requests[1] == 0 and not acc.has_pending()
+        assert not sender._every_node_busy()
 
     asyncio.run(main())
+
+
+def test_the_produce_version_is_chosen_again_for_a_new_connection_or_new_versions() -> None:
+    """A producer outside a transaction keeps the Produce version it chose while the
+    connection and its negotiated versions are the same objects; a new connection, or
+    versions negotiated again, are asked again; a transaction's limits are applied each time."""
+    from kcore.protocol import ApiKey
+
+    PRODUCE = ApiKey.PRODUCE
+    asked: list[dict[str, Any]] = []
+
+    class Conn:
+        def __init__(self, versions: dict[int, tuple[int, int]]) -> None:
+            self.api_versions = versions
+
+        def version_for(self, api: int, **limits: Any) -> int:
+            asked.append(limits)
+            return self.api_versions[api][1]
+
+    sender = _sender(_Cluster(), _accumulator(), idempotent=False)
+    first = Conn({PRODUCE: (0, 11)})
+    assert [sender._produce_version(first) for _ in range(3)] == [11, 11, 11]
+    assert len(asked) == 1
+    first.api_versions = {PRODUCE: (0, 12)}  # negotiated again (a new ApiVersions answer)
+    assert sender._produce_version(first) == 12 and len(asked) == 2
+    second = Conn({PRODUCE: (0, 13)})
+    assert sender._produce_version(second) == 13 and len(asked) == 3
+    assert sender._produce_version(first) == 12 and len(asked) == 4
+
+    sender.txn = SimpleNamespace(produce_versions={"max_version": 12})  # type: ignore[assignment]
+    assert sender._produce_version(second) == 13 and sender._produce_version(second) == 13
+    assert asked[-2:] == [{"max_version": 12}] * 2
 
 
 def test_no_request_is_sent_at_once_while_a_task_of_its_node_is_out() -> None:
@@ -598,7 +641,9 @@ def test_no_request_is_sent_at_once_while_a_task_of_its_node_is_out() -> None:
         def ready_connection(self, node: int) -> Any:
             if not self.ready:
                 return None
-            return SimpleNamespace(version_for=_Connection.version_for, can_send_now=lambda: True)
+            return SimpleNamespace(
+                version_for=_Connection.version_for, api_versions={}, can_send_now=lambda: True
+            )
 
         async def connection(self, node: int) -> Any:
             await self.gate.wait()
@@ -673,7 +718,9 @@ def test_batches_wait_for_their_leader_s_connection_and_go_once_it_opens() -> No
         def ready_connection(self, node: int) -> Any:
             if node not in self.ready:
                 return None
-            return SimpleNamespace(version_for=_Connection.version_for, can_send_now=lambda: True)
+            return SimpleNamespace(
+                version_for=_Connection.version_for, api_versions={}, can_send_now=lambda: True
+            )
 
         def open_soon(self, node: int, on_done: Any) -> None:
             opening.append((node, on_done))

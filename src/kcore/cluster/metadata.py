@@ -493,21 +493,25 @@ def apply_leader_hints(cache: MetadataCache, response: Any) -> int:
     names_by_id: dict[Any, str] | None = None
     applied = 0
     for topic in response.responses:
-        name = getattr(topic, "name", None) or getattr(topic, "topic", None)
-        if not name and getattr(topic, "topic_id", None) is not None:
-            if names_by_id is None:
-                topics = cache.current.topics
-                names_by_id = {t.topic_id: n for n, t in topics.items() if t.topic_id}
-            name = names_by_id.get(topic.topic_id)
-        if not name:
-            continue
         partitions = getattr(topic, "partition_responses", None)
         if partitions is None:
             partitions = topic.partitions
+        # The topic's name is looked up at its first hint: most answers carry none.
+        name: str | None = None
         for p in partitions:
             leader = getattr(p, "current_leader", None)
             if leader is None or leader.leader_id < 0:
                 continue
+            if name is None:
+                name = getattr(topic, "name", None) or getattr(topic, "topic", None)
+                if not name and getattr(topic, "topic_id", None) is not None:
+                    if names_by_id is None:
+                        topics = cache.current.topics
+                        names_by_id = {t.topic_id: n for n, t in topics.items() if t.topic_id}
+                    name = names_by_id.get(topic.topic_id)
+                name = name or ""
+            if not name:
+                break
             index = p.index if hasattr(p, "index") else p.partition_index
             if cache.update_leader(name, index, leader.leader_id, leader.leader_epoch, brokers):
                 applied += 1

@@ -104,6 +104,9 @@ class Sender:
         # meanwhile instead of one request each queueing for a connection slot.
         self.max_in_flight = max(1, max_in_flight)
         self._node_requests: dict[int, int] = defaultdict(int)
+        # The nodes with max.in.flight requests out, kept with _node_requests: the loop asks
+        # whether every broker is busy at each turn.
+        self._busy_nodes: set[int] = set()
         # Of those, the ones a task sends (see _start_produce), per node.
         self._node_tasks: dict[int, int] = defaultdict(int)
         # The last drain left a batch that an event wakes this loop for: an answer from a node
@@ -122,6 +125,9 @@ class Sender:
         # and sequence, as Java's: renumbered, a batch the broker already wrote (its answer
         # lost) would be written again.
         self._epoch_bump: asyncio.Task[None] | None = None
+        # The Produce version last chosen, with the connection and the broker versions it was
+        # chosen from (a producer outside a transaction asks once a request).
+        self._produce_version_for: tuple[Any, Any, int] | None = None
         # A failure the producer cannot go on from (the epoch bump failed): fails everything.
         self._fatal: BaseException | None = None
         # The last failure of an InitProducerId being retried: what a wait for it names.
@@ -310,12 +316,11 @@ class Sender:
 
     def _every_node_busy(self) -> bool:
         """Whether every broker has max.in.flight requests out (so no batch can go now)."""
-        requests = self._node_requests
-        if len(requests) == 0:
+        busy = self._busy_nodes
+        if not busy:
             return False
         brokers = self.cluster.metadata.brokers
-        limit = self.max_in_flight
-        return bool(brokers) and all(requests.get(node, 0) >= limit for node in brokers)
+        return 0 < len(brokers) <= len(busy) and all(node in busy for node in brokers)
 
     def _sendable(self, tp: TopicPartition, head: ProducerBatch, in_flight: int) -> bool:
         if self._epoch_bump is not None:
@@ -454,7 +459,9 @@ class Sender:
             return batch.builder.size_in_bytes
 
     def _start_produce(self, node: int, batches: list[ProducerBatch]) -> None:
-        self._node_requests[node] += 1
+        requests = self._node_requests[node] = self._node_requests[node] + 1
+        if requests >= self.max_in_flight:
+            self._busy_nodes.add(node)
         # Sent at once only while no task of this node's is out: a task may still be on its
         # way to the connection (opening it, say), and a request sent at once would overtake
         # it, its batches with it.
@@ -476,7 +483,9 @@ class Sender:
         by_task: bool = False,
     ) -> None:
         self._tasks.discard(task)
-        self._node_requests[node] -= 1
+        requests = self._node_requests[node] = self._node_requests[node] - 1
+        if requests < self.max_in_flight:
+            self._busy_nodes.discard(node)
         if by_task:
             self._node_tasks[node] -= 1
         self.wakeup()  # the node can take another request
@@ -539,8 +548,15 @@ class Sender:
         return True
 
     def _produce_version(self, conn: BrokerConnection) -> int:
-        limits = self.txn.produce_versions if self.txn is not None else {}
-        return int(conn.version_for(ApiKey.PRODUCE, **limits))
+        if self.txn is not None:  # (its limits may change: chosen every time)
+            return int(conn.version_for(ApiKey.PRODUCE, **self.txn.produce_versions))
+        last = self._produce_version_for
+        # (a connection's versions are replaced, not changed, when it negotiates again)
+        if last is not None and last[0] is conn and last[1] is conn.api_versions:
+            return last[2]
+        version = int(conn.version_for(ApiKey.PRODUCE))
+        self._produce_version_for = (conn, conn.api_versions, version)
+        return version
 
     def _assign_sequence(self, batch: ProducerBatch) -> None:
         if not self.idempotent:
