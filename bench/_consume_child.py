@@ -3,17 +3,24 @@ its own (so that a round can run another tree's kcore, with ``PYTHONPATH``, besi
 
 ``python bench/_consume_child.py '<json>'`` reads a topic with one client and prints one JSON
 line: ``{"wall_s": ..., "cpu_s": ..., "records": ...}``. The json names ``variant`` (``poll``,
-``poll_arrow``, ``confluent`` or ``floor``), ``bootstrap``, ``topic``, ``partitions``,
-``records`` (N), ``value_size``, the fetch settings (``fetch``: partition_fetch, max_bytes,
-min_bytes, max_wait_ms, poll_records, arrow_records), ``group`` (confluent's group.id) and
-``check`` (kcore's variants: read the topic once more untimed, keeping the values, and compare
-them with ``expected_sha`` - a SHA-256 of the sorted values the parent wrote).
+``poll_arrow``, ``confluent``, ``floor`` or ``fetch_floor``), ``bootstrap``, ``topic``,
+``partitions``, ``records`` (N), ``value_size``, the fetch settings (``fetch``:
+partition_fetch, max_bytes, min_bytes, max_wait_ms, poll_records, arrow_records), ``group``
+(confluent's group.id) and ``check`` (kcore's variants: read the topic once more untimed,
+keeping the values, and compare them with ``expected_sha`` - a SHA-256 of the sorted values
+the parent wrote).
 
 Before the timed part the client reads ``prime`` records with a consumer of its own (imports,
 warm code paths and allocator); the timed part runs from the first poll of a new consumer,
 created, connected and assigned before it, to the N-th record. CPU is ``time.process_time``
-(every thread of this process). ``floor`` times one memcpy (into a buffer written once before)
-and one CRC32C of N x value_size bytes.
+(every thread of this process), ``sys_s`` the part of it spent in the kernel. ``floor`` times
+one memcpy (into a buffer written once before) and one CRC32C of N x value_size bytes.
+``fetch_floor`` adds the broker and the socket to it: the same Fetch requests as a client with
+the same settings makes (every partition in each, from where the last answer ended; one in
+flight), on one connection, each answer read from the socket straight into its frame's buffer,
+then one CRC32C and one memcpy of its record bytes. Nothing is decoded: no record, no value,
+no Python object per batch. No client on this broker and kernel can do less; it reads from
+the bootstrap broker, so it needs a one-node cluster (another leader fails the round).
 """
 
 from __future__ import annotations
@@ -21,11 +28,18 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import resource
+import socket
 import sys
 import time
 from typing import Any
 
 TIMEOUT_S = 300.0
+
+
+def _kernel_s() -> float:
+    """The process's CPU time in the kernel so far (every thread)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 
 
 def _kcore(spec: dict[str, Any]) -> Any:
@@ -144,6 +158,90 @@ def _floor(spec: dict[str, Any]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+# Fetch v12: flexible, topics by name (v13+ names them by id).
+FLOOR_FETCH_VERSION = 12
+
+
+def _fetch_floor(spec: dict[str, Any]) -> tuple[float, float, float, int, dict[int, int]]:
+    """One untimed pass over the topic (as the clients' priming read), then the timed one:
+    wall, CPU and kernel CPU time, the records read and where each partition ended."""
+    from kcore.codec import crc32c, scan_complete_batches
+    from kcore.errors import ErrorCode
+    from kcore.protocol.framing import KafkaProtocol
+    from kcore.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
+
+    fetch, topic, n = spec["fetch"], spec["topic"], spec["records"]
+    host, _, port = spec["bootstrap"].split(",")[0].rpartition(":")
+    sock = socket.create_connection((host.strip("[]"), int(port)), timeout=TIMEOUT_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    proto = KafkaProtocol("kcore-bench-fetch-floor")
+    # Where the record bytes are copied to: one answer's at most, every page written before.
+    copy_to = bytearray(fetch["max_bytes"])
+    copy_to[:] = b"\x01" * len(copy_to)
+
+    def one_pass() -> tuple[int, dict[int, int]]:
+        offsets = dict.fromkeys(range(spec["partitions"]), 0)
+        total = 0
+        deadline = time.monotonic() + TIMEOUT_S
+        while total < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fetch floor: {total} of {n} records")
+            request = FetchRequest(
+                max_wait_ms=fetch["max_wait_ms"],
+                min_bytes=fetch["min_bytes"],
+                max_bytes=fetch["max_bytes"],
+                topics=[
+                    FetchTopic(
+                        topic=topic,
+                        partitions=[
+                            FetchPartition(
+                                partition=p,
+                                fetch_offset=at,
+                                partition_max_bytes=fetch["partition_fetch"],
+                            )
+                            for p, at in offsets.items()
+                        ],
+                    )
+                ],
+            )
+            sock.sendall(proto.send_request(request, FLOOR_FETCH_VERSION)[1])
+            responses: list[Any] = []
+            while not responses:
+                got = sock.recv_into(proto.get_buffer())
+                if not got:
+                    raise ConnectionError("fetch floor: the broker closed the connection")
+                responses = proto.buffer_updated(got)
+            at = 0
+            for answer in responses[0].body.responses:
+                for part in answer.partitions:
+                    if part.error_code != ErrorCode.NONE:
+                        raise RuntimeError(
+                            f"fetch floor: partition {part.partition_index}: "
+                            f"error {ErrorCode(part.error_code).name}"
+                        )
+                    records = part.records
+                    found = scan_complete_batches(records) if records is not None else None
+                    if found is None or found[0] < 0:
+                        continue
+                    end, used = found
+                    view = records[:used]
+                    crc32c(view)
+                    copy_to[at : at + used] = view
+                    at += used
+                    total += end - offsets[part.partition_index]
+                    offsets[part.partition_index] = end
+        return total, offsets
+
+    try:
+        one_pass()
+        wall, cpu, kernel = time.perf_counter(), time.process_time(), _kernel_s()
+        total, ends = one_pass()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        return wall, cpu, _kernel_s() - kernel, total, ends
+    finally:
+        sock.close()
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     variant = spec["variant"]
@@ -151,6 +249,14 @@ def main() -> None:
     if variant == "floor":
         wall, cpu = _floor(spec)
         print(json.dumps({"wall_s": wall, "cpu_s": cpu, "records": n}))
+        return
+    if variant == "fetch_floor":
+        wall, cpu, kernel, got, ends = _fetch_floor(spec)
+        print(
+            json.dumps(
+                {"wall_s": wall, "cpu_s": cpu, "sys_s": kernel, "records": got, "positions": ends}
+            )
+        )
         return
     make = _confluent if variant == "confluent" else _kcore
     if spec.get("check") and variant != "confluent":
@@ -164,16 +270,21 @@ def main() -> None:
             c.close()
     c = make(spec)
     try:
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu, kernel = time.perf_counter(), time.process_time(), _kernel_s()
         got = _read(variant, c, n, spec["fetch"])
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        kernel = _kernel_s() - kernel
         if variant == "confluent":
             ends = {tp.partition: tp.offset for tp in c.position(c.assignment())}
         else:
             ends = {p: c.position((spec["topic"], p)) for p in range(spec["partitions"])}
     finally:
         c.close()
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "records": got, "positions": ends}))
+    print(
+        json.dumps(
+            {"wall_s": wall, "cpu_s": cpu, "sys_s": kernel, "records": got, "positions": ends}
+        )
+    )
 
 
 if __name__ == "__main__":
