@@ -1,16 +1,37 @@
-"""The Spark write's floor: a Python data source that takes the same Arrow batches a
-``format("kcore")`` write task gets and drops them, so a round of it is what Spark costs to
-make the rows and hand them to a Python worker, with no Kafka client at all
-(bench/test_spark_bench.py registers it as ``format("kcore-bench-floor")``)."""
+"""Floors for bench/test_spark_bench.py: a Python data source with no Kafka client at all
+(registered as ``format("kcore-bench-floor")``), so a round of it is what Spark alone costs a
+Python source or sink.
+
+* Write: it takes the same Arrow batches a ``format("kcore")`` write task gets and drops them
+  (what Spark costs to make the rows and hand them to a Python worker).
+* Stream read: it is a streaming source of Kafka's schema whose micro-batches are planned as
+  kcore's (``rows`` in all, ``maxOffsetsPerTrigger`` a batch, split into ``partitions`` input
+  partitions) and whose tasks yield Arrow batches of ``batch_rows`` rows from memory, each
+  with the key and value sizes given (what Spark costs to plan a Python stream's batches, run
+  its tasks and take its Arrow batches in; no fetching, no decoding).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+
+# Kafka's source schema, as format("kcore") and format("kafka") give it.
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
 
 
 @dataclass
@@ -35,10 +56,93 @@ class DroppingWriter(DataSourceArrowWriter):
         pass
 
 
+@dataclass
+class RowRange(InputPartition):
+    partition: int
+    start: int
+    end: int
+
+
+# Per Python worker: the batch a stream task's batches are cut from (made once, reused).
+_template: pa.RecordBatch | None = None
+
+
+def _template_batch(rows: int, key_size: int, value_size: int) -> pa.RecordBatch:
+    global _template
+    if _template is None or _template.num_rows < rows:
+        import numpy as np
+
+        def binary(size: int) -> pa.Array:
+            data = np.random.default_rng(rows).integers(0, 256, rows * size, dtype=np.uint8)
+            offsets = np.arange(0, (rows + 1) * size, size, dtype=np.int32)
+            return pa.Array.from_buffers(
+                pa.binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+            )
+
+        now_us = 1_700_000_000_000_000
+        _template = pa.RecordBatch.from_arrays(
+            [
+                binary(key_size),
+                binary(value_size),
+                pa.array(["floor"] * rows, pa.string()),
+                pa.array(np.zeros(rows, dtype=np.int32)),
+                pa.array(np.arange(rows, dtype=np.int64)),
+                pa.array(np.full(rows, now_us, dtype=np.int64)).cast(pa.timestamp("us", "UTC")),
+                pa.array(np.zeros(rows, dtype=np.int32)),
+            ],
+            names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"],
+        )
+    return _template
+
+
+class FloorStreamReader(DataSourceStreamReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        # (Spark's options: case-insensitive keys)
+        self.rows = int(options["rows"])
+        self.per_trigger = int(options["maxOffsetsPerTrigger"])
+        self.partitions_ = int(options.get("partitions", "8"))
+        self.batch_rows = int(options.get("batch_rows", "8192"))
+        self.key_size = int(options.get("key_size", "16"))
+        self.value_size = int(options.get("value_size", "100"))
+
+    def initialOffset(self) -> dict:
+        return {"rows": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.per_trigger)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        most = limit.max_rows if isinstance(limit, ReadMaxRows) else self.rows
+        return {"rows": min(self.rows, start["rows"] + most)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        first, last, n = start["rows"], end["rows"], self.partitions_
+        bounds = [first + (last - first) * i // n for i in range(n + 1)]
+        return [RowRange(i, bounds[i], bounds[i + 1]) for i in range(n)]
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RowRange)
+        template = _template_batch(self.batch_rows, self.key_size, self.value_size)
+        at = partition.start
+        while at < partition.end:
+            n = min(self.batch_rows, partition.end - at)
+            yield template.slice(0, n)
+            at += n
+
+
 class FloorDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "kcore-bench-floor"
 
+    def schema(self) -> str:
+        return KAFKA_SCHEMA
+
     def writer(self, schema: Any, overwrite: bool) -> DroppingWriter:
         return DroppingWriter(int(self.options["rows"]))
+
+    def streamReader(self, schema: Any) -> FloorStreamReader:
+        return FloorStreamReader(self.options)

@@ -22,7 +22,9 @@ the benchmarks, untimed, kcore's ``Producer.send_batch`` writes ROWS records
   and their way to a Python worker with no Kafka client at all;
 * ``spark:stream``: ``spark.readStream.format(f)`` of the whole topic from ``earliest``,
   ``Trigger.AvailableNow``, ``maxOffsetsPerTrigger`` ROWS / 5 (5 micro-batches), into the
-  ``noop`` sink, with a fresh checkpoint directory each round.
+  ``noop`` sink, with a fresh checkpoint directory each round; and its floor: the same query
+  on a Python streaming source that plans the same micro-batches and yields Arrow batches of
+  Kafka's schema from memory (bench/_spark_floor.py), so what Spark costs any Python stream.
 
 Each benchmark runs one untimed warm-up round (the JVM's JIT, the Python workers and kcore's
 cached clients) and ROUNDS timed rounds (``KCORE_BENCH_SPARK_ROUNDS``, default 3); before the
@@ -498,6 +500,40 @@ def test_batch_write_floor(benchmark: Any, bench: Bench, warm_broker: None) -> N
 @pytest.mark.parametrize("fmt", FORMAT_PARAMS)
 def test_stream_read(benchmark: Any, bench: Bench, checked_reads: None, fmt: str) -> None:
     _info(benchmark, fmt, "stream", "stream read (AvailableNow) -> noop", bench)
+    _stream_rounds(
+        benchmark,
+        bench,
+        lambda: bench.reader(fmt, streaming=True).option("startingOffsets", "earliest"),
+    )
+
+
+@_group("stream")
+def test_stream_read_floor(benchmark: Any, bench: Bench) -> None:
+    """Not a source of Kafka's: the stream's query on a Python streaming source that plans its
+    micro-batches as kcore's and yields Arrow batches of Kafka's schema from memory
+    (bench/_spark_floor.py), so what Spark costs any Python stream, with no client at all."""
+    _info(benchmark, "kcore", "stream", "stream read (AvailableNow) -> noop", bench)
+    benchmark.extra_info.update(
+        key="floor.stream",
+        label="Python streaming source yielding Arrow batches from memory (floor)",
+        impl="floor",
+    )
+    _stream_rounds(
+        benchmark,
+        bench,
+        lambda: (
+            bench.spark.readStream.format(FLOOR_FORMAT)
+            .option("rows", str(ROWS))
+            .option("partitions", str(PARTITIONS))
+            .option("key_size", str(KEY_SIZE))
+            .option("value_size", str(VALUE_SIZE))
+        ),
+    )
+
+
+def _stream_rounds(benchmark: Any, bench: Bench, reader: Callable[[], Any]) -> None:
+    """The stream's rounds: ``reader()``'s stream, ROWS in STREAM_BATCH-row micro-batches
+    (Trigger.AvailableNow), into the noop sink, a fresh checkpoint each round."""
     dirs: list[str] = []
 
     def setup() -> tuple[tuple[str], dict[str, Any]]:
@@ -506,8 +542,7 @@ def test_stream_read(benchmark: Any, bench: Bench, checked_reads: None, fmt: str
 
     def stream(checkpoint: str) -> list[int]:
         query = (
-            bench.reader(fmt, streaming=True)
-            .option("startingOffsets", "earliest")
+            reader()
             .option("maxOffsetsPerTrigger", str(STREAM_BATCH))
             .load()
             .writeStream.format("noop")
