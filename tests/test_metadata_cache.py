@@ -218,9 +218,10 @@ def test_an_answer_without_hints_looks_up_no_topic_names():
         @property
         def current(self) -> Any:
             self.lookups += 1
-            return SimpleNamespace(topics={"t": SimpleNamespace(topic_id=TOPIC_ID)})
+            return SimpleNamespace(topic_names_by_id={TOPIC_ID: "t"})
 
-        def update_leader(self, *args: Any) -> bool:
+        def update_leader(self, topic: str, *args: Any) -> bool:
+            assert topic == "t"
             return True
 
     def answer(leader_id: int) -> FetchResponse:
@@ -238,7 +239,22 @@ def test_an_answer_without_hints_looks_up_no_topic_names():
     assert apply_leader_hints(cache, answer(-1)) == 0  # type: ignore[arg-type]
     assert cache.lookups == 0
     assert apply_leader_hints(cache, answer(3)) == 3  # type: ignore[arg-type]
-    assert cache.lookups == 1  # (once an answer)
+    assert cache.lookups == 2  # (once a topic with hints)
+
+
+def test_topic_names_by_id_are_made_once_a_snapshot():
+    """The id -> name map answers by id are matched through is made once a snapshot of the
+    metadata; a new snapshot (a refresh, a leader hint) has its own."""
+    cache = MetadataCache()
+    cache.update(metadata({0: (1, 5)}, brokers=(1, 2)), all_topics=False)
+    first = cache.current
+    names = first.topic_names_by_id
+    assert names == {TOPIC_ID: "t"} and first.topic_names_by_id is names
+    assert cache.update_leader("t", 0, 2, 6)
+    assert cache.current is not first and cache.current.topic_names_by_id == {TOPIC_ID: "t"}
+    assert cache.current.topic_names_by_id is not names
+    cache.forget(["t"])
+    assert cache.current.topic_names_by_id == {}
 
 
 def test_hint_for_an_unknown_broker_requests_a_refresh():

@@ -280,6 +280,7 @@ class _Cluster:
 
     class metadata:
         topics: dict = {}
+        topic_names_by_id: dict = {}
 
         @staticmethod
         def partition(topic: str, partition: int) -> None:

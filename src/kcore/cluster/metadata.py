@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, NamedTuple
 
 from kcore.cluster._metadata_apply import partition_rows, rows_unchanged
@@ -133,6 +134,12 @@ class ClusterMetadata:
 
     def topic_names(self) -> list[str]:
         return sorted(self.topics)
+
+    @cached_property
+    def topic_names_by_id(self) -> Mapping[uuid.UUID, str]:
+        """The names of the topics that have an id, by id: made once a snapshot, for answers
+        that name topics by id alone (Produce and Fetch v13+), instead of once an answer."""
+        return {t.topic_id: name for name, t in self.topics.items() if t.topic_id}
 
 
 class _Steps:
@@ -488,9 +495,6 @@ def apply_leader_hints(cache: MetadataCache, response: Any) -> int:
         BrokerInfo(n.node_id, n.host, n.port, n.rack)
         for n in getattr(response, "node_endpoints", ())
     ]
-    # (made only for an answer that names a topic by id alone: every answer walked every
-    # topic known to the cache for it)
-    names_by_id: dict[Any, str] | None = None
     applied = 0
     for topic in response.responses:
         partitions = getattr(topic, "partition_responses", None)
@@ -505,10 +509,7 @@ def apply_leader_hints(cache: MetadataCache, response: Any) -> int:
             if name is None:
                 name = getattr(topic, "name", None) or getattr(topic, "topic", None)
                 if not name and getattr(topic, "topic_id", None) is not None:
-                    if names_by_id is None:
-                        topics = cache.current.topics
-                        names_by_id = {t.topic_id: n for n, t in topics.items() if t.topic_id}
-                    name = names_by_id.get(topic.topic_id)
+                    name = cache.current.topic_names_by_id.get(topic.topic_id)
                 name = name or ""
             if not name:
                 break

@@ -706,7 +706,6 @@ class Sender:
         return request, sent
 
     def _handle_response(self, response: Any, batches: list[ProducerBatch], version: int) -> None:
-        names_by_id: dict[Any, str] | None = None  # (Produce v13+ names topics by id)
         # (TopicPartition is a named tuple: a (name, index) tuple finds its batch)
         pending: dict[tuple[str, int], ProducerBatch] = {b.tp: b for b in batches}
         if apply_leader_hints(self.cluster.cache, response):
@@ -715,11 +714,8 @@ class Sender:
         written: list[tuple[ProducerBatch, int, int]] = []
         for topic in response.responses:
             name = topic.name
-            if not name:
-                if names_by_id is None:
-                    topics = self.cluster.metadata.topics
-                    names_by_id = {t.topic_id: n for n, t in topics.items() if t.topic_id}
-                name = names_by_id.get(topic.topic_id, "")
+            if not name:  # (Produce v13+ names topics by id)
+                name = self.cluster.metadata.topic_names_by_id.get(topic.topic_id, "")
             for p in topic.partition_responses:
                 batch = pending.pop((name, p.index), None)
                 if batch is None:
