@@ -32,14 +32,28 @@ import resource
 import socket
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 TIMEOUT_S = 300.0
+T = TypeVar("T")
 
 
 def _kernel_s() -> float:
     """The process's CPU time in the kernel so far (every thread)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
+def _timed(read: Callable[[], T]) -> tuple[dict[str, float], T]:
+    """``read()``'s wall, CPU and kernel CPU time (as the round's JSON names them), and what
+    it returned."""
+    wall, cpu, kernel = time.perf_counter(), time.process_time(), _kernel_s()
+    out = read()
+    return {
+        "wall_s": time.perf_counter() - wall,
+        "cpu_s": time.process_time() - cpu,
+        "sys_s": _kernel_s() - kernel,
+    }, out
 
 
 def _kcore(spec: dict[str, Any]) -> Any:
@@ -162,9 +176,8 @@ def _floor(spec: dict[str, Any]) -> tuple[float, float]:
 FLOOR_FETCH_VERSION = 12
 
 
-def _fetch_floor(spec: dict[str, Any]) -> tuple[float, float, float, int, dict[int, int]]:
-    """One untimed pass over the topic (as the clients' priming read), then the timed one:
-    wall, CPU and kernel CPU time, the records read and where each partition ended."""
+def _fetch_floor(spec: dict[str, Any]) -> dict[str, Any]:
+    """One untimed pass over the topic (as the clients' priming read), then the timed one."""
     from kcore.codec import crc32c, scan_complete_batches
     from kcore.errors import ErrorCode
     from kcore.protocol.framing import KafkaProtocol
@@ -234,12 +247,10 @@ def _fetch_floor(spec: dict[str, Any]) -> tuple[float, float, float, int, dict[i
 
     try:
         one_pass()
-        wall, cpu, kernel = time.perf_counter(), time.process_time(), _kernel_s()
-        total, ends = one_pass()
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        return wall, cpu, _kernel_s() - kernel, total, ends
+        times, (total, ends) = _timed(one_pass)
     finally:
         sock.close()
+    return {**times, "records": total, "positions": ends}
 
 
 def main() -> None:
@@ -251,12 +262,7 @@ def main() -> None:
         print(json.dumps({"wall_s": wall, "cpu_s": cpu, "records": n}))
         return
     if variant == "fetch_floor":
-        wall, cpu, kernel, got, ends = _fetch_floor(spec)
-        print(
-            json.dumps(
-                {"wall_s": wall, "cpu_s": cpu, "sys_s": kernel, "records": got, "positions": ends}
-            )
-        )
+        print(json.dumps(_fetch_floor(spec)))
         return
     make = _confluent if variant == "confluent" else _kcore
     if spec.get("check") and variant != "confluent":
@@ -270,21 +276,14 @@ def main() -> None:
             c.close()
     c = make(spec)
     try:
-        wall, cpu, kernel = time.perf_counter(), time.process_time(), _kernel_s()
-        got = _read(variant, c, n, spec["fetch"])
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        kernel = _kernel_s() - kernel
+        times, got = _timed(lambda: _read(variant, c, n, spec["fetch"]))
         if variant == "confluent":
             ends = {tp.partition: tp.offset for tp in c.position(c.assignment())}
         else:
             ends = {p: c.position((spec["topic"], p)) for p in range(spec["partitions"])}
     finally:
         c.close()
-    print(
-        json.dumps(
-            {"wall_s": wall, "cpu_s": cpu, "sys_s": kernel, "records": got, "positions": ends}
-        )
-    )
+    print(json.dumps({**times, "records": got, "positions": ends}))
 
 
 if __name__ == "__main__":

@@ -63,13 +63,14 @@ class RowRange(InputPartition):
     end: int
 
 
-# Per Python worker: the batch a stream task's batches are cut from (made once, reused).
-_template: pa.RecordBatch | None = None
+# Per Python worker, by (rows, key size, value size): the batch a stream task's batches are
+# cut from (made once, reused).
+_templates: dict[tuple[int, int, int], pa.RecordBatch] = {}
 
 
 def _template_batch(rows: int, key_size: int, value_size: int) -> pa.RecordBatch:
-    global _template
-    if _template is None or _template.num_rows < rows:
+    template = _templates.get((rows, key_size, value_size))
+    if template is None:
         import numpy as np
 
         def binary(size: int) -> pa.Array:
@@ -80,7 +81,7 @@ def _template_batch(rows: int, key_size: int, value_size: int) -> pa.RecordBatch
             )
 
         now_us = 1_700_000_000_000_000
-        _template = pa.RecordBatch.from_arrays(
+        template = _templates[rows, key_size, value_size] = pa.RecordBatch.from_arrays(
             [
                 binary(key_size),
                 binary(value_size),
@@ -92,7 +93,7 @@ def _template_batch(rows: int, key_size: int, value_size: int) -> pa.RecordBatch
             ],
             names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"],
         )
-    return _template
+    return template
 
 
 class FloorStreamReader(DataSourceStreamReader):
