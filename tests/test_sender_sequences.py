@@ -564,7 +564,7 @@ def test_batches_wait_while_the_node_has_max_in_flight_requests_then_go_together
         assert not sender._every_node_busy()
 
         async def step() -> None:
-            batches = acc.drain(time.monotonic() + 1, sender._sendable)
+            batches = sender._drain(time.monotonic() + 1)
             if batches:
                 sender._dispatch(batches)
             for _ in range(3):
@@ -737,7 +737,7 @@ def test_batches_wait_for_their_leader_s_connection_and_go_once_it_opens() -> No
         sender = _sender(cluster, acc, idempotent=False)
 
         def _drain(acc: RecordAccumulator) -> list[Any]:
-            return acc.drain(time.monotonic() + 1, sender._sendable)
+            return sender._drain(time.monotonic() + 1)
 
         acc.append(P1, None, b"a", 0, None, 1.0)
         for _ in range(3):
@@ -793,7 +793,7 @@ def test_a_leader_whose_connection_fails_for_good_gets_its_batches_to_fail_with_
 
     sender = _sender(Cluster(), acc, idempotent=False)
     acc.append(P1, None, b"a", 0, None, 1.0)
-    assert len(acc.drain(time.monotonic() + 1, sender._sendable)) == 1
+    assert len(sender._drain(time.monotonic() + 1)) == 1
 
 
 def test_a_batch_expiring_while_its_leader_cannot_be_reached_says_so() -> None:
@@ -819,3 +819,59 @@ def test_a_batch_expiring_while_its_leader_cannot_be_reached_says_so() -> None:
     assert isinstance(error, KcoreTimeoutError)
     assert "its leader, node 3, cannot be reached" in str(error)
     assert "timed out after 10s" in str(error)
+
+
+def test_a_drain_asks_about_each_leader_once_and_dispatch_reuses_its_leaders() -> None:
+    """A drain over many ready partitions looks up each leader's connection once (not once a
+    partition), the batches go to the leaders the drain found, and a node that could take no
+    batch at the start of the drain takes none of its partitions' in that drain."""
+    acc = _accumulator()
+    asked: list[int] = []
+    looked_up: list[tuple[str, int]] = []
+    leaders = {p: 1 if p < 4 else 2 for p in range(6)}
+
+    def leader_for(topic: str, partition: int) -> Any:
+        looked_up.append((topic, partition))
+        return SimpleNamespace(node_id=leaders[partition])
+
+    class Cluster(_Cluster):
+        metadata = SimpleNamespace(
+            topics={},
+            brokers={1: None, 2: None},
+            partition=lambda t, p: None,
+            leader_for=leader_for,
+        )
+
+        def is_blacked_out(self, node: int) -> bool:
+            return False
+
+        def touch_topic(self, topic: str, now: float) -> None:
+            pass
+
+        def ready_connection(self, node: int) -> Any:
+            asked.append(node)
+            return object() if node == 1 else None
+
+        def last_failure(self, node: int) -> BaseException | None:
+            return None
+
+        def open_soon(self, node: int, on_done: Any) -> None:
+            pass
+
+    sender = _sender(Cluster(), acc, idempotent=False)
+    started: list[tuple[int, list[Any]]] = []
+    sender._start_produce = lambda node, batches: started.append((node, batches))  # type: ignore[method-assign]
+    for p in range(6):
+        acc.append(TopicPartition("t", p), None, b"a", 0, None, 1.0)
+    batches = sender._drain(time.monotonic() + 1)
+    assert sorted(asked) == [1, 2]  # once a node, not once a partition
+    assert sorted(b.tp.partition for b in batches) == [0, 1, 2, 3]  # node 2 is not connected
+    assert len(looked_up) == 6
+    sender._dispatch(batches)
+    assert len(looked_up) == 6  # the drain's leaders: none looked up again
+    assert [(node, len(group)) for node, group in started] == [(1, 4)]
+    # Outside a drain, the node is asked every time (nothing is kept from the last drain).
+    assert (
+        sender._sendable(TopicPartition("t", 4), acc._queues[TopicPartition("t", 4)][0], 0) is False
+    )
+    assert sorted(asked) == [1, 2, 2]

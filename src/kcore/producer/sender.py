@@ -114,6 +114,11 @@ class Sender:
         self._held_for_event = False
         # Leaders whose connection is being opened for a batch waiting in the accumulator.
         self._awaited_connections: set[int] = set()
+        # Kept only during _drain (one synchronous pass on this thread, so nothing changes
+        # under it): whether each leader seen can take batches (a drain asks for every ready
+        # partition, most of them on a few nodes), and the leader of each batch taken.
+        self._drain_nodes: dict[int, bool] | None = None
+        self._drain_leaders: dict[TopicPartition, int] = {}
         self.identity = identity if identity is not None else IdempotenceState()
         self._wakeup = asyncio.Event()
         self._wake_timer = WakeTimer(self._wakeup)
@@ -292,7 +297,7 @@ class Sender:
                 self._held_for_event = True
                 wait: float | None = 0.0
             else:
-                batches = self.acc.drain(now, self._sendable)
+                batches = self._drain(now)
                 if batches:
                     self._dispatch(batches)
                 if self.register_partitions is not None:
@@ -322,6 +327,16 @@ class Sender:
         brokers = self.cluster.metadata.brokers
         return 0 < len(brokers) <= len(busy) and all(node in busy for node in brokers)
 
+    def _drain(self, now: float) -> list[ProducerBatch]:
+        """The batches ready to go now; _dispatch sends them (to the leaders they were taken
+        for, kept until the next drain)."""
+        self._drain_nodes = {}
+        self._drain_leaders.clear()
+        try:
+            return self.acc.drain(now, self._sendable)
+        finally:
+            self._drain_nodes = None
+
     def _sendable(self, tp: TopicPartition, head: ProducerBatch, in_flight: int) -> bool:
         if self._epoch_bump is not None:
             return False
@@ -346,6 +361,18 @@ class Sender:
         if self.txn is not None and not self.txn.may_send(tp):
             return False
         node = leader.node_id
+        nodes = self._drain_nodes
+        if nodes is None:  # (asked outside a drain)
+            return self._node_takes_batches(node)
+        ok = nodes.get(node)
+        if ok is None:
+            ok = nodes[node] = self._node_takes_batches(node)
+        if ok:
+            self._drain_leaders[tp] = node
+        return ok
+
+    def _node_takes_batches(self, node: int) -> bool:
+        """Whether batches led by ``node`` may be taken now (asked once a node a drain)."""
         if self._node_requests.get(node, 0) >= self.max_in_flight:
             self._held_for_event = True  # an answer wakes the sender: no need to poll
             return False
@@ -425,15 +452,23 @@ class Sender:
     def _dispatch(self, batches: list[ProducerBatch]) -> None:
         by_node: dict[int, list[ProducerBatch]] = defaultdict(list)
         now = time.monotonic()
+        leaders = self._drain_leaders
+        touched = None
         for batch in batches:
-            self.cluster.touch_topic(batch.tp.topic, now)  # (metadata.max.idle.ms)
-            leader = self.cluster.metadata.leader_for(batch.tp.topic, batch.tp.partition)
-            if leader is None:  # moved away between drain and here
-                self.acc.requeue(batch, time.monotonic())
-                continue
+            tp = batch.tp
+            if tp.topic != touched:  # (metadata.max.idle.ms; a drain's batches run by topic)
+                touched = tp.topic
+                self.cluster.touch_topic(touched, now)
+            node = leaders.get(tp)
+            if node is None:  # (the drain's own leader, found by _sendable)
+                leader = self.cluster.metadata.leader_for(tp.topic, tp.partition)
+                if leader is None:
+                    self.acc.requeue(batch, time.monotonic())
+                    continue
+                node = leader.node_id
             self._assign_sequence(batch)  # now, in queue order, not when a request is built
             self._sent.add(batch)
-            by_node[leader.node_id].append(batch)
+            by_node[node].append(batch)
         for node, group in by_node.items():
             # Requests of at most max.request.size (always at least one batch each), as Java.
             request: list[ProducerBatch] = []
