@@ -459,8 +459,8 @@ class Sender:
             if tp.topic != touched:  # (metadata.max.idle.ms; a drain's batches run by topic)
                 touched = tp.topic
                 self.cluster.touch_topic(touched, now)
-            node = leaders.get(tp)
-            if node is None:  # (the drain's own leader, found by _sendable)
+            node = leaders.get(tp)  # the leader _drain took it for
+            if node is None:  # (a batch handed over otherwise: its leader looked up now)
                 leader = self.cluster.metadata.leader_for(tp.topic, tp.partition)
                 if leader is None:
                     self.acc.requeue(batch, time.monotonic())
