@@ -65,10 +65,9 @@ async def resolve_topic_ids(
     """An assignment that names topics by id (KIP-848 and KIP-932 heartbeats), by name: the
     metadata is refreshed for ids it does not know yet; ids still unknown are left out (the
     next heartbeat resolves them). The topics found are tracked in the metadata."""
-    names = {t.topic_id: n for n, t in cluster.cache.current.topics.items() if t.topic_id}
+    names = cluster.cache.current.topic_names_by_id
     if any(tid not in names for tid, _ in assigned):
-        md = await cluster.refresh_metadata(None)
-        names = {t.topic_id: n for n, t in md.topics.items() if t.topic_id}
+        names = (await cluster.refresh_metadata(None)).topic_names_by_id
     found = {
         TopicPartition(names[tid], p) for tid, parts in assigned if tid in names for p in parts
     }
