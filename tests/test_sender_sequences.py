@@ -875,3 +875,9 @@ def test_a_drain_asks_about_each_leader_once_and_dispatch_reuses_its_leaders() -
         sender._sendable(TopicPartition("t", 4), acc._queues[TopicPartition("t", 4)][0], 0) is False
     )
     assert sorted(asked) == [1, 2, 2]
+    # A dispatch not after a drain has its leaders looked up (none kept from the last one).
+    acc.append(TopicPartition("t", 0), None, b"b", 0, None, 1.0)
+    later = acc._queues[TopicPartition("t", 0)][-1]
+    sender._dispatch([later])
+    assert looked_up[-1] == ("t", 0) and len(looked_up) == 8  # (the 8th: this batch)
+    assert started[-1] == (1, [later])

@@ -114,9 +114,10 @@ class Sender:
         self._held_for_event = False
         # Leaders whose connection is being opened for a batch waiting in the accumulator.
         self._awaited_connections: set[int] = set()
-        # Kept only during _drain (one synchronous pass on this thread, so nothing changes
-        # under it): whether each leader seen can take batches (a drain asks for every ready
-        # partition, most of them on a few nodes), and the leader of each batch taken.
+        # Whether each leader seen can take batches, kept only during _drain (one synchronous
+        # pass on this thread, so nothing changes under it; a drain asks for every ready
+        # partition, most of them on a few nodes); and the leader each batch was taken for,
+        # kept from a drain until the _dispatch of its batches takes them over.
         self._drain_nodes: dict[int, bool] | None = None
         self._drain_leaders: dict[TopicPartition, int] = {}
         self.identity = identity if identity is not None else IdempotenceState()
@@ -329,7 +330,7 @@ class Sender:
 
     def _drain(self, now: float) -> list[ProducerBatch]:
         """The batches ready to go now; _dispatch sends them (to the leaders they were taken
-        for, kept until the next drain)."""
+        for, kept until that dispatch)."""
         self._drain_nodes = {}
         self._drain_leaders.clear()
         try:
@@ -452,7 +453,8 @@ class Sender:
     def _dispatch(self, batches: list[ProducerBatch]) -> None:
         by_node: dict[int, list[ProducerBatch]] = defaultdict(list)
         now = time.monotonic()
-        leaders = self._drain_leaders
+        # The last drain's leaders, taken over: a later dispatch finds none of them stale.
+        leaders, self._drain_leaders = self._drain_leaders, {}
         touched = None
         for batch in batches:
             tp = batch.tp
