@@ -189,8 +189,10 @@ def test_close_fails_a_request_cancelled_before_it_started() -> None:
 
 def test_a_request_sent_at_once_is_settled_by_its_answer_or_failed_by_close() -> None:
     """With a connection that takes the request at once, no task is made: the answer's callback
-    settles the batches and frees the node. close's deadline (cancel_in_flight) fails what is
-    unanswered at once, and an answer after that changes nothing."""
+    frees the node and settles the batches, the node first (so the sender's wake-up from the
+    settling finds it free, in the same turn of the loop). close's deadline
+    (cancel_in_flight) fails what is unanswered at once, and an answer after that changes
+    nothing."""
     import asyncio
 
     from kcore.protocol.messages.produce_response import (
@@ -204,7 +206,9 @@ def test_a_request_sent_at_once_is_settled_by_its_answer_or_failed_by_close() ->
     requests: list[Any] = []
 
     class Cluster(_Cluster):
-        metadata = SimpleNamespace(topics={}, partition=lambda topic, partition: None)
+        metadata = SimpleNamespace(
+            topics={}, brokers={1: None}, partition=lambda topic, partition: None
+        )
 
         def ready_connection(self, node: int) -> Any:
             return SimpleNamespace(
@@ -225,17 +229,24 @@ def test_a_request_sent_at_once_is_settled_by_its_answer_or_failed_by_close() ->
         )
 
     async def main() -> None:
-        sender = _sender(Cluster(), acc, idempotent=False)
+        sender = _sender(Cluster(), acc, idempotent=False, max_in_flight=1)
         acc.append(P1, None, b"v", 0, None, 1.0)
         (first,) = _drain(acc)
         sender._start_produce(1, [first])
         assert len(requests) == 1
-        assert sender._node_requests[1] == 1
+        assert sender._node_requests[1] == 1 and sender._every_node_busy()
+        node_free_when_settled: list[bool] = []
+        first.result.add_callback(
+            lambda _result: node_free_when_settled.append(not sender._every_node_busy()), 0
+        )
         answers[0](ok(P1, 41), None)
-        await asyncio.sleep(0)
+        # Within the answer's own callback, not a turn of the loop later.
+        assert node_free_when_settled == [True]
         assert first.result.done and first.result.error is None
         assert first.result.base_offset == 41 and sender._node_requests[1] == 0
         assert not sender._tasks
+        await asyncio.sleep(0)
+        assert sender._node_requests[1] == 0 and not sender._tasks  # (counted once)
 
         acc.append(P1, None, b"w", 0, None, 1.0)
         (second,) = _drain(acc)

@@ -548,7 +548,11 @@ class Sender:
             return False
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._tasks.add(done)
-        done.add_done_callback(lambda f: self._produce_done(f, node, batches))
+
+        def finished(f: asyncio.Future[None]) -> None:
+            self._produce_done(f, node, batches)
+
+        done.add_done_callback(finished)
         sent: list[ProducerBatch] = batches
         try:
             request, sent = self._produce_request(batches, version)
@@ -561,6 +565,12 @@ class Sender:
             def answered(response: Any, error: BaseException | None) -> None:
                 if done.done():  # cancelled by close(): its batches failed then
                     return
+                # The node takes another request from now, counted before the answer is
+                # settled: the sender's wake-up from settling it then finds the node free, and
+                # sends in that turn (one turn of the sender an answer, not two).
+                done.remove_done_callback(finished)
+                done.set_result(None)
+                self._produce_done(done, node, batches)
                 try:
                     if error is None:
                         self._produce_answered(response, sent, version, started)
@@ -570,9 +580,6 @@ class Sender:
                         raise error
                 except Exception as exc:
                     self._produce_failed(node, sent, exc)
-                finally:
-                    if not done.done():
-                        done.set_result(None)
 
             if not self.cluster.send_now(conn, node, request, version, answered):
                 # (cannot happen: can_send_now said yes, and its yes holds for this turn)
