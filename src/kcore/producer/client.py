@@ -240,9 +240,14 @@ class AsyncProducer:
         headers: Sequence[tuple[str, Any]] | None = None,
         on_delivery: OnDelivery | None = None,
     ) -> DeliveryFuture:
-        self._check_loop()
-        await self._counts(topic, partition)  # the metadata, fetched on first use
-        send = self._core.send
+        core = self._core
+        if core.loop is not asyncio._get_running_loop():
+            self._check_loop()  # (raises: not started, or another loop)
+        # The metadata, fetched on first use; after that no coroutine of its own a record.
+        counts = core.cached_partitions(topic)
+        if counts is None or (partition is not None and partition >= counts[0]):
+            await core.topic_partitions(topic, partition)
+        send = core.send
         try:
             return send(topic, value, key, partition, timestamp_ms, headers, on_delivery)
         except MemoryShortage as shortage:  # nothing was queued: again, where it may wait
