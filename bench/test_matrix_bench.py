@@ -34,8 +34,8 @@ fnmatch patterns, e.g. ``produce:*,*:lz4``) picks a subset. Sections:
   JSON-like values) and by librdkafka (confluent-kafka ``Producer.produce``), each at its
   defaults (only ``compression.type`` set in the codec cells). Read back from the beginning, no
   group, with the same fetch settings for every client (1 MiB a partition, 50 MiB a fetch,
-  fetch.min.bytes 1, fetch.max.wait.ms 500; up to 10,000 records a call, kcore ``poll_arrow``
-  100,000): kcore ``Consumer.poll``, kcore ``Consumer.poll_arrow``, confluent-kafka
+  fetch.min.bytes 1, fetch.max.wait.ms 500, check.crcs true; up to 10,000 records a call, kcore
+  ``poll_arrow`` 100,000): kcore ``Consumer.poll``, kcore ``Consumer.poll_arrow``, confluent-kafka
   ``Consumer.consume``, aiokafka ``getmany``, kafka-python ``poll`` (main cell only).
 * ``consume-async``: the Java-written main topic read by kcore ``AsyncConsumer.poll``,
   ``confluent_kafka.aio.AIOConsumer.consume`` and aiokafka ``getmany``.
@@ -116,6 +116,9 @@ FETCH = {
     "fetch.max.bytes": 50 * 1024 * 1024,
     "fetch.min.bytes": 1,
     "fetch.max.wait.ms": 500,
+    # Every client checks each batch's CRC, as Java's consumer does by default (so do kcore,
+    # aiokafka and kafka-python); librdkafka does not unless told (its check.crcs is false).
+    "check.crcs": True,
 }
 
 
