@@ -53,8 +53,8 @@ class Producer(ProcessLocal):
         self._loop.run(self._core.wait_until_ready(timeout))
 
     def _counts(self, topic: str, partition: int | None = None) -> tuple[int, list[int]]:
-        counts = self._core.cached_partitions(topic)
-        if counts is None or (partition is not None and partition >= counts[0]):
+        counts = self._core.cached_partitions(topic, partition)
+        if counts is None:
             counts = self._loop.run(self._core.topic_partitions(topic, partition))
         return counts
 
@@ -224,8 +224,8 @@ class AsyncProducer:
         await self.close()
 
     async def _counts(self, topic: str, partition: int | None = None) -> tuple[int, list[int]]:
-        counts = self._core.cached_partitions(topic)
-        if counts is None or (partition is not None and partition >= counts[0]):
+        counts = self._core.cached_partitions(topic, partition)
+        if counts is None:
             counts = await self._core.topic_partitions(topic, partition)
         return counts
 
@@ -244,8 +244,7 @@ class AsyncProducer:
         if core.loop is not asyncio._get_running_loop():
             self._check_loop()  # (raises: not started, or another loop)
         # The metadata, fetched on first use; after that no coroutine of its own a record.
-        counts = core.cached_partitions(topic)
-        if counts is None or (partition is not None and partition >= counts[0]):
+        if core.cached_partitions(topic, partition) is None:
             await core.topic_partitions(topic, partition)
         send = core.send
         try:

@@ -273,8 +273,11 @@ class ProducerCore:
             )
         return md.topics[topic]
 
-    def cached_partitions(self, topic: str) -> tuple[int, list[int]] | None:
-        """The same from the metadata snapshot (any thread), or None if the topic is unknown.
+    def cached_partitions(
+        self, topic: str, partition: int | None = None
+    ) -> tuple[int, list[int]] | None:
+        """The same from the metadata snapshot (any thread), or None if the topic is unknown,
+        or ``partition`` is past its partition count (either way: fetch the metadata).
         Memoized per snapshot: a refresh makes a new snapshot object."""
         md = self.cluster.metadata
         memo = self._counts_memo
@@ -287,6 +290,8 @@ class ProducerCore:
                 return None
             counts = len(info.partitions), [p for p, i in info.partitions.items() if i.leader >= 0]
             memo[1][topic] = counts
+        if partition is not None and partition >= counts[0]:
+            return None
         return counts
 
     async def flush(self, timeout: float | None) -> None:
