@@ -9,6 +9,7 @@ from kcore import _codec
 from kcore.codec import (
     RecordBatchBuilder,
     crc32c,
+    crc32c_join,
     decode_batches,
     decode_uvarint,
     decode_varint,
@@ -54,6 +55,33 @@ def test_crc32c_vectors(data, expected):
 def test_crc32c_continues_and_handles_large_buffers():
     data = bytes(range(256)) * 1000
     assert crc32c(data[1000:], crc32c(data[:1000])) == crc32c(data)
+
+
+@pytest.mark.parametrize("split", [0, 1, 7, 40, 1000, 65536, 200_000])
+def test_crc32c_join_is_the_crc_of_both_parts_in_order(split):
+    data = bytes((i * 131 + 7) % 251 for i in range(200_000 + 40))
+    a, b = data[:split], data[split:]
+    assert crc32c_join(crc32c(a), crc32c(b), len(b)) == crc32c(data)
+    assert crc32c_join(crc32c(a), 0, 0) == crc32c(a)
+
+
+@pytest.mark.parametrize("sizes", [[0], [1] * 3000, [100] * 400, [2047, 1, 2048, 5000], [70_000]])
+def test_a_batch_checksummed_as_it_is_written_has_the_crc_of_its_bytes(sizes):
+    # The builder checksums an uncompressed batch's records as they are written and joins
+    # the header's CRC in front at build(): the CRC field must be that of the bytes built,
+    # also when a built batch takes more records and is built again.
+    builder = RecordBatchBuilder()
+    built = []
+    for i, size in enumerate(sizes):
+        builder.append(b"k%d" % i if i % 3 else None, bytes([i % 256]) * size, 1_700_000_000 + i)
+        if i in (len(sizes) // 2, len(sizes) - 1):
+            built.append(builder.build())
+    built.append(RecordBatchBuilder().build())  # no records at all
+    for batch in built:
+        assert struct.unpack(">I", batch[17:21])[0] == crc32c(batch[21:])
+        (decoded,) = decode_batches(batch)
+        records = decoded.records()
+        assert [len(r[3]) for r in records] == sizes[: len(records)]
 
 
 @pytest.mark.parametrize(

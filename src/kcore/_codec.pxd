@@ -6,7 +6,7 @@
 # added to RecordBatchBuilder or BatchBufferPool goes here, not in builder.pxi.
 
 from cpython.object cimport PyObject
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 
 
 # A growable output buffer (buffers.pxi): ``size`` bytes written of ``cap``.
@@ -88,6 +88,13 @@ cdef class RecordBatchBuilder:
     cdef int level
     cdef int partition_leader_epoch
     cdef int timestamp_type
+    # An uncompressed batch's records are checksummed as they are written, a few KiB at a
+    # time while their bytes are still in the writing thread's cache: ``records_crc`` is the
+    # CRC32C of bytes BATCH_HEADER_SIZE..``crc_upto``. build() checksums only the rest and the
+    # header and joins them (kcore_crc32c_join), instead of reading the whole batch again on
+    # the producer's network thread. Records are never rewritten once written.
+    cdef uint32_t records_crc
+    cdef Py_ssize_t crc_upto
 
     cdef void own(self, object buf)
     cdef int reserve(self, Py_ssize_t extra, bint exact=*) except -1

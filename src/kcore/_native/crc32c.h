@@ -5,6 +5,10 @@
  * stream CRCs joined with precomputed "append N zero bytes" operators. ARMv8 with the CRC
  * extension: its crc32c instructions. Elsewhere, and for short tails: slicing-by-8 tables.
  * The implementation is chosen once, at run time, from what the CPU reports.
+ *
+ * kcore_crc32c_join gives the CRC of A then B from the CRCs of A and of B and B's length, so a
+ * batch's records can be checksummed as they are written (while their bytes are in the
+ * writer's cache) and the header, known only when the batch is built, put in front after.
  */
 #ifndef KCORE_CRC32C_H
 #define KCORE_CRC32C_H
@@ -67,6 +71,27 @@ static void kcore_crc_zeros(uint32_t zeros[4][256], size_t len) {
         zeros[2][b] = kcore_gf2_times(acc, b << 16);
         zeros[3][b] = kcore_gf2_times(acc, b << 24);
     }
+}
+
+/* Polynomials mod P in the CRC's bit order (bit 31 is x^0): a * b mod P. */
+static uint32_t kcore_crc_mulmod(uint32_t a, uint32_t b) {
+    uint32_t product = 0;
+    for (uint32_t bit = 1u << 31; bit; bit >>= 1) {
+        if (a & bit) product ^= b;
+        b = (b & 1) ? (b >> 1) ^ KCORE_CRC32C_POLY : b >> 1; /* b * x */
+    }
+    return product;
+}
+
+/* x^(2^k) mod P for k = 0..63: appending n bytes multiplies the register by x^(8n). */
+static uint32_t kcore_crc_x2k[64];
+
+static uint32_t kcore_crc32c_join(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+    uint32_t op = 1u << 31; /* x^0 */
+    for (unsigned k = 3; len_b; len_b >>= 1, k++) {
+        if (len_b & 1) op = kcore_crc_mulmod(kcore_crc_x2k[k], op);
+    }
+    return kcore_crc_mulmod(op, crc_a) ^ crc_b;
 }
 
 static inline uint32_t kcore_crc_shift(uint32_t zeros[4][256], uint32_t crc) {
@@ -233,6 +258,9 @@ static void kcore_crc32c_init(int force_sw) {
             kcore_crc_table[k][i] = crc;
         }
     }
+    kcore_crc_x2k[0] = 1u << 30; /* x^1 */
+    for (int k = 1; k < 64; k++) kcore_crc_x2k[k] = kcore_crc_mulmod(kcore_crc_x2k[k - 1],
+                                                                      kcore_crc_x2k[k - 1]);
     kcore_crc_zeros(kcore_crc_long, KCORE_CRC_LONG);
     kcore_crc_zeros(kcore_crc_short, KCORE_CRC_SHORT);
     kcore_crc_use_hw = !force_sw && KCORE_CRC_HW && kcore_cpu_has_crc();

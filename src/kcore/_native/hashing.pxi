@@ -4,6 +4,7 @@ cdef extern from "crc32c.h" nogil:
     void kcore_crc32c_init(int force_sw)
     uint32_t kcore_crc32c(uint32_t crc, const uint8_t* p, size_t n)
     uint32_t kcore_crc32c_sw(uint32_t crc, const uint8_t* p, size_t n)
+    uint32_t kcore_crc32c_join(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
     int kcore_crc_use_hw
 
 cdef extern from "checksums.h" nogil:
@@ -46,6 +47,11 @@ def crc32c_software(object data, uint32_t value=0):
     finally:
         view_close(&v, &pybuf)
     return out
+
+
+def crc32c_join(uint32_t crc_a, uint32_t crc_b, uint64_t length_b):
+    """The CRC32C of A followed by B, from ``crc32c(A)``, ``crc32c(B)`` and B's length."""
+    return kcore_crc32c_join(crc_a, crc_b, length_b)
 
 
 def crc32c_implementation():
