@@ -61,10 +61,11 @@ def test_request_frame_header_v1() -> None:
 def test_a_produce_request_s_large_batches_are_spliced_not_copied(version: int) -> None:
     """send_request_segments: the same bytes as send_request, with each records field of at
     least SPLICE_MIN bytes listed as the very object the request holds (no copy), smaller ones
-    copied into the frame."""
+    copied into the frame. A batch filled to Java's default 16 KiB batch.size ends a little
+    under it, and is spliced too."""
     from kcore.protocol.messages.produce_request import PartitionProduceData, TopicProduceData
 
-    big, other, small = b"a" * 20000, bytes(range(256)) * 100, b"s" * 100
+    big, other, small, near = b"a" * 20000, bytes(range(256)) * 100, b"s" * 100, b"n" * 16000
     topics = [
         TopicProduceData(
             name="t",
@@ -73,6 +74,7 @@ def test_a_produce_request_s_large_batches_are_spliced_not_copied(version: int) 
                 PartitionProduceData(index=0, records=big),
                 PartitionProduceData(index=1, records=small),
                 PartitionProduceData(index=2, records=other),
+                PartitionProduceData(index=3, records=near),
             ],
         )
     ]
@@ -80,8 +82,8 @@ def test_a_produce_request_s_large_batches_are_spliced_not_copied(version: int) 
     _, whole = KafkaProtocol("c").send_request(request, version)
     corr, segments = KafkaProtocol("c").send_request_segments(request, version)
     assert b"".join(segments) == whole
-    assert [s for s in segments if s is big or s is other] == [big, other]
-    assert len(segments) == 5
+    assert [s for s in segments if s is big or s is other or s is near] == [big, other, near]
+    assert len(segments) == 7
     _, plain = KafkaProtocol("c").send_request_segments(m.MetadataRequest(topics=None), 1)
     assert len(plain) == 1
     # A bytearray may be changed by its owner before the frame is written: copied, not spliced.
