@@ -116,7 +116,11 @@ class RecordAccumulator:
         self.buffer_memory = buffer_memory
         self.compression: Any = compression  # one of the codec names (the config checks it)
         self.compression_level = compression_level
-        self._cond = threading.Condition()
+        # Taken as ``with self._lock`` (the lock's own C methods; a Condition's ``with`` runs
+        # two Python calls around them, a few per new batch); reentrant: a chunk refused
+        # midway gives its batch back (``done``) with it held.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         # Batches in flight per partition; at most max_in_flight (the broker keeps the last
         # five batches' sequences per producer, so five is the most idempotence allows).
@@ -248,7 +252,7 @@ class RecordAccumulator:
         estimate = RECORD_OVERHEAD + _length(key) + _length(value)
         if headers:  # (as Java's estimate: a record's headers are part of its size)
             estimate += sum(8 + _length(k) + _length(v) for k, v in headers)
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise self._closed_error()
             queue = self._queues.get(tp)
@@ -299,7 +303,7 @@ class RecordAccumulator:
         records would no longer start at index 0).
         Returns the batch and how many rows it took (read from the call, not from the batch,
         which the sender may have sent and released by the time this returns)."""
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise self._closed_error()
             batch = self._new_batch(tp, estimate, time.monotonic() + max_block_s, closed=True)
@@ -344,7 +348,7 @@ class RecordAccumulator:
                 half.sequence = (batch.sequence + number * middle) & 0x7FFFFFFF
                 half.producer = batch.producer
             halves.append(half)
-        with self._cond:
+        with self._lock:
             # The halves hold the batch's reservation of buffer.memory between them.
             halves[0].reserved = batch.reserved // 2
             halves[1].reserved = batch.reserved - halves[0].reserved
@@ -363,7 +367,7 @@ class RecordAccumulator:
     def next_ready_in(self, now: float) -> float | None:
         """Seconds until some batch is ready (0: now), or None when nothing waits."""
         soonest: float | None = None
-        with self._cond:
+        with self._lock:
             for tp, queue in self._queues.items():
                 if not queue or self._in_flight.get(tp, 0) >= self.max_in_flight:
                     continue
@@ -386,7 +390,7 @@ class RecordAccumulator:
         out: list[ProducerBatch] = []
         emptied: list[TopicPartition] = []
         freed = False
-        with self._cond:
+        with self._lock:
             for tp, queue in self._queues.items():
                 in_flight = self._in_flight.get(tp, 0)
                 if not queue:
@@ -423,7 +427,7 @@ class RecordAccumulator:
         reserved only what it can hold from now on: its buffer and one copy of its bytes
         (the built payload), below batch.size when it went out part full. Many partitions
         with little each (batches of a few records) otherwise ran out of buffer.memory with
-        a fraction of it in use, and the send loop waited for memory. ``_cond`` held."""
+        a fraction of it in use, and the send loop waited for memory. ``_lock`` held."""
         held = batch.builder.capacity + batch.builder.size_in_bytes
         if held >= batch.reserved:
             return False
@@ -434,7 +438,7 @@ class RecordAccumulator:
     def requeue(self, batch: ProducerBatch, retry_at: float) -> None:
         """Put a batch that must be retried back into its partition's queue in creation order,
         so retries go out in the order the records were sent."""
-        with self._cond:
+        with self._lock:
             batch.retry_at = retry_at
             queue = self._queues.setdefault(batch.tp, deque())
             position = 0
@@ -450,7 +454,7 @@ class RecordAccumulator:
     def done_all(self, batches: Iterable[ProducerBatch]) -> None:
         """``done`` of each batch (a request's), under one lock and one wake-up of the threads
         waiting for memory."""
-        with self._cond:
+        with self._lock:
             incomplete, pool = self.incomplete, self._pool
             for batch in batches:
                 self._landed(batch)
@@ -463,7 +467,8 @@ class RecordAccumulator:
                     pool.limit = 0 if self._closed else self.buffer_memory - self._used
                 batch.builder.release()
                 incomplete.discard(batch.result)
-            self._cond.notify_all()
+            if self.waiting:  # (only threads short of memory wait on it)
+                self._cond.notify_all()
 
     def _landed(self, batch: ProducerBatch) -> None:
         if not batch.in_flight:
@@ -479,7 +484,7 @@ class RecordAccumulator:
     def queued(self) -> dict[TopicPartition, tuple[int, int]]:
         """Per partition, the records waiting here (not sent yet) and their bytes as built so
         far (uncompressed, record framing included): the statistics' msgq_cnt/msgq_bytes."""
-        with self._cond:
+        with self._lock:
             out = {}
             for tp, queue in self._queues.items():
                 batches = [b for b in queue if not b.in_flight]
@@ -492,14 +497,14 @@ class RecordAccumulator:
 
     def has_topic(self, topic: str) -> bool:
         """Whether records of ``topic`` wait here or are in flight."""
-        with self._cond:
+        with self._lock:
             return any(tp.topic == topic for tp, q in self._queues.items() if q) or any(
                 tp.topic == topic for tp in self._in_flight
             )
 
     def waiting_earlier(self, tp: TopicPartition, order: float) -> bool:
         """Whether a batch of ``tp`` created before ``order`` waits to be (re)sent."""
-        with self._cond:
+        with self._lock:
             return any(b.order < order for b in self._queues.get(tp, ()))
 
     def reset_sequences(self, partitions: Collection[TopicPartition] | None = None) -> None:
@@ -507,7 +512,7 @@ class RecordAccumulator:
         when next sent. With ``partitions`` (an idempotent producer's epoch bump), a batch
         that may have been written keeps its numbering (``maybe_written``): renumbered, it
         would be written a second time."""
-        with self._cond:
+        with self._lock:
             for tp, queue in self._queues.items():
                 if partitions is not None and tp not in partitions:
                     continue
@@ -521,7 +526,7 @@ class RecordAccumulator:
     def expire(self, now: float, timeout_s: float) -> list[ProducerBatch]:
         """Take out waiting batches older than ``delivery.timeout.ms``."""
         out: list[ProducerBatch] = []
-        with self._cond:
+        with self._lock:
             for queue in self._queues.values():
                 while queue and now - queue[0].created > timeout_s:
                     batch = queue.popleft()
@@ -530,7 +535,7 @@ class RecordAccumulator:
         return out
 
     def abort_all(self) -> list[ProducerBatch]:
-        with self._cond:
+        with self._lock:
             out = [b for q in self._queues.values() for b in q]
             for q in self._queues.values():
                 q.clear()
@@ -539,16 +544,16 @@ class RecordAccumulator:
             return out
 
     def begin_flush(self) -> None:
-        with self._cond:
+        with self._lock:
             self._flushing += 1
 
     def end_flush(self) -> None:
-        with self._cond:
+        with self._lock:
             self._flushing -= 1
 
     def close(self, cause: BaseException | None = None) -> None:
         """No more records; ``cause``, when given, is named by every later append."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             self._cause = cause
             if self._pool is not None:
@@ -564,11 +569,11 @@ class RecordAccumulator:
         return KcoreError("the producer is closed" + (f": {cause}" if cause is not None else ""))
 
     def pending_results(self) -> list[BatchResult]:
-        with self._cond:
+        with self._lock:
             return list(self.incomplete)
 
     def has_pending(self) -> bool:
-        with self._cond:
+        with self._lock:
             return bool(self.incomplete)
 
 
