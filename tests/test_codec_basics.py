@@ -65,6 +65,17 @@ def test_crc32c_join_is_the_crc_of_both_parts_in_order(split):
     assert crc32c_join(crc32c(a), 0, 0) == crc32c(a)
 
 
+def test_crc32c_join_takes_any_64_bit_length():
+    """The join is a product in GF(2) (A's CRC times x^(8 * len(B)), plus B's), so it takes
+    lengths no buffer has: joining in two steps equals joining the two lengths' sum, up to
+    the 64th bit of a length."""
+    a, b1, b2 = 0x12345678, 0x9ABCDEF0, 0x0F1E2D3C
+    # (Lengths whose bits overlap: their sum carries into higher bits of the length.)
+    for n1, n2 in ((3, 5), (2**40 + 7, 2**40 + 9), (2**62, 2**62), (2**63 - 1, 2**63)):
+        two_steps = crc32c_join(crc32c_join(a, b1, n1), b2, n2)
+        assert two_steps == crc32c_join(a, crc32c_join(b1, b2, n2), n1 + n2)
+
+
 @pytest.mark.parametrize("sizes", [[0], [1] * 3000, [100] * 400, [2047, 1, 2048, 5000], [70_000]])
 def test_a_batch_checksummed_as_it_is_written_has_the_crc_of_its_bytes(sizes):
     # The builder checksums an uncompressed batch's records as they are written and joins

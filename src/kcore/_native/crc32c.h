@@ -83,8 +83,10 @@ static uint32_t kcore_crc_mulmod(uint32_t a, uint32_t b) {
     return product;
 }
 
-/* x^(2^k) mod P for k = 0..63: appending n bytes multiplies the register by x^(8n). */
-static uint32_t kcore_crc_x2k[64];
+/* x^(2^k) mod P for k = 0..66: appending n bytes multiplies the register by x^(8n), and a
+ * 64-bit n has its top bit at k = 3 + 63. */
+#define KCORE_CRC_X2K 67
+static uint32_t kcore_crc_x2k[KCORE_CRC_X2K];
 
 static uint32_t kcore_crc32c_join(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
     uint32_t op = 1u << 31; /* x^0 */
@@ -259,8 +261,8 @@ static void kcore_crc32c_init(int force_sw) {
         }
     }
     kcore_crc_x2k[0] = 1u << 30; /* x^1 */
-    for (int k = 1; k < 64; k++) kcore_crc_x2k[k] = kcore_crc_mulmod(kcore_crc_x2k[k - 1],
-                                                                      kcore_crc_x2k[k - 1]);
+    for (int k = 1; k < KCORE_CRC_X2K; k++)
+        kcore_crc_x2k[k] = kcore_crc_mulmod(kcore_crc_x2k[k - 1], kcore_crc_x2k[k - 1]);
     kcore_crc_zeros(kcore_crc_long, KCORE_CRC_LONG);
     kcore_crc_zeros(kcore_crc_short, KCORE_CRC_SHORT);
     kcore_crc_use_hw = !force_sw && KCORE_CRC_HW && kcore_cpu_has_crc();
