@@ -98,6 +98,7 @@ cdef class RecordBatchBuilder:
 
     cdef void own(self, object buf)
     cdef int reserve(self, Py_ssize_t extra, bint exact=*) except -1
+    cdef void checksum_records(self) noexcept
     cdef int resize(self, Py_ssize_t size) except -1
     cdef void end(self, str why) noexcept
     cdef int raise_ended(self) except -1

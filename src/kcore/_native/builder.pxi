@@ -524,6 +524,12 @@ cdef class RecordBatchBuilder:
         kcore_hint_huge_pages(self.out.data + self.out.size, cap - self.out.size)
         return 0
 
+    cdef void checksum_records(self) noexcept:
+        """Bring ``records_crc`` up to every record written (``crc_upto`` to ``out.size``)."""
+        self.records_crc = kcore_crc32c(self.records_crc, self.out.data + self.crc_upto,
+                                        self.out.size - self.crc_upto)
+        self.crc_upto = self.out.size
+
     cdef int resize(self, Py_ssize_t size) except -1:
         """_PyBytes_Resize of the sole-owned batch object. When it fails it has freed the
         object (the records with it): the builder then refuses every later write and build
@@ -657,9 +663,7 @@ cdef class RecordBatchBuilder:
         if ts > self.max_timestamp:
             self.max_timestamp = ts
         if self.out.size - self.crc_upto >= CRC_STEP and self.codec == CODEC_NONE:
-            self.records_crc = kcore_crc32c(self.records_crc, self.out.data + self.crc_upto,
-                                            self.out.size - self.crc_upto)
-            self.crc_upto = self.out.size
+            self.checksum_records()
         return 0
 
     def append(self, object key, object value, int64_t timestamp_ms, object headers=None):
@@ -962,10 +966,7 @@ cdef class RecordBatchBuilder:
             crc = kcore_crc32c(0, p + ATTRIBUTES_OFFSET,
                                BATCH_HEADER_SIZE + payload_size - ATTRIBUTES_OFFSET)
         else:
-            # The records in place: only those after crc_upto are read here.
-            self.records_crc = kcore_crc32c(self.records_crc, p + self.crc_upto,
-                                            self.out.size - self.crc_upto)
-            self.crc_upto = self.out.size
+            self.checksum_records()  # the records in place: only those after crc_upto
             crc = kcore_crc32c_join(
                 kcore_crc32c(0, p + ATTRIBUTES_OFFSET, BATCH_HEADER_SIZE - ATTRIBUTES_OFFSET),
                 self.records_crc, records_size)

@@ -222,7 +222,7 @@ class RecordAccumulator:
             )
         except BaseException:  # (MemoryError, an interrupt): the reservation goes back
             self._used -= reserved
-            self._cond.notify_all()
+            self._memory_back()
             raise
         if self._pool is not None and self._used + self._pool.held_bytes > self.buffer_memory:
             self._pool.trim(max(0, self.buffer_memory - self._used))
@@ -419,7 +419,7 @@ class RecordAccumulator:
                 if not self._queues.get(tp):  # (sendable may have requeued one meanwhile)
                     self._queues.pop(tp, None)
             if freed:
-                self._cond.notify_all()
+                self._memory_back()
         return out
 
     def _shrink_reservation(self, batch: ProducerBatch) -> bool:
@@ -467,8 +467,14 @@ class RecordAccumulator:
                     pool.limit = 0 if self._closed else self.buffer_memory - self._used
                 batch.builder.release()
                 incomplete.discard(batch.result)
-            if self.waiting:  # (only threads short of memory wait on it)
-                self._cond.notify_all()
+            self._memory_back()
+
+    def _memory_back(self) -> None:
+        """Wake the threads waiting for buffer.memory (memory came back, or the accumulator
+        closed); ``_lock`` held. Only they wait on ``_cond``, each counted in ``waiting``
+        under the lock before it waits."""
+        if self.waiting:
+            self._cond.notify_all()
 
     def _landed(self, batch: ProducerBatch) -> None:
         if not batch.in_flight:
@@ -558,7 +564,7 @@ class RecordAccumulator:
             self._cause = cause
             if self._pool is not None:
                 self._pool.trim(0)
-            self._cond.notify_all()
+            self._memory_back()
 
     def _closed_error(self) -> KcoreError:
         # A broker's fatal answer keeps its class, so a caller catches a later append's error
