@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -1102,3 +1104,28 @@ def test_a_group_with_active_members_gets_a_warning_and_the_query_goes_on(
         run_available_now(spark, bootstrap, os.fspath(tmp_path / "checkpoint"), sink, **options)
         assert len(sink.rows()) == 6
         assert admin.list_consumer_group_offsets(group) == {TopicPartition(topic, 0): 2}
+
+
+@pytest.mark.parametrize("reused", [True, False])
+def test_a_reused_worker_freezes_its_heap_after_its_first_task_only(reused: bool) -> None:
+    """pyspark's daemon collects garbage after every task of a reused worker: what the first
+    task leaves (modules, pooled clients) is frozen once, what later tasks make is not. Run in a
+    child process: freezing is process-wide."""
+    code = (
+        "import gc\n"
+        "from kcore.spark import worker_heap\n"
+        "worker_heap.after_task()\n"
+        "first = gc.get_freeze_count()\n"
+        "later = [[] for _ in range(1000)]\n"
+        "worker_heap.after_task()\n"
+        "print(first, gc.get_freeze_count())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_REUSE_WORKER"}
+    if reused:
+        env["SPARK_REUSE_WORKER"] = "1"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    first, then = map(int, out.stdout.split())
+    assert first == then  # the second task's objects are not frozen
+    assert (first > 1_000) if reused else (first == 0)

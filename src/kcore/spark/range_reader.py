@@ -32,6 +32,7 @@ from kcore.errors import (
 )
 from kcore.types import TopicPartition
 
+from . import worker_heap
 from .clients import get_consumer
 from .offsets import OffsetRange
 from .options import ReadOptions
@@ -75,12 +76,15 @@ def _to_spark(rb: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     never returns an empty list). Whole columns, no copies per row."""
     import pyarrow as pa
 
-    out = rb.select(target.names).cast(target)
-    if "headers" not in target.names:
-        return out
-    columns = list(out.columns)
-    i = target.get_field_index("headers")
-    columns[i] = null_if_empty(columns[i])
+    # Only the columns whose type differs are cast (the timestamps): a cast costs ~20 us a call
+    # even when it changes nothing, ~0.1 ms a batch for the other six columns.
+    columns = [
+        column if column.type == field.type else column.cast(field.type)
+        for column, field in zip(rb.select(target.names).columns, target, strict=True)
+    ]
+    if "headers" in target.names:
+        i = target.get_field_index("headers")
+        columns[i] = null_if_empty(columns[i])
     return pa.RecordBatch.from_arrays(columns, schema=target)
 
 
@@ -215,6 +219,7 @@ def read_range(
             yield from _read(consumer, tp, part, judge, target)
         finally:
             judge.close()
+    worker_heap.after_task()
 
 
 def _read(

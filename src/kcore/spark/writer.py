@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 import kcore
 from kcore.errors import ConfigError, KcoreError
 
+from . import worker_heap
 from .clients import get_producer
 from .record_sender import RecordSender
 from .write_options import WriteSettings, write_settings
@@ -111,6 +112,12 @@ def write_task(settings: WriteSettings, batches: Iterator[pa.RecordBatch]) -> Ka
     The transaction stays open for the whole task, so ``transaction.timeout.ms`` defaults to
     15 min here (``write_options.SINK_TRANSACTION_TIMEOUT_MS``), not the producer's 60 s.
     """
+    message = _write(settings, batches)
+    worker_heap.after_task()
+    return message
+
+
+def _write(settings: WriteSettings, batches: Iterator[pa.RecordBatch]) -> KafkaCommitMessage:
     batches = (batch for batch in batches if batch.num_rows)
     first = next(batches, None)
     if first is None:  # nothing to write: no producer, no transaction
