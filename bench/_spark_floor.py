@@ -4,6 +4,14 @@ Python source or sink.
 
 * Write: it takes the same Arrow batches a ``format("kcore")`` write task gets and drops them
   (what Spark costs to make the rows and hand them to a Python worker).
+* Write on the wire (``format("kcore-bench-wire")``): not a client either, but the least a
+  Python sink does to get the rows into Kafka: each Arrow batch's rows put on their murmur2
+  partitions and built into record batches of ``batch_size`` by kcore's compiled encoder (the
+  same batches kcore's sink makes: a batch or more a partition an Arrow batch), a Produce
+  request of one batch a partition (up to 1 MiB) written on one blocking connection, 5 out at
+  a time, with acks=all and an idempotent producer id, as the sinks' defaults. No network
+  thread, no accumulator, no futures, no retries: a round of it is Spark, the encoding, the
+  socket and the broker, and kcore's sink over it is what its producer costs besides.
 * Stream read: it is a streaming source of Kafka's schema whose micro-batches are planned as
   kcore's (``rows`` in all, ``maxOffsetsPerTrigger`` a batch, split into ``partitions`` input
   partitions) and whose tasks yield Arrow batches of ``batch_rows`` rows from memory, each
@@ -13,11 +21,15 @@ Python source or sink.
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+from _produce_floor import MAX_IN_FLIGHT, MAX_REQUEST_SIZE, init_producer_id
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -54,6 +66,102 @@ class DroppingWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[Any]) -> None:
         pass
+
+
+class WireWriter(DataSourceArrowWriter):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.bootstrap = options["bootstrap"]
+        self.topic = options["topic"]
+        self.partitions = int(options["partitions"])
+        self.batch_size = int(options["batch_size"])
+        self.rows = int(options["rows"])
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> RowsSeen:
+        from kcore.codec import RecordBatchBuilder, partitions_for_keys
+        from kcore.network.blocking import BlockingBrokerConnection
+        from kcore.protocol import ApiKey
+        from kcore.protocol.messages import ProduceRequest
+        from kcore.protocol.messages.produce_request import (
+            PartitionProduceData,
+            TopicProduceData,
+        )
+
+        host, port = self.bootstrap.split(",")[0].rsplit(":", 1)
+        conn = BlockingBrokerConnection(host, int(port), timeout=120).open()
+        try:
+            version = conn.version_for(ApiKey.PRODUCE, max_version=12)  # topics by name
+            producer_id, epoch = init_producer_id(conn)
+            sequences = [0] * self.partitions
+            waiting: deque[int] = deque()
+            seen = 0
+            for batch in iterator:
+                n = batch.num_rows
+                seen += n
+                now = int(time.time() * 1000)
+                keys, values = batch.column("key"), batch.column("value")
+                parts = np.frombuffer(partitions_for_keys(keys, self.partitions), np.int32)
+                order = np.argsort(parts.astype(np.uint16), kind="stable")
+                keys, values, parts = keys.take(order), values.take(order), parts[order]
+                starts = [0, *(np.flatnonzero(np.diff(parts)) + 1).tolist()]
+                queues: dict[int, deque[bytes]] = {}
+                for a, b in zip(starts, [*starts[1:], n], strict=True):
+                    p, built = int(parts[a]), deque()
+                    while a < b:
+                        builder = RecordBatchBuilder(
+                            "none",
+                            producer_id=producer_id,
+                            producer_epoch=epoch,
+                            base_sequence=sequences[p],
+                        )
+                        taken = builder.append_many(keys, values, now, None, a, b, self.batch_size)
+                        sequences[p] = (sequences[p] + taken) & 0x7FFFFFFF
+                        built.append(builder.build())
+                        a += taken
+                    queues[p] = built
+                while queues:  # a batch a partition a request, up to max.request.size
+                    size, data = 0, []
+                    for p, queue in list(queues.items()):
+                        if data and size + len(queue[0]) > MAX_REQUEST_SIZE:
+                            break
+                        records = queue.popleft()
+                        size += len(records)
+                        data.append(PartitionProduceData(index=p, records=records))
+                        if not queue:
+                            del queues[p]
+                    request = ProduceRequest(
+                        transactional_id=None,
+                        acks=-1,
+                        timeout_ms=30_000,
+                        topic_data=[TopicProduceData(name=self.topic, partition_data=data)],
+                    )
+                    if len(waiting) == MAX_IN_FLIGHT:
+                        _check_produced(conn, waiting.popleft())
+                    correlation_id, frame = conn.prepare(request, version)
+                    conn.send_prepared(frame)
+                    waiting.append(correlation_id)
+            while waiting:
+                _check_produced(conn, waiting.popleft())
+        finally:
+            conn.close()
+        return RowsSeen(seen)
+
+    def commit(self, messages: list[Any]) -> None:
+        seen = sum(m.rows for m in messages if m is not None)
+        if seen != self.rows:
+            raise RuntimeError(f"the wire floor's tasks wrote {seen} rows, not {self.rows}")
+
+    def abort(self, messages: list[Any]) -> None:
+        pass
+
+
+def _check_produced(conn: Any, correlation_id: int) -> None:
+    from kcore.errors import ErrorCode
+
+    response = conn.receive(correlation_id, 120).body
+    for t in response.responses:
+        for p in t.partition_responses:
+            if p.error_code != ErrorCode.NONE:  # (no retries: the floor's round fails)
+                raise RuntimeError(f"wire floor: partition {p.index}: error {p.error_code}")
 
 
 @dataclass
@@ -147,3 +255,15 @@ class FloorDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> FloorStreamReader:
         return FloorStreamReader(self.options)
+
+
+class WireFloorDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "kcore-bench-wire"
+
+    def schema(self) -> str:
+        return KAFKA_SCHEMA
+
+    def writer(self, schema: Any, overwrite: bool) -> WireWriter:
+        return WireWriter(self.options)

@@ -19,7 +19,10 @@ the benchmarks, untimed, kcore's ``Producer.send_batch`` writes ROWS records
   ``batch.size`` 262144 in kcore's sink, Java's 16384 in the JVM's), two diagnostic rows
   with the batch sizes swapped, and the floor: the same job into a Python data source that
   drops the Arrow batches it is handed (bench/_spark_floor.py), so Spark's making of the rows
-  and their way to a Python worker with no Kafka client at all;
+  and their way to a Python worker with no Kafka client at all; and the wire floor at each
+  sink's batch size: a Python data source that only encodes each Arrow batch's records with
+  kcore's compiled encoder and writes them as Produce requests on one blocking connection
+  (bench/_spark_floor.py), the least a Python sink does to get the rows into Kafka;
 * ``spark:stream``: ``spark.readStream.format(f)`` of the whole topic from ``earliest``,
   ``Trigger.AvailableNow``, ``maxOffsetsPerTrigger`` ROWS / 5 (5 micro-batches), into the
   ``noop`` sink, with a fresh checkpoint directory each round; and its floor: the same query
@@ -28,8 +31,10 @@ the benchmarks, untimed, kcore's ``Producer.send_batch`` writes ROWS records
 
 Each benchmark runs one untimed warm-up round (the JVM's JIT, the Python workers and kcore's
 cached clients) and ROUNDS timed rounds (``KCORE_BENCH_SPARK_ROUNDS``, default 3); before the
-first write benchmark both formats write the job twice, untimed, for the broker's JIT (else
-the first write benchmark paid for it). Besides the wall time, a round records the CPU time
+first write benchmark both formats and the wire floor write the job twice, untimed, for the
+broker's JIT (else the first write benchmark paid for it), and before every write round the
+topics written so far are deleted and the page cache's dirty data written back (else its
+writeback landed in later rounds). Besides the wall time, a round records the CPU time
 of Spark's process tree (the JVM and its Python workers, separately) and of the broker.
 
 Correctness, outside the timed part: both formats' batch reads are run once more with an
@@ -45,11 +50,14 @@ out.json`` (see docs/benchmarks-spark.md).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -73,7 +81,8 @@ SEND_CHUNK = 100_000  # records per send_batch call while writing the source top
 TIMEOUT_S = 600.0
 SEED = 0x6B636F7265
 
-FLOOR_FORMAT = "kcore-bench-floor"  # bench/_spark_floor.py's data source
+FLOOR_FORMAT = "kcore-bench-floor"  # bench/_spark_floor.py's data sources
+WIRE_FLOOR_FORMAT = "kcore-bench-wire"
 FORMATS = {  # format name -> (impl shown by report.py, label prefix)
     "kcore": ("kcore", "kcore"),
     "kafka": ("spark-sql-kafka", "JVM spark-sql-kafka-0-10"),
@@ -180,6 +189,33 @@ class Bench:
     run: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     created: list[str] = field(default_factory=list)
     count: int = 0
+    data_dir: Path | None = None  # the broker's log dir, when kcore.testing runs it
+
+    def clear_writes(self) -> None:
+        """Before a write round (untimed): the topics written so far deleted, their files gone
+        (bench/conftest.py's broker removes them 0.2 s after), then the page cache's dirty
+        data written back. Kept, every round's ~250 MB of logs piled up as dirty pages and
+        the kernel's writeback of them landed in whichever rounds came later: the same rows
+        took 2-3x the broker CPU late in the group (measured: the wire floor's 256 KiB row
+        1.72-1.75 s of broker CPU a round as the group's last rows, 0.65 s alone; kcore's
+        16 KiB row 2.37 s against 1.01-1.03 s, moved later in the group)."""
+        written = [t for t in self.created if t != self.topic]
+        if written:
+            self.admin.delete_topics(written, timeout=60)
+            self.created = [t for t in self.created if t == self.topic]
+            self._wait_until_removed(written)
+        os.sync()
+
+    def _wait_until_removed(self, topics: list[str]) -> None:
+        if self.data_dir is None:
+            return
+        deadline = time.monotonic() + 10
+        names = "|".join(re.escape(t) for t in topics)
+        pattern = re.compile(f"(?:{names})" + r"-\d+(\..*-delete)?$")
+        while any(pattern.match(entry) for entry in os.listdir(self.data_dir)):
+            if time.monotonic() > deadline:
+                return  # (slow; the round goes on)
+            time.sleep(0.01)
 
     def new_topic(self, what: str) -> str:
         self.count += 1
@@ -265,11 +301,14 @@ def bench(kafka_cluster: Any) -> Iterator[Bench]:
     spark.sparkContext.setLogLevel("ERROR")
     kcore.spark.register(spark)
     # The floor's data source goes to the Python workers by value (bench/ is not on their path).
+    import _produce_floor
     import _spark_floor
     from pyspark import cloudpickle
 
+    cloudpickle.register_pickle_by_value(_produce_floor)
     cloudpickle.register_pickle_by_value(_spark_floor)
     spark.dataSource.register(_spark_floor.FloorDataSource)
+    spark.dataSource.register(_spark_floor.WireFloorDataSource)
     nodes = getattr(kafka_cluster, "nodes", [])
     process = getattr(nodes[0], "process", None) if len(nodes) == 1 else None
     broker_pid = process.pid if process else None
@@ -277,6 +316,8 @@ def bench(kafka_cluster: Any) -> Iterator[Bench]:
     bootstrap = kafka_cluster.bootstrap_servers
     admin = kcore.AdminClient({"bootstrap.servers": bootstrap})
     b = Bench(spark, bootstrap, admin, "", jars, lambda: Meters(jvm_pid, broker_pid))
+    if process is not None:
+        b.data_dir = Path(nodes[0].data_dir)
     java = spark._jvm.java.lang.System.getProperty("java.version")
     b.runtime = f"Spark {spark.version}, Java {java}"
     try:
@@ -331,7 +372,7 @@ def _run(
     check: Callable[..., None],
 ) -> None:
     """ROUNDS timed rounds after one warm-up: ``setup`` untimed, ``timed`` measured (with the
-    CPU meters), ``check`` of its result untimed."""
+    CPU meters), ``check`` of its result untimed, before the next round's ``setup``."""
     meters = b.meters()
     results: list[tuple[tuple[Any, ...], Any]] = []
 
@@ -342,9 +383,16 @@ def _run(
         finally:
             meters.stop()
 
+    def checked_then_setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        # The last round checked before the next setup (which may delete its topic).
+        while results:
+            round_args, result = results.pop(0)
+            check(*round_args, result)
+        return setup()
+
     args, kwargs = setup()
     check(*args, timed(*args, **kwargs))  # warm-up, checked too
-    benchmark.pedantic(measured, setup=setup, rounds=ROUNDS, iterations=1)
+    benchmark.pedantic(measured, setup=checked_then_setup, rounds=ROUNDS, iterations=1)
     for round_args, result in results:
         check(*round_args, result)
     benchmark.extra_info.update(meters.extra_info())
@@ -440,11 +488,56 @@ def _write(source: Any, fmt: str, topic: str, options: dict[str, str]) -> None:
 def warm_broker(bench: Bench) -> None:
     """A fresh broker's JIT takes several of these jobs to warm up: the first write benchmark
     paid for it (its broker CPU twice the others', up to 1.6x their wall time, whichever
-    format ran first). So both formats write the job a few times first, untimed."""
+    format ran first). So both formats and the wire floor write the job a few times first,
+    untimed (without, the wire floor's rounds had 2.6x the broker CPU of kcore's sink for the
+    same record batches; alone, warm, the two were level)."""
     source = _source(bench.spark)
     for _ in range(WARM_WRITES):
         for fmt in FORMATS:
             _write(source, fmt, bench.new_topic(f"warm-{fmt}"), _write_options(bench, None))
+        _write_wire_floor(bench, source, bench.new_topic("warm-wire"), 262_144)
+
+
+def _write_wire_floor(bench: Bench, source: Any, topic: str, batch_size: int) -> None:
+    source.write.format(WIRE_FLOOR_FORMAT).options(
+        bootstrap=bench.bootstrap,
+        topic=topic,
+        partitions=str(PARTITIONS),
+        batch_size=str(batch_size),
+        rows=str(ROWS),
+    ).mode("append").save()
+
+
+@_group("write")
+@pytest.mark.parametrize("batch_size", [262_144, 16_384])
+def test_batch_write_wire_floor(
+    benchmark: Any, bench: Bench, warm_broker: None, batch_size: int
+) -> None:
+    """Not a sink: the write's rows put on the wire with kcore's compiled encoder and one
+    blocking connection, nothing else (bench/_spark_floor.py), at each sink's batch size:
+    kcore's row over this one is what its producer costs besides the encoding and the
+    socket."""
+    _info(benchmark, "kcore", "write", f"batch write, kafka.batch.size {batch_size:,}", bench)
+    benchmark.extra_info.update(
+        key=f"floor.wire-write.batch{batch_size}",
+        label=f"Python sink: compiled encoder, one blocking connection, batch.size {batch_size:,}"
+        " (wire floor)",
+        impl=f"wire floor (batch.size {batch_size:,})",
+    )
+    source = _source(bench.spark)
+
+    def setup() -> tuple[tuple[str], dict[str, Any]]:
+        bench.clear_writes()
+        return (bench.new_topic("write-wire"),), {}
+
+    def write(topic: str) -> None:
+        _write_wire_floor(bench, source, topic, batch_size)
+
+    def check(topic: str, result: None) -> None:
+        ends = bench.end_offsets(topic)
+        assert sum(ends.values()) == ROWS, f"{topic}: end offsets {ends}, want {ROWS} in all"
+
+    _run(benchmark, bench, write, setup, check)
 
 
 @_group("write")
@@ -465,6 +558,7 @@ def test_batch_write(
     options = _write_options(bench, batch_size)
 
     def setup() -> tuple[tuple[str], dict[str, Any]]:
+        bench.clear_writes()
         return (bench.new_topic(f"write-{fmt}"),), {}
 
     def write(topic: str) -> None:
@@ -493,7 +587,11 @@ def test_batch_write_floor(benchmark: Any, bench: Bench, warm_broker: None) -> N
         # (the data source's commit fails the job unless its tasks were handed every row)
         source.write.format(FLOOR_FORMAT).option("rows", str(ROWS)).mode("append").save()
 
-    _run(benchmark, bench, write, lambda: ((), {}), lambda result: None)
+    def setup() -> tuple[tuple[()], dict[str, Any]]:
+        bench.clear_writes()  # as for the sinks' rounds
+        return (), {}
+
+    _run(benchmark, bench, write, setup, lambda result: None)
 
 
 @_group("stream")
