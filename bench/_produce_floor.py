@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from kcore.codec import RecordBatchBuilder, partition_for_key
@@ -138,20 +139,7 @@ class ProduceFloor:
                     for start, stop in self._chunks(ks, vs, now)
                 )
         self.frames = []
-        while queues:
-            # One batch a partition, up to max.request.size; partitions a request had no room
-            # for go first in the next one.
-            size, parts = 0, []
-            for partition, queue in queues.items():
-                if parts and size + len(queue[0]) > MAX_REQUEST_SIZE:
-                    break
-                records = queue.popleft()
-                size += len(records)
-                parts.append(PartitionProduceData(index=partition, records=records))
-            taken = [p.index for p in parts]
-            left = {p: q for p, q in queues.items() if p not in set(taken)}
-            left.update((p, queues[p]) for p in taken if queues[p])
-            queues = left
+        for parts in requests_of(queues):
             request = ProduceRequest(
                 transactional_id=None,
                 acks=self.acks,
@@ -174,7 +162,34 @@ class ProduceFloor:
         return len(frames)
 
     def _check(self, correlation_id: int) -> None:
-        response = self.conn.receive(correlation_id, self.timeout_s).body
-        for t in response.responses:
-            for p in t.partition_responses:
-                assert p.error_code == ErrorCode.NONE, f"partition {p.index}: {p.error_code}"
+        check_produced(self.conn, correlation_id, self.timeout_s)
+
+
+def requests_of(queues: dict[int, deque[bytes]]) -> Iterator[list[PartitionProduceData]]:
+    """The partition data of each Produce request for ``queues`` (partition -> its built
+    batches, in order; their deques are emptied): one batch a partition a request, up to
+    max.request.size, as Java's sender drains; partitions a request had no room for go first
+    in the next one."""
+    while queues:
+        size, parts = 0, []
+        for partition, queue in queues.items():
+            if parts and size + len(queue[0]) > MAX_REQUEST_SIZE:
+                break
+            records = queue.popleft()
+            size += len(records)
+            parts.append(PartitionProduceData(index=partition, records=records))
+        taken = [p.index for p in parts]
+        left = {p: q for p, q in queues.items() if p not in set(taken)}
+        left.update((p, queues[p]) for p in taken if queues[p])
+        queues = left
+        yield parts
+
+
+def check_produced(conn: BlockingBrokerConnection, correlation_id: int, timeout_s: float) -> None:
+    """Fails unless every partition of the Produce answer to ``correlation_id`` took its batch
+    (no retries: a floor's round fails)."""
+    response = conn.receive(correlation_id, timeout_s).body
+    for t in response.responses:
+        for p in t.partition_responses:
+            if p.error_code != ErrorCode.NONE:
+                raise AssertionError(f"partition {p.index}: {p.error_code}")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from _produce_floor import MAX_IN_FLIGHT, MAX_REQUEST_SIZE, init_producer_id
+from _produce_floor import MAX_IN_FLIGHT, check_produced, init_producer_id, requests_of
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -44,6 +44,9 @@ KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
     "timestamp timestamp, timestampType int"
 )
+
+
+TIMEOUT_S = 120.0  # the wire floor's connection and answers
 
 
 @dataclass
@@ -81,13 +84,10 @@ class WireWriter(DataSourceArrowWriter):
         from kcore.network.blocking import BlockingBrokerConnection
         from kcore.protocol import ApiKey
         from kcore.protocol.messages import ProduceRequest
-        from kcore.protocol.messages.produce_request import (
-            PartitionProduceData,
-            TopicProduceData,
-        )
+        from kcore.protocol.messages.produce_request import TopicProduceData
 
         host, port = self.bootstrap.split(",")[0].rsplit(":", 1)
-        conn = BlockingBrokerConnection(host, int(port), timeout=120).open()
+        conn = BlockingBrokerConnection(host, int(port), timeout=TIMEOUT_S).open()
         try:
             version = conn.version_for(ApiKey.PRODUCE, max_version=12)  # topics by name
             producer_id, epoch = init_producer_id(conn)
@@ -118,16 +118,7 @@ class WireWriter(DataSourceArrowWriter):
                         built.append(builder.build())
                         a += taken
                     queues[p] = built
-                while queues:  # a batch a partition a request, up to max.request.size
-                    size, data = 0, []
-                    for p, queue in list(queues.items()):
-                        if data and size + len(queue[0]) > MAX_REQUEST_SIZE:
-                            break
-                        records = queue.popleft()
-                        size += len(records)
-                        data.append(PartitionProduceData(index=p, records=records))
-                        if not queue:
-                            del queues[p]
+                for data in requests_of(queues):
                     request = ProduceRequest(
                         transactional_id=None,
                         acks=-1,
@@ -135,12 +126,12 @@ class WireWriter(DataSourceArrowWriter):
                         topic_data=[TopicProduceData(name=self.topic, partition_data=data)],
                     )
                     if len(waiting) == MAX_IN_FLIGHT:
-                        _check_produced(conn, waiting.popleft())
+                        check_produced(conn, waiting.popleft(), TIMEOUT_S)
                     correlation_id, frame = conn.prepare(request, version)
                     conn.send_prepared(frame)
                     waiting.append(correlation_id)
             while waiting:
-                _check_produced(conn, waiting.popleft())
+                check_produced(conn, waiting.popleft(), TIMEOUT_S)
         finally:
             conn.close()
         return RowsSeen(seen)
@@ -152,16 +143,6 @@ class WireWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[Any]) -> None:
         pass
-
-
-def _check_produced(conn: Any, correlation_id: int) -> None:
-    from kcore.errors import ErrorCode
-
-    response = conn.receive(correlation_id, 120).body
-    for t in response.responses:
-        for p in t.partition_responses:
-            if p.error_code != ErrorCode.NONE:  # (no retries: the floor's round fails)
-                raise RuntimeError(f"wire floor: partition {p.index}: error {p.error_code}")
 
 
 @dataclass

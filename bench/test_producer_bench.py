@@ -181,6 +181,18 @@ def values() -> Values:
     return Values(as_list, arrow)
 
 
+def wait_until_removed(data_dir: Path, topics: list[str]) -> None:
+    """Until the broker's log dir ``data_dir`` holds no partition directory of ``topics``
+    (deleted ones included), for at most 10 s (then the round goes on, slowed)."""
+    deadline = time.monotonic() + 10
+    names = "|".join(re.escape(t) for t in topics)
+    pattern = re.compile(f"(?:{names})" + r"-\d+(\..*-delete)?$")
+    while any(pattern.match(entry) for entry in os.listdir(data_dir)):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
+
+
 @dataclass
 class Broker:
     bootstrap: str
@@ -227,14 +239,8 @@ class Broker:
         the deletion, ~0.3 s in all): the next round's setup took ~0.27 s, so the unlinking
         of the last round's ~120 MB of logs, and the freeing of their page cache, landed in
         the first 40-70 ms of every timed round."""
-        if self.data_dir is None:
-            return
-        deadline = time.monotonic() + 10
-        pattern = re.compile(re.escape(topic) + r"-\d+(\..*-delete)?$")
-        while any(pattern.match(entry) for entry in os.listdir(self.data_dir)):
-            if time.monotonic() > deadline:
-                return  # (slow; the round goes on)
-            time.sleep(0.01)
+        if self.data_dir is not None:
+            wait_until_removed(self.data_dir, [topic])
 
     def delete_all(self) -> None:
         """Every topic this module made, deleted at its end: a broker removes a deleted

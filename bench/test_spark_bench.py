@@ -50,10 +50,8 @@ out.json`` (see docs/benchmarks-spark.md).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,6 +60,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_producer_bench import wait_until_removed
 
 import kcore
 import kcore.spark
@@ -203,19 +202,14 @@ class Bench:
         if written:
             self.admin.delete_topics(written, timeout=60)
             self.created = [t for t in self.created if t == self.topic]
-            self._wait_until_removed(written)
+            if self.data_dir is not None:
+                wait_until_removed(self.data_dir, written)
         os.sync()
 
-    def _wait_until_removed(self, topics: list[str]) -> None:
-        if self.data_dir is None:
-            return
-        deadline = time.monotonic() + 10
-        names = "|".join(re.escape(t) for t in topics)
-        pattern = re.compile(f"(?:{names})" + r"-\d+(\..*-delete)?$")
-        while any(pattern.match(entry) for entry in os.listdir(self.data_dir)):
-            if time.monotonic() > deadline:
-                return  # (slow; the round goes on)
-            time.sleep(0.01)
+    def check_written(self, topic: str, result: None) -> None:
+        """A write round's check: its topic holds ROWS records."""
+        ends = self.end_offsets(topic)
+        assert sum(ends.values()) == ROWS, f"{topic}: end offsets {ends}, want {ROWS} in all"
 
     def new_topic(self, what: str) -> str:
         self.count += 1
@@ -533,11 +527,7 @@ def test_batch_write_wire_floor(
     def write(topic: str) -> None:
         _write_wire_floor(bench, source, topic, batch_size)
 
-    def check(topic: str, result: None) -> None:
-        ends = bench.end_offsets(topic)
-        assert sum(ends.values()) == ROWS, f"{topic}: end offsets {ends}, want {ROWS} in all"
-
-    _run(benchmark, bench, write, setup, check)
+    _run(benchmark, bench, write, setup, bench.check_written)
 
 
 @_group("write")
@@ -564,11 +554,7 @@ def test_batch_write(
     def write(topic: str) -> None:
         _write(source, fmt, topic, options)
 
-    def check(topic: str, result: None) -> None:
-        ends = bench.end_offsets(topic)
-        assert sum(ends.values()) == ROWS, f"{topic}: end offsets {ends}, want {ROWS} in all"
-
-    _run(benchmark, bench, write, setup, check)
+    _run(benchmark, bench, write, setup, bench.check_written)
 
 
 @_group("write")
