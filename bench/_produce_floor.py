@@ -178,8 +178,9 @@ def requests_of(queues: dict[int, deque[bytes]]) -> Iterator[list[PartitionProdu
             records = queue.popleft()
             size += len(records)
             parts.append(PartitionProduceData(index=partition, records=records))
-        taken = [p.index for p in parts]
-        left = {p: q for p, q in queues.items() if p not in set(taken)}
+        taken = [p.index for p in parts]  # (in request order: the ones left go last)
+        in_request = set(taken)
+        left = {p: q for p, q in queues.items() if p not in in_request}
         left.update((p, queues[p]) for p in taken if queues[p])
         queues = left
         yield parts
