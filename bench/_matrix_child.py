@@ -74,7 +74,7 @@ def _peak_reset() -> None:
         f.write("5")  # VmHWM back to the current RSS (Linux >= 4.0)
 
 
-def _process_cpu(pid: int) -> float:
+def process_cpu(pid: int) -> float:
     """Another process's CPU seconds so far (user + system, every thread)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -90,14 +90,14 @@ class Timed:
         self.broker_pid: int | None = spec.get("broker_pid")
 
     def __enter__(self) -> Timed:
-        self.broker = _process_cpu(self.broker_pid) if self.broker_pid else 0.0
+        self.broker = process_cpu(self.broker_pid) if self.broker_pid else 0.0
         self.wall, self.cpu = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
         if self.broker_pid:
-            self.broker = _process_cpu(self.broker_pid) - self.broker
+            self.broker = process_cpu(self.broker_pid) - self.broker
 
     def result(self) -> dict[str, Any]:
         got: dict[str, Any] = {"wall_s": self.wall, "cpu_s": self.cpu}

@@ -41,7 +41,10 @@ fnmatch patterns, e.g. ``produce:*,*:lz4``) picks a subset. Sections:
   ``confluent_kafka.aio.AIOConsumer.consume`` and aiokafka ``getmany``.
 * ``defaults``: the main shape with each client at its own defaults (only the bootstrap servers
   set): kcore's send loop and send_batch against confluent-kafka's produce loop, aiokafka and
-  kafka-python; and their consumers reading the Java-written main topic.
+  kafka-python; and their consumers reading the Java-written main topic. Under the producers'
+  table, for reference (not a Python client, so not a row), Java's own producer at its
+  defaults, which are kcore's: ``ProducerPerformance``'s steady-state rate after 2N records,
+  and the broker's CPU per N records over its run.
 
 Rounds. Every round of every client is a process of its own (bench/_matrix_child.py), which
 first sends or reads a few thousand records untimed (connections, metadata, producer id,
@@ -75,6 +78,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -85,7 +89,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _matrix_child import make_keys, make_values
+from _matrix_child import make_keys, make_values, process_cpu
 from test_producer_bench import Broker, _need, _optional
 
 import kcore
@@ -365,7 +369,13 @@ def _run_cells(
 # Topics the consumer cells read: written by Java's ProducerPerformance or by librdkafka
 
 
-def _write_java(broker: Broker, topic: str, shape: Shape) -> None:
+def _java_producer(
+    broker: Broker, topic: str, shape: Shape, records: int, *args: str
+) -> tuple[str, float]:
+    """Java's ProducerPerformance sending ``records`` of ``shape``'s values to ``topic`` as fast
+    as it can, at its producer's defaults (but ``compression.type``); ``args`` are more of its
+    options. Its output, and the broker's CPU seconds over the whole run (0.0 when this run did
+    not start the broker)."""
     from kcore.testing import _cds, jars
     from kcore.testing.versions import KAFKA_VERSION
 
@@ -385,20 +395,29 @@ def _write_java(broker: Broker, topic: str, shape: Shape) -> None:
         "--topic",
         topic,
         "--num-records",
-        str(shape.records),
+        str(records),
         "--throughput",
         "-1",
         "--payload-file",
         payload,
+        *args,
         "--command-property",
         *props,
     ]
+    pid = BROKER_PID.get(broker.bootstrap)
+    before = process_cpu(pid) if pid else 0.0
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
     finally:
         os.unlink(payload)
+    broker_cpu = process_cpu(pid) - before if pid else 0.0
     if done.returncode != 0:
         raise AssertionError(f"{JAVA_TOOL} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return done.stdout, broker_cpu
+
+
+def _write_java(broker: Broker, topic: str, shape: Shape) -> None:
+    _java_producer(broker, topic, shape, shape.records)
 
 
 def _write_librdkafka(broker: Broker, topic: str, shape: Shape) -> None:
@@ -663,14 +682,53 @@ def test_defaults(benchmark: Any, kafka_cluster: Any) -> None:
             topic, ends = written.get("java", MAIN)
             return _consume_round(broker, cell, client, topic, ends)
 
+        java = ""
         try:
             benchmark.pedantic(
                 lambda: [_run_cells([cell], one, True) for cell in cells], rounds=1, iterations=1
             )
+            if produce in cells:
+                java = _java_at_defaults(broker, produce, produce_topic[0])
         finally:
             broker.delete_all()
     tables = [
         _table(f"Each client at its own defaults: {cell.name.split(':')[1]}", [cell])
+        + (java if cell is produce else "")
         for cell in cells
     ]
     _finish(benchmark, tables, cells)
+
+
+JAVA_WARM_UP = 2  # N's Java's producer sends before its steady state (its JIT, the broker's)
+JAVA_TIMED = 4  # N's of steady state
+
+
+def _java_at_defaults(broker: Broker, cell: Cell, topic: str) -> str:
+    """Java's own producer at its defaults (Java's are kcore's) on the cell's shape, for
+    reference under the defaults table: not a Python client, so not a row. Its steady-state
+    rate after JAVA_WARM_UP x N records, as the time N records take at that rate; the broker's
+    CPU over the whole run, per N records (the broker's work for Java's requests, which are
+    kcore's too: 16 KiB batches, acks=all, idempotence)."""
+    n = cell.shape.records
+    out, broker_cpu = _java_producer(
+        broker,
+        topic,
+        cell.shape,
+        (JAVA_WARM_UP + JAVA_TIMED) * n,
+        "--warmup-records",
+        str(JAVA_WARM_UP * n),
+    )
+    match = re.search(r"(\d+) steady state records sent, ([\d.]+) records/sec", out)
+    if match is None:
+        raise AssertionError(f"{JAVA_TOOL} printed no steady-state rate:\n{out[-2000:]}")
+    wall = n / float(match.group(2))
+    kcore_send = statistics.median(r["wall_s"] for r in cell.results["kcore-send"])
+    line = (
+        f"Java's producer at its defaults ({JAVA_TOOL}, {n:,} records at its steady-state rate "
+        f"after {JAVA_WARM_UP * n:,}, one run after the rounds): {_fmt_s(wall)}, kcore send "
+        f"{wall / kcore_send:.2f}x"
+    )
+    if broker_cpu:
+        per_n = broker_cpu / (JAVA_WARM_UP + JAVA_TIMED)
+        line += f"; the broker's CPU {per_n:.2f} s per {n:,} records (its whole run's average)"
+    return line + ".\n"
