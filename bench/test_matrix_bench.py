@@ -375,7 +375,9 @@ def _java_producer(
     """Java's ProducerPerformance sending ``records`` of ``shape``'s values to ``topic`` as fast
     as it can, at its producer's defaults (but ``compression.type``); ``args`` are more of its
     options. Its output, and the broker's CPU seconds over the whole run (0.0 when this run did
-    not start the broker)."""
+    not start the broker). Its own JVM command, not the cluster's ``run_tool``: that one starts
+    tools quickly (C1 only, serial GC, 256 MiB), and a producer measured for its rate needs the
+    JVM's full compiler."""
     from kcore.testing import _cds, jars
     from kcore.testing.versions import KAFKA_VERSION
 
