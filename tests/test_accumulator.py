@@ -581,7 +581,9 @@ def test_the_send_path_hands_a_new_batch_to_new_batch_and_everything_else_to_slo
 
     acc = RecordAccumulator(batch_size=300, linger_s=1.0, buffer_memory=1 << 20, compression="none")
     parts = {p: PartitionInfo("t", p, 1) for p in range(2)}
-    cache = SimpleNamespace(current=ClusterMetadata(topics={"t": TopicInfo("t", None, parts)}))
+    cache = SimpleNamespace(
+        current=ClusterMetadata(topics={"t": TopicInfo("t", None, parts)}), on_update=[]
+    )
     opened: list[tuple[TopicPartition, bytes | None, bytes | None, int]] = []
     slow: list[tuple[object, ...]] = []
 
@@ -614,6 +616,50 @@ def test_the_send_path_hands_a_new_batch_to_new_batch_and_everything_else_to_slo
     path.new_batch = lambda *args: None  # e.g. the AsyncProducer's loop short of memory
     path.send("t", b"w", partition=0, timestamp_ms=7)
     assert slow == [("t", b"w", None, 0, 7, None, None)]
+
+
+def test_the_send_path_routes_by_the_metadata_the_cache_last_announced() -> None:
+    """The send path reads the cache's snapshot again only after ``on_update`` said it changed
+    (a flag, not an attribute lookup a record), and keeps the last topic's route: a partition
+    added to the topic is routed to compiled once the cache announces it, and a topic sent to
+    with an equal but distinct str object goes the same way."""
+    from types import SimpleNamespace
+
+    from kcore.cluster.metadata import ClusterMetadata, PartitionInfo, TopicInfo
+    from kcore.producer._sendpath import SendPath
+
+    def snapshot(count: int) -> ClusterMetadata:
+        parts = {p: PartitionInfo("topic", p, 1) for p in range(count)}
+        return ClusterMetadata(topics={"topic": TopicInfo("topic", None, parts)})
+
+    acc = RecordAccumulator(batch_size=300, linger_s=1.0, buffer_memory=1 << 20, compression="none")
+    cache = SimpleNamespace(current=snapshot(2), on_update=[])
+    slow: list[tuple[object, ...]] = []
+
+    def new_batch(tp: TopicPartition, key: bytes | None, value: bytes | None, ts: int) -> object:
+        batch, index, _wake = acc.append(tp, key, value, ts, None, 1.0)
+        return batch, index
+
+    path = SendPath(
+        lambda *args: slow.append(args), TopicPartition, acc.queues, cache, 300, new_batch=new_batch
+    )
+    assert cache.on_update == [path.metadata_updated]
+    path.send("topic", b"a", partition=1, timestamp_ms=1)
+    path.send("topic", b"b", partition=2, timestamp_ms=2)  # not in the snapshot: the full way
+    assert slow == [("topic", b"b", None, 2, 2, None, None)]
+    cache.current = snapshot(3)
+    path.send("topic", b"c", partition=2, timestamp_ms=3)  # not announced yet: the old route
+    assert len(slow) == 2
+    for callback in cache.on_update:
+        callback()
+    topic = "".join(["to", "pic"])  # equal to "topic", another object
+    future = path.send(topic, b"d", partition=2, timestamp_ms=4)
+    assert len(slow) == 2 and future.partition == 2
+    assert acc.queues[TopicPartition("topic", 2)][-1].records == 1
+    cache.current = ClusterMetadata()  # the topic is gone: the full way again
+    path.metadata_updated()
+    path.send("topic", b"e", partition=0, timestamp_ms=5)
+    assert len(slow) == 3
 
 
 def test_send_batch_result_sleeps_once_for_all_its_batches() -> None:

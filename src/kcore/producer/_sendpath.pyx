@@ -43,9 +43,11 @@ Shared state the rule protects (read and written here without the accumulator's 
   itself (one C call); the accumulator and the sender close batches, the sender builds them;
 - this module's own state, shared by every thread calling ``send`` (a Producer is
   thread-safe) and ``sticky_partition``: ``SendPath.seen_metadata``, ``routes`` (each
-  ``TopicRoute`` with the open batch seen last per partition) and ``sticky`` (one
-  ``StickyState`` per topic); and ``DeliveryFuture``'s free list (``cython.freelist``);
-- ``MetadataCache.current``, read once a record (the cache swaps the reference on refresh).
+  ``TopicRoute`` with the open batch seen last per partition), ``last_topic`` and
+  ``last_route``, ``metadata_changed`` and ``sticky`` (one ``StickyState`` per topic); and
+  ``DeliveryFuture``'s free list (``cython.freelist``);
+- ``MetadataCache.current``, read after its ``on_update`` said it changed (the cache swaps the
+  reference, then calls ``on_update``).
 
 Code that relies on it:
 
@@ -424,7 +426,14 @@ cdef class SendPath:
     cdef object queues            # the accumulator's {TopicPartition: deque[ProducerBatch]}
     cdef object cache             # the MetadataCache; its `current` changes on refresh
     cdef object seen_metadata
+    # Set by the cache's on_update (any change of `current`), cleared where `current` is
+    # read again: a record costs a C flag's test, not an attribute lookup.
+    cdef bint metadata_changed
     cdef dict routes              # topic -> TopicRoute under seen_metadata
+    # The last topic sent to and its route (a dict lookup saved when the topic is the same
+    # str object, as in a loop): forgotten with `routes`.
+    cdef object last_topic
+    cdef TopicRoute last_route
     cdef dict sticky              # topic -> StickyState (kept across metadata refreshes)
     cdef Py_ssize_t batch_size
     cdef Py_ssize_t max_payload   # key + value bytes above which the slow path checks the size
@@ -439,12 +448,22 @@ cdef class SendPath:
         self.queues = queues
         self.cache = cache
         self.seen_metadata = None
+        self.metadata_changed = True
         self.routes = {}
+        self.last_topic = None
+        self.last_route = None
         self.sticky = {}
         self.batch_size = batch_size
         self.max_payload = max_payload
         self.enabled = enabled
         self.loop = None
+        if cache is not None:
+            cache.on_update.append(self.metadata_updated)
+
+    def metadata_updated(self):
+        """The cache's `current` was replaced (a refresh, a leader hint, a topic forgotten):
+        routes are made afresh from the next record on."""
+        self.metadata_changed = True
 
     cdef StickyState sticky_state(self, str topic):
         cdef StickyState state = <StickyState>self.sticky.get(topic)
@@ -524,15 +543,26 @@ cdef class SendPath:
             return self.slow(topic, value, key, partition, timestamp_ms, headers, on_delivery)
         # (An exact int converts without running Python code; see the write below.)
         ts = now_ms() if timestamp_ms is None else <int64_t>timestamp_ms
-        md = self.cache.current
-        if md is not self.seen_metadata:  # a refresh: partition counts may have changed
-            self.seen_metadata = md
+        if self.metadata_changed:  # partition counts and leaders may have changed
+            # Cleared before `current` is read: an update after the read sets it again.
+            self.metadata_changed = False
+            self.seen_metadata = self.cache.current
             self.routes.clear()
-        route = <TopicRoute>self.routes.get(topic)
-        if route is None:
-            route = self.route(md, topic)
+            self.last_topic = None
+            self.last_route = None
+        if topic is self.last_topic:
+            route = self.last_route
+        else:
+            md = self.seen_metadata
+            route = <TopicRoute>self.routes.get(topic)
             if route is None:
-                return self.slow(topic, value, key, partition, timestamp_ms, headers, on_delivery)
+                route = self.route(md, topic)
+                if route is None:
+                    return self.slow(topic, value, key, partition, timestamp_ms, headers,
+                                     on_delivery)
+            if self.seen_metadata is md:  # (as in `route`: kept only under the snapshot read)
+                self.last_topic = topic
+                self.last_route = route
         if key is not None:
             kp = <const uint8_t*>PyBytes_AS_STRING(key)
             klen = PyBytes_GET_SIZE(key)
