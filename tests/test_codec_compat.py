@@ -61,7 +61,7 @@ from kcore.codec import (
     murmur2,
     partition_for_key,
 )
-from kcore.errors import CrcMismatchError, DecompressionLimitError
+from kcore.errors import CorruptRecordError, CrcMismatchError, DecompressionLimitError
 
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 COMPRESSED = ["gzip", "snappy", "lz4", "zstd"]
@@ -1180,6 +1180,88 @@ def test_compression_levels_are_honoured_and_read_by_peers(codec, levels):
         # -1 is one of zstd's levels (a faster one), not "the default" (3).
         assert sizes[-1] != len(default)
         assert kcore_batch(COMPRESSIBLE * 20, codec, compression_level=3) == default
+
+
+def test_zstd_contexts_kept_per_thread_round_trip_and_read_by_peers():
+    """With the zstandard package (kcore[zstd]) each thread keeps its own zstd contexts: many
+    threads compressing and decompressing at once each get their own bytes back, and what
+    they write is one frame stating its size, which cramjam reads too."""
+    import threading
+
+    from kcore.codec import zstd_context_reuse_available
+
+    assert zstd_context_reuse_available()  # (the dev environment installs zstandard)
+    sections = [SECTION[i * 100 :] + bytes([i]) * 5_000 for i in range(8)]
+    failures: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for level in (3, 1, 3, 19):
+                payload = compress("zstd", sections[i], level)
+                assert zstd_has_content_size(payload)
+                assert decompress("zstd", payload) == sections[i]
+                assert bytes(cramjam.zstd.decompress(payload)) == sections[i]
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+@pytest.mark.parametrize("delta", [-1, 1, 1 << 20])
+def test_zstd_frame_stating_a_wrong_size_is_a_corrupt_batch(delta):
+    """A frame whose header states another content size than its blocks hold fails as a
+    corrupt batch (a kcore error naming the codec), not as the zstd package's error."""
+    import zstandard
+
+    data = SECTION[:4_000]
+    frame = bytearray(zstandard.ZstdCompressor(level=3).compress(data))
+    descriptor = frame[4]
+    # A 2-byte size (stored less 256) right after it: a single segment, no window byte.
+    assert descriptor >> 6 == 1 and descriptor & 0x20
+    assert int.from_bytes(frame[5:7], "little") + 256 == len(data)
+    frame[5:7] = (len(data) - 256 + delta).to_bytes(2, "little") if delta < 60_000 else b"\xff\xff"
+    with pytest.raises(CorruptRecordError, match="zstd"):
+        decompress("zstd", bytes(frame))
+    with pytest.raises(CorruptRecordError):
+        decode_batches(with_payload(kcore_batch(COMPRESSIBLE, "zstd"), bytes(frame)))[0].records()
+
+
+def test_zstd_frames_without_a_size_expanding_past_the_first_guess():
+    """A frame that states no size (Java's) and expands further than the first guess still
+    decodes whole, and one that expands past the limit is refused as such."""
+    import zstandard
+
+    big = bytes(3_000_000)
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(big)
+    assert not zstd_has_content_size(frame) and len(frame) * 8 < 65_536
+    assert decompress("zstd", frame) == big
+    with pytest.raises(DecompressionLimitError):
+        decompress("zstd", frame, max_size=1_000_000)
+
+
+def test_zstd_without_the_zstandard_package_uses_cramjam():
+    """Without zstandard (kcore[zstd]) zstd batches go through cramjam as before: the same
+    frames, read the same way."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['zstandard'] = None\n"
+        "from kcore.codec import compress, decompress, zstd_context_reuse_available\n"
+        "import cramjam\n"
+        "assert not zstd_context_reuse_available()\n"
+        "data = bytes(range(256)) * 64\n"
+        "for level in (3, 1, -5):\n"
+        "    payload = compress('zstd', data, level)\n"
+        "    assert decompress('zstd', payload) == data\n"
+        "    assert bytes(cramjam.zstd.decompress(payload)) == data\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_lz4_high_compression_without_the_lz4_package_is_a_config_error():

@@ -46,6 +46,7 @@ from ._codec import (
     scan_complete_batches,
     set_arena_cache_limit,
     set_buffer_pool_limit,
+    zstd_context_reuse_available,
 )
 
 __all__ = [
@@ -87,6 +88,7 @@ __all__ = [
     "scan_complete_batches",
     "set_arena_cache_limit",
     "set_buffer_pool_limit",
+    "zstd_context_reuse_available",
 ]
 
 

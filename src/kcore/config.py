@@ -661,7 +661,9 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               "lz4 level: 9, the default, is LZ4's fast compressor (as Java's); any other is "
               "LZ4 HC, which needs the lz4 package (pip install kcore[lz4])."),
     ConfigDef("compression.zstd.level", "int", 3, Range(-131072, 22), _PRODUCER,
-              "zstd level (negative levels are faster ones)."),
+              "zstd level (negative levels are faster ones); with the zstandard package "
+              "(pip install kcore[zstd]) levels 1-22 reuse a context per thread "
+              "(docs/codec.md)."),
     ConfigDef("metadata.max.idle.ms", "long", 300000, Range(5000), _PRODUCER,
               "Forget metadata of a topic not produced to for this long."),
     ConfigDef("partitioner.class", "callable", None, None, _PRODUCER,
