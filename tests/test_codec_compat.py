@@ -1262,6 +1262,12 @@ def test_zstd_without_the_zstandard_package_uses_cramjam():
         "    assert bytes(cramjam.zstd.decompress(payload)) == data\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    # A zstandard older than kcore[zstd] asks for (no allow_extra_data): cramjam too.
+    old = code.replace(
+        "sys.modules['zstandard'] = None",
+        "import types; sys.modules['zstandard'] = types.SimpleNamespace(__version__='0.17.0')",
+    )
+    subprocess.run([sys.executable, "-c", old], check=True, timeout=120)
 
 
 def test_lz4_high_compression_without_the_lz4_package_is_a_config_error():

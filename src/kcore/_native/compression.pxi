@@ -97,8 +97,21 @@ cdef object zstandard_module():
         except ImportError:
             _zstandard = False
         else:
-            _zstd_contexts = threading.local()
+            # decompress(allow_extra_data=...) is 0.18's; kcore[zstd] asks for 0.22
+            if zstandard_version(getattr(_zstandard, "__version__", "")) < (0, 22):
+                _zstandard = False
+            else:
+                _zstd_contexts = threading.local()
     return _zstandard
+
+
+cdef tuple zstandard_version(str text):
+    parts = []
+    for part in text.split(".")[:2]:
+        if not part.isdigit():
+            return (0, 0)
+        parts.append(int(part))
+    return tuple(parts) if len(parts) == 2 else (0, 0)
 
 
 def zstd_context_reuse_available():
