@@ -508,6 +508,35 @@ def test_delivery_callbacks_and_errors(kafka_cluster):
         producer.send(topic, b"late")
 
 
+def test_the_compiled_send_path_follows_a_metadata_refresh(kafka_cluster):
+    """The compiled send path learns of a new metadata snapshot from the cache's on_update: once
+    a refresh shows partitions added on the broker, records for them take the compiled path
+    (not the full Python send), and land there."""
+    topic = name("send-path-refresh")
+    create(kafka_cluster.bootstrap_servers, topic, 1)
+    with kcore.Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as producer:
+        path = producer._core.send_path
+        full_way: list[object] = []
+        slow = path.slow
+
+        def counted(*args: object) -> object:
+            full_way.append(args)
+            return slow(*args)
+
+        path.slow = counted
+        producer.send(topic, b"a").result(30)
+        producer.send(topic, b"b").result(30)
+        assert len(full_way) <= 1  # (the first record may wait for the topic's metadata)
+        with kcore.AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as admin:
+            admin.create_partitions({topic: 3})
+        # Partition 2 is not in the send path's snapshot: the full way, which refreshes.
+        assert producer.send(topic, b"c", partition=2).result(30).partition == 2
+        before = len(full_way)
+        futures = [producer.send(topic, b"d%d" % i, partition=2) for i in range(10)]
+        assert [f.result(30).partition for f in futures] == [2] * 10
+        assert len(full_way) == before  # compiled, under the refreshed snapshot
+
+
 def test_close_from_a_delivery_callback_does_not_wait(kafka_cluster):
     """As Java: close() on the network thread (from a callback) closes with a timeout of 0 and
     returns; every record is still completed, and later sends are refused."""
