@@ -171,6 +171,7 @@ PROBE = textwrap.dedent(
         import kcore.protocol._decoders as decoders
         import kcore.cluster._metadata_apply as metadata_apply
         import kcore.consumer.share._acknowledge as share_acknowledge
+        import kcore._metrics as metrics
 
         cramjam = sys.modules["cramjam"]  # the codec's (a bundle's serves it once kcore loads)
 
@@ -183,6 +184,7 @@ PROBE = textwrap.dedent(
             "decoders": decoders.__file__,
             "metadata_apply": metadata_apply.__file__,
             "share_acknowledge": share_acknowledge.__file__,
+            "metrics": metrics.__file__,
             "cramjam": cramjam.__file__,
             "zstd": pub.decompress("zstd", pub.compress("zstd", data)) == data,
             "lz4": pub.decompress("lz4", pub.compress("lz4", data)) == data,
@@ -240,6 +242,7 @@ def check_executor_probe(raw: str, cache: Path, bundle_name: str, python: Path) 
         ("decoders", "kcore.protocol._decoders"),
         ("metadata_apply", "kcore.cluster._metadata_apply"),
         ("share_acknowledge", "kcore.consumer.share._acknowledge"),
+        ("metrics", "kcore._metrics"),
     ):
         path = Path(p[key])
         assert path.suffix == ".so" and path.parent.parent == cache, path

@@ -4,6 +4,7 @@ producer and a consumer report against a real one."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 import uuid
 
@@ -46,6 +47,36 @@ def test_a_list_of_values_is_each_of_them_recorded():
     many.record_all(("batch-size", [100.0, 16384.0, 7.0]), ("record-send", []))
     assert many.snapshot() == one.snapshot()
     assert many.count("batch-size") == 3 and many.total("batch-size") == 16491.0
+
+
+def test_sensors_recorded_from_many_threads_at_once_lose_nothing():
+    """The compiled sensors take their lock without a Python call (the network thread records
+    per request): threads recording at once, ints and floats, one by one and as lists, add
+    up exactly."""
+    m = ClientMetrics()
+    m.declare("request", "total", "rate")
+
+    def record() -> None:
+        for i in range(2000):
+            m.record_all(("request", 1), ("outgoing-byte", [1.5, 2.5]), ("undeclared", i % 7))
+
+    threads = [threading.Thread(target=record) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert m.count("request") == 16_000 and m.total("request") == 16_000
+    assert m.count("outgoing-byte") == 32_000 and m.total("outgoing-byte") == 64_000
+    snap = m.snapshot()
+    # An undeclared name gets every stat.
+    assert snap["undeclared-max"] == 6 and snap["undeclared-total"] == 8 * sum(
+        i % 7 for i in range(2000)
+    )
+    assert "request-avg" not in snap and snap["request-rate"] > 0
+    with pytest.raises(TypeError):
+        m.record_all(("request", "not a number"))
+    m.record("request")  # the lock was let go
+    assert m.count("request") == 16_001
 
 
 def test_client_metrics_snapshot_and_config():

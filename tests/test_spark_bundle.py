@@ -40,6 +40,7 @@ LOAD_PROBE = textwrap.dedent(
     import kcore.protocol._decoders as decoders
     import kcore.cluster._metadata_apply as metadata_apply
     import kcore.consumer.share._acknowledge as share_acknowledge
+    import kcore._metrics as metrics
     import cramjam
 
     data = b"kcore " * 1000
@@ -51,6 +52,7 @@ LOAD_PROBE = textwrap.dedent(
         "decoders": decoders.__file__,
         "metadata_apply": metadata_apply.__file__,
         "share_acknowledge": share_acknowledge.__file__,
+        "metrics": metrics.__file__,
         "cramjam": cramjam.__file__,
         "zstd": pub.decompress("zstd", pub.compress("zstd", data)) == data,
         "lz4": pub.decompress("lz4", pub.compress("lz4", data)) == data,
@@ -107,6 +109,7 @@ def test_one_bundle_loads_each_interpreters_own_compiled_modules(multi_bundle, t
             ("decoders", "kcore.protocol._decoders"),
             ("metadata_apply", "kcore.cluster._metadata_apply"),
             ("share_acknowledge", "kcore.consumer.share._acknowledge"),
+            ("metrics", "kcore._metrics"),
         ):
             path = Path(probe[key])
             # This interpreter's build, extracted as the bundle holds it.
@@ -191,6 +194,7 @@ def _kcore_wheel(
         "kcore/consumer/__init__.py": b"",
         "kcore/consumer/share/__init__.py": b"",
         f"kcore/consumer/share/_acknowledge{suffix}": f"share_acknowledge {tag}".encode(),
+        f"kcore/_metrics{suffix}": f"metrics {tag}".encode(),
     }
     return _wheel(directory, f"kcore-{version}-{python_tag}-{tag}-{plat}.whl", files)
 
@@ -220,13 +224,15 @@ def test_wheels_for_several_interpreters_make_one_bundle(tmp_path, capsys):
         for entry in manifest["interpreters"]:
             tag = entry["tag"]
             assert entry["platform_tag"] == "manylinux_2_17_x86_64.manylinux2014_x86_64"
-            codec, sendpath, decoders, metadata_apply, share_ack, cramjam = entry["natives"]
+            *kcore_natives, cramjam = entry["natives"]
+            codec, sendpath, decoders, metadata_apply, share_ack, metrics = kcore_natives
             for native, content in (
                 (codec, "codec"),
                 (sendpath, "sendpath"),
                 (decoders, "decoders"),
                 (metadata_apply, "metadata_apply"),
                 (share_ack, "share_acknowledge"),
+                (metrics, "metrics"),
             ):
                 assert zf.read(f"{native['root']}/{native['main']}") == f"{content} {tag}".encode()
             assert zf.read(f"{cramjam['root']}/cramjam{_suffix(tag)}") == f"cramjam {tag}".encode()

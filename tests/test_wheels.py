@@ -67,12 +67,14 @@ def test_wheel_is_manylinux_by_auditwheels_policy(kcore_dist: KcoreDist, version
     assert f"kcore/protocol/_decoders.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names
     assert f"kcore/cluster/_metadata_apply.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names
     assert f"kcore/consumer/share/_acknowledge.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names
+    assert f"kcore/_metrics.cpython-{tag[2:]}-x86_64-linux-gnu.so" in names
     assert {
         "kcore/_codec.pyi",
         "kcore/producer/_sendpath.pyi",
         "kcore/protocol/_decoders.pyi",
         "kcore/cluster/_metadata_apply.pyi",
         "kcore/consumer/share/_acknowledge.pyi",
+        "kcore/_metrics.pyi",
         "kcore/_codec.pxd",
         "kcore/protocol/_decoders.pxd",
     } <= set(names)
@@ -94,6 +96,7 @@ def test_sdist_carries_the_sources_not_generated_c(kcore_dist: KcoreDist) -> Non
         "src/kcore/protocol/_decoders.pxd",
         "src/kcore/cluster/_metadata_apply.pyx",
         "src/kcore/consumer/share/_acknowledge.pyx",
+        "src/kcore/_metrics.pyx",
         "src/kcore/_native/crc32c.h",
     ):
         assert source in names

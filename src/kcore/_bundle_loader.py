@@ -145,8 +145,8 @@ def _same_machine(a: str, b: str) -> bool:
 class BundleFinder:
     """Meta path finder for the bundle's compiled modules (``kcore._codec``,
     ``kcore.producer._sendpath``, ``kcore.protocol._decoders``, ``kcore.cluster._metadata_apply``,
-    ``kcore.consumer.share._acknowledge``, ``cramjam``: the ``natives`` of the interpreter entry
-    chosen).
+    ``kcore.consumer.share._acknowledge``, ``kcore._metrics``, ``cramjam``: the ``natives`` of
+    the interpreter entry chosen).
 
     Appended to the end of ``sys.meta_path``: zipimport finds no compiled kcore module in the zip,
     and an installed cramjam is found by the path finder before this one is asked."""

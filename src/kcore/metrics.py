@@ -15,11 +15,11 @@ A metric with tags (Java's per-partition ``records-lag``) has its tags in its ke
 from __future__ import annotations
 
 import math
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from kcore._metrics import Sensor, SensorSet
 from kcore.config import default_of
 from kcore.errors import KcoreError
 
@@ -31,9 +31,6 @@ __all__ = [
     "metric_key",
     "split_metric_key",
 ]
-
-# The statistics a sensor reports, each as "<sensor name>-<stat>".
-TOTAL, RATE, AVG, MAX = "total", "rate", "avg", "max"
 
 
 def metric_key(name: str, tags: Mapping[str, str]) -> str:
@@ -66,107 +63,12 @@ def split_metric_key(key: str) -> tuple[str, dict[str, str]]:
     return key[:brace], tags
 
 
-class Sensor:
-    """Values recorded over time: their cumulative total, and count, sum and maximum per time
-    window (Java's SampledStat with ``samples`` windows of ``window_s``)."""
-
-    __slots__ = ("name", "stats", "total", "count", "_window_s", "_samples", "_windows")
-
-    def __init__(self, name: str, stats: tuple[str, ...], window_s: float, samples: int) -> None:
-        self.name = name
-        self.stats = stats
-        self.total = 0.0
-        self.count = 0
-        self._window_s = window_s
-        self._samples = max(1, samples)
-        # [start, count, sum, max], oldest first; at most ``samples`` of them
-        self._windows: list[list[float]] = []
-
-    def record(self, value: float, now: float) -> None:
-        self.total += value
-        self.count += 1
-        last = self._window(now)
-        last[1] += 1
-        last[2] += value
-        if value > last[3]:
-            last[3] = value
-
-    def record_many(self, values: Sequence[float], now: float) -> None:
-        """``record`` of each of ``values`` (at least one), all at ``now``."""
-        total = sum(values)
-        self.total += total
-        self.count += len(values)
-        last = self._window(now)
-        last[1] += len(values)
-        last[2] += total
-        top = max(values)
-        if top > last[3]:
-            last[3] = top
-
-    def _window(self, now: float) -> list[float]:
-        w = self._windows
-        if not w or now - w[-1][0] >= self._window_s:
-            w.append([now, 0.0, 0.0, -math.inf])
-            if len(w) > self._samples:
-                del w[0]
-        return w[-1]
-
-    def _live(self, now: float) -> list[list[float]]:
-        oldest = now - self._samples * self._window_s
-        return [s for s in self._windows if s[0] > oldest]
-
-    def rate(self, now: float) -> float:
-        """The values' sum per second over the windows."""
-        return self._per_second(now, 2)
-
-    def count_rate(self, now: float) -> float:
-        """How many values per second over the windows."""
-        return self._per_second(now, 1)
-
-    def _per_second(self, now: float, field: int) -> float:
-        live = self._live(now)
-        if not live:
-            return 0.0
-        elapsed = now - live[0][0]
-        # As Java's Rate: never less than (samples - 1) whole windows.
-        full = int(elapsed // self._window_s)
-        if full < self._samples - 1:
-            elapsed += (self._samples - 1 - full) * self._window_s
-        return sum(s[field] for s in live) / elapsed if elapsed > 0 else 0.0
-
-    def avg(self, now: float) -> float:
-        live = self._live(now)
-        count = sum(s[1] for s in live)
-        return sum(s[2] for s in live) / count if count else math.nan
-
-    def max(self, now: float) -> float:
-        live = self._live(now)
-        return max((s[3] for s in live), default=math.nan) if live else math.nan
-
-    def read(self, now: float) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for stat in self.stats:
-            if stat == TOTAL:
-                out[f"{self.name}-total"] = self.total
-            elif stat == RATE:
-                out[f"{self.name}-rate"] = self.rate(now)
-            elif stat == AVG:
-                out[f"{self.name}-avg"] = self.avg(now)
-            else:
-                out[f"{self.name}-max"] = self.max(now)
-        return out
-
-
-class ClientMetrics:
-    """One client's sensors and gauges (its network layer's and its producer's or consumer's
-    own). ``record`` makes a sensor on first use with the stats its name is declared with."""
+class ClientMetrics(SensorSet):
+    """One client's sensors (compiled: kcore._metrics.SensorSet, which records, counts and
+    reads them) and gauges (its network layer's and its producer's or consumer's own)."""
 
     def __init__(self, window_s: float = 30.0, samples: int = 2) -> None:
-        self._window_s = window_s
-        self._samples = samples
-        self._sensors: dict[str, Sensor] = {}
         self._gauges: dict[str, Callable[[], float]] = {}
-        self._lock = threading.Lock()
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ClientMetrics:
@@ -176,65 +78,12 @@ class ClientMetrics:
             int(config.get("metrics.num.samples", default_of("metrics.num.samples"))),
         )
 
-    def declare(self, name: str, *stats: str) -> None:
-        with self._lock:
-            if name not in self._sensors:
-                self._sensors[name] = Sensor(name, stats, self._window_s, self._samples)
-
-    def record(self, name: str, value: float = 1.0) -> None:
-        self.record_all((name, value))
-
-    def record_all(self, *values: tuple[str, float | list[float]]) -> None:
-        """``record`` of each (name, value), at one time and under one lock: the producer
-        records several per batch and per request. A list of values is each of them recorded
-        (a request's batch sizes, say)."""
-        now = time.monotonic()
-        with self._lock:
-            sensors = self._sensors
-            for name, value in values:
-                many = type(value) is list
-                if many and not value:
-                    continue
-                sensor = sensors.get(name)
-                if sensor is None:  # undeclared: every stat
-                    sensor = sensors[name] = Sensor(
-                        name, (TOTAL, RATE, AVG, MAX), self._window_s, self._samples
-                    )
-                if many:
-                    sensor.record_many(value, now)  # type: ignore[arg-type]
-                else:
-                    sensor.record(value, now)  # type: ignore[arg-type]
-
-    def count(self, name: str) -> float:
-        """How many values ``name`` has recorded since the start (Java's CumulativeCount,
-        e.g. ``fetch-total`` counted by the fetch-latency sensor)."""
-        with self._lock:
-            sensor = self._sensors.get(name)
-            return float(sensor.count) if sensor is not None else 0.0
-
-    def total(self, name: str) -> float:
-        """The sum of the values ``name`` has recorded since the start (its ``-total``)."""
-        with self._lock:
-            sensor = self._sensors.get(name)
-            return sensor.total if sensor is not None else 0.0
-
-    def rate_of(self, name: str) -> float:
-        """Values recorded per second over the windows (Java's Rate of a SampledStat count)."""
-        now = time.monotonic()
-        with self._lock:
-            sensor = self._sensors.get(name)
-            return sensor.count_rate(now) if sensor is not None else 0.0
-
     def gauge(self, name: str, read: Callable[[], float]) -> None:
         self._gauges[name] = read
 
     def snapshot(self) -> dict[str, float]:
         """Every metric now, by name (sorted)."""
-        now = time.monotonic()
-        out: dict[str, float] = {}
-        with self._lock:
-            for sensor in self._sensors.values():
-                out.update(sensor.read(now))
+        out: dict[str, float] = self.read_sensors()
         for name, read in list(self._gauges.items()):
             try:
                 out[name] = float(read())

@@ -41,6 +41,7 @@ COMPILED_MODULES = (
     "kcore.protocol._decoders",
     "kcore.cluster._metadata_apply",
     "kcore.consumer.share._acknowledge",
+    "kcore._metrics",
 )
 # Compiled files and cramjam, stored as data: nothing under it is imported from the zip (no
 # __init__.py), and cramjam there is not importable as ``cramjam``, served only as a fallback.
