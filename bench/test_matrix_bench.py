@@ -10,8 +10,11 @@ acks x API) is thousands of cells; instead every cell is the main shape with one
   buffer.memory 32 MiB (librdkafka: queue.buffering.max.kbytes), 5 requests in flight a
   connection (max.in.flight.requests.per.connection: Java's default; aiokafka has no such
   setting);
-* partitions 3, 60, 600; values 10 B, 1 KB, 10 KB; batch.size 1 MB; keyed (16-byte keys,
+* partitions 1, 3, 60, 600; values 10 B, 1 KB, 10 KB; batch.size 1 MB; keyed (16-byte keys,
   murmur2-partitioned); lz4, zstd; acks=all with idempotence; asyncio;
+* one partition with 1 KB values (a producer cell): a request carries at most one batch of a
+  partition, so here every request is one 16 KiB batch, and a client's cost per request is
+  what the cell measures;
 * many partitions: a keyed producer over 1,000 partitions (aiokafka sits it out: 9.5 s a round
   at 600), a consumer reading 1,000.
 
@@ -155,6 +158,7 @@ class Shape:
 MAIN = Shape()
 AXES: list[tuple[str, Shape]] = [
     ("main", MAIN),
+    ("partitions-1", replace(MAIN, partitions=1)),
     ("partitions-3", replace(MAIN, partitions=3)),
     ("partitions-60", replace(MAIN, partitions=60)),
     ("partitions-600", replace(MAIN, partitions=600)),
@@ -166,6 +170,8 @@ AXES: list[tuple[str, Shape]] = [
     ("lz4", replace(MAIN, codec="lz4")),
     ("zstd", replace(MAIN, codec="zstd")),
     ("acks-all-idempotent", replace(MAIN, idempotent=True)),
+    # One batch a request: what a client pays per request, beside the broker's (the floor)
+    ("partitions-1-value-1KB", replace(MAIN, partitions=1, value_size=1000)),
     # Many partitions: a keyed producer spreading over 1,000 (the consumer cell reads 1,000)
     ("partitions-1000-keyed", replace(MAIN, partitions=1000, keyed=True)),
     ("partitions-1000", replace(MAIN, partitions=1000)),
@@ -174,8 +180,8 @@ AXES: list[tuple[str, Shape]] = [
 # confluent-kafka 0.1-0.3 s), so a 1,000-partition round of it would take most of the run.
 SITS_OUT = {"partitions-1000-keyed": ("aiokafka",), "partitions-1000": ()}
 # The consumer cells: the axes a reader sees (a topic's writer picks batch.size, keys, acks).
-CONSUME_AXES = ("main", "partitions-3", "partitions-60", "partitions-600", "value-10B")
-CONSUME_AXES += ("value-1KB", "value-10KB", "lz4", "zstd", "partitions-1000")
+CONSUME_AXES = ("main", "partitions-1", "partitions-3", "partitions-60", "partitions-600")
+CONSUME_AXES += ("value-10B", "value-1KB", "value-10KB", "lz4", "zstd", "partitions-1000")
 LIBRDKAFKA_AXES = ("main", "value-1KB", "lz4")
 
 PRODUCE_CLIENTS = ("kcore-send", "kcore-batch", "confluent", "aiokafka", "kafka-python")
