@@ -48,8 +48,12 @@ extensions = [
         "src/kcore/cluster/_metadata_apply.pyx",
         ["src/kcore/protocol/_decoders.pxd"],
     ),
-    extension("kcore.consumer.share._acknowledge", "src/kcore/consumer/share/_acknowledge.pyx", []),
-    extension("kcore._metrics", "src/kcore/_metrics.pyx", []),
+    extension(
+        "kcore.consumer.share._acknowledge",
+        "src/kcore/consumer/share/_acknowledge.pyx",
+        ["src/kcore/_native/pylock.pxi"],
+    ),
+    extension("kcore._metrics", "src/kcore/_metrics.pyx", ["src/kcore/_native/pylock.pxi"]),
 ]
 
 NO_COMPILER = (

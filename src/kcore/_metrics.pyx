@@ -7,26 +7,20 @@ that was about a tenth of its time with one batch a request.
 ``Sensor`` keeps one sensor's total and its time windows in C. The rule the code keeps: under
 the lock it runs no Python code of its own (dict lookups by ``str``, C arithmetic), and waiting
 for the lock releases the GIL, so a holder that gives up the GIL (a garbage collection that
-runs a finalizer) can always go on and release it.
+runs a finalizer) can always go on and release it (src/kcore/_native/pylock.pxi).
 """
 
 cimport cython
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.pythread cimport (
-    NOWAIT_LOCK,
-    PyThread_acquire_lock,
-    PyThread_allocate_lock,
-    PyThread_free_lock,
-    PyThread_release_lock,
-    PyThread_type_lock,
-    WAIT_LOCK,
-)
+from cpython.pythread cimport PyThread_free_lock, PyThread_release_lock, PyThread_type_lock
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.math cimport INFINITY, NAN, floor
 from libc.stdlib cimport free, malloc
 
 from time import monotonic as _monotonic
+
+include "_native/pylock.pxi"
 
 # The statistics a sensor reports, each as "<sensor name>-<stat>".
 TOTAL, RATE, AVG, MAX = "total", "rate", "avg", "max"
@@ -177,19 +171,14 @@ cdef class SensorSet:
         self.sensors = {}
         self.window_s = window_s
         self.samples = samples
-        self.lock = PyThread_allocate_lock()
-        if self.lock is NULL:
-            raise MemoryError("no lock")
+        self.lock = lock_new()
 
     def __dealloc__(self):
         if self.lock is not NULL:
             PyThread_free_lock(self.lock)
 
     cdef inline void acquire(self) noexcept:
-        if PyThread_acquire_lock(self.lock, NOWAIT_LOCK) == 1:
-            return
-        with nogil:
-            PyThread_acquire_lock(self.lock, WAIT_LOCK)
+        lock_acquire(self.lock)
 
     cdef inline void release(self) noexcept:
         PyThread_release_lock(self.lock)

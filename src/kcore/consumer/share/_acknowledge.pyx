@@ -22,9 +22,7 @@ from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
 from cpython.object cimport Py_TYPE, PyObject, PyTypeObject
 from cpython.pythread cimport (
     NOWAIT_LOCK,
-    WAIT_LOCK,
     PyThread_acquire_lock,
-    PyThread_allocate_lock,
     PyThread_free_lock,
     PyThread_release_lock,
     PyThread_type_lock,
@@ -34,6 +32,8 @@ from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memmove
+
+include "../../_native/pylock.pxi"
 
 
 cdef struct Span:
@@ -353,9 +353,7 @@ cdef class StateLock:
     cdef public unsigned long long epoch
 
     def __cinit__(self):
-        self.lock = PyThread_allocate_lock()
-        if self.lock is NULL:
-            raise MemoryError("no lock")
+        self.lock = lock_new()
 
     def __dealloc__(self):
         if self.lock is not NULL:
@@ -365,10 +363,7 @@ cdef class StateLock:
         return PyThread_acquire_lock(self.lock, NOWAIT_LOCK) == 1
 
     cdef void acquire_waiting(self) noexcept:
-        if PyThread_acquire_lock(self.lock, NOWAIT_LOCK) == 1:
-            return
-        with nogil:
-            PyThread_acquire_lock(self.lock, WAIT_LOCK)
+        lock_acquire(self.lock)
 
     cdef inline void release_held(self) noexcept:
         PyThread_release_lock(self.lock)
