@@ -79,6 +79,44 @@ def test_sensors_recorded_from_many_threads_at_once_lose_nothing():
     assert m.count("request") == 16_001
 
 
+def test_what_record_all_refuses_records_nothing_and_leaves_the_lock_free():
+    """Bad pairs raise before anything is recorded (no partial record, no crash), and a
+    number's own ``__float__`` runs before the sensors' lock is taken: one that records a
+    metric itself, or empties the list it is in, does not hang or crash the client."""
+    m = ClientMetrics()
+    for bad in [("x",), ("x", 1, 2), ["x", 1], "x1", (), 5, (1, 2), (None, 1), ("x", None)]:
+        with pytest.raises(TypeError):
+            m.record_all(("good", 1), bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        m.record_all(("good", [1.0, "a"]))  # type: ignore[list-item]
+    assert m.count("good") == 0 and m.snapshot() == {}
+
+    class Reentrant:
+        def __float__(self) -> float:
+            m.record("inner")
+            return 2.0
+
+    values: list = []
+
+    class Emptying:
+        def __float__(self) -> float:
+            values.clear()
+            return 3.0
+
+    values.extend([Emptying(), Emptying(), Emptying()])
+    m.record_all(("x", Reentrant()), ("y", values))  # type: ignore[arg-type]
+    assert m.total("x") == 2.0 and m.count("inner") == 1
+    assert m.count("y") == 1 and m.total("y") == 3.0
+
+
+def test_a_rate_counts_whole_windows_as_python_divides_floats():
+    """Java's rule (a rate divides by at least samples - 1 whole windows) with the windows
+    counted as ``elapsed // window`` in floats: at 1.0 s of 0.1 s windows that is 9, not 10."""
+    s = Sensor("x", ("rate",), window_s=0.1, samples=11)
+    s.record(1.0, 0.0)
+    assert s.rate(1.0) == pytest.approx(1.0 / 1.1)
+
+
 def test_client_metrics_snapshot_and_config():
     m = ClientMetrics.from_config(
         ClientConfig(
