@@ -18,8 +18,9 @@ PACKAGE = SRC / "kcore"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("kcore._version", "kcore.errors", "kcore.types", "kcore._bundle_loader")),
     ("codec", ("kcore._codec", "kcore.codec")),
-    # Settings by their Java names (the LZ4 HC check asks the codec) and the metrics registry.
-    ("settings", ("kcore.config", "kcore.metrics")),
+    # Settings by their Java names (the LZ4 HC check asks the codec) and the metrics registry
+    # (its sensors compiled).
+    ("settings", ("kcore.config", "kcore.metrics", "kcore._metrics")),
     ("protocol", ("kcore.protocol",)),
     ("network", ("kcore.network",)),
     ("cluster", ("kcore.cluster",)),
