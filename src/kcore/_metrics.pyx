@@ -205,6 +205,13 @@ cdef inline str sensor_name(object name):
     return <str>name
 
 
+# What SensorSet.sensor_number reads.
+cdef enum:
+    COUNT
+    SUM
+    COUNT_RATE
+
+
 cdef struct Numbers:
     double *data
     Py_ssize_t used
@@ -338,45 +345,38 @@ cdef class SensorSet:
             if numbers.on_heap:
                 free(numbers.data)
 
+    cdef double sensor_number(self, object name, int which) except? -1:
+        """``name``'s count, total or count rate now (``which``), read under the lock; 0.0
+        for a name never recorded."""
+        cdef double now = _monotonic() if which == COUNT_RATE else 0.0, number = 0.0
+        cdef PyObject *found
+        cdef str key = sensor_name(name)
+        self.acquire()
+        found = PyDict_GetItem(self.sensors, key)
+        if found is not NULL:
+            if which == COUNT:
+                number = (<Sensor>found).count
+            elif which == SUM:
+                number = (<Sensor>found).total
+            else:
+                number = per_second((<Sensor>found).windows, (<Sensor>found).held,
+                                    (<Sensor>found).samples, (<Sensor>found).window_s, now,
+                                    True)
+        self.release()
+        return number
+
     def count(self, name):
         """How many values ``name`` has recorded since the start (Java's CumulativeCount,
         e.g. ``fetch-total`` counted by the fetch-latency sensor)."""
-        cdef long long count = 0
-        cdef PyObject *found
-        cdef str key = sensor_name(name)
-        self.acquire()
-        found = PyDict_GetItem(self.sensors, key)
-        if found is not NULL:
-            count = (<Sensor>found).count
-        self.release()
-        return float(count)
+        return self.sensor_number(name, COUNT)
 
     def total(self, name):
         """The sum of the values ``name`` has recorded since the start (its ``-total``)."""
-        cdef double total = 0.0
-        cdef PyObject *found
-        cdef str key = sensor_name(name)
-        self.acquire()
-        found = PyDict_GetItem(self.sensors, key)
-        if found is not NULL:
-            total = (<Sensor>found).total
-        self.release()
-        return total
+        return self.sensor_number(name, SUM)
 
     def rate_of(self, name):
         """Values recorded per second over the windows (Java's Rate of a SampledStat count)."""
-        cdef double now = _monotonic(), rate = 0.0
-        cdef Sensor sensor
-        cdef PyObject *found
-        cdef str key = sensor_name(name)
-        self.acquire()
-        found = PyDict_GetItem(self.sensors, key)
-        if found is not NULL:
-            sensor = <Sensor>found
-            rate = per_second(sensor.windows, sensor.held, sensor.samples, sensor.window_s,
-                              now, True)
-        self.release()
-        return rate
+        return self.sensor_number(name, COUNT_RATE)
 
     def read_sensors(self):
         """Every sensor's statistics now, by metric name (unsorted)."""
