@@ -460,6 +460,98 @@ def test_decode_kafka_python(benchmark, workload, batches, codec):
 
 
 # ---------------------------------------------------------------------------------------------
+# zstd frames that state no content size (Java's producer streams its batches so), of log lines
+# that shrink 13-41x: one batch's payload decompressed, by its size before compression.
+
+ZSTD_NO_SIZE = (16_384, 262_144, 1_048_576)
+zstandard = _optional("zstandard")
+cramjam = _optional("cramjam")
+
+
+def _log_lines(size: int) -> bytes:
+    lines = b"".join(
+        b"2026-12-02T16:%02d:%02d.%03dZ INFO [worker-%d] org.example.Stage - batch id=%d ok\n"
+        % (i % 60, i % 59, i % 1000, i % 8, i)
+        for i in range(size // 60 + 1)
+    )
+    return lines[:size]
+
+
+@pytest.fixture(scope="module", params=ZSTD_NO_SIZE, ids=lambda n: f"{n // 1024}KiB")
+def zstd_frame(request: Any) -> tuple[bytes, bytes, bytes]:
+    """(no-size frame, the same data's frame with its size, the data)."""
+    _need(zstandard, "zstandard")
+    data = _log_lines(request.param)
+    no_size = zstandard.ZstdCompressor(level=3, write_content_size=False).compress(data)
+    sized = zstandard.ZstdCompressor(level=3).compress(data)
+    return no_size, sized, data
+
+
+def _zstd(benchmark: Any, frame: tuple[bytes, bytes, bytes], fn: Any, payload: bytes, **info: Any):
+    benchmark.group = f"zstd-no-size:{len(frame[2]) // 1024}KiB"
+    ratio = len(frame[2]) / len(frame[0])
+    _info(benchmark, nbytes=len(frame[2]), items=None, unit="bytes", ratio=ratio, **info)
+    assert bytes(benchmark(fn, payload)) == frame[2]
+
+
+def test_zstd_no_size_kcore(benchmark, zstd_frame):
+    from kcore.codec import decompress
+
+    _zstd(
+        benchmark,
+        zstd_frame,
+        lambda p: decompress("zstd", p),
+        zstd_frame[0],
+        key="kcore.zstd-no-size",
+        label="kcore decompress, frame without a size",
+        impl="kcore",
+    )
+
+
+def test_zstd_no_size_kcore_sized_frame(benchmark, zstd_frame):
+    """The floor: the same data's frame stating its size, one pass into its exact size."""
+    from kcore.codec import decompress
+
+    _zstd(
+        benchmark,
+        zstd_frame,
+        lambda p: decompress("zstd", p),
+        zstd_frame[1],
+        key="kcore.zstd-sized",
+        label="kcore decompress, the frame with its size (floor)",
+        impl="floor",
+    )
+
+
+def test_zstd_no_size_aiokafka(benchmark, zstd_frame):
+    _need(_optional("aiokafka.codec"), "aiokafka")
+    from aiokafka.codec import zstd_decode
+
+    _zstd(
+        benchmark,
+        zstd_frame,
+        zstd_decode,
+        zstd_frame[0],
+        key="aiokafka.zstd-no-size",
+        label="aiokafka zstd_decode (cramjam)",
+        impl="aiokafka",
+    )
+
+
+def test_zstd_no_size_kafka_python(benchmark, zstd_frame):
+    _need(kafka_codec, "kafka-python")
+    _zstd(
+        benchmark,
+        zstd_frame,
+        kafka_codec.zstd_decode,
+        zstd_frame[0],
+        key="kafka-python.zstd-no-size",
+        label="kafka-python zstd_decode (zstandard stream)",
+        impl="kafka-python",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # CRC32C over 64 MiB
 
 

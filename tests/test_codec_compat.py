@@ -1244,6 +1244,101 @@ def test_zstd_frames_without_a_size_expanding_past_the_first_guess():
         decompress("zstd", frame, max_size=1_000_000)
 
 
+def _zstd_no_size_frames() -> list[tuple[str, bytes, bytes]]:
+    """Frames that state no content size (as Java's producer writes them), over block shapes:
+    compressed blocks far past 8x and 64 KiB, raw blocks (data that does not compress), RLE
+    blocks, a content checksum, a dictionary id, an empty frame."""
+    import zstandard
+
+    rng = random.Random(25)
+    samples = [b"stage done id=%d status=OK worker-%d" % (i, i % 8) for i in range(2_000)]
+    dictionary = zstandard.train_dictionary(4_096, samples)
+    logs = b"".join(
+        b"2026-12-02T16:%02d:%02d INFO [worker-%d] stage done id=%d status=OK\n"
+        % (i % 60, i % 59, i % 8, i)
+        for i in range(30_000)
+    )
+    noise = rng.randbytes(300_000)
+    shapes = {
+        "logs-16KiB": logs[:16_384],
+        "logs-256KiB": logs[:262_144],
+        "logs-1MiB": logs[:1_048_576],
+        "noise-300KB": noise,
+        "zeros-2MB": bytes(2_000_000),
+        "mixed": noise[:70_000] + bytes(500_000) + logs[:200_000],
+        "one-byte": b"x",
+        "empty": b"",
+        "records": SECTION,
+    }
+    out = []
+    for name, data in shapes.items():
+        for extra, options in (
+            ("", {}),
+            ("-checksum", {"write_checksum": True}),
+            ("-dict-id", {"write_dict_id": True, "dict_data": dictionary}),
+        ):
+            if extra == "-dict-id" and name not in ("logs-256KiB", "one-byte"):
+                continue
+            compressor = zstandard.ZstdCompressor(level=3, write_content_size=False, **options)
+            out.append((name + extra, compressor.compress(data), data))
+        # Written a chunk at a time (one frame, no size): as a streaming producer writes it
+        chunks = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+        streamed = b"".join(
+            chunks.compress(data[i : i + 10_000]) for i in range(0, len(data), 10_000)
+        )
+        out.append((name + "-streamed", streamed + chunks.flush(), data))
+    return out
+
+
+def test_zstd_frames_without_a_size_decode_in_one_pass_whatever_their_blocks():
+    """A frame that states no size is decompressed into the most its blocks can hold (read
+    from the block headers), so a batch that expands past the first guess is not decompressed
+    twice; every block shape gives back its bytes, equal to cramjam's reading."""
+    cases = _zstd_no_size_frames()
+    assert {name for name, _, _ in cases} >= {"logs-1MiB", "noise-300KB", "zeros-2MB", "empty"}
+    for name, frame, data in cases:
+        assert not zstd_has_content_size(frame), name
+        if "-dict-id" in name:
+            # Needs the dictionary, which Kafka never uses: refused as corrupt, not a crash.
+            with pytest.raises(CorruptRecordError, match="zstd"):
+                decompress("zstd", frame)
+            continue
+        assert decompress("zstd", frame) == data, name
+        assert bytes(cramjam.zstd.decompress(frame)) == data, name
+        if data == SECTION:  # a batch of records as Java's producer compresses it
+            batch = with_payload(kcore_batch(COMPRESSIBLE, "zstd"), frame)
+            assert decode_batches(batch)[0].records() == expected(COMPRESSIBLE)
+
+
+def test_zstd_frames_without_a_size_that_lie_or_end_early_are_corrupt():
+    """Each prefix of a frame without a size, a frame followed by bytes that are no frame,
+    and frames whose block headers were changed: a kcore error (corrupt, or the limit),
+    never a crash nor zstd's own error; two whole frames decode as their concatenation."""
+    import zstandard
+
+    data = b"".join(b"row %d of a table, compressible\n" % i for i in range(20_000))
+    frame = zstandard.ZstdCompressor(write_content_size=False, write_checksum=True).compress(data)
+    for cut in sorted({1, 4, 5, 6, 7, 8, 9, len(frame) // 2, len(frame) - 4, len(frame) - 1}):
+        with pytest.raises(CorruptRecordError):
+            decompress("zstd", frame[:cut])
+    with pytest.raises(CorruptRecordError):
+        decompress("zstd", frame + b"\x00\x01\x02")
+    assert decompress("zstd", frame + frame) == data + data
+    rng = random.Random(7)
+    for _ in range(300):
+        bad = bytearray(frame)
+        for _ in range(rng.randint(1, 3)):
+            bad[rng.randrange(len(bad))] = rng.randrange(256)
+        try:
+            out = decompress("zstd", bytes(bad), max_size=4 << 20)
+        except (CorruptRecordError, DecompressionLimitError):
+            continue
+        assert isinstance(out, bytes)
+    with pytest.raises(DecompressionLimitError):
+        decompress("zstd", frame, max_size=len(data) - 1)
+    assert decompress("zstd", frame, max_size=len(data)) == data
+
+
 def test_zstd_without_the_zstandard_package_uses_cramjam():
     """Without zstandard (kcore[zstd]) zstd batches go through cramjam as before: the same
     frames, read the same way."""
