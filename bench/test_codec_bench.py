@@ -9,6 +9,8 @@ ratios compare like with like:
   the peers' ``DefaultRecordBatchBuilder.append`` loops, then ``build()``.
 * ``decode:<codec>``: that batch back to every record's key and value: kcore's records,
   kcore's columnar decode (``decode_columns``, ``decode_to_arrow``) and the peers' record loops.
+* ``zstd-no-size:<size>``: a zstd frame that states no content size (as Java's producer
+  writes them) of log lines, decompressed; the floor is the same data's frame with its size.
 * ``crc32c:64MiB`` and ``murmur2:100k-keys``.
 
 Each benchmark then checks its output (outside the timed part): record count, every offset,
@@ -494,33 +496,20 @@ def _zstd(benchmark: Any, frame: tuple[bytes, bytes, bytes], fn: Any, payload: b
     assert bytes(benchmark(fn, payload)) == frame[2]
 
 
-def test_zstd_no_size_kcore(benchmark, zstd_frame):
+@pytest.mark.parametrize("sized", [False, True], ids=["frame-without-size", "floor-sized"])
+def test_zstd_no_size_kcore(benchmark, zstd_frame, sized):
+    """kcore on the frame without a size; and its floor, the same data's frame stating its
+    size (one pass into its exact size)."""
     from kcore.codec import decompress
 
-    _zstd(
-        benchmark,
-        zstd_frame,
-        lambda p: decompress("zstd", p),
-        zstd_frame[0],
-        key="kcore.zstd-no-size",
-        label="kcore decompress, frame without a size",
-        impl="kcore",
-    )
-
-
-def test_zstd_no_size_kcore_sized_frame(benchmark, zstd_frame):
-    """The floor: the same data's frame stating its size, one pass into its exact size."""
-    from kcore.codec import decompress
-
-    _zstd(
-        benchmark,
-        zstd_frame,
-        lambda p: decompress("zstd", p),
-        zstd_frame[1],
-        key="kcore.zstd-sized",
-        label="kcore decompress, the frame with its size (floor)",
-        impl="floor",
-    )
+    if sized:
+        info = {"key": "kcore.zstd-sized", "impl": "floor"}
+        label = "kcore decompress, the frame with its size (floor)"
+    else:
+        info = {"key": "kcore.zstd-no-size", "impl": "kcore"}
+        label = "kcore decompress, frame without a size"
+    frame = zstd_frame[1] if sized else zstd_frame[0]
+    _zstd(benchmark, zstd_frame, lambda p: decompress("zstd", p), frame, label=label, **info)
 
 
 def test_zstd_no_size_aiokafka(benchmark, zstd_frame):
