@@ -9,8 +9,8 @@ ratios compare like with like:
   the peers' ``DefaultRecordBatchBuilder.append`` loops, then ``build()``.
 * ``decode:<codec>``: that batch back to every record's key and value: kcore's records,
   kcore's columnar decode (``decode_columns``, ``decode_to_arrow``) and the peers' record loops.
-* ``zstd-no-size:<size>``: a zstd frame that states no content size (as Java's producer
-  writes them) of log lines, decompressed; the floor is the same data's frame with its size.
+* ``decompress-java:<codec>:<size>``: one gzip, lz4 or zstd batch of log lines as Java's
+  producer compresses it, decompressed; the floor is one pass into a buffer of the exact size.
 * ``crc32c:64MiB`` and ``murmur2:100k-keys``.
 
 Each benchmark then checks its output (outside the timed part): record count, every offset,
@@ -462,12 +462,16 @@ def test_decode_kafka_python(benchmark, workload, batches, codec):
 
 
 # ---------------------------------------------------------------------------------------------
-# zstd frames that state no content size (Java's producer streams its batches so), of log lines
-# that shrink 13-41x: one batch's payload decompressed, by its size before compression.
+# One large compressed batch as Java's producer writes it (gzip: one member; lz4: 64 KiB blocks,
+# no content size; zstd: a frame without a content size), of log lines that shrink 4-41x,
+# decompressed: each implementation's call that returns the bytes. The floor: the codec's one
+# pass into a buffer of the exact size, allocated in the call.
 
-ZSTD_NO_SIZE = (16_384, 262_144, 1_048_576)
+BIG_BATCH_SIZES = (16_384, 262_144, 1_048_576)
+BIG_BATCH_CODECS = ("gzip", "lz4", "zstd")
 zstandard = _optional("zstandard")
 cramjam = _optional("cramjam")
+aiokafka_codec = _optional("aiokafka.codec")
 
 
 def _log_lines(size: int) -> bytes:
@@ -479,64 +483,87 @@ def _log_lines(size: int) -> bytes:
     return lines[:size]
 
 
-@pytest.fixture(scope="module", params=ZSTD_NO_SIZE, ids=lambda n: f"{n // 1024}KiB")
-def zstd_frame(request: Any) -> tuple[bytes, bytes, bytes]:
-    """(no-size frame, the same data's frame with its size, the data)."""
-    _need(zstandard, "zstandard")
-    data = _log_lines(request.param)
-    no_size = zstandard.ZstdCompressor(level=3, write_content_size=False).compress(data)
-    sized = zstandard.ZstdCompressor(level=3).compress(data)
-    return no_size, sized, data
+@pytest.fixture(
+    scope="module",
+    params=[(c, n) for c in BIG_BATCH_CODECS for n in BIG_BATCH_SIZES],
+    ids=lambda p: f"{p[0]}-{p[1] // 1024}KiB",
+)
+def big_batch(request: Any) -> tuple[str, bytes, bytes]:
+    """(codec, the payload as Java's producer compresses it, the data)."""
+    import gzip
+
+    from kcore.codec import compress
+
+    codec, size = request.param
+    data = _log_lines(size)
+    if codec == "gzip":
+        payload = gzip.compress(data, 6)  # GZIPOutputStream's one member
+    elif codec == "lz4":
+        payload = compress("lz4", data)  # Java's framing: 64 KiB blocks, no content size
+    else:
+        _need(zstandard, "zstandard")
+        payload = zstandard.ZstdCompressor(level=3, write_content_size=False).compress(data)
+    return codec, payload, data
 
 
-def _zstd(benchmark: Any, frame: tuple[bytes, bytes, bytes], fn: Any, payload: bytes, **info: Any):
-    benchmark.group = f"zstd-no-size:{len(frame[2]) // 1024}KiB"
-    ratio = len(frame[2]) / len(frame[0])
-    _info(benchmark, nbytes=len(frame[2]), items=None, unit="bytes", ratio=ratio, **info)
-    assert bytes(benchmark(fn, payload)) == frame[2]
+def _big(benchmark: Any, batch: tuple[str, bytes, bytes], fn: Any, **info: Any) -> None:
+    codec, payload, data = batch
+    benchmark.group = f"decompress-java:{codec}:{len(data) // 1024}KiB"
+    ratio = round(len(data) / len(payload), 1)
+    _info(benchmark, nbytes=len(data), items=None, unit="bytes", ratio=ratio, **info)
+    assert bytes(benchmark(fn, payload)) == data
 
 
-@pytest.mark.parametrize("sized", [False, True], ids=["frame-without-size", "floor-sized"])
-def test_zstd_no_size_kcore(benchmark, zstd_frame, sized):
-    """kcore on the frame without a size; and its floor, the same data's frame stating its
-    size (one pass into its exact size)."""
+def test_big_batch_kcore(benchmark, big_batch):
     from kcore.codec import decompress
 
-    if sized:
-        info = {"key": "kcore.zstd-sized", "impl": "floor"}
-        label = "kcore decompress, the frame with its size (floor)"
-    else:
-        info = {"key": "kcore.zstd-no-size", "impl": "kcore"}
-        label = "kcore decompress, frame without a size"
-    frame = zstd_frame[1] if sized else zstd_frame[0]
-    _zstd(benchmark, zstd_frame, lambda p: decompress("zstd", p), frame, label=label, **info)
-
-
-def test_zstd_no_size_aiokafka(benchmark, zstd_frame):
-    _need(_optional("aiokafka.codec"), "aiokafka")
-    from aiokafka.codec import zstd_decode
-
-    _zstd(
+    codec = big_batch[0]
+    _big(
         benchmark,
-        zstd_frame,
-        zstd_decode,
-        zstd_frame[0],
-        key="aiokafka.zstd-no-size",
-        label="aiokafka zstd_decode (cramjam)",
-        impl="aiokafka",
+        big_batch,
+        lambda p: decompress(codec, p),
+        key="kcore.decompress-java",
+        label="kcore decompress",
+        impl="kcore",
     )
 
 
-def test_zstd_no_size_kafka_python(benchmark, zstd_frame):
-    _need(kafka_codec, "kafka-python")
-    _zstd(
+def test_big_batch_floor(benchmark, big_batch):
+    """One pass into a buffer of the exact size (known here, not from the payload)."""
+    codec, _, data = big_batch
+    size = len(data)
+    if codec == "zstd":
+        context = zstandard.ZstdDecompressor()
+
+        def run(p: bytes) -> Any:
+            return context.decompress(p, max_output_size=max(size, 1))
+    else:
+        _need(cramjam, "cramjam")
+        into = cramjam.gzip.decompress_into if codec == "gzip" else cramjam.lz4.decompress_into
+
+        def run(p: bytes) -> Any:
+            out = np.empty(size, dtype=np.uint8)
+            return out[: into(p, out)]
+
+    _big(
         benchmark,
-        zstd_frame,
-        kafka_codec.zstd_decode,
-        zstd_frame[0],
-        key="kafka-python.zstd-no-size",
-        label="kafka-python zstd_decode (zstandard stream)",
-        impl="kafka-python",
+        big_batch,
+        run,
+        key="floor.decompress-java",
+        label="one pass, exact size",
+        impl="floor",
+    )
+
+
+@pytest.mark.parametrize("peer", ["aiokafka", "kafka-python"])
+def test_big_batch_peer(benchmark, big_batch, peer):
+    """The peers' own decode functions (aiokafka: gzip through GzipFile, lz4 and zstd through
+    cramjam; kafka-python: GzipFile, lz4, a zstandard stream reader)."""
+    module = aiokafka_codec if peer == "aiokafka" else kafka_codec
+    _need(module, peer)
+    fn = getattr(module, f"{big_batch[0]}_decode")
+    _big(
+        benchmark, big_batch, fn, key=f"{peer}.decompress-java", label=f"{peer} *_decode", impl=peer
     )
 
 

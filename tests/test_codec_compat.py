@@ -1339,6 +1339,126 @@ def test_zstd_frames_without_a_size_that_lie_or_end_early_are_corrupt():
     assert decompress("zstd", frame, max_size=len(data)) == data
 
 
+def _log_lines(size: int) -> bytes:
+    return b"".join(
+        b"2026-12-02T16:%02d:%02d INFO [worker-%d] stage done id=%d status=OK\n"
+        % (i % 60, i % 59, i % 8, i)
+        for i in range(size // 50 + 1)
+    )[:size]
+
+
+def _gzip_and_lz4_frames() -> list[tuple[str, str, bytes, bytes]]:
+    """(codec, name, frame, data): what producers write, over sizes and ratios past the
+    first guess (4x), and the frame options the headers read for a bound describe."""
+    import lz4.frame
+
+    rng = random.Random(26)
+    noise = rng.randbytes(200_000)
+    shapes = {
+        "logs-16KiB": _log_lines(16_384),
+        "logs-256KiB": _log_lines(262_144),
+        "logs-1MiB": _log_lines(1_048_576),
+        "zeros-3MB": bytes(3_000_000),
+        "noise-200KB": noise,
+        "mixed": noise[:70_000] + bytes(400_000) + _log_lines(100_000),
+        "one-byte": b"x",
+        "empty": b"",
+        "records": SECTION,
+    }
+    out = []
+    for name, data in shapes.items():
+        out.append(("gzip", name, gzip.compress(data, 6), data))  # one member, as Java's
+        out.append(("gzip", name + "-kcore", compress("gzip", data), data))
+        out.append(("lz4", name + "-kcore", compress("lz4", data), data))  # as Java's
+        for option, kwargs in (
+            ("size", {"store_size": True}),
+            ("checksums", {"block_checksum": True, "content_checksum": True}),
+            ("4MiB-blocks", {"block_size": lz4.frame.BLOCKSIZE_MAX4MB}),
+            (
+                "256KiB-independent",
+                {"block_size": lz4.frame.BLOCKSIZE_MAX256KB, "block_linked": False},
+            ),
+        ):
+            out.append(("lz4", f"{name}-{option}", lz4.frame.compress(data, **kwargs), data))
+    # Several gzip members: the trailer states the last one's size only
+    out.append(
+        (
+            "gzip",
+            "members",
+            gzip.compress(bytes(300_000)) + gzip.compress(b"tail"),
+            bytes(300_000) + b"tail",
+        )
+    )
+    return out
+
+
+def test_gzip_and_lz4_batches_decompress_into_what_their_headers_state():
+    """gzip's trailer states its member's size and an LZ4 frame's headers bound it (its
+    content size, or its blocks' sizes and maximum), so a batch that shrank past the first
+    guess (4x) is not decompressed twice; every shape gives back its bytes, as cramjam's
+    own reading, and a batch of records compressed so decodes."""
+    for codec, name, frame, data in _gzip_and_lz4_frames():
+        assert decompress(codec, frame) == data, (codec, name)
+        reference = cramjam.gzip.decompress if codec == "gzip" else cramjam.lz4.decompress
+        assert bytes(reference(frame)) == data, (codec, name)
+        if data == SECTION:
+            batch = with_payload(kcore_batch(COMPRESSIBLE, codec), frame)
+            assert decode_batches(batch)[0].records() == expected(COMPRESSIBLE), (codec, name)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4"])
+def test_gzip_and_lz4_headers_that_lie_or_end_early_are_corrupt(codec):
+    """Every prefix, trailing garbage, a stated size changed both ways, and 300 frames with
+    random bytes changed: kcore's errors (corrupt, or the limit), never a crash, a hang or the
+    codec's own error; the limit holds whatever the headers state."""
+    import lz4.frame
+
+    data = _log_lines(300_000)
+    frames = (
+        [gzip.compress(data)]
+        if codec == "gzip"
+        else [
+            compress("lz4", data),
+            lz4.frame.compress(data, store_size=True, block_checksum=True),
+        ]
+    )
+    for frame in frames:
+        for cut in sorted({1, 4, 6, 7, 11, 18, len(frame) // 2, len(frame) - 4, len(frame) - 1}):
+            with pytest.raises(CorruptRecordError):
+                decompress(codec, frame[:cut])
+        with pytest.raises(CorruptRecordError):
+            decompress(codec, frame + b"\x07\x00\x01\x02")
+        with pytest.raises(DecompressionLimitError):
+            decompress(codec, frame, max_size=len(data) - 1)
+        assert decompress(codec, frame, max_size=len(data)) == data
+        rng = random.Random(codec)
+        for _ in range(300):
+            bad = bytearray(frame)
+            for _ in range(rng.randint(1, 3)):
+                bad[rng.randrange(len(bad))] = rng.randrange(256)
+            try:
+                out = decompress(codec, bytes(bad), max_size=4 << 20)
+            except (CorruptRecordError, DecompressionLimitError):
+                continue
+            assert isinstance(out, bytes)
+    # The stated size is only where decompression starts: too small, the buffer grows; too
+    # large or past the limit, it is not believed.
+    if codec == "gzip":
+        frame = bytearray(gzip.compress(data))
+        for stated in (1, len(data) // 10, len(data) * 3, 2**32 - 1):
+            frame[-4:] = stated.to_bytes(4, "little")
+            with pytest.raises(CorruptRecordError):  # (zlib checks the trailer)
+                decompress(codec, bytes(frame))
+    else:
+        frame = bytearray(lz4.frame.compress(data, store_size=True))
+        for stated in (1, len(data) // 10, len(data) * 3, 2**40):
+            frame[6:14] = stated.to_bytes(8, "little")
+            try:
+                assert decompress(codec, bytes(frame), max_size=4 << 20) == data
+            except CorruptRecordError:  # (the header's checksum no longer matches)
+                pass
+
+
 def test_zstd_without_the_zstandard_package_uses_cramjam():
     """Without zstandard (kcore[zstd]) zstd batches go through cramjam as before: the same
     frames, read the same way."""

@@ -343,18 +343,20 @@ cdef object decompress_payload(int codec, object data, Py_ssize_t limit, Py_ssiz
     """Decompress one batch's payload; errors name ``position`` (the batch's start)."""
     try:
         if codec == CODEC_GZIP:
-            return decompress_bounded(_cramjam.gzip.decompress_into, data, limit, position)
+            return decompress_bounded(_cramjam.gzip.decompress_into, data, limit, position,
+                                      gzip_stated_size(data))
         if codec == CODEC_SNAPPY:
             return snappy_decompress(data, limit, position)
         if codec == CODEC_LZ4:
             if legacy_lz4:
                 data = fix_legacy_lz4_header(data)
-            return decompress_bounded(_cramjam.lz4.decompress_into, data, limit, position)
+            return decompress_bounded(_cramjam.lz4.decompress_into, data, limit, position,
+                                      lz4_frame_bound(data))
         if codec == CODEC_ZSTD:
             out = zstd_decompress_framed(data, limit)
             if out is not None:
                 return out
-            return decompress_bounded(_cramjam.zstd.decompress_into, data, limit, position)
+            return decompress_bounded(_cramjam.zstd.decompress_into, data, limit, position, -1)
     except _DecompressionError as exc:
         raise CorruptRecordError(
             f"{_CODEC_NAMES[codec]} data does not decompress: {exc}", position) from None
@@ -362,13 +364,18 @@ cdef object decompress_payload(int codec, object data, Py_ssize_t limit, Py_ssiz
 
 
 cdef object decompress_bounded(object decompress_into, object data, Py_ssize_t limit,
-                               Py_ssize_t position):
-    # The codecs fail rather than write past the output buffer, so grow the buffer (4x a
-    # step) up to the limit; most batches fit the first guess.
-    cdef Py_ssize_t size
+                               Py_ssize_t position, Py_ssize_t stated):
+    """``data`` decompressed into a buffer of at most ``limit`` bytes. The codecs fail rather
+    than write past the output buffer, so a buffer too small is grown (4x a step) and the
+    batch decompressed again. ``stated``: what the frame's own headers say it holds (exactly,
+    or at most), tried first; -1 when they say nothing (the first guess is 4x the input)."""
+    cdef Py_ssize_t size, guess
     if limit < 0:
         raise ValueError("the decompression limit must not be negative")
-    size = min(limit, max(len(data) * 4, 65536))
+    guess = min(limit, max(len(data) * 4, 65536))
+    # A stated size past the limit (or a lie) is not believed: the guess and the growth below
+    # then reach the limit, and say so, as for a frame that states nothing.
+    size = stated if 0 < stated <= limit else guess
     cdef Py_ssize_t n
     cdef ColumnBuffer out
     while True:
@@ -382,11 +389,91 @@ cdef object decompress_bounded(object decompress_into, object data, Py_ssize_t l
                 raise DecompressionLimitError(
                     f"a compressed batch expands past the limit of {limit} bytes", position
                 ) from None
-            size = min(limit, size * 4)
+            size = min(limit, max(size * 4, guess))
             continue
         out.buf.size = n
         out.writable = False
         return out
+
+
+cdef Py_ssize_t gzip_stated_size(object data) except -2:
+    """A gzip member's size before compression, from its trailer (ISIZE, RFC 1952: the size
+    modulo 2**32); -1 if ``data`` is no gzip data. Exact for one member (what Java's
+    GZIPOutputStream writes); for several it is the last one's, too small, and the buffer grows
+    as for a guess. Before it, a batch of log lines (10x) was decompressed twice."""
+    cdef ByteView v
+    cdef Py_buffer pybuf
+    view_open(data, &v, &pybuf)
+    try:
+        if v.size < 18 or v.data[0] != 0x1F or v.data[1] != 0x8B:
+            return -1
+        return (v.data[v.size - 4] | (v.data[v.size - 3] << 8) | (v.data[v.size - 2] << 16)
+                | (<Py_ssize_t>v.data[v.size - 1] << 24))
+    finally:
+        view_close(&v, &pybuf)
+
+
+DEF LZ4_MAGIC = 0x184D2204
+
+
+cdef Py_ssize_t lz4_frame_bound(object data) except -2:
+    """The most an LZ4 frame holds, from its headers (the LZ4 frame format): its content size
+    when it states one, else each block's (stored) size or the frame's block maximum
+    (compressed). -1 unless ``data`` is exactly one well-formed frame. Java's producer states
+    no content size and writes 64 KiB blocks; a batch that shrank past the 4x guess (log
+    lines: 4.5x) was decompressed twice."""
+    cdef ByteView v
+    cdef Py_buffer pybuf
+    cdef Py_ssize_t pos, bound = 0, block_max, block_size
+    cdef uint32_t word
+    cdef uint8_t flags, descriptor
+    view_open(data, &v, &pybuf)
+    try:
+        if v.size < 7 or (v.data[0] | (v.data[1] << 8) | (v.data[2] << 16)
+                          | (<uint32_t>v.data[3] << 24)) != LZ4_MAGIC:
+            return -1
+        flags = v.data[4]
+        descriptor = v.data[5]
+        if flags >> 6 != 1 or flags & 0x02 or descriptor & 0x8F:  # version 01, reserved bits
+            return -1
+        if (descriptor >> 4) < 4:
+            return -1
+        block_max = 1 << (8 + 2 * (descriptor >> 4))  # 4: 64 KiB, 5: 256 KiB, 6: 1 MiB, 7: 4 MiB
+        pos = 6
+        if flags & 0x08:  # the content size, stated: exact
+            if v.size - pos < 8:
+                return -1
+            bound = 0
+            for i in range(8):
+                if i >= 7 and v.data[pos + i]:  # (past any batch: not believed)
+                    return -1
+                bound |= (<Py_ssize_t>v.data[pos + i]) << (8 * i)
+            return bound
+        if flags & 0x01:  # a dictionary id
+            pos += 4
+        pos += 1  # the header checksum
+        while True:
+            if v.size - pos < 4:
+                return -1
+            word = (v.data[pos] | (v.data[pos + 1] << 8) | (v.data[pos + 2] << 16)
+                    | (<uint32_t>v.data[pos + 3] << 24))
+            pos += 4
+            if word == 0:  # the end mark
+                break
+            block_size = word & 0x7FFFFFFF
+            if block_size > block_max:
+                return -1
+            bound += block_size if word & 0x80000000 else block_max
+            pos += block_size
+            if flags & 0x10:  # a checksum after each block
+                pos += 4
+            if pos > v.size:
+                return -1
+        if flags & 0x04:  # the content checksum
+            pos += 4
+        return bound if pos == v.size else -1
+    finally:
+        view_close(&v, &pybuf)
 
 
 cdef object snappy_decompress(object data, Py_ssize_t limit, Py_ssize_t position):
