@@ -1485,6 +1485,32 @@ def test_zstd_without_the_zstandard_package_uses_cramjam():
     subprocess.run([sys.executable, "-c", old], check=True, timeout=120)
 
 
+def test_lz4_without_the_lz4_package_uses_cramjam():
+    """Without python-lz4 (kcore[lz4]) LZ4 batches are read by cramjam, into what their
+    headers state: every frame shape of the tests above, the same bytes back."""
+    import pickle
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pickle; frames = pickle.load(sys.stdin.buffer)\n"
+        "sys.modules['lz4'] = None; sys.modules['lz4.frame'] = None\n"
+        "from kcore.codec import decompress\n"
+        "for name, frame, data in frames:\n"
+        "    assert decompress('lz4', frame) == data, name\n"
+        "print(len(frames))\n"
+    )
+    frames = [(n, f, d) for c, n, f, d in _gzip_and_lz4_frames() if c == "lz4"]
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=pickle.dumps(frames),
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    assert int(done.stdout) == len(frames) > 30
+
+
 def test_lz4_high_compression_without_the_lz4_package_is_a_config_error():
     """cramjam has no LZ4 HC: without the lz4 package a level other than 9 is refused, naming
     the setting and the package (and the producer refuses it when it is made)."""

@@ -279,6 +279,30 @@ cdef object lz4_hc_module():
     return _lz4_block
 
 
+cdef object _lz4_frame = None  # python-lz4's frame module (kcore[lz4]); False without it
+
+
+cdef object lz4_frame_decompress(object data):
+    """One LZ4 frame, with python-lz4 when it is installed: its decoder costs ~1.7 us less a
+    call than cramjam's (a 16 KiB batch of log lines: 3.4 against 5.1 us; the same from 256 KiB
+    up). Only for a frame whose headers bound its output within the limit. None without the
+    package or when it refuses the frame: the cramjam path takes it, and names what is wrong."""
+    global _lz4_frame
+    if _lz4_frame is None:
+        try:
+            import lz4.frame as frame
+        except ImportError:
+            _lz4_frame = False
+        else:
+            _lz4_frame = frame
+    if _lz4_frame is False:
+        return None
+    try:
+        return _lz4_frame.decompress(data)
+    except (RuntimeError, ValueError):
+        return None
+
+
 cdef bytes lz4_frame_compress(object data, int level=LEVEL_DEFAULT):
     # As Java's producer: its default level (9, compression.lz4.level) is LZ4's fast
     # compressor; any other level is LZ4 HC at that level.
@@ -341,6 +365,7 @@ cdef inline void put_le32(uint8_t* p, uint32_t v) noexcept nogil:
 cdef object decompress_payload(int codec, object data, Py_ssize_t limit, Py_ssize_t position,
                                bint legacy_lz4):
     """Decompress one batch's payload; errors name ``position`` (the batch's start)."""
+    cdef Py_ssize_t bound
     try:
         if codec == CODEC_GZIP:
             return decompress_bounded(_cramjam.gzip.decompress_into, data, limit, position,
@@ -350,8 +375,12 @@ cdef object decompress_payload(int codec, object data, Py_ssize_t limit, Py_ssiz
         if codec == CODEC_LZ4:
             if legacy_lz4:
                 data = fix_legacy_lz4_header(data)
-            return decompress_bounded(_cramjam.lz4.decompress_into, data, limit, position,
-                                      lz4_frame_bound(data))
+            bound = lz4_frame_bound(data)
+            if 0 <= bound <= limit:  # (python-lz4 has no bound of its own: this is it)
+                out = lz4_frame_decompress(data)
+                if out is not None:
+                    return out
+            return decompress_bounded(_cramjam.lz4.decompress_into, data, limit, position, bound)
         if codec == CODEC_ZSTD:
             out = zstd_decompress_framed(data, limit)
             if out is not None:
@@ -418,13 +447,13 @@ DEF LZ4_MAGIC = 0x184D2204
 
 cdef Py_ssize_t lz4_frame_bound(object data) except -2:
     """The most an LZ4 frame holds, from its headers (the LZ4 frame format): its content size
-    when it states one, else each block's (stored) size or the frame's block maximum
-    (compressed). -1 unless ``data`` is exactly one well-formed frame. Java's producer states
-    no content size and writes 64 KiB blocks; a batch that shrank past the 4x guess (log
-    lines: 4.5x) was decompressed twice."""
+    when it states one its blocks can hold, else each block's size (stored) or the frame's
+    block maximum (compressed). -1 unless ``data`` is exactly one well-formed frame. Java's
+    producer states no content size and writes 64 KiB blocks; a batch that shrank past the 4x
+    guess (log lines: 4.5x) was decompressed twice."""
     cdef ByteView v
     cdef Py_buffer pybuf
-    cdef Py_ssize_t pos, bound = 0, block_max, block_size
+    cdef Py_ssize_t pos, bound = 0, stated = -1, block_max, block_size
     cdef uint32_t word
     cdef uint8_t flags, descriptor
     view_open(data, &v, &pybuf)
@@ -440,15 +469,13 @@ cdef Py_ssize_t lz4_frame_bound(object data) except -2:
             return -1
         block_max = 1 << (8 + 2 * (descriptor >> 4))  # 4: 64 KiB, 5: 256 KiB, 6: 1 MiB, 7: 4 MiB
         pos = 6
-        if flags & 0x08:  # the content size, stated: exact
-            if v.size - pos < 8:
+        if flags & 0x08:  # the content size, stated: exact (if the blocks can hold it)
+            if v.size - pos < 8 or v.data[pos + 7]:  # (the top byte: past any batch)
                 return -1
-            bound = 0
-            for i in range(8):
-                if i >= 7 and v.data[pos + i]:  # (past any batch: not believed)
-                    return -1
-                bound |= (<Py_ssize_t>v.data[pos + i]) << (8 * i)
-            return bound
+            stated = 0
+            for i in range(7):
+                stated |= (<Py_ssize_t>v.data[pos + i]) << (8 * i)
+            pos += 8
         if flags & 0x01:  # a dictionary id
             pos += 4
         pos += 1  # the header checksum
@@ -471,7 +498,9 @@ cdef Py_ssize_t lz4_frame_bound(object data) except -2:
                 return -1
         if flags & 0x04:  # the content checksum
             pos += 4
-        return bound if pos == v.size else -1
+        if pos != v.size:  # (more frames, or bytes that are none)
+            return -1
+        return stated if 0 <= stated <= bound else bound
     finally:
         view_close(&v, &pybuf)
 
@@ -481,6 +510,7 @@ cdef object snappy_decompress(object data, Py_ssize_t limit, Py_ssize_t position
     cdef Py_buffer pybuf
     cdef Py_ssize_t pos, blen, total = 0, n
     cdef list blocks = []
+    cdef ColumnBuffer out
     view_open(data, &v, &pybuf)
     try:
         mem = memoryview(data).cast("B") if not PyBytes_Check(data) else data
@@ -507,15 +537,19 @@ cdef object snappy_decompress(object data, Py_ssize_t limit, Py_ssize_t position
                 raise DecompressionLimitError(
                     f"a compressed batch expands past the limit of {limit} bytes", position)
             sizes.append(n)
-        out = bytearray(total)
+        # (not a bytearray: its zero-filling cost a 1 MiB batch ~8% of its decompression)
+        out = scratch_buffer(total)
         view = memoryview(out)
         pos = 0
-        for block, n in zip(blocks, sizes):
-            if _cramjam.snappy.decompress_raw_into(block, view[pos:pos + n]) != n:
-                raise CorruptRecordError("snappy block decompressed to an unexpected size",
-                                         position)
-            pos += n
-        view.release()
+        try:
+            for block, n in zip(blocks, sizes):
+                if _cramjam.snappy.decompress_raw_into(block, view[pos:pos + n]) != n:
+                    raise CorruptRecordError("snappy block decompressed to an unexpected size",
+                                             position)
+                pos += n
+        finally:
+            view.release()
+        out.writable = False
         return out
     finally:
         view_close(&v, &pybuf)
