@@ -9,8 +9,8 @@ ratios compare like with like:
   the peers' ``DefaultRecordBatchBuilder.append`` loops, then ``build()``.
 * ``decode:<codec>``: that batch back to every record's key and value: kcore's records,
   kcore's columnar decode (``decode_columns``, ``decode_to_arrow``) and the peers' record loops.
-* ``decompress-java:<codec>:<size>``: one gzip, lz4 or zstd batch of log lines as Java's
-  producer compresses it, decompressed; the floor is one pass into a buffer of the exact size.
+* ``decompress-java:<codec>:<size>``: one gzip, snappy, lz4 or zstd batch of log lines as
+  Java's producer compresses it, decompressed; the floor: one pass into a buffer of that size.
 * ``crc32c:64MiB`` and ``murmur2:100k-keys``.
 
 Each benchmark then checks its output (outside the timed part): record count, every offset,
@@ -462,13 +462,13 @@ def test_decode_kafka_python(benchmark, workload, batches, codec):
 
 
 # ---------------------------------------------------------------------------------------------
-# One large compressed batch as Java's producer writes it (gzip: one member; lz4: 64 KiB blocks,
-# no content size; zstd: a frame without a content size), of log lines that shrink 4-41x,
-# decompressed: each implementation's call that returns the bytes. The floor: the codec's one
-# pass into a buffer of the exact size, allocated in the call.
+# One large compressed batch as Java's producer writes it (gzip: one member; snappy: xerial
+# framing, 32 KiB blocks; lz4: 64 KiB blocks, no content size; zstd: no content size), of log
+# lines that shrink 4-41x, decompressed: each implementation's call that returns the bytes. The
+# floor: the codec's one pass into a buffer of the exact size, allocated in the call.
 
 BIG_BATCH_SIZES = (16_384, 262_144, 1_048_576)
-BIG_BATCH_CODECS = ("gzip", "lz4", "zstd")
+BIG_BATCH_CODECS = ("gzip", "snappy", "lz4", "zstd")
 zstandard = _optional("zstandard")
 cramjam = _optional("cramjam")
 aiokafka_codec = _optional("aiokafka.codec")
@@ -498,8 +498,8 @@ def big_batch(request: Any) -> tuple[str, bytes, bytes]:
     data = _log_lines(size)
     if codec == "gzip":
         payload = gzip.compress(data, 6)  # GZIPOutputStream's one member
-    elif codec == "lz4":
-        payload = compress("lz4", data)  # Java's framing: 64 KiB blocks, no content size
+    elif codec in ("snappy", "lz4"):
+        payload = compress(codec, data)  # Java's framings (xerial; LZ4 without a content size)
     else:
         _need(zstandard, "zstandard")
         payload = zstandard.ZstdCompressor(level=3, write_content_size=False).compress(data)
@@ -529,7 +529,8 @@ def test_big_batch_kcore(benchmark, big_batch):
 
 
 def test_big_batch_floor(benchmark, big_batch):
-    """One pass into a buffer of the exact size (known here, not from the payload)."""
+    """One pass into a buffer of the exact size (known here, not from the payload; snappy's
+    blocks found before the clock starts)."""
     codec, _, data = big_batch
     size = len(data)
     if codec == "zstd":
@@ -537,6 +538,20 @@ def test_big_batch_floor(benchmark, big_batch):
 
         def run(p: bytes) -> Any:
             return context.decompress(p, max_output_size=max(size, 1))
+    elif codec == "snappy":  # xerial: a big-endian length, then a raw snappy block
+        blocks, pos, payload = [], 16, big_batch[1]
+        while pos < len(payload):
+            n = int.from_bytes(payload[pos : pos + 4], "big")
+            blocks.append(payload[pos + 4 : pos + 4 + n])
+            pos += 4 + n
+        lengths = [cramjam.snappy.decompress_raw_len(b) for b in blocks]
+
+        def run(p: bytes) -> Any:
+            out = np.empty(size, dtype=np.uint8)
+            at = 0
+            for block, n in zip(blocks, lengths, strict=True):
+                at += cramjam.snappy.decompress_raw_into(block, out[at : at + n])
+            return out
     else:
         _need(cramjam, "cramjam")
         into = cramjam.gzip.decompress_into if codec == "gzip" else cramjam.lz4.decompress_into
