@@ -31,6 +31,8 @@ DEF LEVEL_DEFAULT = -2147483648
 DEFAULT_COMPRESSION_LEVEL = LEVEL_DEFAULT
 DEF LZ4_MAGIC = 0x184D2204
 DEF LZ4_SMALL_FRAME = 65536  # (one block of Java's; python-lz4 reads frames up to it)
+DEF LZ4_SKIPPABLE_MAGIC = 0x184D2A50  # (0x184D2A50-5F)
+DEF LZ4_TRAILING_BYTES = -3  # lz4_frame_bound: a whole frame, then bytes that are none
 # FLG: version 01, independent blocks, no checksums, no content size. BD: 64 KiB blocks.
 DEF LZ4_FLG = 0x60
 DEF LZ4_BD = 0x40
@@ -377,6 +379,9 @@ cdef object decompress_payload(int codec, object data, Py_ssize_t limit, Py_ssiz
             if legacy_lz4:
                 data = fix_legacy_lz4_header(data)
             bound = lz4_frame_bound(data)
+            if bound == LZ4_TRAILING_BYTES:
+                raise CorruptRecordError("lz4 data does not decompress: bytes after the frame "
+                                         "are not an LZ4 frame", position)
             # python-lz4 has no bound of its own: this is it. Past one block cramjam's decoder,
             # into a buffer of the bound, is as fast or faster (256 KiB: 43 against 47 us).
             if 0 <= bound <= min(limit, LZ4_SMALL_FRAME):
@@ -450,7 +455,8 @@ cdef Py_ssize_t lz4_frame_bound(object data) except -2:
     when it states one its blocks can hold, else each block's size (stored) or the frame's
     block maximum (compressed). -1 unless ``data`` is exactly one well-formed frame. Java's
     producer states no content size and writes 64 KiB blocks; a batch that shrank past the 4x
-    guess (log lines: 4.5x) was decompressed twice."""
+    guess (log lines: 4.5x) was decompressed twice. LZ4_TRAILING_BYTES for a whole frame
+    followed by bytes that do not start another."""
     cdef ByteView v
     cdef Py_buffer pybuf
     cdef Py_ssize_t pos, bound = 0, stated = -1, block_max, block_size
@@ -498,8 +504,18 @@ cdef Py_ssize_t lz4_frame_bound(object data) except -2:
                 return -1
         if flags & 0x04:  # the content checksum
             pos += 4
-        if pos != v.size:  # (more frames, or bytes that are none)
+        if pos > v.size:
             return -1
+        if pos < v.size:
+            # More frames (cramjam reads them all), or bytes that are no frame: refused here,
+            # as cramjam versions differ on them (older ones ignore them).
+            if v.size - pos < 4:
+                return LZ4_TRAILING_BYTES
+            word = (v.data[pos] | (v.data[pos + 1] << 8) | (v.data[pos + 2] << 16)
+                    | (<uint32_t>v.data[pos + 3] << 24))
+            if word == LZ4_MAGIC or (word & 0xFFFFFFF0) == LZ4_SKIPPABLE_MAGIC:
+                return -1
+            return LZ4_TRAILING_BYTES
         return stated if 0 <= stated <= bound else bound
     finally:
         view_close(&v, &pybuf)
