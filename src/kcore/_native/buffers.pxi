@@ -82,6 +82,13 @@ cdef inline int64_t get_i64(const uint8_t* p) noexcept nogil:
     return <int64_t>((<uint64_t><uint32_t>get_i32(p) << 32) | <uint64_t><uint32_t>get_i32(p + 4))
 
 
+cdef inline uint32_t get_le32(const uint8_t* p) noexcept nogil:
+    """Little-endian (the codecs' frame headers, murmur2's words); the getters above are
+    Kafka's big-endian."""
+    return (<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16)
+            | (<uint32_t>p[3] << 24))
+
+
 # OutBuf, the growable output buffer, is declared in _codec.pxd.
 
 

@@ -184,8 +184,7 @@ cdef Py_ssize_t zstd_frame_bound(object data) except -2:
     cdef bint last = False
     view_open(data, &v, &pybuf)
     try:
-        if v.size < 5 or (v.data[0] | (v.data[1] << 8) | (v.data[2] << 16)
-                          | (<uint32_t>v.data[3] << 24)) != ZSTD_MAGIC:
+        if v.size < 5 or get_le32(v.data) != ZSTD_MAGIC:
             return -1
         descriptor = v.data[4]
         if descriptor & 0x08:  # the reserved bit
@@ -444,8 +443,7 @@ cdef Py_ssize_t gzip_stated_size(object data) except -2:
     try:
         if v.size < 18 or v.data[0] != 0x1F or v.data[1] != 0x8B:
             return -1
-        return (v.data[v.size - 4] | (v.data[v.size - 3] << 8) | (v.data[v.size - 2] << 16)
-                | (<Py_ssize_t>v.data[v.size - 1] << 24))
+        return get_le32(v.data + v.size - 4)
     finally:
         view_close(&v, &pybuf)
 
@@ -464,8 +462,7 @@ cdef Py_ssize_t lz4_frame_bound(object data) except -2:
     cdef uint8_t flags, descriptor
     view_open(data, &v, &pybuf)
     try:
-        if v.size < 7 or (v.data[0] | (v.data[1] << 8) | (v.data[2] << 16)
-                          | (<uint32_t>v.data[3] << 24)) != LZ4_MAGIC:
+        if v.size < 7 or get_le32(v.data) != LZ4_MAGIC:
             return -1
         flags = v.data[4]
         descriptor = v.data[5]
@@ -488,8 +485,7 @@ cdef Py_ssize_t lz4_frame_bound(object data) except -2:
         while True:
             if v.size - pos < 4:
                 return -1
-            word = (v.data[pos] | (v.data[pos + 1] << 8) | (v.data[pos + 2] << 16)
-                    | (<uint32_t>v.data[pos + 3] << 24))
+            word = get_le32(v.data + pos)
             pos += 4
             if word == 0:  # the end mark
                 break
@@ -511,8 +507,7 @@ cdef Py_ssize_t lz4_frame_bound(object data) except -2:
             # as cramjam versions differ on them (older ones ignore them).
             if v.size - pos < 4:
                 return LZ4_TRAILING_BYTES
-            word = (v.data[pos] | (v.data[pos + 1] << 8) | (v.data[pos + 2] << 16)
-                    | (<uint32_t>v.data[pos + 3] << 24))
+            word = get_le32(v.data + pos)
             if word == LZ4_MAGIC or (word & 0xFFFFFFF0) == LZ4_SKIPPABLE_MAGIC:
                 return -1
             return LZ4_TRAILING_BYTES

@@ -82,8 +82,7 @@ cdef int32_t murmur2_c(const uint8_t* data, Py_ssize_t length) noexcept nogil:
     cdef uint32_t k
     for i in range(length4):
         i4 = i * 4
-        k = (<uint32_t>data[i4] | (<uint32_t>data[i4 + 1] << 8) | (<uint32_t>data[i4 + 2] << 16)
-             | (<uint32_t>data[i4 + 3] << 24))
+        k = get_le32(data + i4)
         k *= m
         k ^= k >> 24
         k *= m
